@@ -1,0 +1,218 @@
+//! The `cudapool_*` C API (`include/cudapool.h`). Thread-safe; works preloaded or linked.
+//! Every function has a panic boundary and returns a CUDA result code (0 = success) where it
+//! returns an `int`.
+
+use crate::budget::DeviceStats;
+use crate::cu::*;
+use crate::hooks::boundary;
+use crate::shim::Shim;
+use std::ffi::{c_char, c_int, CStr};
+
+/// Mirrors `cudapool_stats` in `include/cudapool.h`. Append fields only, never reorder:
+/// `struct_size` lets an old caller keep working with a newer library and the reverse.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CudapoolStats {
+    pub struct_size: usize,
+    pub device: i32,
+    pub _pad: u32,
+    pub allocated_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub cached_bytes: u64,
+    pub live_allocations: u64,
+    pub segments: u64,
+    pub alloc_calls: u64,
+    pub free_calls: u64,
+    pub cache_hits: u64,
+    pub driver_allocs: u64,
+    pub driver_frees: u64,
+    pub reclaim_retries: u64,
+    pub ooms: u64,
+    pub hard_limit: u64,
+    pub soft_limit: u64,
+}
+
+impl CudapoolStats {
+    fn from_stats(device: i32, s: &DeviceStats) -> Self {
+        CudapoolStats {
+            struct_size: std::mem::size_of::<CudapoolStats>(),
+            device,
+            _pad: 0,
+            allocated_bytes: s.allocated,
+            peak_allocated_bytes: s.allocated_peak,
+            reserved_bytes: s.reserved,
+            peak_reserved_bytes: s.reserved_peak,
+            cached_bytes: s.cached,
+            live_allocations: s.live_allocations,
+            segments: s.segments,
+            alloc_calls: s.alloc_calls,
+            free_calls: s.free_calls,
+            cache_hits: s.cache_hits,
+            driver_allocs: s.driver_allocs,
+            driver_frees: s.driver_frees,
+            reclaim_retries: s.reclaim_retries,
+            ooms: s.ooms,
+            hard_limit: s.hard_limit,
+            soft_limit: s.soft_limit,
+        }
+    }
+}
+
+/// Sum over the devices seen; limits are per device, so the sum reports none.
+fn all_devices(shim: &Shim) -> DeviceStats {
+    let mut t = DeviceStats::default();
+    for d in shim.devices_seen() {
+        let s = shim.device_stats(d);
+        t.allocated += s.allocated;
+        t.allocated_peak += s.allocated_peak;
+        t.reserved += s.reserved;
+        t.reserved_peak += s.reserved_peak;
+        t.cached += s.cached;
+        t.live_allocations += s.live_allocations;
+        t.segments += s.segments;
+        t.alloc_calls += s.alloc_calls;
+        t.free_calls += s.free_calls;
+        t.cache_hits += s.cache_hits;
+        t.driver_allocs += s.driver_allocs;
+        t.driver_frees += s.driver_frees;
+        t.reclaim_retries += s.reclaim_retries;
+        t.ooms += s.ooms;
+    }
+    t
+}
+
+fn valid_device(device: c_int) -> bool {
+    (-1..crate::shim::MAX_DEVICES as c_int).contains(&device)
+}
+
+/// Fills `*out` for `device` (-1: summed over devices). `out->struct_size` must be set by the
+/// caller; at most that many bytes are written, and it is set to the number written.
+#[no_mangle]
+pub unsafe extern "C" fn cudapool_get_stats(device: c_int, out: *mut CudapoolStats) -> c_int {
+    boundary(CUDA_ERROR_UNKNOWN as c_int, || {
+        const HEADER: usize = std::mem::size_of::<usize>() + 8;
+        if out.is_null() || !valid_device(device) {
+            return CUDA_ERROR_INVALID_VALUE as c_int;
+        }
+        // SAFETY: non-null; the caller provides at least a struct_size field.
+        let theirs = unsafe { (*out).struct_size };
+        if theirs < HEADER {
+            return CUDA_ERROR_INVALID_VALUE as c_int;
+        }
+        let Some(shim) = Shim::active() else {
+            return CUDA_ERROR_NOT_INITIALIZED as c_int;
+        };
+        let s = if device < 0 {
+            all_devices(shim)
+        } else {
+            shim.device_stats(device)
+        };
+        let mut ours = CudapoolStats::from_stats(device, &s);
+        let n = theirs.min(std::mem::size_of::<CudapoolStats>());
+        ours.struct_size = n;
+        // SAFETY: the caller owns `theirs` >= n writable bytes at `out`; `ours` is a local
+        // repr(C) value of at least n bytes; the two cannot overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&ours as *const CudapoolStats).cast::<u8>(),
+                out.cast::<u8>(),
+                n,
+            )
+        };
+        CUDA_SUCCESS as c_int
+    })
+}
+
+/// Gives cached blocks back to the driver; returns the bytes released.
+#[no_mangle]
+pub extern "C" fn cudapool_reclaim(device: c_int) -> usize {
+    boundary(0, || match Shim::active() {
+        Some(shim) if valid_device(device) => {
+            let current = shim.driver.current_device().ok();
+            if device == -1 || current == Some(device) {
+                shim.reclaim_current() as usize
+            } else {
+                0
+            }
+        }
+        _ => 0,
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cudapool_reset_peak_stats(device: c_int) -> c_int {
+    boundary(CUDA_ERROR_UNKNOWN as c_int, || {
+        if !valid_device(device) {
+            return CUDA_ERROR_INVALID_VALUE as c_int;
+        }
+        let Some(shim) = Shim::active() else {
+            return CUDA_ERROR_NOT_INITIALIZED as c_int;
+        };
+        let devices = if device < 0 {
+            shim.devices_seen()
+        } else {
+            vec![device]
+        };
+        for d in devices {
+            shim.budget(d).reset_peaks();
+        }
+        CUDA_SUCCESS as c_int
+    })
+}
+
+/// Sets the hard limit of `device` (-1: every device used so far); 0 removes it.
+#[no_mangle]
+pub extern "C" fn cudapool_set_memory_limit(device: c_int, bytes: usize) -> c_int {
+    boundary(CUDA_ERROR_UNKNOWN as c_int, || {
+        if !valid_device(device) {
+            return CUDA_ERROR_INVALID_VALUE as c_int;
+        }
+        let Some(shim) = Shim::active() else {
+            return CUDA_ERROR_NOT_INITIALIZED as c_int;
+        };
+        let devices = if device < 0 {
+            shim.devices_seen()
+        } else {
+            vec![device]
+        };
+        for d in devices {
+            shim.budget(d).set_hard_limit(bytes as u64);
+        }
+        CUDA_SUCCESS as c_int
+    })
+}
+
+/// The status text, snprintf-style: writes at most `len` bytes including the NUL and returns
+/// the length the whole text needs (without the NUL), or -1 if the shim is not active.
+#[no_mangle]
+pub unsafe extern "C" fn cudapool_memory_status(buf: *mut c_char, len: usize) -> c_int {
+    boundary(-1, || {
+        let Some(shim) = Shim::active() else {
+            return -1;
+        };
+        let text = crate::report::memory_status(shim);
+        if !buf.is_null() && len > 0 {
+            let n = text.len().min(len - 1);
+            // SAFETY: the caller provides `len` writable bytes at `buf`; n + 1 <= len.
+            unsafe {
+                std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+                *buf.add(n) = 0;
+            }
+        }
+        c_int::try_from(text.len()).unwrap_or(c_int::MAX)
+    })
+}
+
+static VERSION: &CStr =
+    match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(v) => v,
+        Err(_) => panic!("version string"),
+    };
+
+/// The library's version, e.g. "0.1.0". Static storage; never free it.
+#[no_mangle]
+pub extern "C" fn cudapool_version() -> *const c_char {
+    VERSION.as_ptr()
+}

@@ -1,0 +1,464 @@
+//! `CUDAPOOL_*` environment parsing (SPEC.md, "Environment"). Pure: no driver, no FFI.
+//!
+//! The environment is read once when the library loads. A bad value does not print anything at
+//! load time (a process that makes no CUDA call is never disturbed); it is kept as a
+//! [`ConfigError`] and the shim refuses allocations, loudly, at the first CUDA call it sees.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Which pool serves `cuMemAlloc`/`cuMemFree` (SPEC.md `CUDAPOOL_POOL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolKind {
+    Split,
+    Binned,
+    Simple,
+    None,
+}
+
+impl PoolKind {
+    pub const ACCEPTED: &'static str = "split, binned, simple or none";
+
+    pub fn parse(s: &str) -> Option<PoolKind> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "split" => Some(PoolKind::Split),
+            "binned" => Some(PoolKind::Binned),
+            "simple" => Some(PoolKind::Simple),
+            "none" => Some(PoolKind::None),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolKind::Split => "split",
+            PoolKind::Binned => "binned",
+            PoolKind::Simple => "simple",
+            PoolKind::None => "none",
+        }
+    }
+}
+
+/// `CUDAPOOL_REUSE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reuse {
+    Auto,
+    Immediate,
+}
+
+/// `CUDAPOOL_LOG`, ordered from quietest to loudest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+/// `CUDAPOOL_REPORT`: where the exit report goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReportTarget {
+    Stderr,
+    File(PathBuf),
+}
+
+/// One limit as written by the user, before the device's total memory is known.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Limit {
+    /// Bytes; 0 means "no limit" (as for `cudapool_set_memory_limit`).
+    Bytes(u64),
+    /// Percent of the device's total memory, in (0, 100].
+    Percent(f64),
+}
+
+impl Limit {
+    /// The limit in bytes for a device with `total` bytes of memory; 0 means none.
+    pub fn resolve(self, total: u64) -> u64 {
+        match self {
+            Limit::Bytes(b) => b,
+            Limit::Percent(p) => ((total as f64) * p / 100.0).floor() as u64,
+        }
+    }
+}
+
+/// A SIZE or a per-device list (`0=8GiB,1=50%`). Devices not named have no limit.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeviceLimits {
+    /// Applies to every device (a bare SIZE).
+    pub all: Option<Limit>,
+    /// (CUDA ordinal, limit) pairs of a per-device list.
+    pub per_device: Vec<(u32, Limit)>,
+}
+
+impl DeviceLimits {
+    pub fn for_device(&self, ordinal: u32) -> Option<Limit> {
+        self.per_device
+            .iter()
+            .find(|(d, _)| *d == ordinal)
+            .map(|(_, l)| *l)
+            .or(self.all)
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.all.is_some() || !self.per_device.is_empty()
+    }
+}
+
+/// Everything the environment says. `Default` is what an empty environment means.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub pool: PoolKind,
+    pub memory_limit: DeviceLimits,
+    pub soft_limit: DeviceLimits,
+    pub reuse: Reuse,
+    pub report: Option<ReportTarget>,
+    pub track: u8,
+    pub trace: Option<PathBuf>,
+    pub log: LogLevel,
+    pub disable: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            pool: PoolKind::None,
+            memory_limit: DeviceLimits::default(),
+            soft_limit: DeviceLimits::default(),
+            reuse: Reuse::Auto,
+            report: None,
+            track: 0,
+            trace: None,
+            log: LogLevel::Warn,
+            disable: false,
+        }
+    }
+}
+
+/// A variable whose value cannot be used. Displayed as the one line SPEC.md asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    pub var: &'static str,
+    pub value: String,
+    pub why: String,
+    pub accepted: &'static str,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid {}={:?}: {}; accepted: {}",
+            self.var, self.value, self.why, self.accepted
+        )
+    }
+}
+
+pub const SIZE_FORMS: &str = "bytes (1073741824), decimal units k/K/KB/M/MB/G/GB/T/TB (powers of 1000), binary units KiB/MiB/GiB/TiB (powers of 1024), decimals (1.5GiB), a percentage of the device's memory (50%), or a per-device list (0=8GiB,1=50%)";
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_lookup(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    /// Parses from any lookup (tests pass a closure over a table). An empty value means unset.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let get = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+        let bad = |var: &'static str, value: &str, why: &str, accepted: &'static str| ConfigError {
+            var,
+            value: value.to_string(),
+            why: why.to_string(),
+            accepted,
+        };
+        let mut c = Config::default();
+
+        if let Some(v) = get("CUDAPOOL_DISABLE") {
+            c.disable = match v.trim() {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" => false,
+                _ => return Err(bad("CUDAPOOL_DISABLE", &v, "not a switch", "1 or 0")),
+            };
+        }
+        if let Some(v) = get("CUDAPOOL_POOL") {
+            c.pool = PoolKind::parse(&v)
+                .ok_or_else(|| bad("CUDAPOOL_POOL", &v, "unknown pool kind", PoolKind::ACCEPTED))?;
+        }
+        for (var, slot) in [
+            ("CUDAPOOL_MEMORY_LIMIT", &mut c.memory_limit),
+            ("CUDAPOOL_SOFT_LIMIT", &mut c.soft_limit),
+        ] {
+            if let Some(v) = get(var) {
+                *slot = parse_device_limits(&v).map_err(|why| bad(var, &v, &why, SIZE_FORMS))?;
+            }
+        }
+        if let Some(v) = get("CUDAPOOL_REUSE") {
+            c.reuse = match v.trim().to_ascii_lowercase().as_str() {
+                "auto" => Reuse::Auto,
+                "immediate" => Reuse::Immediate,
+                _ => {
+                    return Err(bad(
+                        "CUDAPOOL_REUSE",
+                        &v,
+                        "unknown mode",
+                        "auto or immediate",
+                    ))
+                }
+            };
+        }
+        if let Some(v) = get("CUDAPOOL_REPORT") {
+            c.report = match v.trim() {
+                "0" => None,
+                "1" | "stderr" => Some(ReportTarget::Stderr),
+                path => Some(ReportTarget::File(PathBuf::from(path))),
+            };
+        }
+        if let Some(v) = get("CUDAPOOL_TRACK") {
+            c.track = match v.trim() {
+                "0" => 0,
+                "1" => 1,
+                "2" => 2,
+                _ => return Err(bad("CUDAPOOL_TRACK", &v, "unknown level", "0, 1 or 2")),
+            };
+        }
+        if let Some(v) = get("CUDAPOOL_TRACE") {
+            c.trace = Some(PathBuf::from(v.trim()));
+        }
+        if let Some(v) = get("CUDAPOOL_LOG") {
+            c.log = match v.trim().to_ascii_lowercase().as_str() {
+                "error" => LogLevel::Error,
+                "warn" | "warning" => LogLevel::Warn,
+                "info" => LogLevel::Info,
+                "debug" => LogLevel::Debug,
+                _ => {
+                    return Err(bad(
+                        "CUDAPOOL_LOG",
+                        &v,
+                        "unknown level",
+                        "error, warn, info or debug",
+                    ))
+                }
+            };
+        }
+        Ok(c)
+    }
+}
+
+/// Parses a bare SIZE (every device) or a list `ORD=SIZE[,ORD=SIZE...]`.
+pub fn parse_device_limits(s: &str) -> Result<DeviceLimits, String> {
+    let s = s.trim();
+    if !s.contains('=') {
+        return Ok(DeviceLimits {
+            all: Some(parse_limit(s)?),
+            per_device: Vec::new(),
+        });
+    }
+    let mut out = DeviceLimits::default();
+    for item in s.split(',') {
+        let item = item.trim();
+        let (ord, size) = item
+            .split_once('=')
+            .ok_or_else(|| format!("list item {item:?} is not ORDINAL=SIZE"))?;
+        let ord: u32 = ord
+            .trim()
+            .parse()
+            .map_err(|_| format!("{:?} is not a device ordinal", ord.trim()))?;
+        if out.per_device.iter().any(|(d, _)| *d == ord) {
+            return Err(format!("device {ord} is listed twice"));
+        }
+        out.per_device.push((ord, parse_limit(size)?));
+    }
+    Ok(out)
+}
+
+/// Parses one SIZE or percentage.
+pub fn parse_limit(s: &str) -> Result<Limit, String> {
+    let s = s.trim();
+    if let Some(p) = s.strip_suffix('%') {
+        let p: f64 = p
+            .trim()
+            .parse()
+            .map_err(|_| format!("{:?} is not a percentage", s))?;
+        if !(p > 0.0 && p <= 100.0) {
+            return Err(format!("{s} is not between 0% and 100%"));
+        }
+        return Ok(Limit::Percent(p));
+    }
+    parse_size(s).map(Limit::Bytes)
+}
+
+/// Parses a SIZE: `1073741824`, `1.5GiB`, `512 MB`, `2g`. Fractional bytes are rounded down.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = (&s[..split], s[split..].trim());
+    let multiplier: u128 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "m" | "mb" => 1_000_000,
+        "g" | "gb" => 1_000_000_000,
+        "t" | "tb" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        _ => return Err(format!("unknown unit {unit:?}")),
+    };
+    // Exact decimal arithmetic: "1.5GiB" is 1610612736, not a float approximation.
+    let (int_part, frac_part) = num.split_once('.').unwrap_or((num, ""));
+    if int_part.is_empty() && frac_part.is_empty() {
+        return Err(format!("{s:?} has no number"));
+    }
+    if frac_part.contains('.') || frac_part.len() > 18 {
+        return Err(format!("{num:?} is not a number"));
+    }
+    let digits = format!("{int_part}{frac_part}");
+    let mantissa: u128 = digits
+        .parse()
+        .map_err(|_| format!("{num:?} is too large"))?;
+    let scale = 10u128.pow(frac_part.len() as u32);
+    let bytes = mantissa
+        .checked_mul(multiplier)
+        .ok_or_else(|| format!("{s:?} is too large"))?
+        / scale;
+    u64::try_from(bytes).map_err(|_| format!("{s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn sizes_in_every_form() {
+        assert_eq!(parse_size("1073741824"), Ok(1 << 30));
+        assert_eq!(parse_size("1k"), Ok(1000));
+        assert_eq!(parse_size("1K"), Ok(1000));
+        assert_eq!(parse_size("2KB"), Ok(2000));
+        assert_eq!(parse_size("3M"), Ok(3_000_000));
+        assert_eq!(parse_size("3mb"), Ok(3_000_000));
+        assert_eq!(parse_size("4G"), Ok(4_000_000_000));
+        assert_eq!(parse_size("4GB"), Ok(4_000_000_000));
+        assert_eq!(parse_size("1T"), Ok(1_000_000_000_000));
+        assert_eq!(parse_size("1TB"), Ok(1_000_000_000_000));
+        assert_eq!(parse_size("1KiB"), Ok(1024));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("64mib"), Ok(64 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("1TiB"), Ok(1 << 40));
+        assert_eq!(parse_size("1.5GiB"), Ok(1_610_612_736));
+        assert_eq!(parse_size("0.5 KiB"), Ok(512));
+        assert_eq!(parse_size(" 512 MB "), Ok(512_000_000));
+        assert_eq!(parse_size("1.1"), Ok(1));
+        assert_eq!(parse_size(".5k"), Ok(500));
+    }
+
+    #[test]
+    fn bad_sizes_are_refused() {
+        for bad in [
+            "",
+            "GiB",
+            "-1",
+            "1.2.3",
+            "1 PiB",
+            "1e9",
+            "abc",
+            "1GiBs",
+            "99999999999999999999999",
+            "20000000TiB",
+            "1,5G",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn percentages_and_lists() {
+        assert_eq!(parse_limit("50%"), Ok(Limit::Percent(50.0)));
+        assert_eq!(parse_limit("12.5 %"), Ok(Limit::Percent(12.5)));
+        assert!(parse_limit("0%").is_err());
+        assert!(parse_limit("101%").is_err());
+        assert!(parse_limit("x%").is_err());
+        assert_eq!(Limit::Percent(50.0).resolve(1000), 500);
+        assert_eq!(Limit::Bytes(7).resolve(1000), 7);
+
+        let l = parse_device_limits("0=8GiB, 1=50%").unwrap();
+        assert_eq!(l.for_device(0), Some(Limit::Bytes(8 << 30)));
+        assert_eq!(l.for_device(1), Some(Limit::Percent(50.0)));
+        assert_eq!(l.for_device(2), None);
+        let all = parse_device_limits("1GiB").unwrap();
+        assert_eq!(all.for_device(5), Some(Limit::Bytes(1 << 30)));
+        for bad in ["0=1G,0=2G", "a=1G", "0=", "0=1G,1G", "-1=1G", "0=1G,,1=2G"] {
+            assert!(
+                parse_device_limits(bad).is_err(),
+                "{bad:?} should be refused"
+            );
+        }
+    }
+
+    #[test]
+    fn environment_defaults_and_values() {
+        assert_eq!(cfg(&[]).unwrap(), Config::default());
+        let c = cfg(&[
+            ("CUDAPOOL_POOL", "Binned"),
+            ("CUDAPOOL_MEMORY_LIMIT", "0=1GiB"),
+            ("CUDAPOOL_SOFT_LIMIT", "512MiB"),
+            ("CUDAPOOL_REUSE", "immediate"),
+            ("CUDAPOOL_REPORT", "stderr"),
+            ("CUDAPOOL_TRACK", "2"),
+            ("CUDAPOOL_TRACE", "/tmp/t.json"),
+            ("CUDAPOOL_LOG", "debug"),
+            ("CUDAPOOL_DISABLE", "0"),
+        ])
+        .unwrap();
+        assert_eq!(c.pool, PoolKind::Binned);
+        assert_eq!(c.memory_limit.for_device(0), Some(Limit::Bytes(1 << 30)));
+        assert_eq!(c.memory_limit.for_device(1), None);
+        assert_eq!(c.soft_limit.for_device(3), Some(Limit::Bytes(512 << 20)));
+        assert_eq!(c.reuse, Reuse::Immediate);
+        assert_eq!(c.report, Some(ReportTarget::Stderr));
+        assert_eq!(c.track, 2);
+        assert_eq!(c.trace, Some(PathBuf::from("/tmp/t.json")));
+        assert_eq!(c.log, LogLevel::Debug);
+        assert!(!c.disable);
+        assert_eq!(
+            cfg(&[("CUDAPOOL_REPORT", "/tmp/r.txt")]).unwrap().report,
+            Some(ReportTarget::File("/tmp/r.txt".into()))
+        );
+        // An empty value is the same as unset.
+        assert_eq!(
+            cfg(&[("CUDAPOOL_MEMORY_LIMIT", " ")]).unwrap(),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn a_bad_value_names_variable_value_and_forms() {
+        let e = cfg(&[("CUDAPOOL_MEMORY_LIMIT", "8GB5")]).unwrap_err();
+        assert_eq!(e.var, "CUDAPOOL_MEMORY_LIMIT");
+        let line = e.to_string();
+        assert!(line.contains("CUDAPOOL_MEMORY_LIMIT=\"8GB5\""), "{line}");
+        assert!(line.contains("GiB") && line.contains("50%"), "{line}");
+        for (var, val) in [
+            ("CUDAPOOL_POOL", "fast"),
+            ("CUDAPOOL_SOFT_LIMIT", "lots"),
+            ("CUDAPOOL_REUSE", "never"),
+            ("CUDAPOOL_TRACK", "3"),
+            ("CUDAPOOL_LOG", "loud"),
+            ("CUDAPOOL_DISABLE", "maybe"),
+        ] {
+            let e = cfg(&[(var, val)]).unwrap_err();
+            assert_eq!(e.var, var);
+            assert_eq!(e.value, val);
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The real driver: `libcuda.so.1` opened by the shim itself and a typed table of the entry
+//! points the shim calls. The bottom of the stack; it knows nothing of pools or limits.
+//!
+//! Every lookup here goes through the *real* `dlsym` on the real driver's handle, never through
+//! the overridden one (DESIGN.md trap 2), so loading the table cannot re-enter the shim.
+
+use crate::cu::*;
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+/// glibc's own `dlsym`, found by version so that the override in `interpose` is skipped.
+/// Stored as an address (0 = not yet resolved) so the `dlsym` trampoline can read it.
+pub static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
+
+/// Resolves (once) and returns glibc's `dlsym`. Never goes through the override.
+pub fn real_dlsym() -> DlsymFn {
+    let mut addr = REAL_DLSYM.load(Ordering::Acquire);
+    if addr == 0 {
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
+            // SAFETY: dlvsym with RTLD_NEXT and two NUL-terminated strings; it is not overridden.
+            let p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+            if !p.is_null() {
+                addr = p as usize;
+                break;
+            }
+        }
+        assert!(addr != 0, "glibc's dlsym not found");
+        REAL_DLSYM.store(addr, Ordering::Release);
+    }
+    // SAFETY: addr is the address of glibc's dlsym, which has this signature.
+    unsafe { std::mem::transmute::<usize, DlsymFn>(addr) }
+}
+
+/// The trampoline calls this when it needs the real `dlsym` before anything resolved it.
+pub extern "C" fn resolve_real_dlsym() -> usize {
+    real_dlsym() as usize
+}
+
+/// Looks `name` up in `handle` with the real `dlsym`.
+pub fn lookup(handle: *mut c_void, name: &CStr) -> *mut c_void {
+    // SAFETY: real dlsym with a handle from dlopen and a NUL-terminated name.
+    unsafe { real_dlsym()(handle, name.as_ptr()) }
+}
+
+macro_rules! driver_table {
+    ($( $field:ident = $sym:literal : fn($($arg:ty),*); )*) => {
+        /// Entry points of the real driver. `None` where this driver does not export the name.
+        pub struct Driver {
+            /// The `dlopen` handle of the real `libcuda.so.1` (never closed: `RTLD_NODELETE`).
+            pub handle: usize,
+            $( pub $field: Option<unsafe extern "C" fn($($arg),*) -> CUresult>, )*
+        }
+
+        impl Driver {
+            fn resolve(handle: *mut c_void) -> Driver {
+                Driver {
+                    handle: handle as usize,
+                    $( $field: {
+                        let p = lookup(handle, $sym);
+                        // SAFETY: the driver exports `$sym` with exactly this C signature
+                        // (cuda.h); a null pointer becomes None through the niche.
+                        unsafe { std::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn($($arg),*) -> CUresult>>(p) }
+                    }, )*
+                }
+            }
+        }
+    };
+}
+
+driver_table! {
+    ctx_get_current = c"cuCtxGetCurrent": fn(*mut CUcontext);
+    ctx_get_device = c"cuCtxGetDevice": fn(*mut CUdevice);
+    device_total_mem = c"cuDeviceTotalMem_v2": fn(*mut usize, CUdevice);
+    primary_ctx_get_state = c"cuDevicePrimaryCtxGetState": fn(CUdevice, *mut c_uint, *mut c_int);
+    primary_ctx_retain = c"cuDevicePrimaryCtxRetain": fn(*mut CUcontext, CUdevice);
+    primary_ctx_release_raw = c"cuDevicePrimaryCtxRelease_v2": fn(CUdevice);
+
+    mem_alloc_v2 = c"cuMemAlloc_v2": fn(*mut DevPtr, usize);
+    mem_alloc_v1 = c"cuMemAlloc": fn(*mut u32, c_uint);
+    mem_free_v2 = c"cuMemFree_v2": fn(DevPtr);
+    mem_free_v1 = c"cuMemFree": fn(u32);
+    mem_alloc_pitch_v2 = c"cuMemAllocPitch_v2": fn(*mut DevPtr, *mut usize, usize, usize, c_uint);
+    mem_alloc_pitch_v1 = c"cuMemAllocPitch": fn(*mut u32, *mut c_uint, c_uint, c_uint, c_uint);
+    mem_get_info_v2 = c"cuMemGetInfo_v2": fn(*mut usize, *mut usize);
+    mem_get_info_v1 = c"cuMemGetInfo": fn(*mut c_uint, *mut c_uint);
+    mem_get_address_range_v2 = c"cuMemGetAddressRange_v2": fn(*mut DevPtr, *mut usize, DevPtr);
+    mem_get_address_range_v1 = c"cuMemGetAddressRange": fn(*mut u32, *mut c_uint, u32);
+    ctx_destroy_v2 = c"cuCtxDestroy_v2": fn(CUcontext);
+    ctx_destroy_v1 = c"cuCtxDestroy": fn(CUcontext);
+    primary_ctx_reset_v2 = c"cuDevicePrimaryCtxReset_v2": fn(CUdevice);
+    primary_ctx_reset_v1 = c"cuDevicePrimaryCtxReset": fn(CUdevice);
+    primary_ctx_release_v2 = c"cuDevicePrimaryCtxRelease_v2": fn(CUdevice);
+    primary_ctx_release_v1 = c"cuDevicePrimaryCtxRelease": fn(CUdevice);
+    get_proc_address_v1 = c"cuGetProcAddress": fn(*const c_char, *mut *mut c_void, c_int, u64);
+    get_proc_address_v2 = c"cuGetProcAddress_v2": fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int);
+}
+
+static DRIVER: OnceLock<Option<Driver>> = OnceLock::new();
+
+thread_local! {
+    /// Set while this thread is inside `dlopen` of the driver: a constructor in there that
+    /// calls `dlsym` must get plain answers, not wait for the table being built.
+    static LOADING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Calls a table entry: `Err(CUDA_ERROR_NOT_FOUND)` when the driver lacks it, else its result.
+macro_rules! call {
+    ($drv:expr, $field:ident ( $($arg:expr),* )) => {
+        match $drv.$field {
+            // SAFETY: the pointer came from the real driver for this exact signature; the
+            // arguments are the caller's own (hooks) or point at locals of the caller.
+            Some(f) => unsafe { f($($arg),*) },
+            None => $crate::cu::CUDA_ERROR_NOT_FOUND,
+        }
+    };
+}
+pub(crate) use call;
+
+fn check(r: CUresult) -> Result<(), CUresult> {
+    if r == CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(r)
+    }
+}
+
+impl Driver {
+    /// The real driver, opened on first use. `None` if `libcuda.so.1` cannot be opened, or while
+    /// this very thread is opening it.
+    pub fn get() -> Option<&'static Driver> {
+        if let Some(d) = DRIVER.get() {
+            return d.as_ref();
+        }
+        if LOADING.with(|l| l.get()) {
+            return None;
+        }
+        DRIVER
+            .get_or_init(|| {
+                LOADING.with(|l| l.set(true));
+                // SAFETY: dlopen of a library name; RTLD_NODELETE keeps it (and every pointer
+                // taken from it) valid for the life of the process.
+                let h = unsafe {
+                    libc::dlopen(
+                        c"libcuda.so.1".as_ptr(),
+                        libc::RTLD_NOW | libc::RTLD_NODELETE,
+                    )
+                };
+                LOADING.with(|l| l.set(false));
+                (!h.is_null()).then(|| Driver::resolve(h))
+            })
+            .as_ref()
+    }
+
+    /// The calling thread's current context, or `None` if it has none.
+    pub fn current_context(&self) -> Result<Option<CUcontext>, CUresult> {
+        let mut ctx: CUcontext = std::ptr::null_mut();
+        check(call!(self, ctx_get_current(&mut ctx)))?;
+        Ok((!ctx.is_null()).then_some(ctx))
+    }
+
+    /// The device of the calling thread's current context.
+    pub fn current_device(&self) -> Result<CUdevice, CUresult> {
+        let mut dev: CUdevice = 0;
+        check(call!(self, ctx_get_device(&mut dev)))?;
+        Ok(dev)
+    }
+
+    pub fn device_total_mem(&self, dev: CUdevice) -> Result<u64, CUresult> {
+        let mut bytes = 0usize;
+        check(call!(self, device_total_mem(&mut bytes, dev)))?;
+        Ok(bytes as u64)
+    }
+
+    pub fn mem_get_info(&self) -> Result<(u64, u64), CUresult> {
+        let (mut free, mut total) = (0usize, 0usize);
+        check(call!(self, mem_get_info_v2(&mut free, &mut total)))?;
+        Ok((free as u64, total as u64))
+    }
+
+    pub fn mem_alloc(&self, bytes: u64) -> Result<DevPtr, CUresult> {
+        let mut p: DevPtr = 0;
+        check(call!(self, mem_alloc_v2(&mut p, bytes as usize)))?;
+        Ok(p)
+    }
+
+    pub fn mem_free(&self, p: DevPtr) -> Result<(), CUresult> {
+        check(call!(self, mem_free_v2(p)))
+    }
+
+    /// The primary context of `dev` if it is active, without changing its reference count.
+    pub fn active_primary_context(&self, dev: CUdevice) -> Option<CUcontext> {
+        let (mut flags, mut active) = (0 as c_uint, 0 as c_int);
+        if call!(self, primary_ctx_get_state(dev, &mut flags, &mut active)) != CUDA_SUCCESS
+            || active == 0
+        {
+            return None;
+        }
+        let mut ctx: CUcontext = std::ptr::null_mut();
+        if call!(self, primary_ctx_retain(&mut ctx, dev)) != CUDA_SUCCESS {
+            return None;
+        }
+        // Give back the reference just taken; the context stays active (it was before).
+        call!(self, primary_ctx_release_raw(dev));
+        (!ctx.is_null()).then_some(ctx)
+    }
+
+    /// Whether the primary context of `dev` is active.
+    pub fn primary_context_active(&self, dev: CUdevice) -> bool {
+        let (mut flags, mut active) = (0 as c_uint, 0 as c_int);
+        call!(self, primary_ctx_get_state(dev, &mut flags, &mut active)) == CUDA_SUCCESS
+            && active != 0
+    }
+}

@@ -1,0 +1,426 @@
+//! The C ABI of the shim: every `cu*` memory entry point it replaces, in one place.
+//!
+//! Each hook is exported under the driver's name (for programs linked with `-lcuda`) and is
+//! what `interpose` hands out for `dlsym` and `cuGetProcAddress` lookups. A hook only checks
+//! and converts raw pointers and result codes; what happens lives in `shim` (safe Rust).
+//!
+//! Every hook runs inside [`hook`]: a panic boundary (no unwinding through C), a per-thread
+//! re-entry guard (a hook entered from inside a hook goes straight to the driver), and the
+//! process state (disabled, refused by a bad setting, or active).
+//!
+//! Bad input (NULL out-pointers, size 0) is passed to the real driver untouched, so the program
+//! gets the driver's own answer.
+#![allow(non_snake_case)]
+
+use crate::cu::*;
+use crate::driver::{call, Driver};
+use crate::shim::{Shim, State};
+use std::cell::Cell;
+use std::ffi::{c_uint, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+thread_local! {
+    /// True while this thread runs a hook body.
+    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread as inside a hook until dropped.
+struct Reentry;
+
+impl Reentry {
+    /// `None` when this thread is already inside a hook.
+    fn enter() -> Option<Reentry> {
+        IN_HOOK.with(|f| (!f.replace(true)).then_some(Reentry))
+    }
+}
+
+impl Drop for Reentry {
+    fn drop(&mut self) {
+        IN_HOOK.with(|f| f.set(false));
+    }
+}
+
+/// Whether a hook refuses (allocations, memory queries) or forwards (frees, teardown) when a
+/// `CUDAPOOL_*` value was bad.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OnBadConfig {
+    Refuse,
+    Forward,
+}
+
+/// Runs `body` against the active shim, or `real` against the driver when the shim is
+/// disabled, re-entered, or (for `Forward` hooks) refused. Never unwinds.
+fn hook(
+    on_bad: OnBadConfig,
+    real: impl FnOnce(&'static Driver) -> CUresult,
+    body: impl FnOnce(&'static Shim) -> CUresult,
+) -> CUresult {
+    catch_unwind(AssertUnwindSafe(|| {
+        let forward = || Driver::get().map_or(CUDA_ERROR_NOT_INITIALIZED, real);
+        let Some(_guard) = Reentry::enter() else {
+            return forward();
+        };
+        match Shim::state() {
+            State::Active(shim) => body(shim),
+            State::Refused if on_bad == OnBadConfig::Refuse => CUDA_ERROR_NOT_INITIALIZED,
+            _ => forward(),
+        }
+    }))
+    .unwrap_or(CUDA_ERROR_UNKNOWN)
+}
+
+/// A panic boundary for exported functions that are not driver hooks.
+pub fn boundary<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
+}
+
+/// Writes `v` through an out-pointer the hook checked to be non-null.
+///
+/// # Safety
+/// `p` must be non-null and valid for a write of `T` (the driver's contract with the caller).
+unsafe fn put<T>(p: *mut T, v: T) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { p.write(v) }
+}
+
+fn to_result(r: Result<(), CUresult>) -> CUresult {
+    r.err().unwrap_or(CUDA_SUCCESS)
+}
+
+// ---- allocation -------------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut DevPtr, bytesize: usize) -> CUresult {
+    let real = |d: &Driver| call!(d, mem_alloc_v2(dptr, bytesize));
+    hook(OnBadConfig::Refuse, real, |shim| {
+        if dptr.is_null() || bytesize == 0 {
+            return real(shim.driver);
+        }
+        to_result(shim.mem_alloc(bytesize as u64).map(|p| {
+            // SAFETY: checked non-null above; the caller passes a writable CUdeviceptr.
+            unsafe { put(dptr, p) }
+        }))
+    })
+}
+
+/// The legacy 32-bit `cuMemAlloc`: passed through to the driver's own and counted.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc(dptr: *mut u32, bytesize: c_uint) -> CUresult {
+    let real = |d: &Driver| call!(d, mem_alloc_v1(dptr, bytesize));
+    hook(OnBadConfig::Refuse, real, |shim| {
+        if dptr.is_null() || bytesize == 0 {
+            return real(shim.driver);
+        }
+        let d = shim.driver;
+        let got = shim.alloc_counted(
+            bytesize as u64,
+            || {
+                let mut p = 0u32;
+                match call!(d, mem_alloc_v1(&mut p, bytesize)) {
+                    CUDA_SUCCESS => Ok((p as DevPtr, bytesize as u64)),
+                    e => Err(e),
+                }
+            },
+            |p| {
+                call!(d, mem_free_v1(p as u32));
+            },
+        );
+        to_result(got.map(|p| {
+            // SAFETY: checked non-null above.
+            unsafe { put(dptr, p as u32) }
+        }))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocPitch_v2(
+    dptr: *mut DevPtr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    elem: c_uint,
+) -> CUresult {
+    let real = |d: &Driver| call!(d, mem_alloc_pitch_v2(dptr, pitch, width, height, elem));
+    hook(OnBadConfig::Refuse, real, |shim| {
+        let Some(least) = width.checked_mul(height).filter(|&n| n > 0) else {
+            return real(shim.driver);
+        };
+        if dptr.is_null() || pitch.is_null() {
+            return real(shim.driver);
+        }
+        let d = shim.driver;
+        let mut row_pitch = 0usize;
+        let got = shim.alloc_counted(
+            least as u64,
+            || {
+                let mut p = 0 as DevPtr;
+                match call!(
+                    d,
+                    mem_alloc_pitch_v2(&mut p, &mut row_pitch, width, height, elem)
+                ) {
+                    CUDA_SUCCESS => Ok((p, row_pitch as u64 * height as u64)),
+                    e => Err(e),
+                }
+            },
+            |p| {
+                call!(d, mem_free_v2(p));
+            },
+        );
+        to_result(got.map(|p| {
+            // SAFETY: both checked non-null above.
+            unsafe {
+                put(dptr, p);
+                put(pitch, row_pitch);
+            }
+        }))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocPitch(
+    dptr: *mut u32,
+    pitch: *mut c_uint,
+    width: c_uint,
+    height: c_uint,
+    elem: c_uint,
+) -> CUresult {
+    let real = |d: &Driver| call!(d, mem_alloc_pitch_v1(dptr, pitch, width, height, elem));
+    hook(OnBadConfig::Refuse, real, |shim| {
+        let least = width as u64 * height as u64;
+        if dptr.is_null() || pitch.is_null() || least == 0 {
+            return real(shim.driver);
+        }
+        let d = shim.driver;
+        let mut row_pitch = 0 as c_uint;
+        let got = shim.alloc_counted(
+            least,
+            || {
+                let mut p = 0u32;
+                match call!(
+                    d,
+                    mem_alloc_pitch_v1(&mut p, &mut row_pitch, width, height, elem)
+                ) {
+                    CUDA_SUCCESS => Ok((p as DevPtr, row_pitch as u64 * height as u64)),
+                    e => Err(e),
+                }
+            },
+            |p| {
+                call!(d, mem_free_v1(p as u32));
+            },
+        );
+        to_result(got.map(|p| {
+            // SAFETY: both checked non-null above.
+            unsafe {
+                put(dptr, p as u32);
+                put(pitch, row_pitch);
+            }
+        }))
+    })
+}
+
+// ---- free -------------------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFree_v2(dptr: DevPtr) -> CUresult {
+    let real = move |d: &Driver| call!(d, mem_free_v2(dptr));
+    hook(OnBadConfig::Forward, real, |shim| {
+        shim.mem_free(dptr, |p| call!(shim.driver, mem_free_v2(p)))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFree(dptr: u32) -> CUresult {
+    let real = move |d: &Driver| call!(d, mem_free_v1(dptr));
+    hook(OnBadConfig::Forward, real, |shim| {
+        shim.mem_free(dptr as DevPtr, |p| {
+            call!(shim.driver, mem_free_v1(p as u32))
+        })
+    })
+}
+
+// ---- queries ----------------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+    let real = |d: &Driver| call!(d, mem_get_info_v2(free, total));
+    hook(OnBadConfig::Refuse, real, |shim| {
+        if free.is_null() || total.is_null() {
+            return real(shim.driver);
+        }
+        to_result(shim.mem_get_info().map(|(f, t)| {
+            // SAFETY: both checked non-null above.
+            unsafe {
+                put(free, f as usize);
+                put(total, t as usize);
+            }
+        }))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> CUresult {
+    let real = |d: &Driver| call!(d, mem_get_info_v1(free, total));
+    hook(OnBadConfig::Refuse, real, |shim| {
+        if free.is_null() || total.is_null() {
+            return real(shim.driver);
+        }
+        let clamp = |v: u64| v.min(c_uint::MAX as u64) as c_uint;
+        to_result(shim.mem_get_info().map(|(f, t)| {
+            // SAFETY: both checked non-null above.
+            unsafe {
+                put(free, clamp(f));
+                put(total, clamp(t));
+            }
+        }))
+    })
+}
+
+/// Answers for the driver's real allocation. Every block the `none` pool hands out is one, so
+/// the driver's answer is the truth (DESIGN.md trap 7); sub-allocating pools will answer with
+/// their segment here.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetAddressRange_v2(
+    base: *mut DevPtr,
+    size: *mut usize,
+    dptr: DevPtr,
+) -> CUresult {
+    let real = move |d: &Driver| call!(d, mem_get_address_range_v2(base, size, dptr));
+    hook(OnBadConfig::Forward, real, |shim| real(shim.driver))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetAddressRange(
+    base: *mut u32,
+    size: *mut c_uint,
+    dptr: u32,
+) -> CUresult {
+    let real = move |d: &Driver| call!(d, mem_get_address_range_v1(base, size, dptr));
+    hook(OnBadConfig::Forward, real, |shim| real(shim.driver))
+}
+
+// ---- context teardown: cached and live blocks die with their context --------------------
+
+fn destroy(shim: &Shim, ctx: CUcontext, r: CUresult) -> CUresult {
+    if r == CUDA_SUCCESS && !ctx.is_null() {
+        shim.context_gone(ctx as usize);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
+    let real = move |d: &Driver| call!(d, ctx_destroy_v2(ctx));
+    hook(OnBadConfig::Forward, real, |shim| {
+        destroy(shim, ctx, real(shim.driver))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDestroy(ctx: CUcontext) -> CUresult {
+    let real = move |d: &Driver| call!(d, ctx_destroy_v1(ctx));
+    hook(OnBadConfig::Forward, real, |shim| {
+        destroy(shim, ctx, real(shim.driver))
+    })
+}
+
+/// A reset destroys the primary context whatever its reference count.
+fn primary_reset(shim: &Shim, dev: CUdevice, real: impl FnOnce(&Driver) -> CUresult) -> CUresult {
+    let primary = shim.primary_context(dev);
+    let r = real(shim.driver);
+    if let (CUDA_SUCCESS, Some(ctx)) = (r, primary) {
+        shim.context_gone(ctx);
+    }
+    r
+}
+
+/// A release destroys the primary context when it drops the last reference.
+fn primary_release(shim: &Shim, dev: CUdevice, real: impl FnOnce(&Driver) -> CUresult) -> CUresult {
+    let primary = shim.primary_context(dev);
+    let r = real(shim.driver);
+    if let (CUDA_SUCCESS, Some(ctx)) = (r, primary) {
+        if !shim.driver.primary_context_active(dev) {
+            shim.context_gone(ctx);
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
+    let real = move |d: &Driver| call!(d, primary_ctx_reset_v2(dev));
+    hook(OnBadConfig::Forward, real, |shim| {
+        primary_reset(shim, dev, real)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
+    let real = move |d: &Driver| call!(d, primary_ctx_reset_v1(dev));
+    hook(OnBadConfig::Forward, real, |shim| {
+        primary_reset(shim, dev, real)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
+    let real = move |d: &Driver| call!(d, primary_ctx_release_v2(dev));
+    hook(OnBadConfig::Forward, real, |shim| {
+        primary_release(shim, dev, real)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
+    let real = move |d: &Driver| call!(d, primary_ctx_release_v1(dev));
+    hook(OnBadConfig::Forward, real, |shim| {
+        primary_release(shim, dev, real)
+    })
+}
+
+/// Every hook and the driver name it replaces; `interpose` substitutes by this table.
+pub fn table() -> [(&'static std::ffi::CStr, *const c_void); 18] {
+    [
+        (c"cuMemAlloc_v2", cuMemAlloc_v2 as *const c_void),
+        (c"cuMemAlloc", cuMemAlloc as *const c_void),
+        (c"cuMemAllocPitch_v2", cuMemAllocPitch_v2 as *const c_void),
+        (c"cuMemAllocPitch", cuMemAllocPitch as *const c_void),
+        (c"cuMemFree_v2", cuMemFree_v2 as *const c_void),
+        (c"cuMemFree", cuMemFree as *const c_void),
+        (c"cuMemGetInfo_v2", cuMemGetInfo_v2 as *const c_void),
+        (c"cuMemGetInfo", cuMemGetInfo as *const c_void),
+        (
+            c"cuMemGetAddressRange_v2",
+            cuMemGetAddressRange_v2 as *const c_void,
+        ),
+        (
+            c"cuMemGetAddressRange",
+            cuMemGetAddressRange as *const c_void,
+        ),
+        (c"cuCtxDestroy_v2", cuCtxDestroy_v2 as *const c_void),
+        (c"cuCtxDestroy", cuCtxDestroy as *const c_void),
+        (
+            c"cuDevicePrimaryCtxReset_v2",
+            cuDevicePrimaryCtxReset_v2 as *const c_void,
+        ),
+        (
+            c"cuDevicePrimaryCtxReset",
+            cuDevicePrimaryCtxReset as *const c_void,
+        ),
+        (
+            c"cuDevicePrimaryCtxRelease_v2",
+            cuDevicePrimaryCtxRelease_v2 as *const c_void,
+        ),
+        (
+            c"cuDevicePrimaryCtxRelease",
+            cuDevicePrimaryCtxRelease as *const c_void,
+        ),
+        (
+            c"cuGetProcAddress_v2",
+            crate::interpose::cuGetProcAddress_v2 as *const c_void,
+        ),
+        (
+            c"cuGetProcAddress",
+            crate::interpose::cuGetProcAddress as *const c_void,
+        ),
+    ]
+}

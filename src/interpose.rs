@@ -1,0 +1,160 @@
+//! How the program reaches the hooks (DESIGN.md trap 1). Three ways:
+//! 1. exported `cu*` symbols (`hooks`), for programs linked with `-lcuda`;
+//! 2. an overridden `dlsym`, for `dlopen("libcuda.so.1")` + `dlsym(handle, name)` (PyTorch,
+//!    CuPy, JAX, Numba);
+//! 3. `cuGetProcAddress` / `_v2` wrappers, for the CUDA runtime and anything else that asks
+//!    the driver for its entry points by base name, version and flags.
+//!
+//! Ways 2 and 3 call the real lookup with the caller's exact arguments and then substitute a
+//! hook only when the answer is *exactly* the real function that hook replaces (pointer
+//! identity). So `cudaVersion`, `_ptsz`/`_ptds` flags and `symbolStatus` stay the driver's, and
+//! a lookup never returns NULL where the driver returned a function.
+
+use crate::cu::*;
+use crate::driver::{self, call, Driver};
+use crate::hooks::boundary;
+use crate::shim::{Shim, State};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::OnceLock;
+
+/// (real driver function, hook) address pairs, built once the driver is open.
+static SUBSTITUTES: OnceLock<Vec<(usize, usize)>> = OnceLock::new();
+
+/// Whether `name` is one the shim replaces. Cheap: the override runs for every `dlsym`.
+fn is_hooked_name(name: &CStr) -> bool {
+    let b = name.to_bytes();
+    b.starts_with(b"cu") && crate::hooks::table().iter().any(|(n, _)| *n == name)
+}
+
+/// The hook for `p` if `p` is a real driver function the shim replaces; `p` otherwise.
+pub fn substitute(p: *mut c_void) -> *mut c_void {
+    if p.is_null() || matches!(Shim::state(), State::PassThrough | State::NoDriver) {
+        return p;
+    }
+    // `None` while this thread is inside the driver's dlopen: answer plainly then.
+    let Some(drv) = Driver::get() else {
+        return p;
+    };
+    let table = SUBSTITUTES.get_or_init(|| {
+        crate::hooks::table()
+            .iter()
+            .filter_map(|&(name, hook)| {
+                let real = driver::lookup(drv.handle as *mut c_void, name);
+                (!real.is_null()).then_some((real as usize, hook as usize))
+            })
+            .collect()
+    });
+    match table.iter().find(|(real, _)| *real == p as usize) {
+        Some(&(_, hook)) => hook as *mut c_void,
+        None => p,
+    }
+}
+
+// ---- dlsym ------------------------------------------------------------------------------
+
+/// The override. `dlsym(RTLD_NEXT, ...)` resolves relative to its *caller*, which glibc reads
+/// from the return address; so that path jumps (not calls) into glibc's `dlsym`, leaving the
+/// caller's return address in place. Every other handle goes to [`dlsym_hooked`].
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    core::arch::naked_asm!(
+        "cmp rdi, -1",
+        "jne {hooked}",
+        "mov rax, qword ptr [rip + {real}]",
+        "test rax, rax",
+        "jz 2f",
+        "jmp rax",
+        // First use, before anything resolved glibc's dlsym: resolve it, keeping the
+        // arguments and a 16-byte aligned stack, then jump as above.
+        "2:",
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {resolve}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "jmp rax",
+        hooked = sym dlsym_hooked,
+        real = sym driver::REAL_DLSYM,
+        resolve = sym driver::resolve_real_dlsym,
+    )
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!("cudapool's dlsym override is written for x86_64 only");
+
+/// `dlsym` for every handle but `RTLD_NEXT`: the real answer, substituted when it is a
+/// function the shim replaces.
+extern "C" fn dlsym_hooked(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    // SAFETY: glibc's dlsym with the caller's own arguments.
+    let p = unsafe { driver::real_dlsym()(handle, symbol) };
+    if p.is_null() || symbol.is_null() {
+        return p;
+    }
+    boundary(p, || {
+        // SAFETY: dlsym's contract: `symbol` is a NUL-terminated string.
+        let name = unsafe { CStr::from_ptr(symbol) };
+        if is_hooked_name(name) {
+            substitute(p)
+        } else {
+            p
+        }
+    })
+}
+
+// ---- cuGetProcAddress -------------------------------------------------------------------
+
+/// Substitutes in `*pfn` after a successful real lookup.
+///
+/// # Safety
+/// `pfn` is the caller's out-pointer: NULL or valid for reads and writes.
+unsafe fn substitute_out(r: CUresult, pfn: *mut *mut c_void) -> CUresult {
+    if r == CUDA_SUCCESS && !pfn.is_null() {
+        // SAFETY: non-null and valid by the caller's contract with the driver.
+        unsafe { *pfn = substitute(*pfn) };
+    }
+    r
+}
+
+/// `cuGetProcAddress` (CUDA 11.3+). Also what a lookup of "cuGetProcAddress" itself gets.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: u64,
+) -> CUresult {
+    boundary(CUDA_ERROR_UNKNOWN, || {
+        let Some(d) = Driver::get() else {
+            return CUDA_ERROR_NOT_INITIALIZED;
+        };
+        let r = call!(d, get_proc_address_v1(symbol, pfn, cuda_version, flags));
+        // SAFETY: pfn is the caller's out-pointer, passed on unchanged.
+        unsafe { substitute_out(r, pfn) }
+    })
+}
+
+/// `cuGetProcAddress_v2` (CUDA 12.0+), with `symbolStatus`.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: u64,
+    symbol_status: *mut c_int,
+) -> CUresult {
+    boundary(CUDA_ERROR_UNKNOWN, || {
+        let Some(d) = Driver::get() else {
+            return CUDA_ERROR_NOT_INITIALIZED;
+        };
+        let r = call!(
+            d,
+            get_proc_address_v2(symbol, pfn, cuda_version, flags, symbol_status)
+        );
+        // SAFETY: pfn is the caller's out-pointer, passed on unchanged.
+        unsafe { substitute_out(r, pfn) }
+    })
+}

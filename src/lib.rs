@@ -1,0 +1,32 @@
+//! cudapool: preloaded into an unmodified CUDA program, it routes every device allocation
+//! through a pool with per-device memory limits and statistics.
+//!
+//! Layers, top to bottom (each file may only use the ones below it):
+//! - [`interpose`]: how calls arrive (overridden `dlsym`, `cuGetProcAddress` wrappers);
+//! - [`hooks`]: the exported `cu*` C ABI, panic boundary, re-entry guard;
+//! - [`shim`]: process state: contexts, their pools, the live table, OOM handling;
+//! - [`pool`]: pool kinds, pure Rust, generic over an upstream;
+//! - [`budget`]: per-device limits and counters;
+//! - [`driver`]: the real `libcuda.so.1`.
+//!
+//! Beside them: [`config`] (environment), [`capi`] (`cudapool_*`), [`report`] (status text),
+//! [`log`] (stderr lines), [`cu`] (driver types and codes).
+
+pub mod budget;
+pub mod capi;
+pub mod config;
+pub mod cu;
+pub mod driver;
+pub mod hooks;
+pub mod interpose;
+pub mod log;
+pub mod pool;
+pub mod report;
+pub mod shim;
+
+/// Reads the environment when the library loads (SPEC.md: later changes have no effect).
+/// Prints nothing and touches no driver: a process that never calls CUDA is not disturbed.
+#[ctor::ctor]
+unsafe fn load() {
+    let _ = shim::config();
+}

@@ -1,0 +1,523 @@
+//! The process-wide state the hooks act on, and what each hooked call does with it.
+//!
+//! Data flow: `hooks` (raw pointers, C ABI) call the safe methods here; these find the calling
+//! thread's context and its [`Pool`], run the pool against a [`DriverUpstream`] (which charges
+//! the device's [`DeviceBudget`] before it asks the real [`Driver`]), and keep the live table.
+//!
+//! Glossary:
+//! - *live table*: every allocation the program holds through the shim, pooled or counted.
+//! - *counted*: passed through to the driver (pitched, legacy 32-bit), but charged against the
+//!   limit and in the stats like pooled memory.
+
+use crate::budget::{DeviceBudget, DeviceStats};
+use crate::config::LogLevel::{Debug, Error, Info, Warn};
+use crate::config::{Config, ConfigError, PoolKind};
+use crate::cu::*;
+use crate::driver::Driver;
+use crate::pool::{new_pool, Pool, Upstream};
+use crate::report::fmt_bytes;
+use crate::{log, log_at};
+use dashmap::DashMap;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+
+/// Device ordinals beyond this share one unlimited budget (and a warning says so).
+pub const MAX_DEVICES: usize = 64;
+
+/// How an allocation reached the driver; decides how its free goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A block of the context's pool.
+    Pool,
+    /// Passed through to the driver and counted; the program's free goes to the driver.
+    Counted,
+}
+
+/// One allocation the program holds. Keyed by its address in [`Shim::live`].
+#[derive(Clone, Copy, Debug)]
+pub struct Live {
+    /// `CUcontext` it was made in, as an address.
+    pub ctx: usize,
+    pub device: CUdevice,
+    pub size: u64,
+    pub origin: Origin,
+}
+
+/// The pool of one context. Its blocks and segments die with the context.
+pub struct ContextPool {
+    pub device: CUdevice,
+    pub pool: Box<dyn Pool>,
+}
+
+/// Everything the shim knows. One per process, created at the first CUDA call.
+pub struct Shim {
+    pub config: Config,
+    pub driver: &'static Driver,
+    budgets: [OnceLock<DeviceBudget>; MAX_DEVICES],
+    overflow_budget: DeviceBudget,
+    /// Keyed by `CUcontext` address. An entry exists from the first pooled allocation in that
+    /// context until the context is destroyed.
+    contexts: RwLock<HashMap<usize, Arc<ContextPool>>>,
+    /// Invariant: holds exactly the allocations handed to the program and not yet freed, with
+    /// the size the program asked for (pooled) or the driver's real footprint (counted).
+    live: DashMap<DevPtr, Live>,
+}
+
+/// What the hooks should do, decided once per process.
+pub enum State {
+    /// Hook: pools, limits and stats apply.
+    Active(&'static Shim),
+    /// `CUDAPOOL_DISABLE=1`: forward everything untouched.
+    PassThrough,
+    /// A `CUDAPOOL_*` value was bad: allocations are refused (fail closed).
+    Refused,
+    /// The real driver could not be opened.
+    NoDriver,
+}
+
+static CONFIG: OnceLock<Result<Config, ConfigError>> = OnceLock::new();
+static SHIM: OnceLock<Shim> = OnceLock::new();
+static REFUSAL_SAID: AtomicBool = AtomicBool::new(false);
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Reads the environment once. Called from the load-time constructor, and lazily by anything
+/// that runs before it.
+pub fn config() -> &'static Result<Config, ConfigError> {
+    CONFIG.get_or_init(|| {
+        let c = Config::from_env();
+        if let Ok(c) = &c {
+            log::set_level(c.log);
+        }
+        c
+    })
+}
+
+/// Whether the process is past `exit()`: the driver may be gone, so nothing calls it.
+pub fn exiting() -> bool {
+    EXITING.load(Ordering::Relaxed)
+}
+
+extern "C" fn at_exit() {
+    EXITING.store(true, Ordering::Relaxed);
+    if let Some(shim) = SHIM.get() {
+        crate::report::write_exit_report(shim);
+    }
+}
+
+impl Shim {
+    /// The state for this process, setting it up on first use.
+    pub fn state() -> State {
+        if let Some(s) = SHIM.get() {
+            return State::Active(s);
+        }
+        let config = match config() {
+            Ok(c) => c,
+            Err(e) => {
+                if !REFUSAL_SAID.swap(true, Ordering::Relaxed) {
+                    log::line(&format!("{e}; refusing CUDA allocations"));
+                }
+                return State::Refused;
+            }
+        };
+        if config.disable {
+            return State::PassThrough;
+        }
+        let Some(driver) = Driver::get() else {
+            return State::NoDriver;
+        };
+        let mut fresh = false;
+        let shim = SHIM.get_or_init(|| {
+            fresh = true;
+            Shim::new(config.clone(), driver)
+        });
+        if fresh {
+            if !crate::pool::is_implemented(config.pool) {
+                log_at!(
+                    Warn,
+                    "pool kind {:?} is not built yet in this version; serving with 'none' (limits and stats apply)",
+                    config.pool.name()
+                );
+            }
+            log_at!(Info, "active: pool {}", config.pool.name());
+            // SAFETY: registers a plain extern "C" function with no arguments.
+            unsafe { libc::atexit(at_exit) };
+        }
+        State::Active(shim)
+    }
+
+    /// The shim if it is active (not disabled, refused or driverless).
+    pub fn active() -> Option<&'static Shim> {
+        match Shim::state() {
+            State::Active(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn new(config: Config, driver: &'static Driver) -> Shim {
+        Shim {
+            config,
+            driver,
+            budgets: std::array::from_fn(|_| OnceLock::new()),
+            overflow_budget: DeviceBudget::new(0, 0),
+            contexts: RwLock::new(HashMap::new()),
+            live: DashMap::new(),
+        }
+    }
+
+    /// The budget of `dev`, with its limits resolved on first use.
+    pub fn budget(&self, dev: CUdevice) -> &DeviceBudget {
+        let Some(slot) = usize::try_from(dev).ok().and_then(|d| self.budgets.get(d)) else {
+            log_at!(
+                Warn,
+                "device ordinal {dev} is beyond {MAX_DEVICES}: no limit applies to it"
+            );
+            return &self.overflow_budget;
+        };
+        slot.get_or_init(|| {
+            let resolve = |what: &str, spec: Option<crate::config::Limit>| -> u64 {
+                let Some(spec) = spec else { return 0 };
+                if let crate::config::Limit::Bytes(b) = spec {
+                    return b;
+                }
+                match self.driver.device_total_mem(dev) {
+                    Ok(total) => spec.resolve(total),
+                    Err(e) => {
+                        // Fail closed: a limit we cannot compute allows nothing.
+                        log_at!(Error, "device {dev}: cannot read total memory (error {e}) to resolve the {what}; allowing no memory");
+                        1
+                    }
+                }
+            };
+            let hard = resolve("memory limit", self.config.memory_limit.for_device(dev as u32));
+            let soft = resolve("soft limit", self.config.soft_limit.for_device(dev as u32));
+            if hard != 0 {
+                log_at!(Info, "device {dev}: memory limit {}", fmt_bytes(hard));
+            }
+            DeviceBudget::new(hard, soft)
+        })
+    }
+
+    /// Devices whose budget exists (touched by an allocation, a query or the C API).
+    pub fn devices_seen(&self) -> Vec<CUdevice> {
+        (0..MAX_DEVICES)
+            .filter(|&d| self.budgets[d].get().is_some())
+            .map(|d| d as CUdevice)
+            .collect()
+    }
+
+    pub fn device_stats(&self, dev: CUdevice) -> DeviceStats {
+        self.budget(dev).stats(self.cached_bytes(dev))
+    }
+
+    /// Bytes cached by the pools of every context on `dev`.
+    pub fn cached_bytes(&self, dev: CUdevice) -> u64 {
+        let contexts = self.contexts.read().unwrap_or_else(|e| e.into_inner());
+        contexts
+            .values()
+            .filter(|c| c.device == dev)
+            .map(|c| c.pool.cached_bytes())
+            .sum()
+    }
+
+    /// The calling thread's context and device; `Err` is the driver's answer (no context).
+    fn current(&self) -> Result<(usize, CUdevice), CUresult> {
+        let ctx = self
+            .driver
+            .current_context()?
+            .ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        let dev = self.driver.current_device()?;
+        Ok((ctx as usize, dev))
+    }
+
+    fn context_pool(&self, ctx: usize, device: CUdevice) -> Arc<ContextPool> {
+        if let Some(c) = self
+            .contexts
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&ctx)
+        {
+            return c.clone();
+        }
+        let mut w = self.contexts.write().unwrap_or_else(|e| e.into_inner());
+        w.entry(ctx)
+            .or_insert_with(|| {
+                Arc::new(ContextPool {
+                    device,
+                    pool: new_pool(self.config.pool),
+                })
+            })
+            .clone()
+    }
+
+    fn upstream<'a>(&'a self, budget: &'a DeviceBudget) -> DriverUpstream<'a> {
+        DriverUpstream {
+            driver: self.driver,
+            budget,
+        }
+    }
+
+    /// `cuMemAlloc`: a pooled block of `size` (> 0) bytes in the current context.
+    pub fn mem_alloc(&self, size: u64) -> Result<DevPtr, CUresult> {
+        let (ctx, dev) = self.current()?;
+        let cp = self.context_pool(ctx, dev);
+        let budget = self.budget(dev);
+        let up = self.upstream(budget);
+        let grant = match cp.pool.alloc(size, &up) {
+            Ok(g) => g,
+            Err(CUDA_ERROR_OUT_OF_MEMORY) => {
+                // Never report OOM while cached memory could have served the request.
+                if cp.pool.reclaim(&up) > 0 {
+                    budget.on_reclaim_retry();
+                    cp.pool
+                        .alloc(size, &up)
+                        .map_err(|e| self.failed(dev, size, e))?
+                } else {
+                    return Err(self.failed(dev, size, CUDA_ERROR_OUT_OF_MEMORY));
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        self.live.insert(
+            grant.ptr,
+            Live {
+                ctx,
+                device: dev,
+                size,
+                origin: Origin::Pool,
+            },
+        );
+        budget.on_alloc(size, grant.from_cache);
+        log_at!(Debug, "alloc {size} -> {:#x} (device {dev})", grant.ptr);
+        Ok(grant.ptr)
+    }
+
+    /// A counted pass-through allocation. `charge` is what is known before the call; `alloc`
+    /// returns the address and the real footprint; `release` undoes it if the footprint turns
+    /// out not to fit.
+    pub fn alloc_counted(
+        &self,
+        charge: u64,
+        alloc: impl FnOnce() -> Result<(DevPtr, u64), CUresult>,
+        release: impl FnOnce(DevPtr),
+    ) -> Result<DevPtr, CUresult> {
+        let (ctx, dev) = self.current()?;
+        let budget = self.budget(dev);
+        if !budget.try_charge(charge) {
+            if self.reclaim_context(ctx, dev) == 0 || !budget.try_charge(charge) {
+                return Err(self.failed(dev, charge, CUDA_ERROR_OUT_OF_MEMORY));
+            }
+            budget.on_reclaim_retry();
+        }
+        let (ptr, footprint) = match alloc() {
+            Ok(r) => r,
+            Err(e) => {
+                budget.uncharge(charge);
+                return Err(e);
+            }
+        };
+        if footprint > charge && !budget.try_charge(footprint - charge) {
+            release(ptr);
+            budget.uncharge(charge);
+            return Err(self.failed(dev, footprint, CUDA_ERROR_OUT_OF_MEMORY));
+        }
+        if footprint < charge {
+            budget.uncharge(charge - footprint);
+        }
+        budget.on_driver_alloc();
+        budget.on_alloc(footprint, false);
+        self.live.insert(
+            ptr,
+            Live {
+                ctx,
+                device: dev,
+                size: footprint,
+                origin: Origin::Counted,
+            },
+        );
+        Ok(ptr)
+    }
+
+    /// `cuMemFree`: gives a block back. A pointer the shim never handed out goes to
+    /// `driver_free`, so that the program gets the driver's own answer.
+    pub fn mem_free(&self, ptr: DevPtr, driver_free: impl FnOnce(DevPtr) -> CUresult) -> CUresult {
+        let Some((_, live)) = self.live.remove(&ptr) else {
+            return driver_free(ptr);
+        };
+        let budget = self.budget(live.device);
+        let result = match live.origin {
+            Origin::Pool => {
+                let cp = self
+                    .contexts
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&live.ctx)
+                    .cloned();
+                match cp {
+                    Some(cp) => cp
+                        .pool
+                        .free(ptr, live.size, &self.upstream(budget))
+                        .err()
+                        .unwrap_or(CUDA_SUCCESS),
+                    // Its context is being torn down right now: the memory is gone with it.
+                    None => return CUDA_ERROR_INVALID_VALUE,
+                }
+            }
+            Origin::Counted => {
+                let r = driver_free(ptr);
+                if r == CUDA_SUCCESS {
+                    budget.uncharge(live.size);
+                    budget.on_driver_free();
+                }
+                r
+            }
+        };
+        if result == CUDA_SUCCESS {
+            budget.on_free(live.size);
+        } else {
+            // The driver refused: the program still holds the block.
+            self.live.insert(ptr, live);
+        }
+        result
+    }
+
+    /// `cuMemGetInfo`: the driver's figures seen through the limit (SPEC.md).
+    pub fn mem_get_info(&self) -> Result<(u64, u64), CUresult> {
+        let (driver_free, driver_total) = self.driver.mem_get_info()?;
+        let dev = self.driver.current_device()?;
+        let budget = self.budget(dev);
+        let cached = self.cached_bytes(dev);
+        let free = driver_free.saturating_add(cached).min(driver_total);
+        let limit = budget.hard_limit();
+        if limit == 0 {
+            return Ok((free, driver_total));
+        }
+        let total = limit.min(driver_total);
+        let in_use = budget.reserved().saturating_sub(cached);
+        Ok((free.min(limit.saturating_sub(in_use)).min(total), total))
+    }
+
+    /// Gives back the cached memory of the pool of `ctx`; returns the bytes released.
+    fn reclaim_context(&self, ctx: usize, dev: CUdevice) -> u64 {
+        let cp = self
+            .contexts
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&ctx)
+            .cloned();
+        cp.map_or(0, |cp| cp.pool.reclaim(&self.upstream(self.budget(dev))))
+    }
+
+    /// Gives back the cached memory of the current context's pool (the C API's reclaim).
+    pub fn reclaim_current(&self) -> u64 {
+        match self.current() {
+            Ok((ctx, dev)) => self.reclaim_context(ctx, dev),
+            Err(_) => 0,
+        }
+    }
+
+    /// Counts and reports an allocation the shim could not serve; returns `err`.
+    fn failed(&self, dev: CUdevice, asked: u64, err: CUresult) -> CUresult {
+        if err != CUDA_ERROR_OUT_OF_MEMORY {
+            return err;
+        }
+        let budget = self.budget(dev);
+        budget.on_oom();
+        if log::enabled(Warn) {
+            let s = self.device_stats(dev);
+            let device_free = self
+                .driver
+                .mem_get_info()
+                .map_or("unknown".to_string(), |(f, _)| fmt_bytes(f));
+            let limit = match s.hard_limit {
+                0 => "none".to_string(),
+                l => fmt_bytes(l),
+            };
+            log::line(&format!(
+                "out of memory on device {dev}: asked {}; limit {limit}, allocated {}, reserved {}, cached after reclaim {}, device free {device_free}",
+                fmt_bytes(asked),
+                fmt_bytes(s.allocated),
+                fmt_bytes(s.reserved),
+                fmt_bytes(s.cached),
+            ));
+        }
+        err
+    }
+
+    /// The context `ctx` is gone (destroyed or reset): its memory went with it. Drop every
+    /// record of it without calling the driver (DESIGN.md trap 5).
+    pub fn context_gone(&self, ctx: usize) {
+        let cp = self
+            .contexts
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&ctx);
+        let mut dropped = 0u64;
+        self.live.retain(|_, l| {
+            if l.ctx != ctx {
+                return true;
+            }
+            let budget = self.budget(l.device);
+            budget.on_forgotten(l.size);
+            if l.origin == Origin::Counted {
+                budget.on_segments_dropped(1, l.size);
+            }
+            dropped += 1;
+            false
+        });
+        if let Some(cp) = cp {
+            let (segments, bytes) = cp.pool.forget_all();
+            self.budget(cp.device).on_segments_dropped(segments, bytes);
+        }
+        if dropped > 0 {
+            log_at!(
+                Info,
+                "context {ctx:#x} gone with {dropped} live allocations"
+            );
+        }
+    }
+
+    /// The primary context of `dev` if it is active (its address), before a reset or release.
+    pub fn primary_context(&self, dev: CUdevice) -> Option<usize> {
+        self.driver.active_primary_context(dev).map(|c| c as usize)
+    }
+
+    pub fn pool_kind(&self) -> PoolKind {
+        self.config.pool
+    }
+}
+
+/// The upstream of every pool in the shim: the device's budget in front of the real driver.
+pub struct DriverUpstream<'a> {
+    driver: &'a Driver,
+    budget: &'a DeviceBudget,
+}
+
+impl Upstream for DriverUpstream<'_> {
+    fn alloc(&self, bytes: u64) -> Result<DevPtr, CUresult> {
+        if !self.budget.try_charge(bytes) {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        match self.driver.mem_alloc(bytes) {
+            Ok(p) => {
+                self.budget.on_driver_alloc();
+                Ok(p)
+            }
+            Err(e) => {
+                self.budget.uncharge(bytes);
+                Err(e)
+            }
+        }
+    }
+
+    fn free(&self, ptr: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        if exiting() {
+            // Past exit() the driver may be torn down: leak rather than call it.
+            return Ok(());
+        }
+        self.driver.mem_free(ptr)?;
+        self.budget.uncharge(bytes);
+        self.budget.on_driver_free();
+        Ok(())
+    }
+}

@@ -1,0 +1,515 @@
+// A fake libcuda.so.1 for testing cudapool without a GPU (DESIGN.md, test layer 2).
+//
+// Device memory is host memory. Devices: FAKECU_DEVICES (default 2), each with
+// FAKECU_TOTAL_MEM bytes (default 1 GiB). Contexts are real objects with a per-thread current
+// one, primary contexts with reference counts, and allocations that die with their context.
+// cuGetProcAddress/_v2 answer by base name, cudaVersion and flags the way the real driver does.
+// Every entry point counts its calls: fakecu_calls("cuMemAlloc_v2").
+//
+// Build: cc -shared -fPIC -O1 -o libcuda.so.1 libcuda.c -lpthread
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct fake_ctx *CUcontext;
+
+enum {
+  CUDA_SUCCESS = 0,
+  CUDA_ERROR_INVALID_VALUE = 1,
+  CUDA_ERROR_OUT_OF_MEMORY = 2,
+  CUDA_ERROR_NOT_INITIALIZED = 3,
+  CUDA_ERROR_INVALID_DEVICE = 101,
+  CUDA_ERROR_INVALID_CONTEXT = 201,
+  CUDA_ERROR_NOT_FOUND = 500,
+};
+
+#define MAX_DEV 8
+#define MAX_CTX 256
+#define MAX_COUNTED 64
+
+struct fake_ctx {
+  int live;
+  int dev;
+  int primary;
+};
+
+struct alloc {
+  CUdeviceptr ptr;
+  size_t size;   // the device memory it takes
+  size_t mapped; // host bytes behind it
+  struct fake_ctx *ctx;
+  int low; // from mmap(MAP_32BIT), legacy v1
+  struct alloc *next;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static int initialized;
+static int ndev = 2;
+static size_t total_mem = (size_t)1 << 30;
+static size_t used[MAX_DEV], peak[MAX_DEV];
+static struct fake_ctx ctxs[MAX_CTX];
+static struct fake_ctx *primary[MAX_DEV];
+static int primary_refs[MAX_DEV];
+static struct alloc *allocs;
+static __thread struct fake_ctx *current;
+
+static struct {
+  const char *name;
+  long n;
+} counted[MAX_COUNTED];
+
+static void count(const char *name) {
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAX_COUNTED; i++) {
+    if (!counted[i].name) counted[i].name = name;
+    if (!strcmp(counted[i].name, name)) {
+      counted[i].n++;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&mu);
+}
+
+// ---- what tests read -------------------------------------------------------------------
+long fakecu_calls(const char *name) {
+  long n = 0;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAX_COUNTED && counted[i].name; i++)
+    if (!strcmp(counted[i].name, name)) n = counted[i].n;
+  pthread_mutex_unlock(&mu);
+  return n;
+}
+size_t fakecu_used(int dev) { return dev >= 0 && dev < MAX_DEV ? used[dev] : 0; }
+size_t fakecu_peak(int dev) { return dev >= 0 && dev < MAX_DEV ? peak[dev] : 0; }
+
+// ---- devices and contexts -------------------------------------------------------------
+CUresult cuInit(unsigned flags) {
+  count("cuInit");
+  if (flags) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  const char *d = getenv("FAKECU_DEVICES"), *m = getenv("FAKECU_TOTAL_MEM");
+  if (d) ndev = atoi(d) > 0 && atoi(d) <= MAX_DEV ? atoi(d) : 1;
+  if (m) total_mem = strtoull(m, NULL, 10);
+  initialized = 1;
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDriverGetVersion(int *v) {
+  if (!v) return CUDA_ERROR_INVALID_VALUE;
+  *v = 12080;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetCount(int *n) {
+  count("cuDeviceGetCount");
+  if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  *n = ndev;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *dev, int ordinal) {
+  count("cuDeviceGet");
+  if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!dev) return CUDA_ERROR_INVALID_VALUE;
+  if (ordinal < 0 || ordinal >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+  *dev = ordinal;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+  count("cuDeviceTotalMem_v2");
+  if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+  *bytes = total_mem;
+  return CUDA_SUCCESS;
+}
+
+static struct fake_ctx *new_ctx(int dev, int is_primary) {
+  for (int i = 0; i < MAX_CTX; i++)
+    if (!ctxs[i].live) {
+      ctxs[i] = (struct fake_ctx){1, dev, is_primary};
+      return &ctxs[i];
+    }
+  return NULL;
+}
+
+// Frees every allocation of ctx and the context itself. Caller holds mu.
+static void kill_ctx(struct fake_ctx *ctx) {
+  struct alloc **pp = &allocs;
+  while (*pp) {
+    struct alloc *a = *pp;
+    if (a->ctx == ctx) {
+      *pp = a->next;
+      used[ctx->dev] -= a->size;
+      munmap((void *)(uintptr_t)a->ptr, a->mapped);
+      free(a);
+    } else {
+      pp = &a->next;
+    }
+  }
+  ctx->live = 0;
+}
+
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned flags, CUdevice dev) {
+  (void)flags;
+  count("cuCtxCreate_v2");
+  if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+  pthread_mutex_lock(&mu);
+  struct fake_ctx *c = new_ctx(dev, 0);
+  pthread_mutex_unlock(&mu);
+  if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
+  *pctx = c;
+  current = c;
+  return CUDA_SUCCESS;
+}
+
+static CUresult ctx_destroy(CUcontext ctx) {
+  if (!ctx || !ctx->live || ctx->primary) return CUDA_ERROR_INVALID_CONTEXT;
+  pthread_mutex_lock(&mu);
+  kill_ctx(ctx);
+  pthread_mutex_unlock(&mu);
+  if (current == ctx) current = NULL;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxDestroy_v2(CUcontext ctx) { count("cuCtxDestroy_v2"); return ctx_destroy(ctx); }
+CUresult cuCtxDestroy(CUcontext ctx) { count("cuCtxDestroy"); return ctx_destroy(ctx); }
+
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+  count("cuCtxSetCurrent");
+  if (ctx && !ctx->live) return CUDA_ERROR_INVALID_CONTEXT;
+  current = ctx;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetCurrent(CUcontext *pctx) {
+  count("cuCtxGetCurrent");
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = current && current->live ? current : NULL;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(CUdevice *dev) {
+  count("cuCtxGetDevice");
+  if (!dev) return CUDA_ERROR_INVALID_VALUE;
+  if (!current || !current->live) return CUDA_ERROR_INVALID_CONTEXT;
+  *dev = current->dev;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+  count("cuDevicePrimaryCtxRetain");
+  if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+  pthread_mutex_lock(&mu);
+  if (!primary[dev] || !primary[dev]->live) primary[dev] = new_ctx(dev, 1);
+  primary_refs[dev]++;
+  *pctx = primary[dev];
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
+static CUresult primary_release(CUdevice dev) {
+  if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+  pthread_mutex_lock(&mu);
+  CUresult r = CUDA_SUCCESS;
+  if (primary_refs[dev] <= 0 || !primary[dev] || !primary[dev]->live) {
+    r = CUDA_ERROR_INVALID_CONTEXT;
+  } else if (--primary_refs[dev] == 0) {
+    kill_ctx(primary[dev]);
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { count("cuDevicePrimaryCtxRelease_v2"); return primary_release(dev); }
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { count("cuDevicePrimaryCtxRelease"); return primary_release(dev); }
+
+static CUresult primary_reset(CUdevice dev) {
+  if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+  pthread_mutex_lock(&mu);
+  if (primary[dev] && primary[dev]->live) kill_ctx(primary[dev]);
+  primary_refs[dev] = 0;
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { count("cuDevicePrimaryCtxReset_v2"); return primary_reset(dev); }
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) { count("cuDevicePrimaryCtxReset"); return primary_reset(dev); }
+
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned *flags, int *active) {
+  count("cuDevicePrimaryCtxGetState");
+  if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+  if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+  pthread_mutex_lock(&mu);
+  *flags = 0;
+  *active = primary[dev] && primary[dev]->live && primary_refs[dev] > 0;
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
+// ---- memory ----------------------------------------------------------------------------
+static CUresult do_alloc(CUdeviceptr *out, size_t size, int low) {
+  if (!out || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  struct fake_ctx *ctx = current;
+  if (!ctx || !ctx->live) return CUDA_ERROR_INVALID_CONTEXT;
+  pthread_mutex_lock(&mu);
+  if (used[ctx->dev] + size > total_mem) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  size_t mapped = (size + 4095) & ~(size_t)4095;
+  void *p = mmap(NULL, mapped, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (low ? MAP_32BIT : 0), -1, 0);
+  if (p == MAP_FAILED) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  struct alloc *a = malloc(sizeof *a);
+  *a = (struct alloc){(CUdeviceptr)(uintptr_t)p, size, mapped, ctx, low, allocs};
+  allocs = a;
+  used[ctx->dev] += size;
+  if (used[ctx->dev] > peak[ctx->dev]) peak[ctx->dev] = used[ctx->dev];
+  pthread_mutex_unlock(&mu);
+  *out = a->ptr;
+  return CUDA_SUCCESS;
+}
+
+static CUresult do_free(CUdeviceptr ptr) {
+  pthread_mutex_lock(&mu);
+  for (struct alloc **pp = &allocs; *pp; pp = &(*pp)->next) {
+    struct alloc *a = *pp;
+    if (a->ptr == ptr) {
+      *pp = a->next;
+      used[a->ctx->dev] -= a->size;
+      munmap((void *)(uintptr_t)a->ptr, a->mapped);
+      free(a);
+      pthread_mutex_unlock(&mu);
+      return CUDA_SUCCESS;
+    }
+  }
+  pthread_mutex_unlock(&mu);
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
+  count("cuMemAlloc_v2");
+  return do_alloc(dptr, size, 0);
+}
+
+CUresult cuMemFree_v2(CUdeviceptr ptr) {
+  count("cuMemFree_v2");
+  return do_free(ptr);
+}
+
+// Legacy 32-bit entry points: addresses below 4 GiB.
+CUresult cuMemAlloc(unsigned *dptr, unsigned size) {
+  count("cuMemAlloc");
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr p;
+  CUresult r = do_alloc(&p, size, 1);
+  if (r == CUDA_SUCCESS) *dptr = (unsigned)p;
+  return r;
+}
+
+CUresult cuMemFree(unsigned ptr) {
+  count("cuMemFree");
+  return do_free(ptr);
+}
+
+static size_t pitch_of(size_t width) { return (width + 511) & ~(size_t)511; }
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                            unsigned elem) {
+  count("cuMemAllocPitch_v2");
+  if (!dptr || !pitch || !width || !height || (elem != 4 && elem != 8 && elem != 16))
+    return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = do_alloc(dptr, pitch_of(width) * height, 0);
+  if (r == CUDA_SUCCESS) *pitch = pitch_of(width);
+  return r;
+}
+
+CUresult cuMemAllocPitch(unsigned *dptr, unsigned *pitch, unsigned width, unsigned height,
+                         unsigned elem) {
+  count("cuMemAllocPitch");
+  if (!dptr || !pitch || !width || !height || (elem != 4 && elem != 8 && elem != 16))
+    return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr p;
+  CUresult r = do_alloc(&p, pitch_of(width) * height, 1);
+  if (r == CUDA_SUCCESS) {
+    *dptr = (unsigned)p;
+    *pitch = (unsigned)pitch_of(width);
+  }
+  return r;
+}
+
+static CUresult get_info(size_t *free_b, size_t *total_b) {
+  if (!free_b || !total_b) return CUDA_ERROR_INVALID_VALUE;
+  if (!current || !current->live) return CUDA_ERROR_INVALID_CONTEXT;
+  pthread_mutex_lock(&mu);
+  *free_b = total_mem - used[current->dev];
+  *total_b = total_mem;
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
+  count("cuMemGetInfo_v2");
+  return get_info(free_b, total_b);
+}
+
+CUresult cuMemGetInfo(unsigned *free_b, unsigned *total_b) {
+  count("cuMemGetInfo");
+  size_t f, t;
+  if (!free_b || !total_b) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = get_info(&f, &t);
+  if (r == CUDA_SUCCESS) {
+    *free_b = f > 0xffffffffu ? 0xffffffffu : (unsigned)f;
+    *total_b = t > 0xffffffffu ? 0xffffffffu : (unsigned)t;
+  }
+  return r;
+}
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
+  count("cuMemGetAddressRange_v2");
+  pthread_mutex_lock(&mu);
+  for (struct alloc *a = allocs; a; a = a->next) {
+    if (ptr >= a->ptr && ptr < a->ptr + a->size) {
+      if (base) *base = a->ptr;
+      if (size) *size = a->size;
+      pthread_mutex_unlock(&mu);
+      return CUDA_SUCCESS;
+    }
+  }
+  pthread_mutex_unlock(&mu);
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult cuMemGetAddressRange(unsigned *base, unsigned *size, unsigned ptr) {
+  count("cuMemGetAddressRange");
+  CUdeviceptr b;
+  size_t s;
+  CUresult r = cuMemGetAddressRange_v2(&b, &s, ptr);
+  if (r == CUDA_SUCCESS) {
+    if (base) *base = (unsigned)b;
+    if (size) *size = (unsigned)s;
+  }
+  return r;
+}
+
+// Host-side memset, with a per-thread-default-stream variant the way the real driver has one.
+CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
+  count("cuMemsetD8_v2");
+  memset((void *)(uintptr_t)p, v, n);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemsetD8_v2_ptds(CUdeviceptr p, unsigned char v, size_t n) {
+  count("cuMemsetD8_v2_ptds");
+  memset((void *)(uintptr_t)p, v, n);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
+  count("cuMemcpyHtoD_v2");
+  memcpy((void *)(uintptr_t)dst, src, n);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
+  count("cuMemcpyDtoH_v2");
+  memcpy(dst, (void *)(uintptr_t)src, n);
+  return CUDA_SUCCESS;
+}
+
+// ---- cuGetProcAddress ------------------------------------------------------------------
+// One row per variant: base name, the first cudaVersion that gets it, whether it is the
+// per-thread-default-stream variant. The real driver's rules: the newest variant whose
+// version is <= the caller's; with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (2), the
+// _ptds/_ptsz variant where one exists.
+CUresult cuGetProcAddress(const char *, void **, int, unsigned long long);
+CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
+
+struct proc {
+  const char *base;
+  int version;
+  int ptds;
+  void *fn;
+};
+
+static const struct proc procs[] = {
+    {"cuInit", 2000, 0, (void *)cuInit},
+    {"cuDriverGetVersion", 2020, 0, (void *)cuDriverGetVersion},
+    {"cuDeviceGet", 2000, 0, (void *)cuDeviceGet},
+    {"cuDeviceGetCount", 2000, 0, (void *)cuDeviceGetCount},
+    {"cuDeviceTotalMem", 3020, 0, (void *)cuDeviceTotalMem_v2},
+    {"cuCtxCreate", 3020, 0, (void *)cuCtxCreate_v2},
+    {"cuCtxDestroy", 2000, 0, (void *)cuCtxDestroy},
+    {"cuCtxDestroy", 4000, 0, (void *)cuCtxDestroy_v2},
+    {"cuCtxSetCurrent", 4000, 0, (void *)cuCtxSetCurrent},
+    {"cuCtxGetCurrent", 4000, 0, (void *)cuCtxGetCurrent},
+    {"cuCtxGetDevice", 2000, 0, (void *)cuCtxGetDevice},
+    {"cuDevicePrimaryCtxRetain", 7000, 0, (void *)cuDevicePrimaryCtxRetain},
+    {"cuDevicePrimaryCtxRelease", 7000, 0, (void *)cuDevicePrimaryCtxRelease},
+    {"cuDevicePrimaryCtxRelease", 11000, 0, (void *)cuDevicePrimaryCtxRelease_v2},
+    {"cuDevicePrimaryCtxReset", 7000, 0, (void *)cuDevicePrimaryCtxReset},
+    {"cuDevicePrimaryCtxReset", 11000, 0, (void *)cuDevicePrimaryCtxReset_v2},
+    {"cuDevicePrimaryCtxGetState", 7000, 0, (void *)cuDevicePrimaryCtxGetState},
+    {"cuMemAlloc", 2000, 0, (void *)cuMemAlloc},
+    {"cuMemAlloc", 3020, 0, (void *)cuMemAlloc_v2},
+    {"cuMemFree", 2000, 0, (void *)cuMemFree},
+    {"cuMemFree", 3020, 0, (void *)cuMemFree_v2},
+    {"cuMemAllocPitch", 2000, 0, (void *)cuMemAllocPitch},
+    {"cuMemAllocPitch", 3020, 0, (void *)cuMemAllocPitch_v2},
+    {"cuMemGetInfo", 2000, 0, (void *)cuMemGetInfo},
+    {"cuMemGetInfo", 3020, 0, (void *)cuMemGetInfo_v2},
+    {"cuMemGetAddressRange", 2000, 0, (void *)cuMemGetAddressRange},
+    {"cuMemGetAddressRange", 3020, 0, (void *)cuMemGetAddressRange_v2},
+    {"cuMemsetD8", 3020, 0, (void *)cuMemsetD8_v2},
+    {"cuMemsetD8", 7000, 1, (void *)cuMemsetD8_v2_ptds},
+    {"cuMemcpyHtoD", 3020, 0, (void *)cuMemcpyHtoD_v2},
+    {"cuMemcpyDtoH", 3020, 0, (void *)cuMemcpyDtoH_v2},
+    {"cuGetProcAddress", 11030, 0, (void *)cuGetProcAddress},
+    {"cuGetProcAddress", 12000, 0, (void *)cuGetProcAddress_v2},
+};
+
+// 0 found, 1 no such symbol, 2 version not sufficient (CUdriverProcAddressQueryResult).
+static int lookup(const char *sym, void **pfn, int version, unsigned long long flags) {
+  const struct proc *best = NULL;
+  int known = 0;
+  int want_ptds = (flags & 2) != 0;
+  for (size_t i = 0; i < sizeof procs / sizeof procs[0]; i++) {
+    const struct proc *p = &procs[i];
+    if (strcmp(p->base, sym)) continue;
+    known = 1;
+    if (p->version > version) continue;
+    if (p->ptds && !want_ptds) continue;
+    if (!best || p->ptds > best->ptds || (p->ptds == best->ptds && p->version > best->version))
+      best = p;
+  }
+  *pfn = best ? best->fn : NULL;
+  return best ? 0 : known ? 2 : 1;
+}
+
+CUresult cuGetProcAddress(const char *sym, void **pfn, int version, unsigned long long flags) {
+  count("cuGetProcAddress");
+  if (!sym || !pfn) return CUDA_ERROR_INVALID_VALUE;
+  return lookup(sym, pfn, version, flags) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, unsigned long long flags,
+                             int *status) {
+  count("cuGetProcAddress_v2");
+  if (!sym || !pfn) return CUDA_ERROR_INVALID_VALUE;
+  int s = lookup(sym, pfn, version, flags);
+  if (status) *status = s;
+  return s == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
