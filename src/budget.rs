@@ -140,16 +140,24 @@ impl DeviceBudget {
         self.allocated_peak.fetch_max(now, Relaxed);
     }
 
-    /// The program freed `bytes`.
-    pub fn on_free(&self, bytes: u64) {
-        self.free_calls.fetch_add(1, Relaxed);
-        self.on_forgotten(bytes);
-    }
-
-    /// A live allocation of `bytes` disappeared with its context (no free call by the program).
-    pub fn on_forgotten(&self, bytes: u64) {
+    /// The program gives back `bytes` (a free, or its context died). Call *before* the bytes
+    /// return to the cache or the driver, so that `allocated <= reserved` holds at every moment
+    /// and another thread's allocation cannot push the peak past the limit.
+    pub fn on_release(&self, bytes: u64) {
         self.live_allocations.fetch_sub(1, Relaxed);
         self.allocated.fetch_sub(bytes, Relaxed);
+    }
+
+    /// The driver refused the free announced by [`on_release`](Self::on_release): the program
+    /// still holds the block.
+    pub fn on_release_undone(&self, bytes: u64) {
+        self.live_allocations.fetch_add(1, Relaxed);
+        self.allocated.fetch_add(bytes, Relaxed);
+    }
+
+    /// A free call that succeeded.
+    pub fn on_free_call(&self) {
+        self.free_calls.fetch_add(1, Relaxed);
     }
 
     pub fn on_reclaim_retry(&self) {
@@ -226,7 +234,7 @@ mod tests {
                         if b.try_charge(7) {
                             got += 1;
                             assert!(b.reserved() <= 1000);
-                            if got % 3 == 0 {
+                            if got.is_multiple_of(3) {
                                 b.uncharge(7);
                                 got -= 1;
                             }
@@ -246,7 +254,8 @@ mod tests {
         let b = DeviceBudget::new(0, 5);
         b.on_alloc(100, false);
         b.on_alloc(50, true);
-        b.on_free(100);
+        b.on_release(100);
+        b.on_free_call();
         let s = b.stats(7);
         assert_eq!((s.allocated, s.allocated_peak), (50, 150));
         assert_eq!((s.alloc_calls, s.free_calls, s.cache_hits), (2, 1, 1));

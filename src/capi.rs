@@ -89,6 +89,9 @@ fn valid_device(device: c_int) -> bool {
 
 /// Fills `*out` for `device` (-1: summed over devices). `out->struct_size` must be set by the
 /// caller; at most that many bytes are written, and it is set to the number written.
+///
+/// # Safety
+/// Pointers are NULL or valid for the sizes the header documents.
 #[no_mangle]
 pub unsafe extern "C" fn cudapool_get_stats(device: c_int, out: *mut CudapoolStats) -> c_int {
     boundary(CUDA_ERROR_UNKNOWN as c_int, || {
@@ -186,6 +189,9 @@ pub extern "C" fn cudapool_set_memory_limit(device: c_int, bytes: usize) -> c_in
 
 /// The status text, snprintf-style: writes at most `len` bytes including the NUL and returns
 /// the length the whole text needs (without the NUL), or -1 if the shim is not active.
+///
+/// # Safety
+/// Pointers are NULL or valid for the sizes the header documents.
 #[no_mangle]
 pub unsafe extern "C" fn cudapool_memory_status(buf: *mut c_char, len: usize) -> c_int {
     boundary(-1, || {

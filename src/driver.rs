@@ -41,8 +41,11 @@ pub extern "C" fn resolve_real_dlsym() -> usize {
 }
 
 /// Looks `name` up in `handle` with the real `dlsym`.
-pub fn lookup(handle: *mut c_void, name: &CStr) -> *mut c_void {
-    // SAFETY: real dlsym with a handle from dlopen and a NUL-terminated name.
+///
+/// # Safety
+/// `handle` is a handle `dlopen` returned (or a pseudo-handle such as `RTLD_DEFAULT`).
+pub unsafe fn lookup(handle: *mut c_void, name: &CStr) -> *mut c_void {
+    // SAFETY: real dlsym with a valid handle (caller) and a NUL-terminated name.
     unsafe { real_dlsym()(handle, name.as_ptr()) }
 }
 
@@ -60,10 +63,12 @@ macro_rules! driver_table {
                 Driver {
                     handle: handle as usize,
                     $( $field: {
-                        let p = lookup(handle, $sym);
-                        // SAFETY: the driver exports `$sym` with exactly this C signature
-                        // (cuda.h); a null pointer becomes None through the niche.
-                        unsafe { std::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn($($arg),*) -> CUresult>>(p) }
+                        // SAFETY: `handle` came from dlopen. The driver exports `$sym` with exactly
+                        // this C signature (cuda.h); a null pointer becomes None by the niche.
+                        unsafe {
+                            let p = lookup(handle, $sym);
+                            std::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn($($arg),*) -> CUresult>>(p)
+                        }
                     }, )*
                 }
             }

@@ -89,6 +89,9 @@ fn to_result(r: Result<(), CUresult>) -> CUresult {
 
 // ---- allocation -------------------------------------------------------------------------
 
+/// # Safety
+/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
+/// (NULL gets the driver's own answer).
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut DevPtr, bytesize: usize) -> CUresult {
     let real = |d: &Driver| call!(d, mem_alloc_v2(dptr, bytesize));
@@ -104,6 +107,10 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut DevPtr, bytesize: usize) -> CU
 }
 
 /// The legacy 32-bit `cuMemAlloc`: passed through to the driver's own and counted.
+///
+/// # Safety
+/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
+/// (NULL gets the driver's own answer).
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc(dptr: *mut u32, bytesize: c_uint) -> CUresult {
     let real = |d: &Driver| call!(d, mem_alloc_v1(dptr, bytesize));
@@ -132,6 +139,9 @@ pub unsafe extern "C" fn cuMemAlloc(dptr: *mut u32, bytesize: c_uint) -> CUresul
     })
 }
 
+/// # Safety
+/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
+/// (NULL gets the driver's own answer).
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocPitch_v2(
     dptr: *mut DevPtr,
@@ -176,6 +186,9 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
     })
 }
 
+/// # Safety
+/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
+/// (NULL gets the driver's own answer).
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocPitch(
     dptr: *mut u32,
@@ -220,6 +233,9 @@ pub unsafe extern "C" fn cuMemAllocPitch(
 
 // ---- free -------------------------------------------------------------------------------
 
+/// # Safety
+/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
+/// (NULL gets the driver's own answer).
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree_v2(dptr: DevPtr) -> CUresult {
     let real = move |d: &Driver| call!(d, mem_free_v2(dptr));
@@ -228,6 +244,9 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: DevPtr) -> CUresult {
     })
 }
 
+/// # Safety
+/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
+/// (NULL gets the driver's own answer).
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree(dptr: u32) -> CUresult {
     let real = move |d: &Driver| call!(d, mem_free_v1(dptr));
@@ -240,6 +259,9 @@ pub unsafe extern "C" fn cuMemFree(dptr: u32) -> CUresult {
 
 // ---- queries ----------------------------------------------------------------------------
 
+/// # Safety
+/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
+/// (NULL gets the driver's own answer).
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     let real = |d: &Driver| call!(d, mem_get_info_v2(free, total));
@@ -257,6 +279,9 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
     })
 }
 
+/// # Safety
+/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
+/// (NULL gets the driver's own answer).
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> CUresult {
     let real = |d: &Driver| call!(d, mem_get_info_v1(free, total));
@@ -278,6 +303,10 @@ pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> 
 /// Answers for the driver's real allocation. Every block the `none` pool hands out is one, so
 /// the driver's answer is the truth (DESIGN.md trap 7); sub-allocating pools will answer with
 /// their segment here.
+///
+/// # Safety
+/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
+/// (NULL gets the driver's own answer).
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetAddressRange_v2(
     base: *mut DevPtr,
@@ -288,6 +317,9 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
     hook(OnBadConfig::Forward, real, |shim| real(shim.driver))
 }
 
+/// # Safety
+/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
+/// (NULL gets the driver's own answer).
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetAddressRange(
     base: *mut u32,
@@ -307,6 +339,9 @@ fn destroy(shim: &Shim, ctx: CUcontext, r: CUresult) -> CUresult {
     r
 }
 
+/// # Safety
+/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
+/// (NULL gets the driver's own answer).
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
     let real = move |d: &Driver| call!(d, ctx_destroy_v2(ctx));
@@ -315,6 +350,9 @@ pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
     })
 }
 
+/// # Safety
+/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
+/// (NULL gets the driver's own answer).
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDestroy(ctx: CUcontext) -> CUresult {
     let real = move |d: &Driver| call!(d, ctx_destroy_v1(ctx));
@@ -345,6 +383,9 @@ fn primary_release(shim: &Shim, dev: CUdevice, real: impl FnOnce(&Driver) -> CUr
     r
 }
 
+/// # Safety
+/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
+/// (NULL gets the driver's own answer).
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
     let real = move |d: &Driver| call!(d, primary_ctx_reset_v2(dev));
@@ -353,6 +394,9 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
     })
 }
 
+/// # Safety
+/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
+/// (NULL gets the driver's own answer).
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
     let real = move |d: &Driver| call!(d, primary_ctx_reset_v1(dev));
@@ -361,6 +405,9 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
     })
 }
 
+/// # Safety
+/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
+/// (NULL gets the driver's own answer).
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
     let real = move |d: &Driver| call!(d, primary_ctx_release_v2(dev));
@@ -369,6 +416,9 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
     })
 }
 
+/// # Safety
+/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
+/// (NULL gets the driver's own answer).
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
     let real = move |d: &Driver| call!(d, primary_ctx_release_v1(dev));

@@ -39,7 +39,8 @@ pub fn substitute(p: *mut c_void) -> *mut c_void {
         crate::hooks::table()
             .iter()
             .filter_map(|&(name, hook)| {
-                let real = driver::lookup(drv.handle as *mut c_void, name);
+                // SAFETY: the driver's handle, from dlopen, never closed.
+                let real = unsafe { driver::lookup(drv.handle as *mut c_void, name) };
                 (!real.is_null()).then_some((real as usize, hook as usize))
             })
             .collect()
@@ -55,6 +56,9 @@ pub fn substitute(p: *mut c_void) -> *mut c_void {
 /// The override. `dlsym(RTLD_NEXT, ...)` resolves relative to its *caller*, which glibc reads
 /// from the return address; so that path jumps (not calls) into glibc's `dlsym`, leaving the
 /// caller's return address in place. Every other handle goes to [`dlsym_hooked`].
+///
+/// # Safety
+/// `dlsym`'s contract: a valid handle or pseudo-handle and a NUL-terminated name.
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
 #[no_mangle]
@@ -120,6 +124,10 @@ unsafe fn substitute_out(r: CUresult, pfn: *mut *mut c_void) -> CUresult {
 }
 
 /// `cuGetProcAddress` (CUDA 11.3+). Also what a lookup of "cuGetProcAddress" itself gets.
+///
+/// # Safety
+/// The driver's contract: `symbol` NUL-terminated, `pfn` (and `symbolStatus`) NULL or
+/// valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn cuGetProcAddress(
     symbol: *const c_char,
@@ -138,6 +146,10 @@ pub unsafe extern "C" fn cuGetProcAddress(
 }
 
 /// `cuGetProcAddress_v2` (CUDA 12.0+), with `symbolStatus`.
+///
+/// # Safety
+/// The driver's contract: `symbol` NUL-terminated, `pfn` (and `symbolStatus`) NULL or
+/// valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn cuGetProcAddress_v2(
     symbol: *const c_char,

@@ -345,6 +345,7 @@ impl Shim {
             return driver_free(ptr);
         };
         let budget = self.budget(live.device);
+        budget.on_release(live.size);
         let result = match live.origin {
             Origin::Pool => {
                 let cp = self
@@ -373,9 +374,10 @@ impl Shim {
             }
         };
         if result == CUDA_SUCCESS {
-            budget.on_free(live.size);
+            budget.on_free_call();
         } else {
             // The driver refused: the program still holds the block.
+            budget.on_release_undone(live.size);
             self.live.insert(ptr, live);
         }
         result
@@ -458,7 +460,7 @@ impl Shim {
                 return true;
             }
             let budget = self.budget(l.device);
-            budget.on_forgotten(l.size);
+            budget.on_release(l.size);
             if l.origin == Origin::Counted {
                 budget.on_segments_dropped(1, l.size);
             }

@@ -1,0 +1,631 @@
+//! The whole library under `LD_PRELOAD`, against a fake `libcuda.so.1`, with C clients that
+//! reach the driver by linking, by `dlopen`+`dlsym`, and by `cuGetProcAddress_v2` (DESIGN.md,
+//! test layer 2). Needs a C compiler (`cc`); no GPU.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+const MIB: u64 = 1 << 20;
+/// The fake driver's memory per device (its default).
+const FAKE_TOTAL: u64 = 1 << 30;
+const DL_MODES: [&str; 3] = ["dlsym", "gpa", "gpa-ptsz"];
+
+struct Fixture {
+    dir: PathBuf,
+    lib: PathBuf,
+}
+
+fn cc(args: &[&str], cwd: &Path) {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cc} {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds the fake driver and the clients once per test binary.
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("preload");
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = |p: &str| root.join(p).to_string_lossy().into_owned();
+        let inc = format!("-I{}", src("tests/c"));
+        let strict = ["-Wall", "-Wextra", "-Werror", "-O1"];
+        let mut a = strict.to_vec();
+        let fake = src("tests/fake/libcuda.c");
+        a.extend(["-shared", "-fPIC", "-o", "libcuda.so.1", &fake, "-lpthread"]);
+        cc(&a, &dir);
+        let _ = std::fs::remove_file(dir.join("libcuda.so"));
+        std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
+        let client = src("tests/c/client.c");
+        let mut a = strict.to_vec();
+        a.extend([&inc, "-o", "client", &client, "-ldl", "-lpthread"]);
+        cc(&a, &dir);
+        let mut a = strict.to_vec();
+        a.extend([&inc, "-DLINKED", "-o", "client_linked", &client]);
+        a.extend(["-L.", "-lcuda", "-ldl", "-lpthread"]);
+        cc(&a, &dir);
+        let wrap = src("tests/c/next_wrap.c");
+        let mut a = strict.to_vec();
+        a.extend(["-shared", "-fPIC", "-o", "libnext_wrap.so", &wrap, "-ldl"]);
+        cc(&a, &dir);
+        let main = src("tests/c/next_main.c");
+        let mut a = strict.to_vec();
+        a.extend(["-o", "next_main", &main]);
+        cc(&a, &dir);
+
+        // The cdylib cargo built beside the CLI binary.
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+        let lib = bin.parent().unwrap().join("libcudapool.so");
+        assert!(
+            lib.is_file(),
+            "{} missing: run `cargo build` first",
+            lib.display()
+        );
+        Fixture { dir, lib }
+    })
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// The `key=value` pairs of the first stdout line starting with `tag ` (or `tag=`).
+    fn line(&self, tag: &str) -> HashMap<String, String> {
+        let line = self
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{tag} ")) || l.starts_with(&format!("{tag}=")))
+            .unwrap_or_else(|| panic!("no line {tag:?} in:\n{}\n{}", self.stdout, self.stderr));
+        line.split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn get(&self, tag: &str, key: &str) -> String {
+        self.line(tag)
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {key} on line {tag}:\n{}", self.stdout))
+    }
+
+    fn num(&self, tag: &str, key: &str) -> u64 {
+        self.get(tag, key).parse().unwrap()
+    }
+}
+
+/// Runs `program args` with the fake driver on the library path, the shim preloaded when
+/// `shim` is set, and `env` on top of a clean `CUDAPOOL_*` environment.
+fn run_program(program: &Path, args: &[&str], shim: bool, env: &[(&str, &str)]) -> Run {
+    let f = fixture();
+    let mut cmd = Command::new(program);
+    cmd.args(args).current_dir(&f.dir);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CUDAPOOL_") || k.starts_with("FAKECU_") || k == "CLIENT_DEVICE" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("LD_LIBRARY_PATH", &f.dir);
+    if shim {
+        cmd.env("LD_PRELOAD", &f.lib);
+    } else {
+        cmd.env_remove("LD_PRELOAD");
+    }
+    cmd.envs(env.iter().copied());
+    let out = cmd.output().expect("run");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn client(mode: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let f = fixture();
+    let bin = if mode == "link" {
+        "client_linked"
+    } else {
+        "client"
+    };
+    let mut all = vec![mode];
+    all.extend_from_slice(args);
+    run_program(&f.dir.join(bin), &all, true, env)
+}
+
+fn ok(r: Run) -> Run {
+    assert_eq!(r.code, 0, "client failed:\n{}\n{}", r.stdout, r.stderr);
+    r
+}
+
+fn all_modes() -> impl Iterator<Item = &'static str> {
+    std::iter::once("link").chain(DL_MODES)
+}
+
+#[test]
+fn the_shim_sees_allocations_every_way_a_program_reaches_the_driver() {
+    for mode in all_modes() {
+        let r = ok(client(mode, &["basic"], &[]));
+        let held = r.line("held");
+        assert_eq!(held["shim"], "present", "{mode}");
+        assert_eq!(held["alloc_calls"], "3", "{mode}: {}", r.stdout);
+        assert_eq!(held["live"], "3", "{mode}");
+        assert_eq!(held["allocated"], ((4 * MIB) + 4096).to_string(), "{mode}");
+        let freed = r.line("freed");
+        assert_eq!(freed["free_calls"], "3", "{mode}");
+        assert_eq!(freed["allocated"], "0", "{mode}");
+        assert_eq!(freed["reserved"], "0", "{mode}");
+        assert_eq!(r.get("driver_alloc_calls", "driver_alloc_calls"), "3");
+    }
+}
+
+#[test]
+fn without_the_shim_the_client_sees_no_shim() {
+    let f = fixture();
+    let r = run_program(&f.dir.join("client"), &["gpa", "basic"], false, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.get("held", "shim"), "absent");
+}
+
+#[test]
+fn cuda_runtime_style_lookup_gets_the_wrapper_and_the_drivers_answers() {
+    for mode in ["gpa", "gpa-ptsz"] {
+        let r = ok(client(mode, &["basic"], &[]));
+        // Asking cuGetProcAddress_v2 for "cuGetProcAddress" at 12000 hands out the wrapper
+        // itself, the one dlsym gave.
+        assert_eq!(r.get("gpa_self_is_first", "gpa_self_is_first"), "1");
+        // The 11.3 entry point answers "cuMemAlloc"@3020 with the same hook as the 12.0 one.
+        assert_eq!(
+            r.get("gpa_v1_alloc_is_v2_alloc", "gpa_v1_alloc_is_v2_alloc"),
+            "1"
+        );
+        // A name the driver lacks keeps the driver's answer: NOT_FOUND, status 1, NULL.
+        let m = r.line("gpa_missing");
+        assert_eq!(
+            (
+                m["gpa_missing"].as_str(),
+                m["status"].as_str(),
+                m["null"].as_str()
+            ),
+            ("500", "1", "1")
+        );
+    }
+}
+
+#[test]
+fn per_thread_stream_flags_reach_the_driver_unchanged() {
+    let r = ok(client("gpa-ptsz", &["ptds"], &[]));
+    assert_eq!(
+        (r.num("memset", "memset"), r.num("memset", "memset_ptds")),
+        (0, 1)
+    );
+    let r = ok(client("gpa", &["ptds"], &[]));
+    assert_eq!(
+        (r.num("memset", "memset"), r.num("memset", "memset_ptds")),
+        (1, 0)
+    );
+}
+
+#[test]
+fn a_64_mib_limit_fits_exactly_eight_8_mib_allocations() {
+    for mode in all_modes() {
+        let r = ok(client(
+            mode,
+            &["limit", "8388608"],
+            &[("CUDAPOOL_MEMORY_LIMIT", "64MiB")],
+        ));
+        assert_eq!(r.get("fits", "fits"), "8", "{mode}: {}", r.stdout);
+        assert_eq!(
+            r.get("fits", "err"),
+            "2",
+            "{mode}: ninth is CUDA_ERROR_OUT_OF_MEMORY"
+        );
+        assert_eq!(r.num("full", "ooms"), 1);
+        assert_eq!(r.num("full", "limit"), 64 * MIB);
+        assert_eq!(r.num("full_free", "full_free"), 0);
+        assert_eq!(r.num("full_free", "full_total"), 64 * MIB);
+        assert_eq!(
+            r.get("again", "again"),
+            "0",
+            "memory comes back after frees"
+        );
+        assert!(
+            r.stderr
+                .contains("cudapool: out of memory on device 0: asked 8.00 MiB; limit 64.00 MiB"),
+            "one useful OOM line: {}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn limits_in_every_form_apply_to_the_right_device() {
+    let cases: [(&str, &str, u64); 6] = [
+        ("0", "64MB", 7),      // 64e6 / 8 MiB = 7.6
+        ("0", "25%", 32),      // of 1 GiB
+        ("0", "0.0625GiB", 8), // 64 MiB
+        ("1", "0=16MiB,1=32MiB", 4),
+        ("0", "0=16MiB,1=32MiB", 2),
+        ("1", "0=16MiB", 128), // device 1 has no limit: the fake's 1 GiB
+    ];
+    for (device, limit, fits) in cases {
+        let r = ok(client(
+            "gpa",
+            &["limit", "8388608"],
+            &[("CUDAPOOL_MEMORY_LIMIT", limit), ("CLIENT_DEVICE", device)],
+        ));
+        assert_eq!(r.num("fits", "fits"), fits, "device {device} limit {limit}");
+    }
+}
+
+#[test]
+fn mem_get_info_reflects_the_limit() {
+    let r = ok(client(
+        "dlsym",
+        &["getinfo"],
+        &[("CUDAPOOL_MEMORY_LIMIT", "64MiB")],
+    ));
+    assert_eq!(r.num("free", "total"), 64 * MIB);
+    assert_eq!(r.num("free", "free"), 64 * MIB);
+    assert_eq!(r.num("after_free", "after_free"), 54 * MIB);
+    assert_eq!(r.num("after_free", "after_total"), 64 * MIB);
+
+    // A limit above the device's memory: the device's figures.
+    let r = ok(client(
+        "dlsym",
+        &["getinfo"],
+        &[("CUDAPOOL_MEMORY_LIMIT", "4GiB")],
+    ));
+    assert_eq!(r.num("free", "total"), FAKE_TOTAL);
+    assert_eq!(r.num("after_free", "after_free"), FAKE_TOTAL - 10 * MIB);
+
+    // No limit: untouched.
+    let r = ok(client("link", &["getinfo"], &[]));
+    assert_eq!(
+        (r.num("free", "free"), r.num("free", "total")),
+        (FAKE_TOTAL, FAKE_TOTAL)
+    );
+}
+
+#[test]
+fn bad_input_gets_the_drivers_own_answer_and_leaves_the_pool_intact() {
+    let f = fixture();
+    let plain = run_program(&f.dir.join("client"), &["dlsym", "bad"], false, &[]);
+    assert_eq!(plain.code, 0, "{}", plain.stderr);
+    let keys = [
+        "null_out",
+        "zero_size",
+        "bogus_free",
+        "interior_free",
+        "first_free",
+        "double_free",
+        "getinfo_null",
+        "pitch_null",
+        "pitch_elem",
+    ];
+    for mode in all_modes() {
+        let r = ok(client(mode, &["bad"], &[("CUDAPOOL_MEMORY_LIMIT", "1GiB")]));
+        for k in keys {
+            assert_eq!(
+                r.get(k, k),
+                plain.get(k, k),
+                "{mode}: {k} differs from the driver's"
+            );
+        }
+        assert_eq!(r.get("null_out", "null_out"), "1");
+        assert_eq!(r.get("double_free", "double_free"), "1");
+        assert_eq!(r.get("first_free", "first_free"), "0");
+        let after = r.line("after");
+        assert_eq!(
+            (after["live"].as_str(), after["allocated"].as_str()),
+            ("0", "0"),
+            "{mode}"
+        );
+        assert_eq!(after["reserved"], "0", "{mode}");
+    }
+}
+
+#[test]
+fn many_threads_never_overlap_nor_pass_the_limit() {
+    // 16 threads, random sizes up to 1 MiB, each block stamped and checked before its free.
+    let r = ok(client(
+        "gpa",
+        &["threads", "16", "3000", "1048576"],
+        &[("CUDAPOOL_MEMORY_LIMIT", "8MiB")],
+    ));
+    let t = r.line("threads");
+    assert_eq!(t["errors"], "0", "{}", r.stdout);
+    assert!(
+        t["ooms"].parse::<u64>().unwrap() > 0,
+        "the limit was under pressure"
+    );
+    assert!(t["ok"].parse::<u64>().unwrap() > 1000);
+    assert!(
+        t["driver_peak"].parse::<u64>().unwrap() <= 8 * MIB,
+        "the driver itself never held more than the limit: {}",
+        t["driver_peak"]
+    );
+    let end = r.line("end");
+    assert_eq!(
+        (
+            end["live"].as_str(),
+            end["allocated"].as_str(),
+            end["reserved"].as_str()
+        ),
+        ("0", "0", "0")
+    );
+    assert!(end["peak"].parse::<u64>().unwrap() <= 8 * MIB);
+
+    let r = ok(client("link", &["threads", "16", "2000", "65536"], &[]));
+    assert_eq!(r.get("threads", "errors"), "0");
+    assert_eq!(r.get("threads", "ooms"), "0");
+}
+
+#[test]
+fn blocks_die_with_their_context() {
+    for mode in all_modes() {
+        let r = ok(client(
+            mode,
+            &["ctx"],
+            &[("CUDAPOOL_MEMORY_LIMIT", "16MiB")],
+        ));
+        assert_eq!(r.num("primary_held", "live"), 2, "{mode}");
+        for tag in ["primary_reset", "primary_released", "created_destroyed"] {
+            let l = r.line(tag);
+            assert_eq!(l["live"], "0", "{mode} {tag}: {}", r.stdout);
+            assert_eq!(l["allocated"], "0", "{mode} {tag}");
+            assert_eq!(l["reserved"], "0", "{mode} {tag}");
+            assert_eq!(l["segments"], "0", "{mode} {tag}");
+        }
+        assert_eq!(
+            r.num("primary_one_ref_left", "live"),
+            1,
+            "{mode}: still referenced"
+        );
+        assert_eq!(r.num("created_held", "live"), 1, "{mode}");
+        assert_eq!(r.num("fresh", "allocated"), 0, "{mode}");
+        assert_eq!(r.num("fresh", "free_calls"), 1, "{mode}");
+    }
+}
+
+#[test]
+fn pitched_allocations_count_their_real_footprint() {
+    for mode in all_modes() {
+        let r = ok(client(mode, &["pitch"], &[]));
+        assert_eq!(r.num("pitch", "pitch"), 1024, "the fake rounds rows to 512");
+        assert_eq!(r.num("pitched", "allocated"), 1024 * 100, "{mode}");
+        assert_eq!(r.num("pitched", "live"), 1);
+        assert_eq!(r.num("freed", "allocated"), 0);
+        assert_eq!(r.num("freed", "reserved"), 0);
+    }
+    // 1000x100 asks for 100000 bytes but takes 102400: under a 100000-byte limit it is refused,
+    // and the driver's allocation is given back.
+    let r = client("gpa", &["pitch"], &[("CUDAPOOL_MEMORY_LIMIT", "100000")]);
+    assert_eq!(r.code, 3, "{}", r.stdout);
+    assert!(r.stderr.contains("failed: 2"), "{}", r.stderr);
+}
+
+#[test]
+fn address_range_is_the_drivers_allocation() {
+    for mode in all_modes() {
+        let r = ok(client(mode, &["range"], &[]));
+        assert_eq!(r.get("base_ok", "base_ok"), "1");
+        assert_eq!(r.num("base_ok", "size"), MIB);
+    }
+}
+
+#[test]
+fn legacy_32_bit_entry_points_are_counted() {
+    for mode in all_modes() {
+        let r = ok(client(
+            mode,
+            &["legacy"],
+            &[("CUDAPOOL_MEMORY_LIMIT", "64MiB")],
+        ));
+        assert_eq!(
+            r.num("legacy_held", "allocated"),
+            MIB,
+            "{mode}: {}",
+            r.stdout
+        );
+        assert_eq!(r.num("legacy_held", "live"), 1);
+        assert_eq!(r.num("legacy_freed", "allocated"), 0);
+        assert_eq!(r.num("legacy_freed", "reserved"), 0);
+    }
+}
+
+#[test]
+fn a_bad_value_fails_closed_and_loud() {
+    for (var, value) in [
+        ("CUDAPOOL_MEMORY_LIMIT", "8GB5"),
+        ("CUDAPOOL_MEMORY_LIMIT", "0=1G,0=2G"),
+        ("CUDAPOOL_SOFT_LIMIT", "150%"),
+        ("CUDAPOOL_POOL", "fastest"),
+        ("CUDAPOOL_REUSE", "sometimes"),
+    ] {
+        let r = client("gpa", &["basic"], &[(var, value)]);
+        assert_eq!(
+            r.code, 3,
+            "{var}={value}: the allocation must fail: {}",
+            r.stdout
+        );
+        assert!(r.stderr.contains("failed: 3"), "{}", r.stderr);
+        let ours: Vec<&str> = r
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("cudapool:"))
+            .collect();
+        assert_eq!(ours.len(), 1, "exactly one line: {}", r.stderr);
+        assert!(ours[0].contains(&format!("{var}={value:?}")), "{}", ours[0]);
+        assert!(ours[0].contains("accepted:"), "{}", ours[0]);
+    }
+}
+
+#[test]
+fn processes_that_never_touch_cuda_are_not_disturbed() {
+    let env = [
+        ("CUDAPOOL_MEMORY_LIMIT", "not-a-size"),
+        ("CUDAPOOL_REPORT", "stderr"),
+        ("CUDAPOOL_LOG", "debug"),
+    ];
+    let f = fixture();
+    let r = run_program(Path::new("/bin/true"), &[], true, &env);
+    assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (0, "", ""));
+    let r = run_program(
+        Path::new("/bin/sh"),
+        &["-c", "echo hello; exit 7"],
+        true,
+        &env,
+    );
+    assert_eq!(
+        (r.code, r.stdout.as_str(), r.stderr.as_str()),
+        (7, "hello\n", "")
+    );
+    // Python loads extension modules through dlopen/dlsym: the override is on that path.
+    if let Ok(py) = which("python3") {
+        let r = run_program(
+            &py,
+            &["-c", "import ctypes, json; print(json.dumps([1]))"],
+            true,
+            &env,
+        );
+        assert_eq!(
+            (r.code, r.stdout.as_str(), r.stderr.as_str()),
+            (0, "[1]\n", "")
+        );
+    }
+    let r = run_program(&f.dir.join("next_main"), &[], true, &env);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+}
+
+fn which(name: &str) -> Result<PathBuf, ()> {
+    std::env::var_os("PATH")
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
+        .ok_or(())
+}
+
+#[test]
+fn dlsym_rtld_next_resolves_relative_to_its_caller() {
+    let f = fixture();
+    let wrap = f.dir.join("libnext_wrap.so");
+    let preload = format!("{}:{}", f.lib.display(), wrap.display());
+    let r = run_program(
+        &f.dir.join("next_main"),
+        &[],
+        false,
+        &[("LD_PRELOAD", &preload)],
+    );
+    assert_eq!(
+        r.code, 0,
+        "exit 42 means RTLD_NEXT resolved to the wrapper itself: {}",
+        r.stderr
+    );
+    assert_eq!(r.stdout, "getpid=ok\n");
+}
+
+#[test]
+fn disable_passes_everything_through() {
+    let r = ok(client(
+        "gpa",
+        &["limit", "8388608"],
+        &[
+            ("CUDAPOOL_MEMORY_LIMIT", "64MiB"),
+            ("CUDAPOOL_DISABLE", "1"),
+        ],
+    ));
+    assert_eq!(
+        r.num("fits", "fits"),
+        128,
+        "no limit: the fake's whole 1 GiB"
+    );
+    assert_eq!(
+        r.get("full", "r"),
+        "3",
+        "the C API says the shim is not active"
+    );
+}
+
+#[test]
+fn exit_report_goes_to_stderr_or_a_file() {
+    let r = ok(client(
+        "dlsym",
+        &["basic"],
+        &[("CUDAPOOL_REPORT", "1"), ("CUDAPOOL_MEMORY_LIMIT", "1GiB")],
+    ));
+    assert!(
+        r.stderr.contains("cudapool: device 0: limit 1.00 GiB"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("3 allocs, 3 frees"), "{}", r.stderr);
+    let path = fixture().dir.join("report.txt");
+    let _ = std::fs::remove_file(&path);
+    ok(client(
+        "dlsym",
+        &["basic"],
+        &[("CUDAPOOL_REPORT", path.to_str().unwrap())],
+    ));
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("allocated 0 B (peak 4.00 MiB)"), "{text}");
+}
+
+#[test]
+fn the_cli_runs_a_program_under_the_shim() {
+    let f = fixture();
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+    let client = f.dir.join("client");
+    let client = client.to_str().unwrap();
+    let r = run_program(
+        &cli,
+        &[
+            "run", "--limit", "64MiB", "--pool", "none", "--report", "--", client, "gpa", "limit",
+            "8388608",
+        ],
+        false,
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.get("fits", "fits"), "8");
+    assert!(r.stderr.contains("memory status"), "{}", r.stderr);
+
+    let r = run_program(
+        &cli,
+        &["run", "--limit", "lots", "--", "/bin/true"],
+        false,
+        &[],
+    );
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("invalid --limit \"lots\"") && r.stderr.contains("accepted"),
+        "{}",
+        r.stderr
+    );
+    let r = run_program(
+        &cli,
+        &["run", "--pool", "magic", "--", "/bin/true"],
+        false,
+        &[],
+    );
+    assert_eq!(r.code, 2);
+    let r = run_program(&cli, &["run", "--", "/no/such/program"], false, &[]);
+    assert_eq!(r.code, 127, "{}", r.stderr);
+    let r = run_program(&cli, &["run"], false, &[]);
+    assert_eq!(r.code, 2);
+}
