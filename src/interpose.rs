@@ -111,14 +111,46 @@ extern "C" fn dlsym_hooked(handle: *mut c_void, symbol: *const c_char) -> *mut c
 
 // ---- cuGetProcAddress -------------------------------------------------------------------
 
-/// Substitutes in `*pfn` after a successful real lookup.
+/// Substitutes in `*pfn` after a successful real lookup of `symbol`.
 ///
 /// # Safety
-/// `pfn` is the caller's out-pointer: NULL or valid for reads and writes.
-unsafe fn substitute_out(r: CUresult, pfn: *mut *mut c_void) -> CUresult {
-    if r == CUDA_SUCCESS && !pfn.is_null() {
-        // SAFETY: non-null and valid by the caller's contract with the driver.
-        unsafe { *pfn = substitute(*pfn) };
+/// `pfn` is the caller's out-pointer: NULL or valid for reads and writes; `symbol` is NULL or
+/// NUL-terminated.
+unsafe fn substitute_out(
+    r: CUresult,
+    symbol: *const c_char,
+    version: c_int,
+    flags: u64,
+    pfn: *mut *mut c_void,
+) -> CUresult {
+    if r != CUDA_SUCCESS || pfn.is_null() {
+        return r;
+    }
+    // SAFETY: non-null and valid by the caller's contract with the driver.
+    let (before, after) = unsafe {
+        let before = *pfn;
+        *pfn = substitute(before);
+        (before, *pfn)
+    };
+    let is_hook = |p: *mut c_void| {
+        crate::hooks::table()
+            .iter()
+            .any(|(_, h)| *h == p as *const c_void)
+    };
+    if before == after
+        && !is_hook(after)
+        && !symbol.is_null()
+        && crate::log::enabled(crate::config::LogLevel::Info)
+    {
+        // SAFETY: non-null, NUL-terminated by the driver's contract.
+        let name = unsafe { CStr::from_ptr(symbol) };
+        let hooked = |n: &CStr| is_hooked_name(n);
+        let v2 = std::ffi::CString::new([name.to_bytes(), b"_v2"].concat()).ok();
+        if hooked(name) || v2.as_deref().is_some_and(hooked) {
+            crate::log::line(&format!(
+                "cuGetProcAddress({name:?}, {version}, {flags}) gave an entry point cudapool does not know; calls through it bypass the shim"
+            ));
+        }
     }
     r
 }
@@ -140,8 +172,8 @@ pub unsafe extern "C" fn cuGetProcAddress(
             return CUDA_ERROR_NOT_INITIALIZED;
         };
         let r = call!(d, get_proc_address_v1(symbol, pfn, cuda_version, flags));
-        // SAFETY: pfn is the caller's out-pointer, passed on unchanged.
-        unsafe { substitute_out(r, pfn) }
+        // SAFETY: the caller's own arguments, passed on unchanged.
+        unsafe { substitute_out(r, symbol, cuda_version, flags, pfn) }
     })
 }
 
@@ -166,7 +198,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
             d,
             get_proc_address_v2(symbol, pfn, cuda_version, flags, symbol_status)
         );
-        // SAFETY: pfn is the caller's out-pointer, passed on unchanged.
-        unsafe { substitute_out(r, pfn) }
+        // SAFETY: the caller's own arguments, passed on unchanged.
+        unsafe { substitute_out(r, symbol, cuda_version, flags, pfn) }
     })
 }

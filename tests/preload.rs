@@ -43,7 +43,18 @@ fn fixture() -> &'static Fixture {
         let strict = ["-Wall", "-Wextra", "-Werror", "-O1"];
         let mut a = strict.to_vec();
         let fake = src("tests/fake/libcuda.c");
-        a.extend(["-shared", "-fPIC", "-o", "libcuda.so.1", &fake, "-lpthread"]);
+        // -Bsymbolic: like the real driver, the fake's references to its own functions bind
+        // inside it, so its cuGetProcAddress answers with its own pointers, never with a
+        // preloaded library's same-named symbol.
+        a.extend([
+            "-shared",
+            "-fPIC",
+            "-Wl,-Bsymbolic",
+            "-o",
+            "libcuda.so.1",
+            &fake,
+        ]);
+        a.push("-lpthread");
         cc(&a, &dir);
         let _ = std::fs::remove_file(dir.join("libcuda.so"));
         std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();

@@ -6,7 +6,8 @@
 // cuGetProcAddress/_v2 answer by base name, cudaVersion and flags the way the real driver does.
 // Every entry point counts its calls: fakecu_calls("cuMemAlloc_v2").
 //
-// Build: cc -shared -fPIC -O1 -o libcuda.so.1 libcuda.c -lpthread
+// Build: cc -shared -fPIC -Wl,-Bsymbolic -O1 -o libcuda.so.1 libcuda.c -lpthread
+// (-Bsymbolic as in the real driver: its own references never bind to a preloaded symbol.)
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
