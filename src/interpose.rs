@@ -135,7 +135,7 @@ unsafe fn substitute_out(
     let is_hook = |p: *mut c_void| {
         crate::hooks::table()
             .iter()
-            .any(|(_, h)| *h == p as *const c_void)
+            .any(|(_, h)| std::ptr::eq(*h, p))
     };
     if before == after
         && !is_hook(after)

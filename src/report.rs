@@ -68,7 +68,7 @@ pub fn device_status(dev: i32, s: &DeviceStats) -> String {
 /// The whole status: a header line and one block per device the shim has seen.
 pub fn memory_status(shim: &Shim) -> String {
     let mut out = format!(
-        "cudapool {} memory status (pool {}, pid {})\n",
+        "memory status (cudapool {}, pool {}, pid {})\n",
         env!("CARGO_PKG_VERSION"),
         shim.pool_kind().name(),
         std::process::id()

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The first real-GPU run (issue 2), for the device tool. Build here first:
+#   cargo build --release
+# then on the device, carrying target/release/libcudapool.so and target/release/cudapool:
+#   bash scripts/gpu-first-run.sh            (logs under $OUT, or /tmp/cudapool-gpu)
+# Runs: a CUDA runtime program built with static and with shared cudart; the driver-API test
+# client reaching the real driver by dlsym, cuGetProcAddress_v2 (with and without per-thread
+# streams) and linking; PyTorch with PYTORCH_NO_CUDA_MEMORY_CACHING=1, unlimited and at 1 GiB.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/cudapool-gpu}
+mkdir -p "$OUT"
+LIB=$PWD/target/release/libcudapool.so
+W=$(mktemp -d)
+exec > >(tee "$OUT/gpu-first-run.log") 2>&1
+
+step() { echo; echo "=== $*"; }
+shim() { env LD_PRELOAD="$LIB" CUDAPOOL_REPORT=stderr "$@"; }
+
+step "device"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+nvcc --version | tail -2
+python3 -c 'import torch; print("torch", torch.__version__)'
+
+step "build test programs"
+nvcc -O2 -cudart static -o "$W/rt_static" scripts/gpu/rt_alloc.cu && echo "rt_static built"
+nvcc -O2 -cudart shared -o "$W/rt_shared" scripts/gpu/rt_alloc.cu && echo "rt_shared built"
+cc -O1 -Itests/c -o "$W/client" tests/c/client.c -ldl -lpthread && echo "client built"
+CUDA_LIB=$(dirname "$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')")
+cc -O1 -DLINKED -Itests/c -o "$W/client_linked" tests/c/client.c -L"$W" -l:libcuda.so.1 \
+  -Wl,-rpath-link,"$CUDA_LIB" -L"$CUDA_LIB" -ldl -lpthread 2>"$W/link.err" && echo "client_linked built" \
+  || { echo "client_linked not built:"; head -5 "$W/link.err"; }
+
+for v in static shared; do
+  step "runtime program, $v cudart, no limit"
+  shim "$W/rt_$v"
+  step "runtime program, $v cudart, CUDAPOOL_MEMORY_LIMIT=1GiB"
+  shim env CUDAPOOL_MEMORY_LIMIT=1GiB "$W/rt_$v"
+done
+
+for mode in dlsym gpa gpa-ptsz link; do
+  bin="$W/client"; [ "$mode" = link ] && bin="$W/client_linked"
+  [ -x "$bin" ] || continue
+  step "driver-API client by $mode: basic"
+  shim "$bin" "$mode" basic
+  step "driver-API client by $mode: 64 MiB limit, 8 MiB allocations"
+  shim env CUDAPOOL_MEMORY_LIMIT=64MiB "$bin" "$mode" limit 8388608
+done
+step "bad input: without the shim, then with it"
+"$W/client" gpa bad
+shim "$W/client" gpa bad
+step "context teardown"
+shim "$W/client" gpa ctx
+step "pitch, address range"
+shim "$W/client" dlsym pitch
+shim "$W/client" dlsym range
+
+step "PyTorch, caching off, no limit"
+shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 scripts/gpu/torch_check.py
+step "PyTorch, caching off, CUDAPOOL_MEMORY_LIMIT=1GiB"
+shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDAPOOL_MEMORY_LIMIT=1GiB python3 scripts/gpu/torch_check.py
+step "non-CUDA processes under the shim with a bad setting"
+LD_PRELOAD="$LIB" CUDAPOOL_MEMORY_LIMIT=bogus /bin/true && echo "/bin/true: exit 0"
+LD_PRELOAD="$LIB" CUDAPOOL_MEMORY_LIMIT=bogus python3 -c pass && echo "python3 -c pass: exit 0"
+step "the CLI"
+target/release/cudapool run --limit 1GiB --report -- "$W/client" dlsym sample
+echo; echo "=== done"

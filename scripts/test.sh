@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Every test that needs no GPU: the pool and config unit tests, then the whole library under
+# LD_PRELOAD against the fake libcuda.so.1 with C clients (tests/preload.rs), plus fmt and clippy.
+# Needs cargo and a C compiler (cc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+command -v cc >/dev/null || { echo "test.sh: a C compiler is needed (apt-get install gcc)" >&2; exit 1; }
+
+if cargo fmt --version >/dev/null 2>&1; then cargo fmt --all -- --check; fi
+if cargo clippy --version >/dev/null 2>&1; then cargo clippy --all-targets -- -D warnings; fi
+
+# The preload tests load target/debug/libcudapool.so, which `cargo test` alone does not build.
+cargo build
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+passed=$(awk '/^test result:/ {s += $4} END {print s + 0}' "$log")
+failed=$(awk '/^test result:/ {s += $6} END {print s + 0}' "$log")
+echo "$passed passed, $failed failed"
+exit "$status"
