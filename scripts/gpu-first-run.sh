@@ -46,15 +46,25 @@ for mode in dlsym gpa gpa-ptsz link; do
   step "driver-API client by $mode: 64 MiB limit, 8 MiB allocations"
   shim env CUDAPOOL_MEMORY_LIMIT=64MiB "$bin" "$mode" limit 8388608
 done
-step "bad input: without the shim, then with it"
-"$W/client" gpa bad
-shim "$W/client" gpa bad
+step "bad input: the driver's answers without the shim, then the shim's"
+"$W/client" gpa bad | grep -v '^after' > "$W/bad.plain"
+shim env CUDAPOOL_MEMORY_LIMIT=512MiB "$W/client" gpa bad > "$W/bad.shim"
+cat "$W/bad.shim"
+if diff <(grep -v '^after\|^getinfo_free_only' "$W/bad.shim") <(grep -v '^getinfo_free_only' "$W/bad.plain"); then
+  echo "bad input: every answer identical with and without the shim"
+else
+  echo "bad input: ANSWERS DIFFER (above)"
+fi
 step "context teardown"
 shim "$W/client" gpa ctx
 step "pitch, address range"
 shim "$W/client" dlsym pitch
 shim "$W/client" dlsym range
 
+step "PyTorch, caching off, no shim: its own error for more memory than the GPU has"
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 TORCH_CHECK_BIG_GIB=200 python3 scripts/gpu/torch_check.py 2>&1 | grep -i "tensor\|mem_get_info"
+step "PyTorch, caching on (its own allocator), no shim: the same"
+TORCH_CHECK_BIG_GIB=200 python3 scripts/gpu/torch_check.py 2>&1 | grep -i "GiB tensor"
 step "PyTorch, caching off, no limit"
 shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 scripts/gpu/torch_check.py
 step "PyTorch, caching off, CUDAPOOL_MEMORY_LIMIT=1GiB"

@@ -83,6 +83,17 @@ unsafe fn put<T>(p: *mut T, v: T) {
     unsafe { p.write(v) }
 }
 
+/// Writes `v` through `p` unless `p` is NULL.
+///
+/// # Safety
+/// `p` must be NULL or valid for a write of `T`.
+unsafe fn put_some<T>(p: *mut T, v: T) {
+    if !p.is_null() {
+        // SAFETY: non-null, and valid by the caller's contract.
+        unsafe { put(p, v) }
+    }
+}
+
 fn to_result(r: Result<(), CUresult>) -> CUresult {
     r.err().unwrap_or(CUDA_SUCCESS)
 }
@@ -266,14 +277,15 @@ pub unsafe extern "C" fn cuMemFree(dptr: u32) -> CUresult {
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     let real = |d: &Driver| call!(d, mem_get_info_v2(free, total));
     hook(OnBadConfig::Refuse, real, |shim| {
-        if free.is_null() || total.is_null() {
+        if free.is_null() && total.is_null() {
             return real(shim.driver);
         }
+        // The driver fills whichever out-pointer is non-NULL; so does the hook, through the limit.
         to_result(shim.mem_get_info().map(|(f, t)| {
-            // SAFETY: both checked non-null above.
+            // SAFETY: each written only when non-null.
             unsafe {
-                put(free, f as usize);
-                put(total, t as usize);
+                put_some(free, f as usize);
+                put_some(total, t as usize);
             }
         }))
     })
@@ -286,15 +298,15 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> CUresult {
     let real = |d: &Driver| call!(d, mem_get_info_v1(free, total));
     hook(OnBadConfig::Refuse, real, |shim| {
-        if free.is_null() || total.is_null() {
+        if free.is_null() && total.is_null() {
             return real(shim.driver);
         }
         let clamp = |v: u64| v.min(c_uint::MAX as u64) as c_uint;
         to_result(shim.mem_get_info().map(|(f, t)| {
-            // SAFETY: both checked non-null above.
+            // SAFETY: each written only when non-null.
             unsafe {
-                put(free, clamp(f));
-                put(total, clamp(t));
+                put_some(free, clamp(f));
+                put_some(total, clamp(t));
             }
         }))
     })

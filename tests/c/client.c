@@ -256,8 +256,11 @@ static int bad(void) {
   printf("interior_free=%d\n", cu.MemFree(q + 16));
   printf("first_free=%d\n", cu.MemFree(q));
   printf("double_free=%d\n", cu.MemFree(q));
-  size_t f;
+  size_t f = 0, limited = 0, total = 0;
   printf("getinfo_null=%d\n", cu.MemGetInfo(&f, NULL));
+  // One NULL out-pointer: the other must still see the limit.
+  CHECK(cu.MemGetInfo(&limited, &total));
+  printf("getinfo_free_only=%d\n", f == limited);
   printf("pitch_null=%d\n", cu.MemAllocPitch(NULL, &f, 64, 64, 4));
   printf("pitch_elem=%d\n", cu.MemAllocPitch(&p, &f, 64, 64, 3));
   // Still usable afterwards, and nothing leaked in the accounting.
@@ -346,12 +349,12 @@ static int ctx(void) {
   print_stats("primary_held");
   CHECK(cu.PrimaryCtxReset(dev));
   print_stats("primary_reset");
-  // Retain again; release of the last reference destroys it too.
+  // A reset does not release: the reference from setup() is still held. Take a second one,
+  // then release both; the last release destroys the context and its blocks.
   CHECK(cu.PrimaryCtxRetain(&primary, dev));
   CHECK(cu.CtxSetCurrent(primary));
   CHECK(cu.MemAlloc(&p, 1 << 20));
-  CHECK(cu.PrimaryCtxRetain(&primary, dev)); // two references
-  CHECK(cu.PrimaryCtxRelease(dev));          // one left: still alive
+  CHECK(cu.PrimaryCtxRelease(dev)); // one left: still alive
   print_stats("primary_one_ref_left");
   CHECK(cu.PrimaryCtxRelease(dev)); // last: destroyed
   print_stats("primary_released");

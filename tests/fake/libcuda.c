@@ -226,9 +226,9 @@ static CUresult primary_release(CUdevice dev) {
   if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
   pthread_mutex_lock(&mu);
   CUresult r = CUDA_SUCCESS;
-  if (primary_refs[dev] <= 0 || !primary[dev] || !primary[dev]->live) {
+  if (primary_refs[dev] <= 0) {
     r = CUDA_ERROR_INVALID_CONTEXT;
-  } else if (--primary_refs[dev] == 0) {
+  } else if (--primary_refs[dev] == 0 && primary[dev] && primary[dev]->live) {
     kill_ctx(primary[dev]);
   }
   pthread_mutex_unlock(&mu);
@@ -237,11 +237,12 @@ static CUresult primary_release(CUdevice dev) {
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { count("cuDevicePrimaryCtxRelease_v2"); return primary_release(dev); }
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { count("cuDevicePrimaryCtxRelease"); return primary_release(dev); }
 
+// As the real driver: a reset destroys the context and its memory but does not release it;
+// references taken before it must still be released.
 static CUresult primary_reset(CUdevice dev) {
   if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
   pthread_mutex_lock(&mu);
   if (primary[dev] && primary[dev]->live) kill_ctx(primary[dev]);
-  primary_refs[dev] = 0;
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
 }
@@ -354,12 +355,12 @@ CUresult cuMemAllocPitch(unsigned *dptr, unsigned *pitch, unsigned width, unsign
   return r;
 }
 
+// As the real driver (seen on an H100, driver 580): a NULL out-pointer is skipped, not refused.
 static CUresult get_info(size_t *free_b, size_t *total_b) {
-  if (!free_b || !total_b) return CUDA_ERROR_INVALID_VALUE;
   if (!current || !current->live) return CUDA_ERROR_INVALID_CONTEXT;
   pthread_mutex_lock(&mu);
-  *free_b = total_mem - used[current->dev];
-  *total_b = total_mem;
+  if (free_b) *free_b = total_mem - used[current->dev];
+  if (total_b) *total_b = total_mem;
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
 }
@@ -372,11 +373,10 @@ CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
 CUresult cuMemGetInfo(unsigned *free_b, unsigned *total_b) {
   count("cuMemGetInfo");
   size_t f, t;
-  if (!free_b || !total_b) return CUDA_ERROR_INVALID_VALUE;
   CUresult r = get_info(&f, &t);
   if (r == CUDA_SUCCESS) {
-    *free_b = f > 0xffffffffu ? 0xffffffffu : (unsigned)f;
-    *total_b = t > 0xffffffffu ? 0xffffffffu : (unsigned)t;
+    if (free_b) *free_b = f > 0xffffffffu ? 0xffffffffu : (unsigned)f;
+    if (total_b) *total_b = t > 0xffffffffu ? 0xffffffffu : (unsigned)t;
   }
   return r;
 }
@@ -510,7 +510,9 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, unsigned 
                              int *status) {
   count("cuGetProcAddress_v2");
   if (!sym || !pfn) return CUDA_ERROR_INVALID_VALUE;
+  // As the real driver (seen on an H100, driver 580): a missing symbol is CUDA_SUCCESS with a
+  // NULL function and the reason in *status.
   int s = lookup(sym, pfn, version, flags);
   if (status) *status = s;
-  return s == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+  return status || s == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
