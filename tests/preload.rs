@@ -329,7 +329,11 @@ fn bad_input_gets_the_drivers_own_answer_and_leaves_the_pool_intact() {
         "pitch_elem",
     ];
     for mode in all_modes() {
-        let r = ok(client(mode, &["bad"], &[("CUDAPOOL_MEMORY_LIMIT", "512MiB")]));
+        let r = ok(client(
+            mode,
+            &["bad"],
+            &[("CUDAPOOL_MEMORY_LIMIT", "512MiB")],
+        ));
         for k in keys {
             assert_eq!(
                 r.get(k, k),
