@@ -69,6 +69,11 @@ step "PyTorch, caching off, no limit"
 shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 scripts/gpu/torch_check.py
 step "PyTorch, caching off, CUDAPOOL_MEMORY_LIMIT=1GiB"
 shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDAPOOL_MEMORY_LIMIT=1GiB python3 scripts/gpu/torch_check.py
+for fw in cupy numba jax; do
+  step "$fw under the shim, CUDAPOOL_MEMORY_LIMIT=1GiB (oversized request: 2 GiB)"
+  shim env CUDAPOOL_MEMORY_LIMIT=1GiB XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout 120 \
+    python3 scripts/gpu/frameworks_check.py "$fw" 2>&1 | grep -v "^W0000\|^I0000\|Warning\|warn(" | tail -12
+done
 step "non-CUDA processes under the shim with a bad setting"
 LD_PRELOAD="$LIB" CUDAPOOL_MEMORY_LIMIT=bogus /bin/true && echo "/bin/true: exit 0"
 LD_PRELOAD="$LIB" CUDAPOOL_MEMORY_LIMIT=bogus python3 -c pass && echo "python3 -c pass: exit 0"
