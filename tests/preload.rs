@@ -77,12 +77,31 @@ fn fixture() -> &'static Fixture {
 
         // The cdylib cargo built beside the CLI binary.
         let bin = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
-        let lib = bin.parent().unwrap().join("libcudapool.so");
+        let libdir = bin.parent().unwrap();
+        let lib = libdir.join("libcudapool.so");
         assert!(
             lib.is_file(),
-            "{} missing: run `cargo build` first",
+            "{} missing: run `cargo build` first (scripts/test.sh does)",
             lib.display()
         );
+        // The header, strictly, linked against the library (-lcudapool), and the C example.
+        let header = format!("-I{}", src("include"));
+        let check = src("tests/c/header_check.c");
+        let libdir_flag = format!("-L{}", libdir.display());
+        let mut a = strict.to_vec();
+        a.extend([
+            &header,
+            "-o",
+            "header_check",
+            &check,
+            &libdir_flag,
+            "-lcudapool",
+        ]);
+        cc(&a, &dir);
+        let example = src("cbindings/c/print_status.c");
+        let mut a = strict.to_vec();
+        a.extend([&header, "-o", "print_status", &example, "-ldl"]);
+        cc(&a, &dir);
         Fixture { dir, lib }
     })
 }
@@ -650,4 +669,70 @@ fn the_cli_runs_a_program_under_the_shim() {
     assert_eq!(r.code, 127, "{}", r.stderr);
     let r = run_program(&cli, &["run"], false, &[]);
     assert_eq!(r.code, 2);
+}
+
+#[test]
+fn the_header_matches_the_library() {
+    use cudapool::capi::CudapoolStats;
+    use std::mem::{offset_of, size_of};
+    let f = fixture();
+    let libdir = f.lib.parent().unwrap().to_str().unwrap().to_string();
+    let path = format!("{}:{libdir}", f.dir.display());
+    let r = run_program(
+        &f.dir.join("header_check"),
+        &[],
+        false,
+        &[("LD_LIBRARY_PATH", &path)],
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let v = env!("CARGO_PKG_VERSION");
+    assert_eq!(r.get("version", "version"), v);
+    assert_eq!(
+        r.get("version", "macros"),
+        v,
+        "CUDAPOOL_VERSION_* follow Cargo.toml"
+    );
+    assert_eq!(r.num("sizeof", "sizeof"), size_of::<CudapoolStats>() as u64);
+    assert_eq!(
+        r.num("sizeof", "written"),
+        size_of::<CudapoolStats>() as u64
+    );
+    assert_eq!(r.get("sizeof", "r"), "0", "linked, not preloaded: active");
+    assert!(r.num("sizeof", "status_need") > 16);
+    assert_eq!(r.get("sizeof", "status_nul"), "1");
+    let o = r.line("offsets");
+    for (name, rust) in [
+        ("device", offset_of!(CudapoolStats, device)),
+        ("allocated", offset_of!(CudapoolStats, allocated_bytes)),
+        ("cached", offset_of!(CudapoolStats, cached_bytes)),
+        ("ooms", offset_of!(CudapoolStats, ooms)),
+        ("hard", offset_of!(CudapoolStats, hard_limit)),
+        ("soft", offset_of!(CudapoolStats, soft_limit)),
+    ] {
+        assert_eq!(o[name], rust.to_string(), "offset of {name}");
+    }
+    assert_eq!(r.line("values")["device"], "0");
+    assert_eq!(r.line("values")["allocated"], "0");
+    let c = r.line("calls");
+    assert_eq!(c["reclaim"], "0");
+    assert_eq!((c["reset"].as_str(), c["limit"].as_str()), ("0", "0"));
+    assert_eq!((c["bad_device"].as_str(), c["null"].as_str()), ("1", "1"));
+    assert_eq!(r.get("too_small", "too_small"), "1");
+}
+
+#[test]
+fn the_c_example_prints_the_status_of_a_phase() {
+    let f = fixture();
+    let r = run_program(&f.dir.join("print_status"), &[], true, &[]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout
+            .contains("the phase peaked at 10485760 bytes in 4 allocations"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("device 0: limit none"), "{}", r.stdout);
+    let r = run_program(&f.dir.join("print_status"), &[], false, &[]);
+    assert_eq!(r.code, 1);
+    assert!(r.stdout.contains("not loaded"));
 }

@@ -1,0 +1,78 @@
+/* cudapool: the C API of libcudapool.so.
+ *
+ * Usable whether the library was preloaded (LD_PRELOAD=libcudapool.so) or linked
+ * (-lcudapool). Every function is thread-safe. `device` is a CUDA ordinal as the program sees
+ * it (after CUDA_VISIBLE_DEVICES); -1 means every device where that makes sense.
+ * Functions returning int return a CUDA result code: 0 (CUDA_SUCCESS) on success,
+ * 1 (CUDA_ERROR_INVALID_VALUE) for bad arguments, 3 (CUDA_ERROR_NOT_INITIALIZED) when the shim
+ * is not active in this process (CUDAPOOL_DISABLE=1, a bad CUDAPOOL_* value, or no driver).
+ */
+#ifndef CUDAPOOL_H
+#define CUDAPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CUDAPOOL_VERSION_MAJOR 0
+#define CUDAPOOL_VERSION_MINOR 1
+#define CUDAPOOL_VERSION_PATCH 0
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Figures of one device (or of all, summed). Set struct_size = sizeof(cudapool_stats) before
+ * the call: the library writes at most that many bytes and sets struct_size to the number it
+ * wrote, so programs built against an older or newer header keep working. Fields are only
+ * ever appended. */
+typedef struct cudapool_stats {
+  size_t struct_size;
+  int32_t device;
+  uint32_t reserved_padding;
+  uint64_t allocated_bytes;      /* held by the program now */
+  uint64_t peak_allocated_bytes; /* since start or the last cudapool_reset_peak_stats */
+  uint64_t reserved_bytes;       /* held from the driver: allocated + cached (+ pool slack) */
+  uint64_t peak_reserved_bytes;
+  uint64_t cached_bytes;         /* reserved but free, kept for reuse */
+  uint64_t live_allocations;
+  uint64_t segments;             /* driver allocations held */
+  uint64_t alloc_calls;
+  uint64_t free_calls;
+  uint64_t cache_hits;           /* allocations served without a driver call */
+  uint64_t driver_allocs;
+  uint64_t driver_frees;
+  uint64_t reclaim_retries;      /* allocations retried after giving cached memory back */
+  uint64_t ooms;                 /* CUDA_ERROR_OUT_OF_MEMORY returned by the shim */
+  uint64_t hard_limit;           /* bytes; 0 = none */
+  uint64_t soft_limit;           /* bytes; 0 = none */
+} cudapool_stats;
+
+/* Fills *out for `device` (-1: summed over the devices used; limits then read 0).
+ * Returns 0, or 1 for a NULL out / struct_size too small / bad device, or 3 (not active). */
+int cudapool_get_stats(int device, cudapool_stats *out);
+
+/* Gives cached blocks of the calling thread's current context back to the driver, if it is on
+ * `device` (or device is -1). Returns the bytes released (0 when nothing was cached). */
+size_t cudapool_reclaim(int device);
+
+/* Sets both peaks of `device` (-1: every device used) to the current values. Returns 0, 1, 3. */
+int cudapool_reset_peak_stats(int device);
+
+/* Sets the hard limit of `device` (-1: every device used so far) to `bytes`; 0 removes it.
+ * Memory already held above a lowered limit is not taken back; new allocations fail until the
+ * program is under it. Returns 0, 1, 3. */
+int cudapool_set_memory_limit(int device, size_t bytes);
+
+/* Writes the human-readable memory status into buf (at most len bytes, NUL included),
+ * snprintf-style. Returns the length of the whole text without the NUL (call with NULL, 0 to
+ * size a buffer), or -1 when the shim is not active. */
+int cudapool_memory_status(char *buf, size_t len);
+
+/* The library's version, "MAJOR.MINOR.PATCH". Static storage: do not free. */
+const char *cudapool_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUDAPOOL_H */
