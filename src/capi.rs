@@ -2,7 +2,7 @@
 //! Every function has a panic boundary and returns a CUDA result code (0 = success) where it
 //! returns an `int`.
 
-use crate::budget::DeviceStats;
+use crate::budget::{DeviceBudget, DeviceStats};
 use crate::cu::*;
 use crate::hooks::boundary;
 use crate::shim::Shim;
@@ -144,8 +144,8 @@ pub extern "C" fn cudapool_reclaim(device: c_int) -> usize {
     })
 }
 
-#[no_mangle]
-pub extern "C" fn cudapool_reset_peak_stats(device: c_int) -> c_int {
+/// Applies `f` to the budget of `device`, or of every device used so far for -1.
+fn with_budgets(device: c_int, f: impl Fn(&DeviceBudget)) -> c_int {
     boundary(CUDA_ERROR_UNKNOWN as c_int, || {
         if !valid_device(device) {
             return CUDA_ERROR_INVALID_VALUE as c_int;
@@ -159,32 +159,22 @@ pub extern "C" fn cudapool_reset_peak_stats(device: c_int) -> c_int {
             vec![device]
         };
         for d in devices {
-            shim.budget(d).reset_peaks();
+            f(shim.budget(d));
         }
         CUDA_SUCCESS as c_int
     })
 }
 
+/// Sets the peaks of `device` (-1: every device used so far) to the current values.
+#[no_mangle]
+pub extern "C" fn cudapool_reset_peak_stats(device: c_int) -> c_int {
+    with_budgets(device, DeviceBudget::reset_peaks)
+}
+
 /// Sets the hard limit of `device` (-1: every device used so far); 0 removes it.
 #[no_mangle]
 pub extern "C" fn cudapool_set_memory_limit(device: c_int, bytes: usize) -> c_int {
-    boundary(CUDA_ERROR_UNKNOWN as c_int, || {
-        if !valid_device(device) {
-            return CUDA_ERROR_INVALID_VALUE as c_int;
-        }
-        let Some(shim) = Shim::active() else {
-            return CUDA_ERROR_NOT_INITIALIZED as c_int;
-        };
-        let devices = if device < 0 {
-            shim.devices_seen()
-        } else {
-            vec![device]
-        };
-        for d in devices {
-            shim.budget(d).set_hard_limit(bytes as u64);
-        }
-        CUDA_SUCCESS as c_int
-    })
+    with_budgets(device, |b| b.set_hard_limit(bytes as u64))
 }
 
 /// The status text, snprintf-style: writes at most `len` bytes including the NUL and returns

@@ -276,7 +276,7 @@ impl Shim {
                     return Err(self.failed(dev, size, CUDA_ERROR_OUT_OF_MEMORY));
                 }
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(self.failed(dev, size, e)),
         };
         self.live.insert(
             grant.ptr,
@@ -313,7 +313,7 @@ impl Shim {
             Ok(r) => r,
             Err(e) => {
                 budget.uncharge(charge);
-                return Err(e);
+                return Err(self.failed(dev, charge, e));
             }
         };
         if footprint > charge && !budget.try_charge(footprint - charge) {
@@ -418,7 +418,8 @@ impl Shim {
         }
     }
 
-    /// Counts and reports an allocation the shim could not serve; returns `err`.
+    /// Counts and logs an out-of-memory answer (from the limit or from the driver); returns `err`
+    /// unchanged whatever it is.
     fn failed(&self, dev: CUdevice, asked: u64, err: CUresult) -> CUresult {
         if err != CUDA_ERROR_OUT_OF_MEMORY {
             return err;
