@@ -736,3 +736,21 @@ fn the_c_example_prints_the_status_of_a_phase() {
     assert_eq!(r.code, 1);
     assert!(r.stdout.contains("not loaded"));
 }
+
+#[test]
+fn the_devices_own_out_of_memory_is_counted_and_logged_too() {
+    let r = ok(client(
+        "dlsym",
+        &["limit", "8388608"],
+        &[("FAKECU_TOTAL_MEM", "67108864")],
+    ));
+    assert_eq!(r.num("fits", "fits"), 8, "the fake device holds 64 MiB");
+    assert_eq!(r.get("fits", "err"), "2");
+    assert_eq!(r.num("full", "ooms"), 1);
+    assert_eq!(r.num("full", "limit"), 0);
+    assert!(
+        r.stderr.contains("asked 8.00 MiB; limit none") && r.stderr.contains("device free 0 B"),
+        "{}",
+        r.stderr
+    );
+}
