@@ -100,6 +100,25 @@ driver_table! {
     primary_ctx_reset_v1 = c"cuDevicePrimaryCtxReset": fn(CUdevice);
     primary_ctx_release_v2 = c"cuDevicePrimaryCtxRelease_v2": fn(CUdevice);
     primary_ctx_release_v1 = c"cuDevicePrimaryCtxRelease": fn(CUdevice);
+    stream_create = c"cuStreamCreate": fn(*mut CUstream, c_uint);
+    stream_create_with_priority = c"cuStreamCreateWithPriority": fn(*mut CUstream, c_uint, c_int);
+    stream_destroy_v2 = c"cuStreamDestroy_v2": fn(CUstream);
+    stream_destroy_v1 = c"cuStreamDestroy": fn(CUstream);
+    stream_get_ctx = c"cuStreamGetCtx": fn(CUstream, *mut CUcontext);
+    stream_begin_capture_v1 = c"cuStreamBeginCapture": fn(CUstream);
+    stream_begin_capture_v2 = c"cuStreamBeginCapture_v2": fn(CUstream, c_int);
+    stream_begin_capture_ptsz = c"cuStreamBeginCapture_ptsz": fn(CUstream);
+    stream_begin_capture_v2_ptsz = c"cuStreamBeginCapture_v2_ptsz": fn(CUstream, c_int);
+    stream_end_capture = c"cuStreamEndCapture": fn(CUstream, *mut *mut c_void);
+    stream_is_capturing = c"cuStreamIsCapturing": fn(CUstream, *mut c_int);
+    stream_end_capture_ptsz = c"cuStreamEndCapture_ptsz": fn(CUstream, *mut *mut c_void);
+    event_create = c"cuEventCreate": fn(*mut CUevent, c_uint);
+    event_record = c"cuEventRecord": fn(CUevent, CUstream);
+    event_query = c"cuEventQuery": fn(CUevent);
+    event_synchronize = c"cuEventSynchronize": fn(CUevent);
+    event_destroy = c"cuEventDestroy_v2": fn(CUevent);
+    ctx_push_current = c"cuCtxPushCurrent_v2": fn(CUcontext);
+    ctx_pop_current = c"cuCtxPopCurrent_v2": fn(*mut CUcontext);
     get_proc_address_v1 = c"cuGetProcAddress": fn(*const c_char, *mut *mut c_void, c_int, u64);
     get_proc_address_v2 = c"cuGetProcAddress_v2": fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int);
 }
@@ -211,6 +230,19 @@ impl Driver {
         // Give back the reference just taken; the context stays active (it was before).
         call!(self, primary_ctx_release_raw(dev));
         (!ctx.is_null()).then_some(ctx)
+    }
+
+    /// Runs `f` with the context `ctx` (a handle, as an address) current on this thread,
+    /// pushing it only if another one is.
+    pub fn in_context<T>(&self, ctx: usize, f: impl FnOnce() -> T) -> T {
+        let current = self.current_context().ok().flatten().map(|c| c as usize);
+        if current == Some(ctx) || call!(self, ctx_push_current(ctx as CUcontext)) != CUDA_SUCCESS {
+            return f();
+        }
+        let r = f();
+        let mut popped: CUcontext = std::ptr::null_mut();
+        call!(self, ctx_pop_current(&mut popped));
+        r
     }
 
     /// Whether the primary context of `dev` is active.

@@ -16,7 +16,7 @@ use crate::cu::*;
 use crate::driver::{call, Driver};
 use crate::shim::{Shim, State};
 use std::cell::Cell;
-use std::ffi::{c_uint, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 thread_local! {
@@ -439,9 +439,167 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
     })
 }
 
+// ---- streams: which work a fence must cover (see `streams`) -------------------------------
+
+fn created(shim: &Shim, stream: *mut CUstream, flags: c_uint, r: CUresult) -> CUresult {
+    if r == CUDA_SUCCESS && !stream.is_null() {
+        // SAFETY: non-null, and the driver has just written the new stream there.
+        shim.stream_created(unsafe { *stream } as usize, flags);
+    }
+    r
+}
+
+/// # Safety
+/// The driver's contract for this entry point: `stream` NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) -> CUresult {
+    let real = move |d: &Driver| call!(d, stream_create(stream, flags));
+    hook(OnBadConfig::Forward, real, |shim| {
+        created(shim, stream, flags, real(shim.driver))
+    })
+}
+
+/// # Safety
+/// The driver's contract for this entry point: `stream` NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    stream: *mut CUstream,
+    flags: c_uint,
+    priority: c_int,
+) -> CUresult {
+    let real = move |d: &Driver| call!(d, stream_create_with_priority(stream, flags, priority));
+    hook(OnBadConfig::Forward, real, |shim| {
+        created(shim, stream, flags, real(shim.driver))
+    })
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
+    let real = move |d: &Driver| call!(d, stream_destroy_v2(stream));
+    hook(OnBadConfig::Forward, real, |shim| {
+        shim.stream_destroying(stream as usize);
+        real(shim.driver)
+    })
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamDestroy(stream: CUstream) -> CUresult {
+    let real = move |d: &Driver| call!(d, stream_destroy_v1(stream));
+    hook(OnBadConfig::Forward, real, |shim| {
+        shim.stream_destroying(stream as usize);
+        real(shim.driver)
+    })
+}
+
+fn begun(r: CUresult) -> CUresult {
+    if r == CUDA_SUCCESS {
+        crate::streams::capture_begun();
+    }
+    r
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCapture(stream: CUstream) -> CUresult {
+    let real = move |d: &Driver| call!(d, stream_begin_capture_v1(stream));
+    hook(OnBadConfig::Forward, real, |shim| begun(real(shim.driver)))
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_int) -> CUresult {
+    let real = move |d: &Driver| call!(d, stream_begin_capture_v2(stream, mode));
+    hook(OnBadConfig::Forward, real, |shim| begun(real(shim.driver)))
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCapture_ptsz(stream: CUstream) -> CUresult {
+    let real = move |d: &Driver| call!(d, stream_begin_capture_ptsz(stream));
+    hook(OnBadConfig::Forward, real, |shim| begun(real(shim.driver)))
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCapture_v2_ptsz(stream: CUstream, mode: c_int) -> CUresult {
+    let real = move |d: &Driver| call!(d, stream_begin_capture_v2_ptsz(stream, mode));
+    hook(OnBadConfig::Forward, real, |shim| begun(real(shim.driver)))
+}
+
+/// Ends a capture: counted as ended when the stream was capturing before the call.
+fn end_capture(shim: &Shim, stream: CUstream, real: impl FnOnce(&Driver) -> CUresult) -> CUresult {
+    let mut status: c_int = 0;
+    let was =
+        call!(shim.driver, stream_is_capturing(stream, &mut status)) == CUDA_SUCCESS && status != 0;
+    let r = real(shim.driver);
+    if was {
+        crate::streams::capture_ended();
+    }
+    r
+}
+
+/// # Safety
+/// The driver's contract for this entry point: `graph` NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamEndCapture(stream: CUstream, graph: *mut *mut c_void) -> CUresult {
+    let real = move |d: &Driver| call!(d, stream_end_capture(stream, graph));
+    hook(OnBadConfig::Forward, real, |shim| {
+        end_capture(shim, stream, real)
+    })
+}
+
+/// # Safety
+/// The driver's contract for this entry point: `graph` NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamEndCapture_ptsz(
+    stream: CUstream,
+    graph: *mut *mut c_void,
+) -> CUresult {
+    let real = move |d: &Driver| call!(d, stream_end_capture_ptsz(stream, graph));
+    hook(OnBadConfig::Forward, real, |shim| {
+        end_capture(shim, stream, real)
+    })
+}
+
 /// Every hook and the driver name it replaces; `interpose` substitutes by this table.
-pub fn table() -> [(&'static std::ffi::CStr, *const c_void); 18] {
+pub fn table() -> [(&'static std::ffi::CStr, *const c_void); 28] {
     [
+        (c"cuStreamCreate", cuStreamCreate as *const c_void),
+        (
+            c"cuStreamCreateWithPriority",
+            cuStreamCreateWithPriority as *const c_void,
+        ),
+        (c"cuStreamDestroy_v2", cuStreamDestroy_v2 as *const c_void),
+        (c"cuStreamDestroy", cuStreamDestroy as *const c_void),
+        (
+            c"cuStreamBeginCapture",
+            cuStreamBeginCapture as *const c_void,
+        ),
+        (
+            c"cuStreamBeginCapture_v2",
+            cuStreamBeginCapture_v2 as *const c_void,
+        ),
+        (
+            c"cuStreamBeginCapture_ptsz",
+            cuStreamBeginCapture_ptsz as *const c_void,
+        ),
+        (
+            c"cuStreamBeginCapture_v2_ptsz",
+            cuStreamBeginCapture_v2_ptsz as *const c_void,
+        ),
+        (c"cuStreamEndCapture", cuStreamEndCapture as *const c_void),
+        (
+            c"cuStreamEndCapture_ptsz",
+            cuStreamEndCapture_ptsz as *const c_void,
+        ),
         (c"cuMemAlloc_v2", cuMemAlloc_v2 as *const c_void),
         (c"cuMemAlloc", cuMemAlloc as *const c_void),
         (c"cuMemAllocPitch_v2", cuMemAllocPitch_v2 as *const c_void),

@@ -5,6 +5,7 @@
 //! - [`interpose`]: how calls arrive (overridden `dlsym`, `cuGetProcAddress` wrappers);
 //! - [`hooks`]: the exported `cu*` C ABI, panic boundary, re-entry guard;
 //! - [`shim`]: process state: contexts, their pools, the live table, OOM handling;
+//! - [`streams`]: each context's streams and the events that fence reuse (driver side);
 //! - [`pool`]: pool kinds, pure Rust, generic over an upstream;
 //! - [`budget`]: per-device limits and counters;
 //! - [`driver`]: the real `libcuda.so.1`.
@@ -23,6 +24,7 @@ pub mod log;
 pub mod pool;
 pub mod report;
 pub mod shim;
+pub mod streams;
 
 /// Reads the environment when the library loads (SPEC.md: later changes have no effect).
 /// Prints nothing and touches no driver: a process that never calls CUDA is not disturbed.

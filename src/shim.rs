@@ -16,6 +16,7 @@ use crate::cu::*;
 use crate::driver::Driver;
 use crate::pool::{new_pool, Pool, Upstream};
 use crate::report::fmt_bytes;
+use crate::streams::ContextClock;
 use crate::{log, log_at};
 use dashmap::DashMap;
 use std::collections::HashMap;
@@ -44,9 +45,11 @@ pub struct Live {
     pub origin: Origin,
 }
 
-/// The pool of one context. Its blocks and segments die with the context.
+/// The pool of one context, and the clock that makes its reuse safe. Its blocks, segments
+/// and events die with the context.
 pub struct ContextPool {
     pub device: CUdevice,
+    pub clock: Arc<ContextClock>,
     pub pool: Box<dyn Pool>,
 }
 
@@ -132,13 +135,6 @@ impl Shim {
             Shim::new(config.clone(), driver)
         });
         if fresh {
-            if !crate::pool::is_implemented(config.pool) {
-                log_at!(
-                    Warn,
-                    "pool kind {:?} is not built yet in this version; serving with 'none' (limits and stats apply)",
-                    config.pool.name()
-                );
-            }
             log_at!(Info, "active: pool {}", config.pool.name());
             // SAFETY: registers a plain extern "C" function with no arguments.
             unsafe { libc::atexit(at_exit) };
@@ -242,9 +238,11 @@ impl Shim {
         let mut w = self.contexts.write().unwrap_or_else(|e| e.into_inner());
         w.entry(ctx)
             .or_insert_with(|| {
+                let clock = Arc::new(ContextClock::new(self.driver, ctx, self.config.reuse));
                 Arc::new(ContextPool {
                     device,
-                    pool: new_pool(self.config.pool),
+                    pool: new_pool(self.config.pool, clock.clone()),
+                    clock,
                 })
             })
             .clone()
@@ -266,8 +264,10 @@ impl Shim {
         let grant = match cp.pool.alloc(size, &up) {
             Ok(g) => g,
             Err(CUDA_ERROR_OUT_OF_MEMORY) => {
-                // Never report OOM while cached memory could have served the request.
-                if cp.pool.reclaim(&up) > 0 {
+                // Never report OOM while cached memory could have served the request: wait
+                // for the pending fences, give whole free segments back, try once more.
+                if cp.pool.cached_bytes() > 0 {
+                    cp.pool.reclaim(&up);
                     budget.on_reclaim_retry();
                     cp.pool
                         .alloc(size, &up)
@@ -342,6 +342,11 @@ impl Shim {
     /// `driver_free`, so that the program gets the driver's own answer.
     pub fn mem_free(&self, ptr: DevPtr, driver_free: impl FnOnce(DevPtr) -> CUresult) -> CUresult {
         let Some((_, live)) = self.live.remove(&ptr) else {
+            // Not a live allocation. Inside a pool's segment (a second free, an interior
+            // pointer) it must not reach the driver, which would free memory the pool owns.
+            if self.pool_owns(ptr) {
+                return CUDA_ERROR_INVALID_VALUE;
+            }
             return driver_free(ptr);
         };
         let budget = self.budget(live.device);
@@ -381,6 +386,39 @@ impl Shim {
             self.live.insert(ptr, live);
         }
         result
+    }
+
+    fn pool_owns(&self, ptr: DevPtr) -> bool {
+        let contexts = self.contexts.read().unwrap_or_else(|e| e.into_inner());
+        contexts.values().any(|c| c.pool.owns(ptr))
+    }
+
+    /// The program created `stream` (a handle, as an address) with `flags` in the current
+    /// context.
+    pub fn stream_created(&self, stream: usize, flags: u32) {
+        if let Ok((ctx, dev)) = self.current() {
+            self.context_pool(ctx, dev)
+                .clock
+                .stream_created(stream, flags);
+        }
+    }
+
+    /// The program is about to destroy `stream` (a handle, as an address).
+    pub fn stream_destroying(&self, stream: usize) {
+        let mut ctx: CUcontext = std::ptr::null_mut();
+        let handle = stream as CUstream;
+        if crate::driver::call!(self.driver, stream_get_ctx(handle, &mut ctx)) != CUDA_SUCCESS {
+            return;
+        }
+        let cp = self
+            .contexts
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(ctx as usize))
+            .cloned();
+        if let Some(cp) = cp {
+            cp.clock.stream_destroying(stream);
+        }
     }
 
     /// `cuMemGetInfo`: the driver's figures seen through the limit (SPEC.md).
@@ -511,6 +549,18 @@ impl Upstream for DriverUpstream<'_> {
                 Err(e)
             }
         }
+    }
+
+    fn headroom(&self) -> u64 {
+        match self.budget.hard_limit() {
+            0 => u64::MAX,
+            limit => limit.saturating_sub(self.budget.reserved()),
+        }
+    }
+
+    fn over_soft_limit(&self) -> bool {
+        let soft = self.budget.soft_limit();
+        soft != 0 && self.budget.reserved() > soft
     }
 
     fn free(&self, ptr: DevPtr, bytes: u64) -> Result<(), CUresult> {

@@ -11,6 +11,9 @@ const MIB: u64 = 1 << 20;
 /// The fake driver's memory per device (its default).
 const FAKE_TOTAL: u64 = 1 << 30;
 const DL_MODES: [&str; 3] = ["dlsym", "gpa", "gpa-ptsz"];
+/// Every pool kind; the ones that cache.
+const POOLS: [&str; 4] = ["none", "split", "binned", "simple"];
+const CACHING: [&str; 3] = ["split", "binned", "simple"];
 
 struct Fixture {
     dir: PathBuf,
@@ -252,13 +255,13 @@ fn per_thread_stream_flags_reach_the_driver_unchanged() {
 
 #[test]
 fn a_64_mib_limit_fits_exactly_eight_8_mib_allocations() {
-    for mode in all_modes() {
+    for (mode, pool) in all_modes().flat_map(|m| POOLS.map(|p| (m, p))) {
         let r = ok(client(
             mode,
             &["limit", "8388608"],
-            &[("CUDAPOOL_MEMORY_LIMIT", "64MiB")],
+            &[("CUDAPOOL_MEMORY_LIMIT", "64MiB"), ("CUDAPOOL_POOL", pool)],
         ));
-        assert_eq!(r.get("fits", "fits"), "8", "{mode}: {}", r.stdout);
+        assert_eq!(r.get("fits", "fits"), "8", "{mode}/{pool}: {}", r.stdout);
         assert_eq!(
             r.get("fits", "err"),
             "2",
@@ -347,17 +350,17 @@ fn bad_input_gets_the_drivers_own_answer_and_leaves_the_pool_intact() {
         "pitch_null",
         "pitch_elem",
     ];
-    for mode in all_modes() {
+    for (mode, pool) in all_modes().flat_map(|m| POOLS.map(|p| (m, p))) {
         let r = ok(client(
             mode,
             &["bad"],
-            &[("CUDAPOOL_MEMORY_LIMIT", "512MiB")],
+            &[("CUDAPOOL_MEMORY_LIMIT", "512MiB"), ("CUDAPOOL_POOL", pool)],
         ));
         for k in keys {
             assert_eq!(
                 r.get(k, k),
                 plain.get(k, k),
-                "{mode}: {k} differs from the driver's"
+                "{mode}/{pool}: {k} differs from the driver's"
             );
         }
         assert_eq!(r.get("null_out", "null_out"), "1");
@@ -369,23 +372,52 @@ fn bad_input_gets_the_drivers_own_answer_and_leaves_the_pool_intact() {
             "1",
             "{mode}: limited"
         );
+        // A pool block never reaches the driver's free while the pool owns it: with a caching
+        // pool only the bogus pointer does; the interior and the second free are answered by
+        // the shim.
+        let driver_frees = r.num("driver_free_calls", "driver_free_calls");
+        assert_eq!(
+            driver_frees,
+            if pool == "none" { 4 } else { 1 },
+            "{mode}/{pool}"
+        );
         let after = r.line("after");
         assert_eq!(
             (after["live"].as_str(), after["allocated"].as_str()),
             ("0", "0"),
-            "{mode}"
+            "{mode}/{pool}"
         );
-        assert_eq!(after["reserved"], "0", "{mode}");
+        if pool == "none" {
+            assert_eq!(after["reserved"], "0", "{mode}");
+        } else {
+            assert_eq!(
+                after["reserved"], after["cached"],
+                "{mode}/{pool}: all cached"
+            );
+        }
     }
 }
 
 #[test]
 fn many_threads_never_overlap_nor_pass_the_limit() {
     // 16 threads, random sizes up to 1 MiB, each block stamped and checked before its free.
+    for pool in POOLS {
+        threads_under_limit(pool);
+    }
+    let r = ok(client(
+        "link",
+        &["threads", "16", "2000", "65536"],
+        &[("CUDAPOOL_POOL", "split")],
+    ));
+    assert_eq!(r.get("threads", "errors"), "0");
+    assert_eq!(r.get("threads", "ooms"), "0");
+}
+
+fn threads_under_limit(pool: &str) {
     let r = ok(client(
         "gpa",
         &["threads", "16", "3000", "1048576"],
-        &[("CUDAPOOL_MEMORY_LIMIT", "8MiB")],
+        &[("CUDAPOOL_MEMORY_LIMIT", "8MiB"), ("CUDAPOOL_POOL", pool)],
     ));
     let t = r.line("threads");
     assert_eq!(t["errors"], "0", "{}", r.stdout);
@@ -401,27 +433,24 @@ fn many_threads_never_overlap_nor_pass_the_limit() {
     );
     let end = r.line("end");
     assert_eq!(
-        (
-            end["live"].as_str(),
-            end["allocated"].as_str(),
-            end["reserved"].as_str()
-        ),
-        ("0", "0", "0")
+        (end["live"].as_str(), end["allocated"].as_str()),
+        ("0", "0"),
+        "{pool}"
+    );
+    assert_eq!(
+        end["reserved"], end["cached"],
+        "{pool}: what is left is cache"
     );
     assert!(end["peak"].parse::<u64>().unwrap() <= 8 * MIB);
-
-    let r = ok(client("link", &["threads", "16", "2000", "65536"], &[]));
-    assert_eq!(r.get("threads", "errors"), "0");
-    assert_eq!(r.get("threads", "ooms"), "0");
 }
 
 #[test]
 fn blocks_die_with_their_context() {
-    for mode in all_modes() {
+    for (mode, pool) in all_modes().flat_map(|m| POOLS.map(|p| (m, p))) {
         let r = ok(client(
             mode,
             &["ctx"],
-            &[("CUDAPOOL_MEMORY_LIMIT", "16MiB")],
+            &[("CUDAPOOL_MEMORY_LIMIT", "16MiB"), ("CUDAPOOL_POOL", pool)],
         ));
         assert_eq!(r.num("primary_held", "live"), 2, "{mode}");
         for tag in ["primary_reset", "primary_released", "created_destroyed"] {
@@ -437,7 +466,7 @@ fn blocks_die_with_their_context() {
             "{mode}: still referenced"
         );
         assert_eq!(r.num("created_held", "live"), 1, "{mode}");
-        assert_eq!(r.num("fresh", "allocated"), 0, "{mode}");
+        assert_eq!(r.num("fresh", "allocated"), 0, "{mode}/{pool}");
         assert_eq!(r.num("fresh", "free_calls"), 1, "{mode}");
     }
 }
@@ -753,4 +782,117 @@ fn the_devices_own_out_of_memory_is_counted_and_logged_too() {
         "{}",
         r.stderr
     );
+}
+
+#[test]
+fn a_freed_block_is_never_reused_while_device_work_may_still_touch_it() {
+    for (mode, pool) in ["gpa", "link", "dlsym", "gpa-ptsz"]
+        .into_iter()
+        .flat_map(|m| CACHING.map(|p| (m, p)))
+    {
+        let r = ok(client(mode, &["reuse"], &[("CUDAPOOL_POOL", pool)]));
+        let one = |k: &str| assert_eq!(r.get(k, k), "1", "{mode}/{pool}: {k}\n{}", r.stdout);
+        one("same_thread_immediate");
+        one("other_thread_waits");
+        one("reused_after_fence");
+        one("destroyed_stream_fenced");
+        one("reused_after_destroyed_stream");
+        assert_eq!(
+            r.get("fenced_while_busy", "fenced_while_busy"),
+            "0",
+            "{mode}/{pool}"
+        );
+        let c = r.line("records_during_capture");
+        assert_eq!(
+            c["records_during_capture"], "0",
+            "{mode}/{pool}: no fence in a capture"
+        );
+        assert_eq!(c["capture_violations"], "0");
+        let end = r.line("reuse_end");
+        assert_eq!(
+            (end["live"].as_str(), end["allocated"].as_str()),
+            ("0", "0")
+        );
+        assert!(
+            end["hits"].parse::<u64>().unwrap() >= 3,
+            "{mode}/{pool}: the cache served"
+        );
+    }
+}
+
+#[test]
+fn immediate_reuse_skips_the_fences_when_asked() {
+    for pool in CACHING {
+        let r = ok(client(
+            "gpa",
+            &["reuse"],
+            &[("CUDAPOOL_POOL", pool), ("CUDAPOOL_REUSE", "immediate")],
+        ));
+        assert_eq!(
+            r.get("fenced_while_busy", "fenced_while_busy"),
+            "1",
+            "{pool}"
+        );
+        assert_eq!(
+            r.get("other_thread_waits", "other_thread_waits"),
+            "0",
+            "{pool}"
+        );
+    }
+}
+
+#[test]
+fn out_of_memory_only_after_waiting_for_fences_and_releasing_the_cache() {
+    for (mode, pool) in ["gpa", "link"]
+        .into_iter()
+        .flat_map(|m| CACHING.map(|p| (m, p)))
+    {
+        let r = ok(client(
+            mode,
+            &["pressure"],
+            &[("CUDAPOOL_POOL", pool), ("CUDAPOOL_MEMORY_LIMIT", "40MiB")],
+        ));
+        assert_eq!(
+            r.get("pressure", "pressure"),
+            "0",
+            "{mode}/{pool}: served, not OOM"
+        );
+        assert_eq!(
+            r.get("pressure", "waited"),
+            "1",
+            "{mode}/{pool}: waited for the fence"
+        );
+        let end = r.line("pressure_end");
+        assert_eq!(end["ooms"], "0");
+        assert_eq!(end["retries"], "1");
+        assert_eq!(end["driver_frees"], "1", "the cached segment went back");
+    }
+}
+
+#[test]
+fn cached_memory_counts_as_free_and_is_reused() {
+    for pool in CACHING {
+        let r = ok(client(
+            "dlsym",
+            &["limit", "8388608"],
+            &[("CUDAPOOL_MEMORY_LIMIT", "64MiB"), ("CUDAPOOL_POOL", pool)],
+        ));
+        assert_eq!(r.num("fits", "fits"), 8, "{pool}");
+        assert_eq!(
+            r.get("again", "again"),
+            "0",
+            "{pool}: served from the cache"
+        );
+    }
+    // cuMemGetInfo with blocks cached: free includes them.
+    let r = ok(client(
+        "dlsym",
+        &["getinfo"],
+        &[
+            ("CUDAPOOL_MEMORY_LIMIT", "64MiB"),
+            ("CUDAPOOL_POOL", "split"),
+        ],
+    ));
+    assert_eq!(r.num("free", "free"), 64 * MIB);
+    assert_eq!(r.num("after_free", "after_free"), 54 * MIB);
 }

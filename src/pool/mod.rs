@@ -9,9 +9,12 @@
 //!
 //! One pool instance serves one CUDA context: every segment it holds dies with that context.
 
+pub mod core;
 mod none;
+pub mod reuse;
 
 pub use none::NonePool;
+pub use reuse::{CachingPool, Clock, FenceId, ImmediateClock, ReuseRule};
 
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr};
@@ -23,6 +26,15 @@ pub trait Upstream {
     fn alloc(&self, bytes: u64) -> Result<DevPtr, CUresult>;
     /// Gives back a segment obtained from [`alloc`](Self::alloc) with the same `bytes`; each once.
     fn free(&self, ptr: DevPtr, bytes: u64) -> Result<(), CUresult>;
+    /// How much more [`alloc`](Self::alloc) could grant before the limit refuses (a hint: the
+    /// device itself may have less).
+    fn headroom(&self) -> u64 {
+        u64::MAX
+    }
+    /// Whether the memory held is above the soft limit: freed blocks should go back now.
+    fn over_soft_limit(&self) -> bool {
+        false
+    }
 }
 
 /// What [`Pool::alloc`] hands out.
@@ -45,23 +57,20 @@ pub trait Pool: Send + Sync {
     fn reclaim(&self, up: &dyn Upstream) -> u64;
     /// Bytes held for reuse.
     fn cached_bytes(&self) -> u64;
+    /// Whether `ptr` lies inside memory this pool holds from the upstream (in use or cached).
+    /// Such a pointer must never reach the driver's free.
+    fn owns(&self, ptr: DevPtr) -> bool;
     /// The context died, and its memory with it: forget every segment without calling the
     /// upstream. Returns (segments, bytes) that were held.
     fn forget_all(&self) -> (u64, u64);
 }
 
-/// The pool of `kind`. Kinds not built yet fall back to `none`; the caller says so once.
-pub fn new_pool(kind: PoolKind) -> Box<dyn Pool> {
-    match kind {
-        PoolKind::None | PoolKind::Split | PoolKind::Binned | PoolKind::Simple => {
-            Box::new(NonePool::default())
-        }
+/// The pool of `kind`, its reuse made safe by `clock`.
+pub fn new_pool(kind: PoolKind, clock: std::sync::Arc<dyn Clock>) -> Box<dyn Pool> {
+    match core::new_core(kind) {
+        Some(core) => Box::new(CachingPool::new(core, clock)),
+        None => Box::new(NonePool::default()),
     }
-}
-
-/// Whether `kind` has its own implementation in this build.
-pub fn is_implemented(kind: PoolKind) -> bool {
-    kind == PoolKind::None
 }
 
 #[cfg(test)]
@@ -76,38 +85,105 @@ pub(crate) mod testing {
     /// refuses beyond `capacity`.
     pub struct FakeUpstream {
         pub capacity: u64,
-        state: Mutex<(u64, BTreeMap<DevPtr, u64>)>,
+        /// Whether `capacity` is a limit the pool is told about (headroom), or only the device.
+        limited: bool,
+        /// (next address, segments out, bytes out)
+        state: Mutex<(u64, BTreeMap<DevPtr, u64>, u64)>,
     }
 
     impl FakeUpstream {
+        /// A device of `capacity` bytes under a limit of the same size.
         pub fn new(capacity: u64) -> Self {
             FakeUpstream {
                 capacity,
-                state: Mutex::new((1 << 20, BTreeMap::new())),
+                limited: true,
+                state: Mutex::new((1 << 20, BTreeMap::new(), 0)),
+            }
+        }
+        /// A device of `capacity` bytes with no limit.
+        pub fn unlimited(capacity: u64) -> Self {
+            FakeUpstream {
+                limited: false,
+                ..FakeUpstream::new(capacity)
             }
         }
         pub fn outstanding(&self) -> (usize, u64) {
             let s = self.state.lock().unwrap();
-            (s.1.len(), s.1.values().sum())
+            (s.1.len(), s.2)
         }
+    }
+
+    /// A clock whose fences complete when the test says so.
+    pub struct FakeClock {
+        pub rule: std::sync::Mutex<ReuseRule>,
+        next: std::sync::atomic::AtomicU64,
+        /// Fences up to this id are done.
+        done_upto: std::sync::atomic::AtomicU64,
+        pub issued: std::sync::atomic::AtomicU64,
+        pub waited: std::sync::atomic::AtomicU64,
+    }
+
+    impl FakeClock {
+        pub fn new(rule: ReuseRule) -> std::sync::Arc<Self> {
+            std::sync::Arc::new(FakeClock {
+                rule: std::sync::Mutex::new(rule),
+                next: 1.into(),
+                done_upto: 0.into(),
+                issued: 0.into(),
+                waited: 0.into(),
+            })
+        }
+        /// Every fence issued so far completes.
+        pub fn complete_all(&self) {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.done_upto.store(self.next.load(SeqCst) - 1, SeqCst);
+        }
+    }
+
+    impl Clock for FakeClock {
+        fn rule(&self) -> ReuseRule {
+            *self.rule.lock().unwrap()
+        }
+        fn issue(&self) -> Option<FenceId> {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.issued.fetch_add(1, SeqCst);
+            Some(self.next.fetch_add(1, SeqCst))
+        }
+        fn is_done(&self, f: FenceId) -> bool {
+            f <= self.done_upto.load(std::sync::atomic::Ordering::SeqCst)
+        }
+        fn wait(&self, f: FenceId) {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.waited.fetch_add(1, SeqCst);
+            self.done_upto.fetch_max(f, SeqCst);
+        }
+        fn retire(&self, _f: FenceId) {}
     }
 
     impl Upstream for FakeUpstream {
         fn alloc(&self, bytes: u64) -> Result<DevPtr, CUresult> {
             let mut s = self.state.lock().unwrap();
-            let used: u64 = s.1.values().sum();
-            if used + bytes > self.capacity {
+            if s.2 + bytes > self.capacity {
                 return Err(CUDA_ERROR_OUT_OF_MEMORY);
             }
             let p = s.0;
             s.0 += bytes.div_ceil(256) * 256 + 256;
             s.1.insert(p, bytes);
+            s.2 += bytes;
             Ok(p)
         }
         fn free(&self, ptr: DevPtr, bytes: u64) -> Result<(), CUresult> {
             let mut s = self.state.lock().unwrap();
             assert_eq!(s.1.remove(&ptr), Some(bytes), "upstream free of {ptr:#x}");
+            s.2 -= bytes;
             Ok(())
+        }
+        fn headroom(&self) -> u64 {
+            if self.limited {
+                self.capacity - self.outstanding().1
+            } else {
+                u64::MAX
+            }
         }
     }
 
@@ -147,5 +223,291 @@ pub(crate) mod testing {
         assert!(segments >= 1 && bytes >= 8 << 20);
         assert_eq!(pool.cached_bytes(), 0);
         let _ = g;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{contract, FakeClock, FakeUpstream};
+    use super::*;
+    use crate::cu::CUDA_ERROR_OUT_OF_MEMORY;
+    use std::sync::Arc;
+
+    const MIB: u64 = 1 << 20;
+    const KINDS: [PoolKind; 4] = [
+        PoolKind::Split,
+        PoolKind::Binned,
+        PoolKind::Simple,
+        PoolKind::None,
+    ];
+
+    fn pool(kind: PoolKind, rule: ReuseRule) -> (Box<dyn Pool>, Arc<FakeClock>) {
+        let clock = FakeClock::new(rule);
+        (new_pool(kind, clock.clone()), clock)
+    }
+
+    #[test]
+    fn every_kind_meets_the_contract() {
+        contract(|| pool(PoolKind::Split, ReuseRule::Immediate).0);
+        contract(|| pool(PoolKind::Binned, ReuseRule::Immediate).0);
+        contract(|| pool(PoolKind::Simple, ReuseRule::Immediate).0);
+        contract(|| pool(PoolKind::Split, ReuseRule::Fenced).0);
+        contract(|| pool(PoolKind::Binned, ReuseRule::SameThread).0);
+    }
+
+    /// SPEC.md: rounding and segment sizes never cost the program memory it asked for.
+    #[test]
+    fn near_the_limit_every_kind_fits_what_was_asked() {
+        for kind in KINDS {
+            for (size, fits) in [
+                (8 * MIB, 8),
+                (5 * MIB, 12),
+                (9 * MIB, 7),
+                (7 * MIB, 9),
+                (MIB, 64),
+            ] {
+                let up = FakeUpstream::new(64 * MIB);
+                let (p, _) = pool(kind, ReuseRule::Immediate);
+                let mut n = 0;
+                while p.alloc(size, &up).is_ok() {
+                    n += 1;
+                }
+                assert_eq!(n, fits, "{kind:?}: {size} bytes under 64 MiB");
+            }
+            // Sizes off the 512-byte grid: alignment costs the rounding, and no more than 1%.
+            for size in [3000u64, 100_000, 1_500_000] {
+                let up = FakeUpstream::new(64 * MIB);
+                let (p, _) = pool(kind, ReuseRule::Immediate);
+                let mut n = 0u64;
+                while p.alloc(size, &up).is_ok() {
+                    n += 1;
+                }
+                let best = 64 * MIB / size.div_ceil(512) / 512;
+                assert!(
+                    n * 100 >= best * 99,
+                    "{kind:?}: {n} of {size} bytes, best {best}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn split_serves_small_requests_from_one_segment_and_coalesces() {
+        let up = FakeUpstream::new(1 << 30);
+        let (p, _) = pool(PoolKind::Split, ReuseRule::Immediate);
+        let a: Vec<_> = (0..8).map(|_| p.alloc(1000, &up).unwrap()).collect();
+        assert_eq!(
+            up.outstanding(),
+            (1, 2 * MIB),
+            "one 2 MiB segment for small requests"
+        );
+        assert!(a.iter().skip(1).all(|g| g.from_cache));
+        // Free in an order that needs merging on both sides.
+        for i in [1, 3, 0, 2, 5, 7, 6, 4] {
+            p.free(a[i].ptr, 1000, &up).unwrap();
+        }
+        assert_eq!(
+            p.cached_bytes(),
+            2 * MIB,
+            "coalesced back into one free segment"
+        );
+        assert_eq!(p.reclaim(&up), 2 * MIB);
+        assert_eq!(up.outstanding(), (0, 0));
+        // Small and large requests never share a segment.
+        let s = p.alloc(4096, &up).unwrap();
+        let l = p.alloc(3 * MIB, &up).unwrap();
+        assert_eq!(up.outstanding().0, 2);
+        p.free(s.ptr, 4096, &up).unwrap();
+        p.free(l.ptr, 3 * MIB, &up).unwrap();
+    }
+
+    #[test]
+    fn split_never_splits_oversize_blocks() {
+        let up = FakeUpstream::new(4 << 30);
+        let (p, _) = pool(PoolKind::Split, ReuseRule::Immediate);
+        let big = p.alloc(400 * MIB, &up).unwrap();
+        p.free(big.ptr, 400 * MIB, &up).unwrap();
+        // A 20 MiB request must not carve up the cached 400 MiB block.
+        let small = p.alloc(20 * MIB, &up).unwrap();
+        assert!(!small.from_cache);
+        // A request within 20 MiB of it may take it whole.
+        let near = p.alloc(390 * MIB, &up).unwrap();
+        assert!(near.from_cache && near.ptr == big.ptr);
+    }
+
+    #[test]
+    fn binned_rounds_to_powers_of_two() {
+        let up = FakeUpstream::unlimited(1 << 30);
+        let (p, _) = pool(PoolKind::Binned, ReuseRule::Immediate);
+        let a = p.alloc(3000, &up).unwrap();
+        assert_eq!(up.outstanding(), (1, 4096));
+        p.free(a.ptr, 3000, &up).unwrap();
+        let b = p.alloc(4000, &up).unwrap();
+        assert!(b.from_cache && b.ptr == a.ptr, "same class serves");
+        p.alloc(100, &up).unwrap();
+        assert_eq!(up.outstanding(), (2, 4096 + 512), "floor of 512 bytes");
+        // Under a limit: exact segments, still matched by class.
+        let up = FakeUpstream::new(1 << 30);
+        let (p, _) = pool(PoolKind::Binned, ReuseRule::Immediate);
+        let a = p.alloc(3000, &up).unwrap();
+        assert_eq!(up.outstanding(), (1, 3000));
+        p.free(a.ptr, 3000, &up).unwrap();
+        assert!(
+            !p.alloc(3001, &up).unwrap().from_cache,
+            "too small for 3001"
+        );
+        assert!(
+            p.alloc(2500, &up).unwrap().from_cache,
+            "same class, large enough"
+        );
+    }
+
+    #[test]
+    fn simple_serves_only_the_exact_size() {
+        let up = FakeUpstream::new(1 << 30);
+        let (p, _) = pool(PoolKind::Simple, ReuseRule::Immediate);
+        let a = p.alloc(3000, &up).unwrap();
+        p.free(a.ptr, 3000, &up).unwrap();
+        assert!(!p.alloc(3001, &up).unwrap().from_cache);
+        assert!(p.alloc(3000, &up).unwrap().from_cache);
+    }
+
+    /// Fills a whole segment in every kind, so no spare piece serves the next request.
+    const WHOLE: u64 = 20 * MIB;
+
+    #[test]
+    fn fenced_blocks_wait_for_their_fence() {
+        for kind in [PoolKind::Split, PoolKind::Binned, PoolKind::Simple] {
+            let up = FakeUpstream::new(1 << 30);
+            let (p, clock) = pool(kind, ReuseRule::Fenced);
+            let a = p.alloc(WHOLE, &up).unwrap();
+            p.free(a.ptr, WHOLE, &up).unwrap();
+            let b = p.alloc(WHOLE, &up).unwrap();
+            assert_ne!(b.ptr, a.ptr, "{kind:?}: reused before its fence");
+            assert_eq!(clock.issued.load(std::sync::atomic::Ordering::SeqCst), 1);
+            clock.complete_all();
+            let c = p.alloc(WHOLE, &up).unwrap();
+            assert_eq!(c.ptr, a.ptr, "{kind:?}: reused once its fence is done");
+            assert!(c.from_cache);
+        }
+    }
+
+    #[test]
+    fn same_thread_reuse_is_immediate_other_threads_wait() {
+        let up = Arc::new(FakeUpstream::new(1 << 30));
+        let (p, clock) = pool(PoolKind::Split, ReuseRule::SameThread);
+        let p: Arc<dyn Pool> = Arc::from(p);
+        let a = p.alloc(WHOLE, &*up).unwrap();
+        p.free(a.ptr, WHOLE, &*up).unwrap();
+        let b = p.alloc(WHOLE, &*up).unwrap();
+        assert_eq!(b.ptr, a.ptr, "the freeing thread takes it back at once");
+        p.free(b.ptr, WHOLE, &*up).unwrap();
+        let on_other_thread = || {
+            let (p, up) = (p.clone(), up.clone());
+            std::thread::spawn(move || p.alloc(WHOLE, &*up).unwrap())
+                .join()
+                .unwrap()
+        };
+        assert_ne!(
+            on_other_thread().ptr,
+            a.ptr,
+            "another thread waits for a fence"
+        );
+        clock.complete_all();
+        assert_eq!(on_other_thread().ptr, a.ptr, "after the fence anyone may");
+    }
+
+    #[test]
+    fn reclaim_waits_for_fences_then_gives_everything_back() {
+        let up = FakeUpstream::new(1 << 30);
+        let (p, clock) = pool(PoolKind::Split, ReuseRule::Fenced);
+        let a = p.alloc(3 * MIB, &up).unwrap();
+        let b = p.alloc(100, &up).unwrap();
+        p.free(a.ptr, 3 * MIB, &up).unwrap();
+        p.free(b.ptr, 100, &up).unwrap();
+        assert!(p.cached_bytes() > 0, "held back blocks count as cached");
+        let held = up.outstanding().1;
+        assert_eq!(p.reclaim(&up), held);
+        assert!(clock.waited.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+        assert_eq!(up.outstanding(), (0, 0));
+        assert_eq!(p.cached_bytes(), 0);
+    }
+
+    #[test]
+    fn a_pool_owns_its_segments_even_when_cached() {
+        for kind in [PoolKind::Split, PoolKind::Binned, PoolKind::Simple] {
+            let up = FakeUpstream::new(1 << 30);
+            let (p, _) = pool(kind, ReuseRule::Immediate);
+            let a = p.alloc(4096, &up).unwrap();
+            assert!(p.owns(a.ptr) && p.owns(a.ptr + 100));
+            p.free(a.ptr, 4096, &up).unwrap();
+            assert!(p.owns(a.ptr), "{kind:?}: cached is still owned");
+            assert!(!p.owns(a.ptr - 1) && !p.owns(1));
+            p.reclaim(&up);
+            assert!(!p.owns(a.ptr), "{kind:?}: given back");
+        }
+    }
+
+    /// Random sizes and lifetimes: live blocks never overlap, the upstream sees exactly what
+    /// the pool holds, and everything comes back.
+    #[test]
+    fn random_workloads_never_overlap_and_balance() {
+        for kind in KINDS {
+            for rule in [
+                ReuseRule::Immediate,
+                ReuseRule::SameThread,
+                ReuseRule::Fenced,
+            ] {
+                let up = FakeUpstream::new(512 * MIB);
+                let (p, clock) = pool(kind, rule);
+                let mut live: std::collections::BTreeMap<DevPtr, u64> = Default::default();
+                let mut x = 0x2545F4914F6CDD1Du64 ^ kind as u64;
+                for step in 0..4000 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    if step % 97 == 0 {
+                        clock.complete_all();
+                    }
+                    if x.is_multiple_of(3) && !live.is_empty() {
+                        let (&ptr, &size) =
+                            live.iter().nth((x >> 8) as usize % live.len()).unwrap();
+                        live.remove(&ptr);
+                        p.free(ptr, size, &up).unwrap();
+                        continue;
+                    }
+                    let size = match x % 5 {
+                        0 => 1 + (x >> 20) % 4096,
+                        1 => 1 + (x >> 20) % MIB,
+                        2 => MIB + (x >> 20) % (9 * MIB),
+                        _ => 1 + (x >> 20) % (64 * 1024),
+                    };
+                    match p.alloc(size, &up) {
+                        Ok(g) => {
+                            if let Some((&q, &qs)) = live.range(..=g.ptr + size - 1).next_back() {
+                                assert!(
+                                    q + qs <= g.ptr,
+                                    "{kind:?}/{rule:?}: {:#x}+{size} overlaps {q:#x}+{qs}",
+                                    g.ptr
+                                );
+                            }
+                            assert!(p.owns(g.ptr) || kind == PoolKind::None);
+                            live.insert(g.ptr, size);
+                        }
+                        Err(e) => assert_eq!(e, CUDA_ERROR_OUT_OF_MEMORY),
+                    }
+                }
+                for (ptr, size) in std::mem::take(&mut live) {
+                    p.free(ptr, size, &up).unwrap();
+                }
+                p.reclaim(&up);
+                assert_eq!(
+                    up.outstanding(),
+                    (0, 0),
+                    "{kind:?}/{rule:?}: all given back"
+                );
+                assert_eq!(p.cached_bytes(), 0);
+            }
+        }
     }
 }

@@ -43,6 +43,11 @@ impl Pool for NonePool {
         0
     }
 
+    /// Nothing is ever cached: a pointer not live in the shim is the driver's to judge.
+    fn owns(&self, _ptr: DevPtr) -> bool {
+        false
+    }
+
     fn forget_all(&self) -> (u64, u64) {
         (self.segments.swap(0, Relaxed), self.bytes.swap(0, Relaxed))
     }

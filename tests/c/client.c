@@ -35,6 +35,10 @@ struct api {
   CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*MemAlloc1)(unsigned *, unsigned);
   CUresult (*MemFree1)(unsigned);
+  CUresult (*StreamCreate)(void **, unsigned);
+  CUresult (*StreamDestroy)(void *);
+  CUresult (*BeginCapture)(void *, int);
+  CUresult (*EndCapture)(void *, void **);
 };
 
 static struct api cu;
@@ -79,7 +83,8 @@ static void load(void) {
     cu = (struct api){cuInit, cuDeviceGet, cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease,
                       cuDevicePrimaryCtxReset, cuCtxCreate, cuCtxDestroy, cuCtxSetCurrent,
                       cuMemAlloc, cuMemFree, cuMemAllocPitch, cuMemGetInfo, cuMemGetAddressRange,
-                      cuMemsetD8, cuMemcpyHtoD, cuMemcpyDtoH, cuMemAlloc_v1, cuMemFree_v1};
+                      cuMemsetD8, cuMemcpyHtoD, cuMemcpyDtoH, cuMemAlloc_v1, cuMemFree_v1,
+                      cuStreamCreate, cuStreamDestroy, cuStreamBeginCapture, cuStreamEndCapture};
     return;
 #else
     fprintf(stderr, "client: built without -DLINKED\n");
@@ -107,6 +112,10 @@ static void load(void) {
     cu.MemcpyDtoH = dlsym(driver, "cuMemcpyDtoH_v2");
     cu.MemAlloc1 = dlsym(driver, "cuMemAlloc");
     cu.MemFree1 = dlsym(driver, "cuMemFree");
+    cu.StreamCreate = dlsym(driver, "cuStreamCreate");
+    cu.StreamDestroy = dlsym(driver, "cuStreamDestroy_v2");
+    cu.BeginCapture = dlsym(driver, "cuStreamBeginCapture_v2");
+    cu.EndCapture = dlsym(driver, "cuStreamEndCapture");
     return;
   }
   if (!strncmp(mode, "gpa", 3)) {
@@ -143,6 +152,10 @@ static void load(void) {
     cu.MemcpyDtoH = by_gpa("cuMemcpyDtoH", 3020);
     cu.MemAlloc1 = by_gpa("cuMemAlloc", 2000);
     cu.MemFree1 = by_gpa("cuMemFree", 2000);
+    cu.StreamCreate = by_gpa("cuStreamCreate", 2000);
+    cu.StreamDestroy = by_gpa("cuStreamDestroy", 4000);
+    cu.BeginCapture = by_gpa("cuStreamBeginCapture", 10010);
+    cu.EndCapture = by_gpa("cuStreamEndCapture", 10000);
     // A name the driver lacks: NOT_FOUND with status 1, unchanged by any shim.
     void *none = (void *)1;
     int status = -1;
@@ -181,13 +194,14 @@ static void print_stats(const char *tag) {
   int r = get(dev, &s);
   printf("%s shim=present r=%d allocated=%llu peak=%llu reserved=%llu live=%llu segments=%llu "
          "alloc_calls=%llu free_calls=%llu driver_allocs=%llu driver_frees=%llu ooms=%llu "
-         "limit=%llu\n",
+         "limit=%llu retries=%llu cached=%llu hits=%llu\n",
          tag, r, (unsigned long long)s.allocated, (unsigned long long)s.peak_allocated,
          (unsigned long long)s.reserved, (unsigned long long)s.live,
          (unsigned long long)s.segments, (unsigned long long)s.alloc_calls,
          (unsigned long long)s.free_calls, (unsigned long long)s.driver_allocs,
          (unsigned long long)s.driver_frees, (unsigned long long)s.ooms,
-         (unsigned long long)s.hard_limit);
+         (unsigned long long)s.hard_limit, (unsigned long long)s.retries,
+         (unsigned long long)s.cached, (unsigned long long)s.cache_hits);
 }
 
 static long fake_calls(const char *name) {
@@ -263,8 +277,10 @@ static int bad(void) {
   printf("getinfo_free_only=%d\n", f == limited);
   printf("pitch_null=%d\n", cu.MemAllocPitch(NULL, &f, 64, 64, 4));
   printf("pitch_elem=%d\n", cu.MemAllocPitch(&p, &f, 64, 64, 3));
+  printf("driver_free_calls=%ld\n", fake_calls("cuMemFree_v2"));
   // Still usable afterwards, and nothing leaked in the accounting.
   CHECK(cu.MemAlloc(&q, 4096));
+  CHECK(cu.MemsetD8(q, 1, 4096));
   CHECK(cu.MemFree(q));
   print_stats("after");
   return 0;
@@ -420,6 +436,110 @@ static int ptds(void) {
   return 0;
 }
 
+// ---- reuse safety (needs the fake driver's simulated device work) ------------------------
+static void *fake_fn(const char *name) {
+  return must(dlsym(driver ? driver : RTLD_DEFAULT, name), name);
+}
+#define MB20 ((size_t)20 << 20)
+#define LEGACY ((void *)1)
+
+struct other {
+  CUdeviceptr got;
+  size_t size;
+};
+static void *alloc_on_other_thread(void *arg) {
+  struct other *o = arg;
+  CHECK(cu.CtxSetCurrent(primary));
+  CHECK(cu.MemAlloc(&o->got, o->size));
+  return NULL;
+}
+static CUdeviceptr other_thread_alloc(size_t size) {
+  struct other o = {0, size};
+  pthread_t t;
+  pthread_create(&t, NULL, alloc_on_other_thread, &o);
+  pthread_join(t, NULL);
+  return o.got;
+}
+
+static int reuse(void) {
+  long (*hold)(void *) = (long (*)(void *))fake_fn("fakecu_hold");
+  void (*finish)(long) = (void (*)(long))fake_fn("fakecu_finish");
+  long (*violations)(void) = (long (*)(void))fake_fn("fakecu_capture_violations");
+  CUdeviceptr a, b, c, d, e, f;
+  // 1. No stream created: one queue per thread.
+  CHECK(cu.MemAlloc(&a, MB20));
+  long h = hold(LEGACY); // a kernel on the legacy stream still reads a
+  CHECK(cu.MemFree(a));
+  CHECK(cu.MemAlloc(&b, MB20));
+  printf("same_thread_immediate=%d\n", b == a); // stream order keeps it safe
+  CHECK(cu.MemFree(b));
+  c = other_thread_alloc(MB20);
+  printf("other_thread_waits=%d\n", c != a);
+  CHECK(cu.MemFree(c));
+  finish(h);
+  // 2. A non-blocking stream exists: every reuse waits for a fence.
+  void *s;
+  CHECK(cu.StreamCreate(&s, 1));
+  CHECK(cu.MemAlloc(&d, MB20));
+  long h2 = hold(s);
+  CHECK(cu.MemFree(d));
+  CHECK(cu.MemAlloc(&e, MB20));
+  printf("fenced_while_busy=%d\n", e == d);
+  CHECK(cu.MemFree(e));
+  finish(h2);
+  CHECK(cu.MemAlloc(&f, MB20));
+  printf("reused_after_fence=%d\n", f == d || f == c || f == a);
+  CHECK(cu.MemFree(f));
+  // 3. A stream destroyed while its work still runs: that work is still fenced.
+  void *s3;
+  CHECK(cu.StreamCreate(&s3, 1));
+  CUdeviceptr x, y, z;
+  CHECK(cu.MemAlloc(&x, 2 * MB20));
+  long h3 = hold(s3);
+  CHECK(cu.MemFree(x));
+  CHECK(cu.StreamDestroy(s3));
+  CHECK(cu.MemAlloc(&y, 2 * MB20));
+  printf("destroyed_stream_fenced=%d\n", y != x);
+  finish(h3);
+  CHECK(cu.MemFree(y));
+  CHECK(cu.MemAlloc(&z, 2 * MB20));
+  printf("reused_after_destroyed_stream=%d\n", z == x || z == y);
+  CHECK(cu.MemFree(z));
+  // 4. No fence while a graph is being captured (an event on the legacy stream would ruin it).
+  long before = fake_calls("cuEventRecord");
+  CHECK(cu.BeginCapture(s, 0));
+  CUdeviceptr g[4];
+  for (int i = 0; i < 4; i++) CHECK(cu.MemAlloc(&g[i], 3 * MB20));
+  for (int i = 0; i < 4; i++) CHECK(cu.MemFree(g[i]));
+  for (int i = 0; i < 4; i++) CHECK(cu.MemAlloc(&g[i], 3 * MB20));
+  for (int i = 0; i < 4; i++) CHECK(cu.MemFree(g[i]));
+  void *graph;
+  CHECK(cu.EndCapture(s, &graph));
+  printf("records_during_capture=%ld capture_violations=%ld\n",
+         fake_calls("cuEventRecord") - before, violations());
+  CHECK(cu.StreamDestroy(s));
+  print_stats("reuse_end");
+  return 0;
+}
+
+// Under a limit, a freed block whose fence is not done yet: the shim waits for it, gives the
+// memory back and serves the request instead of failing.
+static int pressure(void) {
+  long (*hold)(void *) = (long (*)(void *))fake_fn("fakecu_hold");
+  int (*running)(long) = (int (*)(long))fake_fn("fakecu_running");
+  void *s;
+  CHECK(cu.StreamCreate(&s, 1));
+  CUdeviceptr a, b;
+  CHECK(cu.MemAlloc(&a, 2 * MB20));
+  long h = hold(s);
+  CHECK(cu.MemFree(a));
+  CUresult r = cu.MemAlloc(&b, 2 * MB20);
+  printf("pressure=%d waited=%d\n", r, !running(h));
+  if (r == CUDA_SUCCESS) CHECK(cu.MemFree(b));
+  print_stats("pressure_end");
+  return 0;
+}
+
 // The bundled sample workload (README): a few buffers, a round trip through the device,
 // then as many 64 MiB buffers as the limit allows.
 static int sample(void) {
@@ -470,6 +590,8 @@ int main(int argc, char **argv) {
   if (!strcmp(scenario, "legacy")) return legacy();
   if (!strcmp(scenario, "ptds")) return ptds();
   if (!strcmp(scenario, "sample")) return sample();
+  if (!strcmp(scenario, "reuse")) return reuse();
+  if (!strcmp(scenario, "pressure")) return pressure();
   fprintf(stderr, "client: unknown scenario %s\n", scenario);
   return 2;
 }

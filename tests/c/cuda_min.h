@@ -24,6 +24,8 @@ typedef struct CUctx_st *CUcontext;
 #define cuMemsetD8 cuMemsetD8_v2
 #define cuMemcpyHtoD cuMemcpyHtoD_v2
 #define cuMemcpyDtoH cuMemcpyDtoH_v2
+#define cuStreamDestroy cuStreamDestroy_v2
+#define cuStreamBeginCapture cuStreamBeginCapture_v2
 
 CUresult cuInit(unsigned flags);
 CUresult cuDeviceGet(CUdevice *dev, int ordinal);
@@ -41,6 +43,10 @@ CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr p);
 CUresult cuMemsetD8(CUdeviceptr p, unsigned char v, size_t n);
 CUresult cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n);
 CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n);
+CUresult cuStreamCreate(void **stream, unsigned flags);
+CUresult cuStreamDestroy(void *stream);
+CUresult cuStreamBeginCapture(void *stream, int mode);
+CUresult cuStreamEndCapture(void *stream, void **graph);
 // The legacy 32-bit entry points, bound to their real symbol names.
 CUresult cuMemAlloc_v1(unsigned *p, unsigned size) __asm__("cuMemAlloc");
 CUresult cuMemFree_v1(unsigned p) __asm__("cuMemFree");

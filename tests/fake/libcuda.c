@@ -431,6 +431,212 @@ CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
   return CUDA_SUCCESS;
 }
 
+// ---- streams, events, simulated device work, graph capture -------------------------------
+// CUstream: NULL or 0x1 = legacy, 0x2 = per-thread default, else &streams[i].
+// A "hold" is device work still running on a stream (a kernel); tests finish it. An event
+// waits for the holds its stream must wait for: a non-blocking stream only its own; the legacy
+// stream, the per-thread default and blocking streams every hold of those (they synchronize).
+#define CUDA_ERROR_NOT_READY 600
+#define CUDA_ERROR_STREAM_CAPTURE_IMPLICIT 906
+#define MAX_STREAMS 256
+#define MAX_HOLDS 1024
+#define MAX_EVENTS 1024
+#define EVENT_HOLDS 64
+
+struct fake_stream {
+  int live;
+  unsigned flags;
+  struct fake_ctx *ctx;
+  int capturing;
+};
+struct fake_hold {
+  int live;
+  void *stream;
+  int nonblocking;
+};
+struct fake_event {
+  int live;
+  int n;
+  int holds[EVENT_HOLDS];
+};
+static struct fake_stream streams[MAX_STREAMS];
+static struct fake_hold holds[MAX_HOLDS];
+static struct fake_event events[MAX_EVENTS];
+static int capturing_now;
+static long capture_violations;
+
+static int is_nonblocking(void *s) {
+  if ((uintptr_t)s <= 2) return 0;
+  return (((struct fake_stream *)s)->flags & 1) != 0;
+}
+
+static CUresult stream_create(void **ps, unsigned flags) {
+  if (!ps) return CUDA_ERROR_INVALID_VALUE;
+  if (!current || !current->live) return CUDA_ERROR_INVALID_CONTEXT;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAX_STREAMS; i++)
+    if (!streams[i].live) {
+      streams[i] = (struct fake_stream){1, flags, current, 0};
+      *ps = &streams[i];
+      pthread_mutex_unlock(&mu);
+      return CUDA_SUCCESS;
+    }
+  pthread_mutex_unlock(&mu);
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+CUresult cuStreamCreate(void **ps, unsigned flags) { count("cuStreamCreate"); return stream_create(ps, flags); }
+CUresult cuStreamCreateWithPriority(void **ps, unsigned flags, int prio) {
+  (void)prio;
+  count("cuStreamCreateWithPriority");
+  return stream_create(ps, flags);
+}
+static CUresult stream_destroy(void *s) {
+  if ((uintptr_t)s <= 2 || !((struct fake_stream *)s)->live) return CUDA_ERROR_INVALID_VALUE;
+  ((struct fake_stream *)s)->live = 0; // its holds keep running, as on a real device
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamDestroy_v2(void *s) { count("cuStreamDestroy_v2"); return stream_destroy(s); }
+CUresult cuStreamDestroy(void *s) { count("cuStreamDestroy"); return stream_destroy(s); }
+CUresult cuStreamGetCtx(void *s, CUcontext *pctx) {
+  count("cuStreamGetCtx");
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if ((uintptr_t)s <= 2) {
+    *pctx = current;
+    return current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+  }
+  *pctx = ((struct fake_stream *)s)->ctx;
+  return CUDA_SUCCESS;
+}
+static CUresult begin_capture(void *s) {
+  if ((uintptr_t)s <= 2) return CUDA_ERROR_INVALID_VALUE; // legacy cannot capture
+  pthread_mutex_lock(&mu);
+  ((struct fake_stream *)s)->capturing = 1;
+  capturing_now++;
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamBeginCapture_v2(void *s, int mode) { (void)mode; count("cuStreamBeginCapture_v2"); return begin_capture(s); }
+CUresult cuStreamBeginCapture_v2_ptsz(void *s, int mode) { (void)mode; count("cuStreamBeginCapture_v2_ptsz"); return begin_capture(s); }
+static CUresult end_capture(void *s, void **graph) {
+  if ((uintptr_t)s <= 2 || !((struct fake_stream *)s)->capturing) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  ((struct fake_stream *)s)->capturing = 0;
+  capturing_now--;
+  pthread_mutex_unlock(&mu);
+  if (graph) *graph = (void *)0x6a;
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamEndCapture(void *s, void **graph) { count("cuStreamEndCapture"); return end_capture(s, graph); }
+CUresult cuStreamEndCapture_ptsz(void *s, void **graph) { count("cuStreamEndCapture_ptsz"); return end_capture(s, graph); }
+CUresult cuStreamIsCapturing(void *s, int *status) {
+  count("cuStreamIsCapturing");
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  *status = (uintptr_t)s > 2 && ((struct fake_stream *)s)->capturing ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventCreate(void **pe, unsigned flags) {
+  (void)flags;
+  count("cuEventCreate");
+  if (!pe) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAX_EVENTS; i++)
+    if (!events[i].live) {
+      events[i] = (struct fake_event){1, 0, {0}};
+      *pe = &events[i];
+      pthread_mutex_unlock(&mu);
+      return CUDA_SUCCESS;
+    }
+  pthread_mutex_unlock(&mu);
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+static CUresult event_record(void *e, void *s) {
+  struct fake_event *ev = e;
+  if (!ev || !ev->live) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  if (capturing_now && (uintptr_t)s <= 2) {
+    // The real driver refuses, and the capture elsewhere is ruined.
+    capture_violations++;
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  }
+  ev->n = 0;
+  int nb = is_nonblocking(s);
+  for (int i = 0; i < MAX_HOLDS && ev->n < EVENT_HOLDS; i++) {
+    if (!holds[i].live) continue;
+    if (nb ? holds[i].stream == s : !holds[i].nonblocking) ev->holds[ev->n++] = i;
+  }
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+CUresult cuEventRecord(void *e, void *s) { count("cuEventRecord"); return event_record(e, s); }
+CUresult cuEventRecord_ptsz(void *e, void *s) { count("cuEventRecord_ptsz"); return event_record(e, s); }
+static int event_done(struct fake_event *ev) {
+  for (int i = 0; i < ev->n; i++)
+    if (holds[ev->holds[i]].live) return 0;
+  return 1;
+}
+CUresult cuEventQuery(void *e) {
+  count("cuEventQuery");
+  struct fake_event *ev = e;
+  if (!ev || !ev->live) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  int done = event_done(ev);
+  pthread_mutex_unlock(&mu);
+  return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+CUresult cuEventSynchronize(void *e) {
+  count("cuEventSynchronize");
+  struct fake_event *ev = e;
+  if (!ev || !ev->live) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu); // waiting: the device finishes what the event waits for
+  for (int i = 0; i < ev->n; i++) holds[ev->holds[i]].live = 0;
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+CUresult cuEventDestroy_v2(void *e) {
+  count("cuEventDestroy_v2");
+  struct fake_event *ev = e;
+  if (!ev || !ev->live) return CUDA_ERROR_INVALID_VALUE;
+  ev->live = 0;
+  return CUDA_SUCCESS;
+}
+
+static __thread struct fake_ctx *ctx_stack[16];
+static __thread int ctx_depth;
+CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+  count("cuCtxPushCurrent_v2");
+  if (!ctx || !ctx->live || ctx_depth == 16) return CUDA_ERROR_INVALID_CONTEXT;
+  ctx_stack[ctx_depth++] = current;
+  current = ctx;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
+  count("cuCtxPopCurrent_v2");
+  if (!ctx_depth) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx) *pctx = current;
+  current = ctx_stack[--ctx_depth];
+  return CUDA_SUCCESS;
+}
+
+// Test controls.
+long fakecu_hold(void *stream) {
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAX_HOLDS; i++)
+    if (!holds[i].live) {
+      holds[i] = (struct fake_hold){1, stream, is_nonblocking(stream)};
+      pthread_mutex_unlock(&mu);
+      return i;
+    }
+  pthread_mutex_unlock(&mu);
+  return -1;
+}
+void fakecu_finish(long h) {
+  if (h >= 0 && h < MAX_HOLDS) holds[h].live = 0;
+}
+int fakecu_running(long h) { return h >= 0 && h < MAX_HOLDS && holds[h].live; }
+long fakecu_capture_violations(void) { return capture_violations; }
+
 // ---- cuGetProcAddress ------------------------------------------------------------------
 // One row per variant: base name, the first cudaVersion that gets it, whether it is the
 // per-thread-default-stream variant. The real driver's rules: the newest variant whose
@@ -476,6 +682,24 @@ static const struct proc procs[] = {
     {"cuMemGetAddressRange", 3020, 0, (void *)cuMemGetAddressRange_v2},
     {"cuMemsetD8", 3020, 0, (void *)cuMemsetD8_v2},
     {"cuMemsetD8", 7000, 1, (void *)cuMemsetD8_v2_ptds},
+    {"cuStreamCreate", 2000, 0, (void *)cuStreamCreate},
+    {"cuStreamCreateWithPriority", 5050, 0, (void *)cuStreamCreateWithPriority},
+    {"cuStreamDestroy", 2000, 0, (void *)cuStreamDestroy},
+    {"cuStreamDestroy", 4000, 0, (void *)cuStreamDestroy_v2},
+    {"cuStreamGetCtx", 9020, 0, (void *)cuStreamGetCtx},
+    {"cuStreamBeginCapture", 10010, 0, (void *)cuStreamBeginCapture_v2},
+    {"cuStreamBeginCapture", 10010, 1, (void *)cuStreamBeginCapture_v2_ptsz},
+    {"cuStreamEndCapture", 10000, 0, (void *)cuStreamEndCapture},
+    {"cuStreamEndCapture", 10000, 1, (void *)cuStreamEndCapture_ptsz},
+    {"cuStreamIsCapturing", 10000, 0, (void *)cuStreamIsCapturing},
+    {"cuEventCreate", 2000, 0, (void *)cuEventCreate},
+    {"cuEventRecord", 2000, 0, (void *)cuEventRecord},
+    {"cuEventRecord", 7000, 1, (void *)cuEventRecord_ptsz},
+    {"cuEventQuery", 2000, 0, (void *)cuEventQuery},
+    {"cuEventSynchronize", 2000, 0, (void *)cuEventSynchronize},
+    {"cuEventDestroy", 4000, 0, (void *)cuEventDestroy_v2},
+    {"cuCtxPushCurrent", 4000, 0, (void *)cuCtxPushCurrent_v2},
+    {"cuCtxPopCurrent", 4000, 0, (void *)cuCtxPopCurrent_v2},
     {"cuMemcpyHtoD", 3020, 0, (void *)cuMemcpyHtoD_v2},
     {"cuMemcpyDtoH", 3020, 0, (void *)cuMemcpyDtoH_v2},
     {"cuGetProcAddress", 11030, 0, (void *)cuGetProcAddress},
