@@ -380,6 +380,7 @@ impl Shim {
         };
         if result == CUDA_SUCCESS {
             budget.on_free_call();
+            log_at!(Debug, "free {ptr:#x}");
         } else {
             // The driver refused: the program still holds the block.
             budget.on_release_undone(live.size);
