@@ -15,7 +15,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-const KINDS: [PoolKind; 4] = [PoolKind::Split, PoolKind::Binned, PoolKind::Simple, PoolKind::None];
+const KINDS: [PoolKind; 4] = [
+    PoolKind::Split,
+    PoolKind::Binned,
+    PoolKind::Simple,
+    PoolKind::None,
+];
 
 fn make(kind: PoolKind, rule: ReuseRule) -> Box<dyn Pool> {
     let clock = FakeClock::new(rule);
@@ -32,7 +37,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn pair_ns(kind: PoolKind, rule: ReuseRule, size: u64) -> f64 {
     let up = FakeUpstream::unlimited(1 << 40);
     let pool = make(kind, rule);
-    let iters = if kind == PoolKind::None { 20_000 } else { 200_000 };
+    let iters = if kind == PoolKind::None {
+        20_000
+    } else {
+        200_000
+    };
     let runs = (0..7)
         .map(|_| {
             let t = Instant::now();
@@ -159,7 +168,11 @@ fn synthetic_random(n: usize) -> Vec<Op> {
 
 /// (peak reserved / peak requested, driver allocations) replaying `ops` on `kind`.
 fn replay(kind: PoolKind, ops: &[Op]) -> (f64, u64) {
-    struct Counting(FakeUpstream, std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64);
+    struct Counting(
+        FakeUpstream,
+        std::sync::atomic::AtomicU64,
+        std::sync::atomic::AtomicU64,
+    );
     impl Upstream for Counting {
         fn alloc(&self, b: u64) -> Result<u64, u32> {
             let p = self.0.alloc(b)?;
@@ -200,7 +213,10 @@ fn replay(kind: PoolKind, ops: &[Op]) -> (f64, u64) {
 fn main() {
     let kinds = |k: &PoolKind| k.name();
     println!("# cudapool pool-level benchmark (in-process upstream; `cargo bench --bench pool`)");
-    println!("# {} cores here", std::thread::available_parallelism().map_or(0, |n| n.get()));
+    println!(
+        "# {} cores here",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     println!();
     println!("## alloc+free pair, one thread, ns (median of 7 runs), reuse rule same-thread");
     let sizes: [(u64, &str); 6] = [
@@ -226,10 +242,14 @@ fn main() {
     println!();
     println!("## one thread, 4 KiB pairs by reuse rule, ns");
     for kind in [PoolKind::Split, PoolKind::Binned, PoolKind::Simple] {
-        let figures: Vec<String> = [ReuseRule::Immediate, ReuseRule::SameThread, ReuseRule::Fenced]
-            .iter()
-            .map(|&r| format!("{r:?} {:.0}", pair_ns(kind, r, 4 << 10)))
-            .collect();
+        let figures: Vec<String> = [
+            ReuseRule::Immediate,
+            ReuseRule::SameThread,
+            ReuseRule::Fenced,
+        ]
+        .iter()
+        .map(|&r| format!("{r:?} {:.0}", pair_ns(kind, r, 4 << 10)))
+        .collect();
         println!("- {}: {}", kinds(&kind), figures.join(", "));
     }
     println!();
@@ -239,7 +259,11 @@ fn main() {
         let figures: Vec<String> = [1usize, 2, 4, 8, 16]
             .iter()
             .map(|&t| {
-                let m = if t == 1 { one } else { throughput(kind, ReuseRule::SameThread, 4 << 10, t) };
+                let m = if t == 1 {
+                    one
+                } else {
+                    throughput(kind, ReuseRule::SameThread, 4 << 10, t)
+                };
                 format!("{t}: {m:.2} ({:.1}x)", m / one)
             })
             .collect();
@@ -248,16 +272,28 @@ fn main() {
     println!();
     println!("## traces: peak reserved / peak requested (driver allocations)");
     let mut traces: Vec<(String, Vec<Op>)> = vec![
-        ("synthetic training (24 layers, 20 steps)".into(), synthetic_training(20)),
-        ("synthetic random (20000 ops)".into(), synthetic_random(20_000)),
+        (
+            "synthetic training (24 layers, 20 steps)".into(),
+            synthetic_training(20),
+        ),
+        (
+            "synthetic random (20000 ops)".into(),
+            synthetic_random(20_000),
+        ),
     ];
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/traces");
     if let Ok(entries) = std::fs::read_dir(dir) {
         let mut files: Vec<_> = entries.flatten().map(|e| e.path()).collect();
         files.sort();
-        for f in files.into_iter().filter(|f| f.extension().is_some_and(|e| e == "trace")) {
+        for f in files
+            .into_iter()
+            .filter(|f| f.extension().is_some_and(|e| e == "trace"))
+        {
             let text = std::fs::read_to_string(&f).unwrap();
-            traces.push((f.file_name().unwrap().to_string_lossy().into(), parse_trace(&text)));
+            traces.push((
+                f.file_name().unwrap().to_string_lossy().into(),
+                parse_trace(&text),
+            ));
         }
     }
     for (name, ops) in &traces {
