@@ -73,9 +73,9 @@ pub fn new_pool(kind: PoolKind, clock: std::sync::Arc<dyn Clock>) -> Box<dyn Poo
     }
 }
 
-/// An in-process upstream and clock, for tests and benchmarks (no device involved).
 pub mod testing {
-    //! An in-process upstream, a controllable clock, and the contract every pool kind must meet.
+    //! An in-process upstream, a controllable clock, and the contract every pool kind must
+    //! meet: for tests and benchmarks, no device involved.
     use super::*;
     use crate::cu::CUDA_ERROR_OUT_OF_MEMORY;
     use std::collections::BTreeMap;
