@@ -155,7 +155,7 @@ fn synthetic_random(n: usize) -> Vec<Op> {
     let mut live: Vec<u64> = Vec::new();
     let mut ops = Vec::new();
     for id in 1..=n as u64 {
-        if !live.is_empty() && rng.next() % 2 == 0 {
+        if !live.is_empty() && rng.next().is_multiple_of(2) {
             let i = (rng.next() % live.len() as u64) as usize;
             ops.push(Op::Free(live.swap_remove(i)));
         }
