@@ -222,9 +222,12 @@ impl Core for BinnedCore {
 /// Requests up to this size are *small*: served from segments of [`SMALL_SEGMENT`].
 pub const SMALL_REQUEST: u64 = MIB;
 pub const SMALL_SEGMENT: u64 = 2 * MIB;
-/// Requests below this get segments holding several of them (up to [`MID_SEGMENT`]).
+/// Requests below this get segments holding several of them (up to [`MID_SEGMENT`]). 10 MiB
+/// rather than PyTorch's 20: peak reserved / peak requested goes from 1.243 to 1.161 on the
+/// synthetic training trace of `cargo bench --bench pool`, for 1.113 -> 1.124 on the recorded
+/// PyTorch trace.
 pub const MID_REQUEST: u64 = 10 * MIB;
-pub const MID_SEGMENT: u64 = 20 * MIB;
+pub const MID_SEGMENT: u64 = 10 * MIB;
 /// Free blocks at least this large are never split (fragmentation cap); they serve only
 /// requests within [`OVERSIZE_SLACK`] of their size.
 pub const MAX_SPLIT: u64 = 256 * MIB;
