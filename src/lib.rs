@@ -13,6 +13,7 @@
 //! Beside them: [`config`] (environment), [`capi`] (`cudapool_*`), [`report`] (status text),
 //! [`log`] (stderr lines), [`cu`] (driver types and codes).
 
+pub mod addr_hash;
 pub mod budget;
 pub mod capi;
 pub mod config;

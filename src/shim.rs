@@ -9,6 +9,7 @@
 //! - *counted*: passed through to the driver (pitched, legacy 32-bit), but charged against the
 //!   limit and in the stats like pooled memory.
 
+use crate::addr_hash::{AddrBuild, AddrMap as HashMap};
 use crate::budget::{DeviceBudget, DeviceStats};
 use crate::config::LogLevel::{Debug, Error, Info, Warn};
 use crate::config::{Config, ConfigError, PoolKind};
@@ -19,8 +20,8 @@ use crate::report::fmt_bytes;
 use crate::streams::ContextClock;
 use crate::{log, log_at};
 use dashmap::DashMap;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 /// Device ordinals beyond this share one unlimited budget (and a warning says so).
@@ -64,7 +65,7 @@ pub struct Shim {
     contexts: RwLock<HashMap<usize, Arc<ContextPool>>>,
     /// Invariant: holds exactly the allocations handed to the program and not yet freed, with
     /// the size the program asked for (pooled) or the driver's real footprint (counted).
-    live: DashMap<DevPtr, Live>,
+    live: DashMap<DevPtr, Live, AddrBuild>,
 }
 
 /// What the hooks should do, decided once per process.
@@ -80,6 +81,14 @@ pub enum State {
 }
 
 static CONFIG: OnceLock<Result<Config, ConfigError>> = OnceLock::new();
+/// Bumped whenever a context's pool goes away, so per-thread caches of it are dropped.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The last (context, generation, pool) this thread used: the hot path finds its pool here
+    /// without the map's lock or a reference-count update.
+    static CURRENT: RefCell<Option<(usize, u64, Arc<ContextPool>)>> = const { RefCell::new(None) };
+}
 static SHIM: OnceLock<Shim> = OnceLock::new();
 static REFUSAL_SAID: AtomicBool = AtomicBool::new(false);
 static EXITING: AtomicBool = AtomicBool::new(false);
@@ -156,8 +165,8 @@ impl Shim {
             driver,
             budgets: std::array::from_fn(|_| OnceLock::new()),
             overflow_budget: DeviceBudget::new(0, 0),
-            contexts: RwLock::new(HashMap::new()),
-            live: DashMap::new(),
+            contexts: RwLock::new(HashMap::default()),
+            live: DashMap::with_hasher(AddrBuild::default()),
         }
     }
 
@@ -255,10 +264,61 @@ impl Shim {
         }
     }
 
+    /// Runs `f` with the pool of the calling thread's current context: from the per-thread
+    /// cache when it is still valid (no lock, no reference count touched), else from the map,
+    /// creating the pool on first use. `f` must not re-enter the shim.
+    fn with_current_pool<T>(
+        &self,
+        f: impl FnOnce(usize, &ContextPool) -> T,
+    ) -> Result<T, CUresult> {
+        let ctx = self
+            .driver
+            .current_context()?
+            .ok_or(CUDA_ERROR_INVALID_CONTEXT)? as usize;
+        let generation = GENERATION.load(Ordering::Acquire);
+        let mut f = Some(f);
+        let hit = CURRENT.try_with(|c| match &*c.borrow() {
+            Some((cx, g, cp)) if *cx == ctx && *g == generation => f.take().map(|f| f(ctx, cp)),
+            _ => None,
+        });
+        if let Ok(Some(r)) = hit {
+            return Ok(r);
+        }
+        let f = f.take().expect("f runs once");
+        let dev = self.driver.current_device()?;
+        let cp = self.context_pool(ctx, dev);
+        let _ = CURRENT.try_with(|c| *c.borrow_mut() = Some((ctx, generation, cp.clone())));
+        Ok(f(ctx, &cp))
+    }
+
+    /// Runs `f` with the pool of context `ctx`, if it has one (from the per-thread cache when
+    /// it is `ctx`'s). `f` must not re-enter the shim.
+    fn with_pool_of<T>(&self, ctx: usize, f: impl FnOnce(&ContextPool) -> T) -> Option<T> {
+        let generation = GENERATION.load(Ordering::Acquire);
+        let mut f = Some(f);
+        let hit = CURRENT.try_with(|c| match &*c.borrow() {
+            Some((cx, g, cp)) if *cx == ctx && *g == generation => f.take().map(|f| f(cp)),
+            _ => None,
+        });
+        if let Ok(Some(r)) = hit {
+            return Some(r);
+        }
+        let cp = self
+            .contexts
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&ctx)
+            .cloned()?;
+        f.take().map(|f| f(&cp))
+    }
+
     /// `cuMemAlloc`: a pooled block of `size` (> 0) bytes in the current context.
     pub fn mem_alloc(&self, size: u64) -> Result<DevPtr, CUresult> {
-        let (ctx, dev) = self.current()?;
-        let cp = self.context_pool(ctx, dev);
+        self.with_current_pool(|ctx, cp| self.alloc_in(ctx, cp, size))?
+    }
+
+    fn alloc_in(&self, ctx: usize, cp: &ContextPool, size: u64) -> Result<DevPtr, CUresult> {
+        let dev = cp.device;
         let budget = self.budget(dev);
         let up = self.upstream(budget);
         let grant = match cp.pool.alloc(size, &up) {
@@ -353,18 +413,11 @@ impl Shim {
         budget.on_release(live.size);
         let result = match live.origin {
             Origin::Pool => {
-                let cp = self
-                    .contexts
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(&live.ctx)
-                    .cloned();
-                match cp {
-                    Some(cp) => cp
-                        .pool
-                        .free(ptr, live.size, &self.upstream(budget))
-                        .err()
-                        .unwrap_or(CUDA_SUCCESS),
+                let freed = self.with_pool_of(live.ctx, |cp| {
+                    cp.pool.free(ptr, live.size, &self.upstream(budget))
+                });
+                match freed {
+                    Some(r) => r.err().unwrap_or(CUDA_SUCCESS),
                     // Its context is being torn down right now: the memory is gone with it.
                     None => return CUDA_ERROR_INVALID_VALUE,
                 }
@@ -494,6 +547,7 @@ impl Shim {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&ctx);
+        GENERATION.fetch_add(1, Ordering::AcqRel);
         let mut dropped = 0u64;
         self.live.retain(|_, l| {
             if l.ctx != ctx {

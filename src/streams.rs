@@ -11,11 +11,11 @@
 //! No fence is issued while a graph capture is under way anywhere in the process: an event on
 //! the legacy stream could invalidate the capture. Freed blocks then wait, and the pool grows.
 
+use crate::addr_hash::AddrMap as HashMap;
 use crate::config::Reuse;
 use crate::cu::*;
 use crate::driver::{call, Driver};
 use crate::pool::{Clock, FenceId, ReuseRule};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::*};
 use std::sync::Mutex;
 
@@ -69,7 +69,7 @@ impl ContextClock {
             streams_created: AtomicBool::new(false),
             non_blocking: Mutex::new(Vec::new()),
             zombies: Mutex::new(Vec::new()),
-            fences: Mutex::new(HashMap::new()),
+            fences: Mutex::new(HashMap::default()),
             next: AtomicU64::new(1),
             spare: Mutex::new(Vec::new()),
         }

@@ -8,9 +8,10 @@
 //! the rounded request when its preferred segment is refused.
 
 use super::Upstream;
+use crate::addr_hash::AddrMap as HashMap;
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr, CUDA_ERROR_OUT_OF_MEMORY};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One pool kind's cache of free blocks and the segments behind them.
 pub trait Core: Send {

@@ -17,9 +17,23 @@ use super::core::Core;
 use super::{Grant, Pool, Upstream};
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr};
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::ThreadId;
+
+/// A number for the calling thread, unique in the process (cheaper than `thread::current()`).
+fn thread_number() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local!(static MINE: Cell<u64> = const { Cell::new(0) });
+    MINE.try_with(|m| {
+        if m.get() == 0 {
+            m.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        m.get()
+    })
+    .unwrap_or(0)
+}
 
 /// A fence handle from a [`Clock`].
 pub type FenceId = u64;
@@ -68,12 +82,40 @@ impl Clock for ImmediateClock {
 
 /// Seal the pending frees once this many are waiting, so none waits for ever.
 const MAX_PENDING: usize = 64;
+/// Blocks a thread keeps for itself before the oldest half goes to the shared state.
+const MAGAZINE: usize = 32;
+/// Requests larger than this skip the magazines; their total in one magazine stays under
+/// [`MAGAZINE_BYTES`]: a thread never sits on much memory the others cannot see.
+const MAGAZINE_BLOCK: u64 = 64 << 20;
+const MAGAZINE_BYTES: u64 = 256 << 20;
+
+/// One thread's freed blocks in one pool, reusable by that thread at once when the rule allows
+/// (`SameThread`, `Immediate`). Only its thread pushes and pops; others lock it only to drain it
+/// (reclaim, teardown, a dead thread's leftovers), so its lock is uncontended on the fast path.
+#[derive(Default)]
+struct Magazine {
+    /// (block, the request it served), oldest first
+    blocks: Vec<(DevPtr, u64)>,
+    /// Sum of the requests in `blocks`.
+    requested: u64,
+}
+
+type SharedMagazine = Arc<Mutex<Magazine>>;
+
+thread_local! {
+    /// This thread's magazine in each pool it used, by pool id.
+    static MAGAZINES: RefCell<Vec<(u64, SharedMagazine)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn lock_magazine(m: &Mutex<Magazine>) -> MutexGuard<'_, Magazine> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 struct Pending {
     ptr: DevPtr,
     /// The request it was handed out for (a same-thread reuse must match it exactly).
     size: u64,
-    thread: ThreadId,
+    thread: u64,
 }
 
 struct Sealed {
@@ -81,9 +123,11 @@ struct Sealed {
     blocks: Vec<DevPtr>,
 }
 
-/// Invariants: a block is in exactly one of `core` (free and safe to reuse, or in use),
-/// `pending` (freed, no fence issued after its free yet) or `sealed` (freed, fence issued, not
-/// known to be done). `sealed` is oldest first.
+/// Invariants: a freed block is in exactly one of a thread's magazine (reusable by that thread
+/// under `SameThread`/`Immediate`), `core` (free and safe to reuse by anyone), `pending` (freed,
+/// no fence issued after its free yet) or `sealed` (freed, fence issued, not known to be done);
+/// a block in use is in none of them. `sealed` is oldest first. `held_back` is the size of the
+/// blocks in `pending` and `sealed`.
 struct State {
     core: Box<dyn Core>,
     pending: Vec<Pending>,
@@ -92,15 +136,25 @@ struct State {
     held_back: u64,
 }
 
-/// A caching pool: a [`Core`] behind one lock, with reuse made safe by a [`Clock`].
+/// A caching pool: a [`Core`] behind one lock, with reuse made safe by a [`Clock`], and a
+/// magazine per thread in front of it.
 pub struct CachingPool {
+    id: u64,
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
+    /// Every thread's magazine in this pool (the threads hold them too).
+    magazines: Mutex<Vec<SharedMagazine>>,
+    /// Set once the magazines were drained after the rule became `Fenced`.
+    fenced_drained: std::sync::atomic::AtomicBool,
 }
 
 impl CachingPool {
     pub fn new(core: Box<dyn Core>, clock: Arc<dyn Clock>) -> Self {
+        static IDS: AtomicU64 = AtomicU64::new(1);
         CachingPool {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+            magazines: Mutex::new(Vec::new()),
+            fenced_drained: false.into(),
             clock,
             state: Mutex::new(State {
                 core,
@@ -113,6 +167,76 @@ impl CachingPool {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on this thread's magazine in this pool, creating and registering it on first
+    /// use. `None` while the thread is being torn down.
+    fn with_magazine<T>(&self, f: impl FnOnce(&mut Magazine) -> T) -> Option<T> {
+        MAGAZINES
+            .try_with(|mags| {
+                let mut mags = mags.borrow_mut();
+                let m = match mags.iter().find(|(id, _)| *id == self.id) {
+                    Some((_, m)) => m.clone(),
+                    None => {
+                        let m = SharedMagazine::default();
+                        self.magazines
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(m.clone());
+                        mags.push((self.id, m.clone()));
+                        m
+                    }
+                };
+                drop(mags);
+                let mut guard = lock_magazine(&m);
+                f(&mut guard)
+            })
+            .ok()
+    }
+
+    /// Moves magazine blocks into the shared state: every thread's (`all`), or only those of
+    /// threads that have exited. Under `Immediate` they go to the core, else to `pending`.
+    fn drain_magazines(&self, st: &mut State, all: bool) {
+        let mut mags = self.magazines.lock().unwrap_or_else(|e| e.into_inner());
+        let immediate = self.clock.rule() == ReuseRule::Immediate;
+        mags.retain(|m| {
+            let dead = Arc::strong_count(m) == 1;
+            if all || dead {
+                let mut g = lock_magazine(m);
+                g.requested = 0;
+                for (ptr, size) in g.blocks.drain(..) {
+                    if immediate {
+                        st.core.put(ptr);
+                    } else {
+                        st.held_back += st.core.block_size(ptr);
+                        st.pending.push(Pending {
+                            ptr,
+                            size,
+                            thread: 0,
+                        });
+                    }
+                }
+            }
+            !dead
+        });
+    }
+
+    /// A freed block enters the shared state: the core at once under `Immediate`, else the
+    /// pending list (fenced in a batch later).
+    fn give_back(&self, st: &mut State, ptr: DevPtr, size: u64, rule: ReuseRule) {
+        if rule == ReuseRule::Immediate {
+            st.core.put(ptr);
+            return;
+        }
+        st.held_back += st.core.block_size(ptr);
+        st.pending.push(Pending {
+            ptr,
+            size,
+            thread: thread_number(),
+        });
+        if st.pending.len() >= MAX_PENDING {
+            self.seal(st);
+        }
     }
 
     /// Fences every pending free (one fence for the batch).
@@ -150,15 +274,32 @@ impl Pool for CachingPool {
     }
 
     fn alloc(&self, size: u64, up: &dyn Upstream) -> Result<Grant, CUresult> {
-        let mut st = self.lock();
         let hit = |ptr| {
             Ok(Grant {
                 ptr,
                 from_cache: true,
             })
         };
-        if self.clock.rule() == ReuseRule::SameThread {
-            let me = std::thread::current().id();
+        let rule = self.clock.rule();
+        // Fast path: this thread's own freed blocks, without the pool's lock.
+        if rule != ReuseRule::Fenced {
+            let mine = self.with_magazine(|m| {
+                let i = m.blocks.iter().rposition(|b| b.1 == size)?;
+                m.requested -= size;
+                Some(m.blocks.remove(i).0)
+            });
+            if let Some(Some(ptr)) = mine {
+                return hit(ptr);
+            }
+        }
+        let mut st = self.lock();
+        if rule == ReuseRule::Fenced && !self.fenced_drained.swap(true, Ordering::AcqRel) {
+            // Blocks kept while no stream existed must now be fenced like any other; under
+            // this rule no block enters a magazine again, so once is enough.
+            self.drain_magazines(&mut st, true);
+        }
+        if rule == ReuseRule::SameThread {
+            let me = thread_number();
             if let Some(i) = st
                 .pending
                 .iter()
@@ -176,7 +317,15 @@ impl Pool for CachingPool {
         if let Some(p) = st.core.take(size) {
             return hit(p);
         }
-        // Fence what is pending now, so it is ready for a later request; then grow.
+        // A miss is about to cost a driver call: first share what the threads keep in their
+        // magazines (at once under `Immediate`, after a fence otherwise), so no thread grows
+        // the pool while another sits on free blocks.
+        self.drain_magazines(&mut st, true);
+        if rule == ReuseRule::Immediate {
+            if let Some(p) = st.core.take(size) {
+                return hit(p);
+            }
+        }
         self.seal(&mut st);
         st.core.grow(size, up).map(|ptr| Grant {
             ptr,
@@ -185,20 +334,35 @@ impl Pool for CachingPool {
     }
 
     fn free(&self, ptr: DevPtr, size: u64, up: &dyn Upstream) -> Result<(), CUresult> {
-        let mut st = self.lock();
-        if self.clock.rule() == ReuseRule::Immediate {
-            st.core.put(ptr);
-        } else {
-            st.held_back += st.core.block_size(ptr);
-            st.pending.push(Pending {
-                ptr,
-                size,
-                thread: std::thread::current().id(),
+        let rule = self.clock.rule();
+        // Fast path: into this thread's magazine. The block's size is asked of the core under
+        // the lock only when the magazine spills.
+        if rule != ReuseRule::Fenced && size <= MAGAZINE_BLOCK && !up.over_soft_limit() {
+            let spilled = self.with_magazine(|m| {
+                m.blocks.push((ptr, size));
+                m.requested += size;
+                if m.blocks.len() <= MAGAZINE && m.requested <= MAGAZINE_BYTES {
+                    return Vec::new();
+                }
+                let keep = m.blocks.len() / 2;
+                let spill: Vec<_> = m.blocks.drain(..m.blocks.len() - keep).collect();
+                m.requested -= spill.iter().map(|b| b.1).sum::<u64>();
+                spill
             });
-            if st.pending.len() >= MAX_PENDING {
-                self.seal(&mut st);
+            match spilled {
+                Some(spill) if spill.is_empty() => return Ok(()),
+                Some(spill) => {
+                    let mut st = self.lock();
+                    for (p, s) in spill {
+                        self.give_back(&mut st, p, s, rule);
+                    }
+                    return Ok(());
+                }
+                None => {}
             }
         }
+        let mut st = self.lock();
+        self.give_back(&mut st, ptr, size, rule);
         if up.over_soft_limit() {
             // Above the soft limit: whatever is safe to give back goes back now.
             self.collect(&mut st, false);
@@ -209,6 +373,7 @@ impl Pool for CachingPool {
 
     fn reclaim(&self, up: &dyn Upstream) -> u64 {
         let mut st = self.lock();
+        self.drain_magazines(&mut st, true);
         self.seal(&mut st);
         self.collect(&mut st, true);
         st.core.release_free_segments(up)
@@ -216,7 +381,20 @@ impl Pool for CachingPool {
 
     fn cached_bytes(&self) -> u64 {
         let st = self.lock();
-        st.core.cached() + st.held_back
+        let in_magazines: u64 = self
+            .magazines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|m| {
+                let g = lock_magazine(m);
+                g.blocks
+                    .iter()
+                    .map(|b| st.core.block_size(b.0))
+                    .sum::<u64>()
+            })
+            .sum();
+        st.core.cached() + st.held_back + in_magazines
     }
 
     fn owns(&self, ptr: DevPtr) -> bool {
@@ -225,6 +403,16 @@ impl Pool for CachingPool {
 
     fn forget_all(&self) -> (u64, u64) {
         let mut st = self.lock();
+        for m in self
+            .magazines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            let mut g = lock_magazine(&m);
+            g.blocks.clear();
+            g.requested = 0;
+        }
         st.pending.clear();
         st.sealed.clear();
         st.held_back = 0;

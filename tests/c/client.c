@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_min.h"
 
@@ -540,6 +541,51 @@ static int pressure(void) {
   return 0;
 }
 
+// Alloc+free pairs through whatever is preloaded: ns per pair on each thread, and the total.
+struct pairs_arg {
+  size_t size;
+  long n;
+  double ns;
+};
+static double now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e9 + t.tv_nsec;
+}
+static void *pairs_thread(void *arg) {
+  struct pairs_arg *a = arg;
+  CHECK(cu.CtxSetCurrent(primary));
+  CUdeviceptr p;
+  for (int i = 0; i < 1000; i++) {
+    CHECK(cu.MemAlloc(&p, a->size));
+    CHECK(cu.MemFree(p));
+  }
+  double t = now_ns();
+  for (long i = 0; i < a->n; i++) {
+    CHECK(cu.MemAlloc(&p, a->size));
+    CHECK(cu.MemFree(p));
+  }
+  a->ns = (now_ns() - t) / a->n;
+  return NULL;
+}
+static int pairs(int argc, char **argv) {
+  size_t size = argc > 0 ? strtoull(argv[0], NULL, 10) : 4096;
+  long n = argc > 1 ? atol(argv[1]) : 200000;
+  int nt = argc > 2 ? atoi(argv[2]) : 1;
+  pthread_t th[64];
+  struct pairs_arg a[64];
+  double t = now_ns();
+  for (int i = 0; i < nt; i++) {
+    a[i] = (struct pairs_arg){size, n, 0};
+    pthread_create(&th[i], NULL, pairs_thread, &a[i]);
+  }
+  for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
+  double wall = now_ns() - t;
+  printf("pairs size=%zu threads=%d ns_per_pair=%.1f mpairs=%.3f\n", size, nt, a[0].ns,
+         nt * n / wall * 1e3);
+  return 0;
+}
+
 // The bundled sample workload (README): a few buffers, a round trip through the device,
 // then as many 64 MiB buffers as the limit allows.
 static int sample(void) {
@@ -592,6 +638,7 @@ int main(int argc, char **argv) {
   if (!strcmp(scenario, "sample")) return sample();
   if (!strcmp(scenario, "reuse")) return reuse();
   if (!strcmp(scenario, "pressure")) return pressure();
+  if (!strcmp(scenario, "pairs")) return pairs(argc - 3, argv + 3);
   fprintf(stderr, "client: unknown scenario %s\n", scenario);
   return 2;
 }
