@@ -9,6 +9,7 @@
 //! The limit is exact under concurrency: bytes are charged with a compare-and-swap *before*
 //! the driver is asked, so `reserved` never exceeds the hard limit, whatever the threads do.
 
+use crate::striped::Striped;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
 /// Limits and counters of one device. Every field is an atomic; no lock anywhere.
@@ -23,13 +24,15 @@ pub struct DeviceBudget {
     soft_limit: AtomicU64,
     reserved: AtomicU64,
     reserved_peak: AtomicU64,
+    /// Exact and shared (the peak must be exact); bumped once per alloc and per free.
     allocated: AtomicU64,
     allocated_peak: AtomicU64,
-    live_allocations: AtomicU64,
+    /// Hot-path counters: striped per thread, summed when read.
+    live_allocations: Striped,
+    alloc_calls: Striped,
+    free_calls: Striped,
+    cache_hits: Striped,
     segments: AtomicU64,
-    alloc_calls: AtomicU64,
-    free_calls: AtomicU64,
-    cache_hits: AtomicU64,
     driver_allocs: AtomicU64,
     driver_frees: AtomicU64,
     reclaim_retries: AtomicU64,
@@ -131,33 +134,36 @@ impl DeviceBudget {
 
     /// The program got `bytes`; `from_cache` when no driver call was needed.
     pub fn on_alloc(&self, bytes: u64, from_cache: bool) {
-        self.alloc_calls.fetch_add(1, Relaxed);
+        self.alloc_calls.add(1);
         if from_cache {
-            self.cache_hits.fetch_add(1, Relaxed);
+            self.cache_hits.add(1);
         }
-        self.live_allocations.fetch_add(1, Relaxed);
+        self.live_allocations.add(1);
         let now = self.allocated.fetch_add(bytes, Relaxed) + bytes;
-        self.allocated_peak.fetch_max(now, Relaxed);
+        // Read first: the peak's line is written only when the peak really moves.
+        if now > self.allocated_peak.load(Relaxed) {
+            self.allocated_peak.fetch_max(now, Relaxed);
+        }
     }
 
     /// The program gives back `bytes` (a free, or its context died). Call *before* the bytes
     /// return to the cache or the driver, so that `allocated <= reserved` holds at every moment
     /// and another thread's allocation cannot push the peak past the limit.
     pub fn on_release(&self, bytes: u64) {
-        self.live_allocations.fetch_sub(1, Relaxed);
+        self.live_allocations.sub(1);
         self.allocated.fetch_sub(bytes, Relaxed);
     }
 
     /// The driver refused the free announced by [`on_release`](Self::on_release): the program
     /// still holds the block.
     pub fn on_release_undone(&self, bytes: u64) {
-        self.live_allocations.fetch_add(1, Relaxed);
+        self.live_allocations.add(1);
         self.allocated.fetch_add(bytes, Relaxed);
     }
 
     /// A free call that succeeded.
     pub fn on_free_call(&self) {
-        self.free_calls.fetch_add(1, Relaxed);
+        self.free_calls.add(1);
     }
 
     pub fn on_reclaim_retry(&self) {
@@ -184,11 +190,11 @@ impl DeviceBudget {
             reserved: self.reserved.load(Relaxed),
             reserved_peak: self.reserved_peak.load(Relaxed),
             cached,
-            live_allocations: self.live_allocations.load(Relaxed),
+            live_allocations: self.live_allocations.get(),
             segments: self.segments.load(Relaxed),
-            alloc_calls: self.alloc_calls.load(Relaxed),
-            free_calls: self.free_calls.load(Relaxed),
-            cache_hits: self.cache_hits.load(Relaxed),
+            alloc_calls: self.alloc_calls.get(),
+            free_calls: self.free_calls.get(),
+            cache_hits: self.cache_hits.get(),
             driver_allocs: self.driver_allocs.load(Relaxed),
             driver_frees: self.driver_frees.load(Relaxed),
             reclaim_retries: self.reclaim_retries.load(Relaxed),

@@ -26,6 +26,7 @@ pub mod pool;
 pub mod report;
 pub mod shim;
 pub mod streams;
+pub mod striped;
 
 /// Reads the environment when the library loads (SPEC.md: later changes have no effect).
 /// Prints nothing and touches no driver: a process that never calls CUDA is not disturbed.

@@ -17,23 +17,11 @@ use super::core::Core;
 use super::{Grant, Pool, Upstream};
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr};
-use std::cell::{Cell, RefCell};
+use crate::striped::thread_number;
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// A number for the calling thread, unique in the process (cheaper than `thread::current()`).
-fn thread_number() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    thread_local!(static MINE: Cell<u64> = const { Cell::new(0) });
-    MINE.try_with(|m| {
-        if m.get() == 0 {
-            m.set(NEXT.fetch_add(1, Ordering::Relaxed));
-        }
-        m.get()
-    })
-    .unwrap_or(0)
-}
 
 /// A fence handle from a [`Clock`].
 pub type FenceId = u64;
