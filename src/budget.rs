@@ -10,6 +10,11 @@
 //! the driver is asked, so `reserved` never exceeds the hard limit, whatever the threads do.
 
 use crate::striped::Striped;
+
+const LIVE: usize = 0;
+const ALLOCS: usize = 1;
+const FREES: usize = 2;
+const HITS: usize = 3;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
 /// Limits and counters of one device. Every field is an atomic; no lock anywhere.
@@ -27,11 +32,9 @@ pub struct DeviceBudget {
     /// Exact and shared (the peak must be exact); bumped once per alloc and per free.
     allocated: AtomicU64,
     allocated_peak: AtomicU64,
-    /// Hot-path counters: striped per thread, summed when read.
-    live_allocations: Striped,
-    alloc_calls: Striped,
-    free_calls: Striped,
-    cache_hits: Striped,
+    /// Hot-path counters, striped per thread and summed when read: [`LIVE`], [`ALLOCS`],
+    /// [`FREES`], [`HITS`].
+    hot: Striped,
     segments: AtomicU64,
     driver_allocs: AtomicU64,
     driver_frees: AtomicU64,
@@ -134,11 +137,11 @@ impl DeviceBudget {
 
     /// The program got `bytes`; `from_cache` when no driver call was needed.
     pub fn on_alloc(&self, bytes: u64, from_cache: bool) {
-        self.alloc_calls.add(1);
+        self.hot.add(ALLOCS, 1);
         if from_cache {
-            self.cache_hits.add(1);
+            self.hot.add(HITS, 1);
         }
-        self.live_allocations.add(1);
+        self.hot.add(LIVE, 1);
         let now = self.allocated.fetch_add(bytes, Relaxed) + bytes;
         // Read first: the peak's line is written only when the peak really moves.
         if now > self.allocated_peak.load(Relaxed) {
@@ -150,20 +153,20 @@ impl DeviceBudget {
     /// return to the cache or the driver, so that `allocated <= reserved` holds at every moment
     /// and another thread's allocation cannot push the peak past the limit.
     pub fn on_release(&self, bytes: u64) {
-        self.live_allocations.sub(1);
+        self.hot.sub(LIVE, 1);
         self.allocated.fetch_sub(bytes, Relaxed);
     }
 
     /// The driver refused the free announced by [`on_release`](Self::on_release): the program
     /// still holds the block.
     pub fn on_release_undone(&self, bytes: u64) {
-        self.live_allocations.add(1);
+        self.hot.add(LIVE, 1);
         self.allocated.fetch_add(bytes, Relaxed);
     }
 
     /// A free call that succeeded.
     pub fn on_free_call(&self) {
-        self.free_calls.add(1);
+        self.hot.add(FREES, 1);
     }
 
     pub fn on_reclaim_retry(&self) {
@@ -190,11 +193,11 @@ impl DeviceBudget {
             reserved: self.reserved.load(Relaxed),
             reserved_peak: self.reserved_peak.load(Relaxed),
             cached,
-            live_allocations: self.live_allocations.get(),
+            live_allocations: self.hot.get(LIVE),
             segments: self.segments.load(Relaxed),
-            alloc_calls: self.alloc_calls.get(),
-            free_calls: self.free_calls.get(),
-            cache_hits: self.cache_hits.get(),
+            alloc_calls: self.hot.get(ALLOCS),
+            free_calls: self.hot.get(FREES),
+            cache_hits: self.hot.get(HITS),
             driver_allocs: self.driver_allocs.load(Relaxed),
             driver_frees: self.driver_frees.load(Relaxed),
             reclaim_retries: self.reclaim_retries.load(Relaxed),
