@@ -11,6 +11,18 @@
 
 use crate::striped::Striped;
 
+/// An atomic alone on its cache line (no false sharing with its neighbours).
+#[repr(align(128))]
+#[derive(Debug, Default)]
+struct Alone(AtomicU64);
+
+impl std::ops::Deref for Alone {
+    type Target = AtomicU64;
+    fn deref(&self) -> &AtomicU64 {
+        &self.0
+    }
+}
+
 const LIVE: usize = 0;
 const ALLOCS: usize = 1;
 const FREES: usize = 2;
@@ -29,8 +41,9 @@ pub struct DeviceBudget {
     soft_limit: AtomicU64,
     reserved: AtomicU64,
     reserved_peak: AtomicU64,
-    /// Exact and shared (the peak must be exact); bumped once per alloc and per free.
-    allocated: AtomicU64,
+    /// Exact and shared (the peak must be exact); written once per alloc and per free, so it
+    /// sits on a cache line of its own, away from the fields every call reads.
+    allocated: Alone,
     allocated_peak: AtomicU64,
     /// Hot-path counters, striped per thread and summed when read: [`LIVE`], [`ALLOCS`],
     /// [`FREES`], [`HITS`].
