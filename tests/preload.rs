@@ -191,7 +191,7 @@ fn all_modes() -> impl Iterator<Item = &'static str> {
 #[test]
 fn the_shim_sees_allocations_every_way_a_program_reaches_the_driver() {
     for mode in all_modes() {
-        let r = ok(client(mode, &["basic"], &[]));
+        let r = ok(client(mode, &["basic"], &[("CUDAPOOL_POOL", "none")]));
         let held = r.line("held");
         assert_eq!(held["shim"], "present", "{mode}");
         assert_eq!(held["alloc_calls"], "3", "{mode}: {}", r.stdout);
@@ -491,9 +491,14 @@ fn pitched_allocations_count_their_real_footprint() {
 #[test]
 fn address_range_is_the_drivers_allocation() {
     for mode in all_modes() {
-        let r = ok(client(mode, &["range"], &[]));
+        let r = ok(client(mode, &["range"], &[("CUDAPOOL_POOL", "none")]));
         assert_eq!(r.get("base_ok", "base_ok"), "1");
         assert_eq!(r.num("base_ok", "size"), MIB);
+        // A sub-allocated block reports the segment that holds it (DESIGN.md trap 7): here the
+        // first 1 MiB block of a fresh 2 MiB segment.
+        let r = ok(client(mode, &["range"], &[("CUDAPOOL_POOL", "split")]));
+        assert_eq!(r.get("base_ok", "base_ok"), "1");
+        assert_eq!(r.num("base_ok", "size"), 2 * MIB);
     }
 }
 
