@@ -901,3 +901,22 @@ fn cached_memory_counts_as_free_and_is_reused() {
     assert_eq!(r.num("free", "free"), 64 * MIB);
     assert_eq!(r.num("after_free", "after_free"), 54 * MIB);
 }
+
+/// The README's sample: after 512 B, 1, 16 and 100 MiB come and go, 64 MiB buffers must still
+/// fill a 512 MiB limit exactly. A pool that splits a cached 100 MiB segment for the first 64 MiB
+/// buffer strands the other 36 MiB where no reclaim can reach it, and the eighth buffer fails.
+#[test]
+fn cached_segments_never_strand_memory_under_a_limit() {
+    for pool in POOLS {
+        let r = ok(client(
+            "dlsym",
+            &["sample"],
+            &[("CUDAPOOL_MEMORY_LIMIT", "512MiB"), ("CUDAPOOL_POOL", pool)],
+        ));
+        assert!(
+            r.stdout.contains("8 buffers of 64 MiB fit, then error 2"),
+            "{pool}: {}",
+            r.stdout
+        );
+    }
+}

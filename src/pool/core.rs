@@ -18,8 +18,10 @@ pub trait Core: Send {
     fn kind(&self) -> PoolKind;
     /// What a request of `size` is rounded to (the key blocks are matched by).
     fn round(&self, size: u64) -> u64;
-    /// A cached block for `size`, if one fits.
-    fn take(&mut self, size: u64) -> Option<DevPtr>;
+    /// A cached block for `size`, if one fits. `headroom` is what the upstream could still
+    /// grant ([`Upstream::headroom`]): a kind may decline a fit that would strand memory while
+    /// a new segment is still affordable.
+    fn take(&mut self, size: u64, headroom: u64) -> Option<DevPtr>;
     /// Gets a new segment from `up` able to serve `size` and takes a block from it.
     fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<DevPtr, CUresult>;
     /// Puts back a block handed out by `take` or `grow`: reusable at once.
@@ -92,7 +94,7 @@ impl Core for SimpleCore {
     fn round(&self, size: u64) -> u64 {
         size
     }
-    fn take(&mut self, size: u64) -> Option<DevPtr> {
+    fn take(&mut self, size: u64, _headroom: u64) -> Option<DevPtr> {
         let p = self.free.get_mut(&size)?.pop()?;
         self.cached -= size;
         Some(p)
@@ -166,7 +168,7 @@ impl Core for BinnedCore {
     fn round(&self, size: u64) -> u64 {
         Self::class(size)
     }
-    fn take(&mut self, size: u64) -> Option<DevPtr> {
+    fn take(&mut self, size: u64, _headroom: u64) -> Option<DevPtr> {
         let list = self.free.get_mut(&Self::class(size))?;
         let i = list.iter().rposition(|p| self.sizes[p] >= size)?;
         let p = list.swap_remove(i);
@@ -314,7 +316,7 @@ impl Core for SplitCore {
         round_up(size.max(1), MIN_BLOCK)
     }
 
-    fn take(&mut self, size: u64) -> Option<DevPtr> {
+    fn take(&mut self, size: u64, headroom: u64) -> Option<DevPtr> {
         let r = self.round(size);
         let small = r <= SMALL_REQUEST;
         let &(found, ptr) = self.free[Self::set(small)].range((r, 0)..).next()?;
@@ -322,13 +324,22 @@ impl Core for SplitCore {
             // The smallest fit is an oversize block that this request may not take.
             return None;
         }
-        let b = self.unmark_free(ptr);
-        let rest = b.size - r;
+        let rest = found - r;
         let worth_splitting = if small {
             rest >= MIN_BLOCK
         } else {
             rest > SMALL_REQUEST
         };
+        let whole_segment = self.segments.get(&ptr).is_some_and(|seg| seg.size == found);
+        if !small && worth_splitting && found < MAX_SPLIT && whole_segment && headroom != u64::MAX {
+            // Under a limit, splitting a whole free segment would strand its rest next to a
+            // live block, where no reclaim can give it back. Decline: a new segment serves the
+            // request, or, near the limit, the reclaim before an OOM releases this one whole
+            // and the retry gets a segment that fits. (A tail of a segment already in use is
+            // stranded either way: splitting it costs nothing.)
+            return None;
+        }
+        let b = self.unmark_free(ptr);
         if worth_splitting && b.size < MAX_SPLIT {
             self.blocks.insert(
                 ptr,
@@ -374,7 +385,9 @@ impl Core for SplitCore {
             },
         );
         // The new block fits, so this cannot miss.
-        Ok(self.take(size).expect("a fresh segment serves the request"))
+        Ok(self
+            .take(size, u64::MAX)
+            .expect("a fresh segment serves the request"))
     }
 
     fn put(&mut self, ptr: DevPtr) {

@@ -298,11 +298,11 @@ impl Pool for CachingPool {
                 return hit(p.ptr);
             }
         }
-        if let Some(p) = st.core.take(size) {
+        if let Some(p) = st.core.take(size, up.headroom()) {
             return hit(p);
         }
         self.collect(&mut st, false);
-        if let Some(p) = st.core.take(size) {
+        if let Some(p) = st.core.take(size, up.headroom()) {
             return hit(p);
         }
         // A miss is about to cost a driver call: first share what the threads keep in their
@@ -310,7 +310,7 @@ impl Pool for CachingPool {
         // the pool while another sits on free blocks.
         self.drain_magazines(&mut st, true);
         if rule == ReuseRule::Immediate {
-            if let Some(p) = st.core.take(size) {
+            if let Some(p) = st.core.take(size, up.headroom()) {
                 return hit(p);
             }
         }
