@@ -72,9 +72,11 @@ impl Clock for ImmediateClock {
 const MAX_PENDING: usize = 64;
 /// Blocks a thread keeps for itself before the oldest half goes to the shared state.
 const MAGAZINE: usize = 32;
-/// Requests larger than this skip the magazines; their total in one magazine stays under
-/// [`MAGAZINE_BYTES`]: a thread never sits on much memory the others cannot see.
-const MAGAZINE_BLOCK: u64 = 64 << 20;
+/// Requests larger than this skip the magazines, and a magazine's total stays under
+/// [`MAGAZINE_BYTES`]: a thread never sits on much memory the others cannot see, and large
+/// freed blocks reach the core at once to be coalesced (with 64 MiB here, peak reserved / peak
+/// requested on the recorded PyTorch trace went from 1.124 to 1.155).
+const MAGAZINE_BLOCK: u64 = 1 << 20;
 const MAGAZINE_BYTES: u64 = 256 << 20;
 
 /// One thread's freed blocks in one pool, reusable by that thread at once when the rule allows
