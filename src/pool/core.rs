@@ -73,19 +73,75 @@ fn within<V>(map: &BTreeMap<DevPtr, V>, ptr: DevPtr, size: impl Fn(&V) -> u64) -
         .is_some_and(|(&start, v)| ptr < start + size(v))
 }
 
-// ---- simple: exact sizes ------------------------------------------------------------------
+// ---- one segment per block: simple and binned ---------------------------------------------
 
-/// `simple`: every block is a segment of exactly the requested size; a request is served only
-/// by a cached block of the same size.
+/// Blocks that are whole segments, cached under a key (`simple`: the size; `binned`: the class).
 ///
-/// Invariant: `sizes` holds every segment (cached or in use); `free` holds exactly the cached
-/// ones, by size; `cached` is the sum of the sizes in `free`.
+/// Invariant: `sizes` holds every segment (cached or in use) and its size; `free` holds exactly
+/// the cached ones, under their key; `cached` is the sum of their sizes.
 #[derive(Default)]
-pub struct SimpleCore {
+struct SegmentCache {
     sizes: BTreeMap<DevPtr, u64>,
     free: HashMap<u64, Vec<DevPtr>>,
     cached: u64,
 }
+
+impl SegmentCache {
+    /// The most recently cached block under `key` that `fits`.
+    fn take(&mut self, key: u64, fits: impl Fn(u64) -> bool) -> Option<DevPtr> {
+        let list = self.free.get_mut(&key)?;
+        let i = list.iter().rposition(|p| fits(self.sizes[p]))?;
+        let p = list.swap_remove(i);
+        self.cached -= self.sizes[&p];
+        Some(p)
+    }
+
+    fn insert(&mut self, ptr: DevPtr, size: u64) {
+        self.sizes.insert(ptr, size);
+    }
+
+    fn put(&mut self, ptr: DevPtr, key: u64) {
+        self.free.entry(key).or_default().push(ptr);
+        self.cached += self.sizes[&ptr];
+    }
+
+    fn size(&self, ptr: DevPtr) -> u64 {
+        self.sizes[&ptr]
+    }
+
+    fn owns(&self, ptr: DevPtr) -> bool {
+        within(&self.sizes, ptr, |&s| s)
+    }
+
+    /// Gives every cached segment back; one the upstream refuses stays cached.
+    fn release_all(&mut self, up: &dyn Upstream) -> u64 {
+        let mut released = 0;
+        for list in self.free.values_mut() {
+            list.retain(|&p| {
+                let size = self.sizes[&p];
+                let gone = up.free(p, size).is_ok();
+                if gone {
+                    self.sizes.remove(&p);
+                    self.cached -= size;
+                    released += size;
+                }
+                !gone
+            });
+        }
+        released
+    }
+
+    fn forget(&mut self) -> (u64, u64) {
+        let r = (self.sizes.len() as u64, self.sizes.values().sum());
+        *self = SegmentCache::default();
+        r
+    }
+}
+
+/// `simple`: every block is a segment of exactly the requested size; a request is served only
+/// by a cached block of the same size.
+#[derive(Default)]
+pub struct SimpleCore(SegmentCache);
 
 impl Core for SimpleCore {
     fn kind(&self) -> PoolKind {
@@ -95,65 +151,41 @@ impl Core for SimpleCore {
         size
     }
     fn take(&mut self, size: u64, _headroom: u64) -> Option<DevPtr> {
-        let p = self.free.get_mut(&size)?.pop()?;
-        self.cached -= size;
-        Some(p)
+        self.0.take(size, |_| true)
     }
     fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<DevPtr, CUresult> {
         let p = up.alloc(size)?;
-        self.sizes.insert(p, size);
+        self.0.insert(p, size);
         Ok(p)
     }
     fn put(&mut self, ptr: DevPtr) {
-        let size = self.sizes[&ptr];
-        self.free.entry(size).or_default().push(ptr);
-        self.cached += size;
+        let size = self.0.size(ptr);
+        self.0.put(ptr, size);
     }
     fn block_size(&self, ptr: DevPtr) -> u64 {
-        self.sizes[&ptr]
+        self.0.size(ptr)
     }
     fn owns(&self, ptr: DevPtr) -> bool {
-        within(&self.sizes, ptr, |&s| s)
+        self.0.owns(ptr)
     }
     fn release_free_segments(&mut self, up: &dyn Upstream) -> u64 {
-        let mut released = 0;
-        for (size, list) in self.free.drain() {
-            for p in list {
-                if up.free(p, size).is_ok() {
-                    self.sizes.remove(&p);
-                    released += size;
-                }
-            }
-        }
-        self.cached = 0;
-        released
+        self.0.release_all(up)
     }
     fn cached(&self) -> u64 {
-        self.cached
+        self.0.cached
     }
     fn forget(&mut self) -> (u64, u64) {
-        let r = (self.sizes.len() as u64, self.sizes.values().sum());
-        *self = SimpleCore::default();
-        r
+        self.0.forget()
     }
 }
-
-// ---- binned: power-of-two classes ---------------------------------------------------------
 
 /// `binned`: requests fall into power-of-two classes (at least [`MIN_BLOCK`]); a cached block
 /// serves any request of its class that it is large enough for. Without a limit every block is
 /// a segment of its class's full size, so any block serves any request of its class. Under a
 /// limit a segment is exactly the request, so that rounding never costs the program memory it
 /// asked for (SPEC.md).
-///
-/// Invariant: `sizes` holds every segment and its size; `free` holds exactly the cached ones,
-/// keyed by the class of their size; `cached` is the sum of their sizes.
 #[derive(Default)]
-pub struct BinnedCore {
-    sizes: BTreeMap<DevPtr, u64>,
-    free: HashMap<u64, Vec<DevPtr>>,
-    cached: u64,
-}
+pub struct BinnedCore(SegmentCache);
 
 impl BinnedCore {
     fn class(size: u64) -> u64 {
@@ -169,11 +201,7 @@ impl Core for BinnedCore {
         Self::class(size)
     }
     fn take(&mut self, size: u64, _headroom: u64) -> Option<DevPtr> {
-        let list = self.free.get_mut(&Self::class(size))?;
-        let i = list.iter().rposition(|p| self.sizes[p] >= size)?;
-        let p = list.swap_remove(i);
-        self.cached -= self.sizes[&p];
-        Some(p)
+        self.0.take(Self::class(size), |block| block >= size)
     }
     fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<DevPtr, CUresult> {
         let sizes: &[u64] = if up.headroom() == u64::MAX {
@@ -182,41 +210,27 @@ impl Core for BinnedCore {
             &[size]
         };
         let (p, got) = segment(up, sizes)?;
-        self.sizes.insert(p, got);
+        self.0.insert(p, got);
         Ok(p)
     }
     fn put(&mut self, ptr: DevPtr) {
-        let size = self.sizes[&ptr];
-        self.free.entry(Self::class(size)).or_default().push(ptr);
-        self.cached += size;
+        let class = Self::class(self.0.size(ptr));
+        self.0.put(ptr, class);
     }
     fn block_size(&self, ptr: DevPtr) -> u64 {
-        self.sizes[&ptr]
+        self.0.size(ptr)
     }
     fn owns(&self, ptr: DevPtr) -> bool {
-        within(&self.sizes, ptr, |&s| s)
+        self.0.owns(ptr)
     }
     fn release_free_segments(&mut self, up: &dyn Upstream) -> u64 {
-        let mut released = 0;
-        for (_, list) in self.free.drain() {
-            for p in list {
-                let size = self.sizes[&p];
-                if up.free(p, size).is_ok() {
-                    self.sizes.remove(&p);
-                    released += size;
-                }
-            }
-        }
-        self.cached = 0;
-        released
+        self.0.release_all(up)
     }
     fn cached(&self) -> u64 {
-        self.cached
+        self.0.cached
     }
     fn forget(&mut self) -> (u64, u64) {
-        let r = (self.sizes.len() as u64, self.sizes.values().sum());
-        *self = BinnedCore::default();
-        r
+        self.0.forget()
     }
 }
 
