@@ -22,7 +22,7 @@ check() { # expect(ok|any) label command...
   echo "$label: $out" | tail -1
   if [ "$expect" = ok ] && [ $rc -ne 0 ]; then fail=$((fail + 1)); echo "  FAIL"; else pass=$((pass + 1)); fi
 }
-for mode in legacy blocking nonblocking threads; do
+for mode in legacy blocking nonblocking threads late; do
   bin="$W/race"; [ "$mode" = threads ] && bin="$W/race_ptds"
   check ok "no shim, $mode" "$bin" $mode
   for k in split binned simple; do

@@ -113,6 +113,7 @@ driver_table! {
     stream_is_capturing = c"cuStreamIsCapturing": fn(CUstream, *mut c_int);
     stream_end_capture_ptsz = c"cuStreamEndCapture_ptsz": fn(CUstream, *mut *mut c_void);
     event_create = c"cuEventCreate": fn(*mut CUevent, c_uint);
+    stream_wait_event = c"cuStreamWaitEvent": fn(CUstream, CUevent, c_uint);
     event_record = c"cuEventRecord": fn(CUevent, CUstream);
     event_query = c"cuEventQuery": fn(CUevent);
     event_synchronize = c"cuEventSynchronize": fn(CUevent);

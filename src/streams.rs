@@ -76,7 +76,22 @@ impl ContextClock {
     }
 
     /// The program created `stream` in this context.
+    ///
+    /// Blocks handed back at once to the thread that freed them (no stream existed then) may
+    /// still be touched by work issued earlier on the legacy or a per-thread stream. A stream
+    /// created now would not wait for that work, so it is made to: it waits for an event on the
+    /// legacy stream, which follows every blocking and per-thread stream.
     pub fn stream_created(&self, stream: usize, flags: u32) {
+        if self.reuse == Reuse::Auto && CAPTURES.load(Acquire) == 0 {
+            if let Some(ev) = self.record_on(CU_STREAM_LEGACY) {
+                let d = self.driver;
+                d.in_context(self.ctx, || {
+                    call!(d, stream_wait_event(stream as CUstream, ev as CUevent, 0));
+                });
+                // The wait took the event's state: it may be recorded again at once.
+                lock(&self.spare).push(ev);
+            }
+        }
         self.streams_created.store(true, Release);
         if flags & CU_STREAM_NON_BLOCKING != 0 {
             lock(&self.non_blocking).push(stream);

@@ -799,6 +799,7 @@ fn a_freed_block_is_never_reused_while_device_work_may_still_touch_it() {
         let one = |k: &str| assert_eq!(r.get(k, k), "1", "{mode}/{pool}: {k}\n{}", r.stdout);
         one("same_thread_immediate");
         one("other_thread_waits");
+        one("late_stream_waits");
         one("reused_after_fence");
         one("destroyed_stream_fenced");
         one("reused_after_destroyed_stream");

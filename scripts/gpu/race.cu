@@ -4,7 +4,10 @@
 // cudaFree (which waits) or a safe pool, the sum is the original one; a pool that hands the
 // freed block out at once lets the overwrite land under the running kernel.
 //
-// usage: race legacy|blocking|nonblocking|threads
+// usage: race legacy|blocking|nonblocking|threads|late
+//   late: the kernel runs on the legacy stream; the program frees, allocates again (the same
+//   thread may get the block back at once), and only then creates a non-blocking stream and
+//   overwrites the new buffer on it.
 //   threads: thread A launches and frees, thread B allocates and overwrites (build with
 //   --default-stream per-thread so each thread has its own default stream).
 #include <cstdio>
@@ -70,6 +73,12 @@ int main(int argc, char **argv) {
       cudaMemset(b, 0xff, n * sizeof *b);
     });
     tb.join();
+  } else if (!strcmp(mode, "late")) {
+    spin_then_sum<<<1, 256>>>(a, n, out, spin);
+    CK(cudaFree(a));
+    CK(cudaMalloc(&b, n * sizeof *b));
+    CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    CK(cudaMemsetAsync(b, 0xff, n * sizeof *b, s2));
   } else {
     spin_then_sum<<<1, 256, 0, s>>>(a, n, out, spin);
     CK(cudaFree(a));

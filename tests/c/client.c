@@ -477,6 +477,12 @@ static int reuse(void) {
   c = other_thread_alloc(MB20);
   printf("other_thread_waits=%d\n", c != a);
   CHECK(cu.MemFree(c));
+  // A stream created now must not overlap the kernel that may still read a reused block.
+  int (*waits_for)(void *, long) = (int (*)(void *, long))fake_fn("fakecu_stream_waits_for");
+  void *late;
+  CHECK(cu.StreamCreate(&late, 1));
+  printf("late_stream_waits=%d\n", waits_for(late, h));
+  CHECK(cu.StreamDestroy(late));
   finish(h);
   // 2. A non-blocking stream exists: every reuse waits for a fence.
   void *s;

@@ -453,6 +453,8 @@ struct fake_stream {
   unsigned flags;
   struct fake_ctx *ctx;
   int capturing;
+  int nwaits;
+  int waits[EVENT_HOLDS]; // holds this stream's later work waits for (cuStreamWaitEvent)
 };
 struct fake_hold {
   int live;
@@ -481,7 +483,7 @@ static CUresult stream_create(void **ps, unsigned flags) {
   pthread_mutex_lock(&mu);
   for (int i = 0; i < MAX_STREAMS; i++)
     if (!streams[i].live) {
-      streams[i] = (struct fake_stream){1, flags, current, 0};
+      streams[i] = (struct fake_stream){1, flags, current, 0, 0, {0}};
       *ps = &streams[i];
       pthread_mutex_unlock(&mu);
       return CUDA_SUCCESS;
@@ -581,6 +583,27 @@ static int event_done(struct fake_event *ev) {
     if (holds[ev->holds[i]].live) return 0;
   return 1;
 }
+CUresult cuStreamWaitEvent(void *s, void *e, unsigned flags) {
+  (void)flags;
+  count("cuStreamWaitEvent");
+  struct fake_event *ev = e;
+  if (!ev || !ev->live || (uintptr_t)s <= 2) return CUDA_ERROR_INVALID_VALUE;
+  struct fake_stream *st = s;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < ev->n && st->nwaits < EVENT_HOLDS; i++) st->waits[st->nwaits++] = ev->holds[i];
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
+// Whether work issued on stream s from now on waits for hold h (tests read it).
+int fakecu_stream_waits_for(void *s, long h) {
+  if ((uintptr_t)s <= 2) return 0;
+  struct fake_stream *st = s;
+  for (int i = 0; i < st->nwaits; i++)
+    if (st->waits[i] == h) return 1;
+  return 0;
+}
+
 CUresult cuEventQuery(void *e) {
   count("cuEventQuery");
   struct fake_event *ev = e;
@@ -701,6 +724,7 @@ static const struct proc procs[] = {
     {"cuEventRecord", 2000, 0, (void *)cuEventRecord},
     {"cuEventRecord", 7000, 1, (void *)cuEventRecord_ptsz},
     {"cuEventQuery", 2000, 0, (void *)cuEventQuery},
+    {"cuStreamWaitEvent", 3020, 0, (void *)cuStreamWaitEvent},
     {"cuEventSynchronize", 2000, 0, (void *)cuEventSynchronize},
     {"cuEventDestroy", 4000, 0, (void *)cuEventDestroy_v2},
     {"cuCtxPushCurrent", 4000, 0, (void *)cuCtxPushCurrent_v2},
