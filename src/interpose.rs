@@ -15,7 +15,8 @@ use crate::driver::{self, call, Driver};
 use crate::hooks::boundary;
 use crate::shim::{Shim, State};
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 /// (real driver function, hook) address pairs, built once the driver is open.
 static SUBSTITUTES: OnceLock<Vec<(usize, usize)>> = OnceLock::new();
@@ -49,6 +50,99 @@ pub fn substitute(p: *mut c_void) -> *mut c_void {
         Some(&(_, hook)) => hook as *mut c_void,
         None => p,
     }
+}
+
+// ---- per-thread default streams --------------------------------------------------------
+//
+// Work on per-thread default streams (`_ptsz`/`_ptds` entry points) breaks the assumption that
+// lets a thread take back its own freed block at once (see `pool::reuse`): two threads'
+// per-thread streams do not wait for each other. The program obtains those entry points by
+// name (`dlsym`) or through `cuGetProcAddress` with the per-thread flag; either way it gets a
+// trampoline that marks them as used and jumps on to the real function. A trampoline is a few
+// instructions of assembly, so one kind serves every signature.
+
+/// Set for good once the program calls a per-thread-default-stream entry point.
+pub static PER_THREAD_STREAMS_USED: AtomicBool = AtomicBool::new(false);
+
+const TRAMPOLINES: usize = 256;
+/// The real function each trampoline jumps to (0: slot unused).
+static TRAMPOLINE_TARGETS: [AtomicUsize; TRAMPOLINES] =
+    [const { AtomicUsize::new(0) }; TRAMPOLINES];
+/// Real functions by slot, for handing out the same trampoline to repeated lookups.
+static TRAMPOLINE_SLOTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+// Slot i, 16 bytes at __cudapool_ptds_trampolines + 16*i: set the flag, jump to target i.
+#[cfg(target_arch = "x86_64")]
+core::arch::global_asm!(
+    ".pushsection .text.cudapool_trampolines,\"ax\",@progbits",
+    ".balign 16",
+    ".globl __cudapool_ptds_trampolines",
+    "__cudapool_ptds_trampolines:",
+    ".set cudapool_slot, 0",
+    ".rept 256",
+    "mov byte ptr [rip + {flag}], 1",
+    "jmp qword ptr [rip + {targets} + 8 * cudapool_slot]",
+    ".balign 16",
+    ".set cudapool_slot, cudapool_slot + 1",
+    ".endr",
+    ".popsection",
+    flag = sym PER_THREAD_STREAMS_USED,
+    targets = sym TRAMPOLINE_TARGETS,
+);
+
+extern "C" {
+    static __cudapool_ptds_trampolines: [u8; 16 * TRAMPOLINES];
+}
+
+fn is_per_thread_name(name: &[u8]) -> bool {
+    name.starts_with(b"cu") && (name.ends_with(b"_ptsz") || name.ends_with(b"_ptds"))
+}
+
+/// The trampoline for the real per-thread entry point `real`. With every slot taken, the flag
+/// is set now (the safe side) and `real` is handed out as it is.
+fn trampoline(real: *mut c_void) -> *mut c_void {
+    let mut slots = TRAMPOLINE_SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+    let slot = match slots.iter().position(|&r| r == real as usize) {
+        Some(i) => i,
+        None if slots.len() < TRAMPOLINES => {
+            let i = slots.len();
+            // The target is in place before anyone can call the slot.
+            TRAMPOLINE_TARGETS[i].store(real as usize, Ordering::Release);
+            slots.push(real as usize);
+            i
+        }
+        None => {
+            PER_THREAD_STREAMS_USED.store(true, Ordering::Release);
+            return real;
+        }
+    };
+    // SAFETY: only the address of the trampoline bank is taken; slot < TRAMPOLINES.
+    unsafe { (&raw const __cudapool_ptds_trampolines as *const u8).add(16 * slot) as *mut c_void }
+}
+
+/// Whether the driver function at `p` is a per-thread-default-stream variant (by the name the
+/// driver exports it under).
+fn is_per_thread_function(p: *mut c_void) -> bool {
+    // SAFETY: dladdr only reads the loader's tables; `info` is a plain out-struct.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    if unsafe { libc::dladdr(p, &mut info) } == 0 || info.dli_saddr != p || info.dli_sname.is_null()
+    {
+        return false;
+    }
+    // SAFETY: dladdr returned a NUL-terminated symbol name of a loaded object.
+    is_per_thread_name(unsafe { CStr::from_ptr(info.dli_sname) }.to_bytes())
+}
+
+/// What a lookup of a driver function hands out: a hook, a per-thread trampoline, or `p`.
+fn hand_out(p: *mut c_void, per_thread: bool) -> *mut c_void {
+    let s = substitute(p);
+    if s != p || p.is_null() || !per_thread {
+        return s;
+    }
+    if matches!(Shim::state(), State::PassThrough | State::NoDriver) {
+        return p;
+    }
+    trampoline(p)
 }
 
 // ---- dlsym ------------------------------------------------------------------------------
@@ -103,6 +197,8 @@ extern "C" fn dlsym_hooked(handle: *mut c_void, symbol: *const c_char) -> *mut c
         let name = unsafe { CStr::from_ptr(symbol) };
         if is_hooked_name(name) {
             substitute(p)
+        } else if is_per_thread_name(name.to_bytes()) {
+            hand_out(p, true)
         } else {
             p
         }
@@ -129,7 +225,10 @@ unsafe fn substitute_out(
     // SAFETY: non-null and valid by the caller's contract with the driver.
     let (before, after) = unsafe {
         let before = *pfn;
-        *pfn = substitute(before);
+        let per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0
+            && !before.is_null()
+            && is_per_thread_function(before);
+        *pfn = hand_out(before, per_thread);
         (before, *pfn)
     };
     let is_hook = |p: *mut c_void| {
@@ -139,6 +238,7 @@ unsafe fn substitute_out(
     };
     if before == after
         && !is_hook(after)
+        && !PER_THREAD_STREAMS_USED.load(Ordering::Relaxed)
         && !symbol.is_null()
         && crate::log::enabled(crate::config::LogLevel::Info)
     {

@@ -152,7 +152,12 @@ impl Clock for ContextClock {
     fn rule(&self) -> ReuseRule {
         match self.reuse {
             Reuse::Immediate => ReuseRule::Immediate,
-            Reuse::Auto if self.streams_created.load(Acquire) => ReuseRule::Fenced,
+            Reuse::Auto
+                if self.streams_created.load(Acquire)
+                    || crate::interpose::PER_THREAD_STREAMS_USED.load(Acquire) =>
+            {
+                ReuseRule::Fenced
+            }
             Reuse::Auto => ReuseRule::SameThread,
         }
     }

@@ -244,12 +244,41 @@ fn per_thread_stream_flags_reach_the_driver_unchanged() {
     let r = ok(client("gpa-ptsz", &["ptds"], &[]));
     assert_eq!(
         (r.num("memset", "memset"), r.num("memset", "memset_ptds")),
-        (0, 1)
+        (0, 1),
+        "the per-thread variant, through its trampoline"
     );
     let r = ok(client("gpa", &["ptds"], &[]));
     assert_eq!(
         (r.num("memset", "memset"), r.num("memset", "memset_ptds")),
         (1, 0)
+    );
+}
+
+#[test]
+fn work_on_per_thread_streams_makes_every_reuse_wait_for_a_fence() {
+    for pool in CACHING {
+        let r = ok(client("gpa-ptsz", &["ptds"], &[("CUDAPOOL_POOL", pool)]));
+        let k = "same_thread_reuse_after_ptds";
+        assert_eq!(
+            r.get(k, k),
+            "0",
+            "{pool}: reused while per-thread work may run"
+        );
+        let r = ok(client("gpa", &["ptds"], &[("CUDAPOOL_POOL", pool)]));
+        assert_eq!(
+            r.get(k, k),
+            "1",
+            "{pool}: legacy stream only, stream order holds"
+        );
+    }
+    // Found by name through dlsym too.
+    let r = ok(client("dlsym", &["ptds"], &[("CUDAPOOL_POOL", "split")]));
+    assert_eq!(
+        r.get(
+            "same_thread_reuse_after_ptds",
+            "same_thread_reuse_after_ptds"
+        ),
+        "1"
     );
 }
 

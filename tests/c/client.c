@@ -427,6 +427,8 @@ static int legacy(void) {
   return 0;
 }
 
+static void *fake_fn(const char *name);
+#define MB20 ((size_t)20 << 20)
 static int ptds(void) {
   CUdeviceptr p;
   CHECK(cu.MemAlloc(&p, 4096));
@@ -434,6 +436,16 @@ static int ptds(void) {
   CHECK(cu.MemFree(p));
   printf("memset=%ld memset_ptds=%ld\n", fake_calls("cuMemsetD8_v2"),
          fake_calls("cuMemsetD8_v2_ptds"));
+  // After work on a per-thread default stream, even the freeing thread must wait for a fence
+  // (another thread's per-thread stream would not wait for that work).
+  long (*hold)(void *) = (long (*)(void *))fake_fn("fakecu_hold");
+  CUdeviceptr a, b;
+  CHECK(cu.MemAlloc(&a, MB20));
+  long h = hold((void *)2);
+  CHECK(cu.MemFree(a));
+  CHECK(cu.MemAlloc(&b, MB20));
+  printf("same_thread_reuse_after_ptds=%d\n", b == a);
+  (void)h;
   return 0;
 }
 
@@ -441,7 +453,6 @@ static int ptds(void) {
 static void *fake_fn(const char *name) {
   return must(dlsym(driver ? driver : RTLD_DEFAULT, name), name);
 }
-#define MB20 ((size_t)20 << 20)
 #define LEGACY ((void *)1)
 
 struct other {
