@@ -22,8 +22,8 @@ check() { # expect(ok|any) label command...
   echo "$label: $out" | tail -1
   if [ "$expect" = ok ] && [ $rc -ne 0 ]; then fail=$((fail + 1)); echo "  FAIL"; else pass=$((pass + 1)); fi
 }
-for mode in legacy blocking nonblocking threads late; do
-  bin="$W/race"; [ "$mode" = threads ] && bin="$W/race_ptds"
+for mode in legacy blocking nonblocking threads late handoff; do
+  bin="$W/race"; case $mode in threads|handoff) bin="$W/race_ptds";; esac
   check ok "no shim, $mode" "$bin" $mode
   for k in split binned simple; do
     check ok "cudapool $k auto, $mode" env LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k "$bin" $mode

@@ -4,7 +4,10 @@
 // cudaFree (which waits) or a safe pool, the sum is the original one; a pool that hands the
 // freed block out at once lets the overwrite land under the running kernel.
 //
-// usage: race legacy|blocking|nonblocking|threads|late
+// usage: race legacy|blocking|nonblocking|threads|late|handoff
+//   handoff (build with --default-stream per-thread): thread A launches on its own default
+//   stream, frees, allocates again (it may get the block back at once) and hands the new
+//   buffer to thread B, which overwrites it on B's own default stream.
 //   late: the kernel runs on the legacy stream; the program frees, allocates again (the same
 //   thread may get the block back at once), and only then creates a non-blocking stream and
 //   overwrites the new buffer on it.
@@ -72,6 +75,15 @@ int main(int argc, char **argv) {
       cudaMalloc(&b, n * sizeof *b);
       cudaMemset(b, 0xff, n * sizeof *b);
     });
+    tb.join();
+  } else if (!strcmp(mode, "handoff")) {
+    std::thread ta([&] {
+      spin_then_sum<<<1, 256>>>(a, n, out, spin);
+      cudaFree(a);
+      cudaMalloc(&b, n * sizeof *b);
+    });
+    ta.join();
+    std::thread tb([&] { cudaMemset(b, 0xff, n * sizeof *b); });
     tb.join();
   } else if (!strcmp(mode, "late")) {
     spin_then_sum<<<1, 256>>>(a, n, out, spin);
