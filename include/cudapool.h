@@ -51,8 +51,9 @@ typedef struct cudapool_stats {
  * Returns 0, or 1 for a NULL out / struct_size too small / bad device, or 3 (not active). */
 int cudapool_get_stats(int device, cudapool_stats *out);
 
-/* Gives cached blocks of the calling thread's current context back to the driver, if it is on
- * `device` (or device is -1). Returns the bytes released (0 when nothing was cached). */
+/* Gives every cached block on `device` (-1: every device) back to the driver, after waiting
+ * for device work that may still touch them. Returns the bytes released (0 when nothing was
+ * cached, or the shim is not active). Like torch.cuda.empty_cache and CUDA.reclaim. */
 size_t cudapool_reclaim(int device);
 
 /* Sets both peaks of `device` (-1: every device used) to the current values. Returns 0, 1, 3. */
@@ -67,6 +68,12 @@ int cudapool_set_memory_limit(int device, size_t bytes);
  * snprintf-style. Returns the length of the whole text without the NUL (call with NULL, 0 to
  * size a buffer), or -1 when the shim is not active. */
 int cudapool_memory_status(char *buf, size_t len);
+
+/* Writes a JSON snapshot to `path`: per device the counters, every pool segment with its blocks
+ * (in_use, pending, free) and every live allocation (with a backtrace under CUDAPOOL_TRACK=2).
+ * Schema in the README. Returns 0; 1 for a NULL or non-UTF-8 path; 304
+ * (CUDA_ERROR_OPERATING_SYSTEM) when the file cannot be written; 3 (not active). */
+int cudapool_snapshot(const char *path);
 
 /* The library's version, "MAJOR.MINOR.PATCH". Static storage: do not free. */
 const char *cudapool_version(void);

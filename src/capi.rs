@@ -128,18 +128,12 @@ pub unsafe extern "C" fn cudapool_get_stats(device: c_int, out: *mut CudapoolSta
     })
 }
 
-/// Gives cached blocks back to the driver; returns the bytes released.
+/// Gives every cached block on `device` (-1: every device) back to the driver, after waiting
+/// for the device work that may still touch them; returns the bytes released.
 #[no_mangle]
 pub extern "C" fn cudapool_reclaim(device: c_int) -> usize {
     boundary(0, || match Shim::active() {
-        Some(shim) if valid_device(device) => {
-            let current = shim.driver.current_device().ok();
-            if device == -1 || current == Some(device) {
-                shim.reclaim_current() as usize
-            } else {
-                0
-            }
-        }
+        Some(shim) if valid_device(device) => shim.reclaim_device(device) as usize,
         _ => 0,
     })
 }
@@ -198,6 +192,35 @@ pub unsafe extern "C" fn cudapool_memory_status(buf: *mut c_char, len: usize) ->
             }
         }
         c_int::try_from(text.len()).unwrap_or(c_int::MAX)
+    })
+}
+
+/// Writes the snapshot JSON to `path`. 0 on success; 1 (`CUDA_ERROR_INVALID_VALUE`) for a NULL
+/// or non-UTF-8 path; 304 (`CUDA_ERROR_OPERATING_SYSTEM`) when the file cannot be written;
+/// 3 when the shim is not active.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn cudapool_snapshot(path: *const c_char) -> c_int {
+    boundary(CUDA_ERROR_UNKNOWN as c_int, || {
+        if path.is_null() {
+            return CUDA_ERROR_INVALID_VALUE as c_int;
+        }
+        // SAFETY: non-null and NUL-terminated by the caller's contract.
+        let Ok(path) = unsafe { CStr::from_ptr(path) }.to_str() else {
+            return CUDA_ERROR_INVALID_VALUE as c_int;
+        };
+        let Some(shim) = Shim::active() else {
+            return CUDA_ERROR_NOT_INITIALIZED as c_int;
+        };
+        match std::fs::write(path, crate::report::snapshot_json(shim)) {
+            Ok(()) => CUDA_SUCCESS as c_int,
+            Err(e) => {
+                crate::log::line(&format!("cannot write snapshot to {path}: {e}"));
+                304
+            }
+        }
     })
 }
 

@@ -83,12 +83,21 @@ pub fn memory_status(shim: &Shim) -> String {
     out
 }
 
-/// At exit, where `CUDAPOOL_REPORT` says.
+/// At exit: the leak report (`CUDAPOOL_TRACK`) on stderr, and the status (with the leaks)
+/// where `CUDAPOOL_REPORT` says.
 pub fn write_exit_report(shim: &Shim) {
+    let leaks = if shim.config.track >= 1 {
+        leak_report(shim)
+    } else {
+        String::new()
+    };
     let Some(target) = &shim.config.report else {
+        for line in leaks.lines() {
+            crate::log::line(line);
+        }
         return;
     };
-    let text = memory_status(shim);
+    let text = memory_status(shim) + &leaks;
     match target {
         ReportTarget::Stderr => {
             for line in text.lines() {
@@ -103,9 +112,187 @@ pub fn write_exit_report(shim: &Shim) {
     }
 }
 
+// ---- snapshot (JSON) and leak report -----------------------------------------------------
+
+/// `s` as a JSON string literal.
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The frames of a backtrace that belong to the program: cudapool's own frames, the Rust
+/// runtime's and the unwinder's are dropped. At most `max`.
+pub fn program_frames(bt: &std::backtrace::Backtrace, max: usize) -> Vec<String> {
+    let text = bt.to_string();
+    let mut frames: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        // Frame lines look like "12: symbol"; "at file:line" lines follow some of them.
+        let Some((num, sym)) = line.split_once(": ") else {
+            if let Some(at) = line.strip_prefix("at ") {
+                if let Some(last) = frames.last_mut() {
+                    let _ = write!(last, " ({at})");
+                }
+            }
+            continue;
+        };
+        if num.parse::<u32>().is_err() {
+            continue;
+        }
+        let ours = [
+            "cudapool::",
+            "std::",
+            "core::",
+            "backtrace",
+            "__rust",
+            "catch_unwind",
+            "<alloc::",
+        ]
+        .iter()
+        .any(|p| sym.contains(p))
+            || sym.starts_with("cu") && frames.is_empty();
+        if ours && frames.is_empty() {
+            continue;
+        }
+        frames.push(sym.to_string());
+        if frames.len() == max {
+            break;
+        }
+    }
+    frames
+}
+
+/// The whole state as JSON (schema in the README, "Snapshot").
+pub fn snapshot_json(shim: &Shim) -> String {
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        "{{\"version\":{},\"pid\":{},\"pool\":{},\"track\":{},\"devices\":[",
+        json_str(env!("CARGO_PKG_VERSION")),
+        std::process::id(),
+        json_str(shim.pool_kind().name()),
+        shim.config.track
+    );
+    let live = shim.live_allocations();
+    for (i, dev) in shim.devices_seen().into_iter().enumerate() {
+        if i > 0 {
+            o.push(',');
+        }
+        let s = shim.device_stats(dev);
+        let _ = write!(
+            o,
+            "{{\"device\":{dev},\"stats\":{{\"allocated_bytes\":{},\"peak_allocated_bytes\":{},\"reserved_bytes\":{},\"peak_reserved_bytes\":{},\"cached_bytes\":{},\"live_allocations\":{},\"segments\":{},\"alloc_calls\":{},\"free_calls\":{},\"cache_hits\":{},\"driver_allocs\":{},\"driver_frees\":{},\"reclaim_retries\":{},\"ooms\":{},\"hard_limit\":{},\"soft_limit\":{}}},\"segments\":[",
+            s.allocated, s.allocated_peak, s.reserved, s.reserved_peak, s.cached,
+            s.live_allocations, s.segments, s.alloc_calls, s.free_calls, s.cache_hits,
+            s.driver_allocs, s.driver_frees, s.reclaim_retries, s.ooms, s.hard_limit, s.soft_limit
+        );
+        for (j, (ctx, seg)) in shim.segments(dev).into_iter().enumerate() {
+            if j > 0 {
+                o.push(',');
+            }
+            let _ = write!(
+                o,
+                "{{\"address\":\"{:#x}\",\"size\":{},\"context\":\"{ctx:#x}\",\"blocks\":[",
+                seg.ptr, seg.size
+            );
+            for (k, b) in seg.blocks.iter().enumerate() {
+                if k > 0 {
+                    o.push(',');
+                }
+                let _ = write!(
+                    o,
+                    "{{\"address\":\"{:#x}\",\"size\":{},\"state\":\"{}\"}}",
+                    b.ptr,
+                    b.size,
+                    b.state.name()
+                );
+            }
+            o.push_str("]}");
+        }
+        o.push_str("],\"allocations\":[");
+        let mut first = true;
+        for (ptr, l, bt) in live.iter().filter(|(_, l, _)| l.device == dev) {
+            if !first {
+                o.push(',');
+            }
+            first = false;
+            let origin = match l.origin {
+                crate::shim::Origin::Pool => "pool",
+                crate::shim::Origin::Counted => "counted",
+            };
+            let _ = write!(
+                o,
+                "{{\"address\":\"{ptr:#x}\",\"size\":{},\"origin\":\"{origin}\",\"context\":\"{:#x}\"",
+                l.size, l.ctx
+            );
+            if let Some(bt) = bt {
+                let frames: Vec<String> =
+                    program_frames(bt, 16).iter().map(|f| json_str(f)).collect();
+                let _ = write!(o, ",\"backtrace\":[{}]", frames.join(","));
+            }
+            o.push('}');
+        }
+        o.push_str("]}");
+    }
+    o.push_str("]}\n");
+    o
+}
+
+/// `CUDAPOOL_TRACK`: the allocations never freed, one line each (and where they were made at
+/// level 2). Empty when everything was freed.
+pub fn leak_report(shim: &Shim) -> String {
+    let live = shim.live_allocations();
+    if live.is_empty() {
+        return String::new();
+    }
+    let bytes: u64 = live.iter().map(|(_, l, _)| l.size).sum();
+    let mut out = format!(
+        "{} allocations never freed, {} in all:\n",
+        live.len(),
+        fmt_bytes(bytes)
+    );
+    const SHOWN: usize = 50;
+    for (ptr, l, bt) in live.iter().take(SHOWN) {
+        let _ = writeln!(
+            out,
+            "  {ptr:#x}  {} on device {}",
+            fmt_bytes(l.size),
+            l.device
+        );
+        if let Some(bt) = bt {
+            for f in program_frames(bt, 8) {
+                let _ = writeln!(out, "      {f}");
+            }
+        }
+    }
+    if live.len() > SHOWN {
+        let _ = writeln!(out, "  ... and {} more", live.len() - SHOWN);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(json_str("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
+    }
 
     #[test]
     fn byte_formatting() {

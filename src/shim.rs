@@ -66,6 +66,8 @@ pub struct Shim {
     /// Invariant: holds exactly the allocations handed to the program and not yet freed, with
     /// the size the program asked for (pooled) or the driver's real footprint (counted).
     live: DashMap<DevPtr, Live, AddrBuild>,
+    /// `CUDAPOOL_TRACK=2`: where each live allocation was made.
+    backtraces: DashMap<DevPtr, Arc<std::backtrace::Backtrace>, AddrBuild>,
 }
 
 /// What the hooks should do, decided once per process.
@@ -167,6 +169,7 @@ impl Shim {
             overflow_budget: DeviceBudget::new(0, 0),
             contexts: RwLock::new(HashMap::default()),
             live: DashMap::with_hasher(AddrBuild::default()),
+            backtraces: DashMap::with_hasher(AddrBuild::default()),
         }
     }
 
@@ -347,6 +350,7 @@ impl Shim {
                 origin: Origin::Pool,
             },
         );
+        self.track(grant.ptr);
         budget.on_alloc(size, grant.from_cache);
         log_at!(Debug, "alloc {size} -> {:#x} (device {dev})", grant.ptr);
         Ok(grant.ptr)
@@ -395,6 +399,7 @@ impl Shim {
                 origin: Origin::Counted,
             },
         );
+        self.track(ptr);
         Ok(ptr)
     }
 
@@ -433,6 +438,9 @@ impl Shim {
         };
         if result == CUDA_SUCCESS {
             budget.on_free_call();
+            if self.config.track >= 2 {
+                self.backtraces.remove(&ptr);
+            }
             log_at!(Debug, "free {ptr:#x}");
         } else {
             // The driver refused: the program still holds the block.
@@ -440,6 +448,41 @@ impl Shim {
             self.live.insert(ptr, live);
         }
         result
+    }
+
+    /// `CUDAPOOL_TRACK=2`: remembers where the allocation at `ptr` was made.
+    fn track(&self, ptr: DevPtr) {
+        if self.config.track >= 2 {
+            let bt = std::backtrace::Backtrace::force_capture();
+            self.backtraces.insert(ptr, Arc::new(bt));
+        }
+    }
+
+    /// Every live allocation (address, what is known of it, its backtrace when tracked), by
+    /// address.
+    pub fn live_allocations(&self) -> Vec<(DevPtr, Live, Option<Arc<std::backtrace::Backtrace>>)> {
+        let mut v: Vec<_> = self
+            .live
+            .iter()
+            .map(|e| {
+                let bt = self.backtraces.get(e.key()).map(|b| b.clone());
+                (*e.key(), *e.value(), bt)
+            })
+            .collect();
+        v.sort_by_key(|e| e.0);
+        v
+    }
+
+    /// Every context's pool segments on `dev`, with the context they belong to.
+    pub fn segments(&self, dev: CUdevice) -> Vec<(usize, crate::pool::SegmentView)> {
+        let contexts = self.contexts.read().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<_> = contexts
+            .iter()
+            .filter(|(_, c)| c.device == dev)
+            .flat_map(|(&ctx, c)| c.pool.segments().into_iter().map(move |s| (ctx, s)))
+            .collect();
+        out.sort_by_key(|(_, s)| s.ptr);
+        out
     }
 
     fn pool_owns(&self, ptr: DevPtr) -> bool {
@@ -502,12 +545,24 @@ impl Shim {
         cp.map_or(0, |cp| cp.pool.reclaim(&self.upstream(self.budget(dev))))
     }
 
-    /// Gives back the cached memory of the current context's pool (the C API's reclaim).
-    pub fn reclaim_current(&self) -> u64 {
-        match self.current() {
-            Ok((ctx, dev)) => self.reclaim_context(ctx, dev),
-            Err(_) => 0,
-        }
+    /// Gives back the cached memory of every context on `device` (-1: every device), each with
+    /// its context pushed while its pool waits for fences and frees (the C API's reclaim).
+    pub fn reclaim_device(&self, device: CUdevice) -> u64 {
+        let pools: Vec<(usize, Arc<ContextPool>)> = self
+            .contexts
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, c)| device < 0 || c.device == device)
+            .map(|(&ctx, c)| (ctx, c.clone()))
+            .collect();
+        pools
+            .into_iter()
+            .map(|(ctx, cp)| {
+                let up = self.upstream(self.budget(cp.device));
+                self.driver.in_context(ctx, || cp.pool.reclaim(&up))
+            })
+            .sum()
     }
 
     /// Counts and logs an out-of-memory answer (from the limit or from the driver); returns `err`
@@ -549,7 +604,7 @@ impl Shim {
             .remove(&ctx);
         GENERATION.fetch_add(1, Ordering::AcqRel);
         let mut dropped = 0u64;
-        self.live.retain(|_, l| {
+        self.live.retain(|k, l| {
             if l.ctx != ctx {
                 return true;
             }
@@ -559,6 +614,7 @@ impl Shim {
                 budget.on_segments_dropped(1, l.size);
             }
             dropped += 1;
+            self.backtraces.remove(k);
             false
         });
         if let Some(cp) = cp {

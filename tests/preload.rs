@@ -950,3 +950,90 @@ fn cached_segments_never_strand_memory_under_a_limit() {
         );
     }
 }
+
+fn python3() -> PathBuf {
+    which("python3").expect("python3 is needed for the Python module's tests")
+}
+
+#[test]
+fn the_python_module_reads_and_drives_the_pool() {
+    let f = fixture();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/check_cudapool.py");
+    let snap = f.dir.join("python_snapshot.json");
+    let (script, snap) = (script.to_str().unwrap(), snap.to_str().unwrap());
+    let r = run_program(
+        &python3(),
+        &[script, "loaded", snap],
+        true,
+        &[("CUDAPOOL_POOL", "split")],
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("python: ok"), "{}", r.stdout);
+    let r = run_program(&python3(), &[script, "absent"], false, &[]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("LD_PRELOAD"),
+        "a clear error: {}",
+        r.stdout
+    );
+}
+
+#[test]
+fn tracking_reports_leaks_at_exit_with_backtraces_at_level_2() {
+    let r = ok(client("dlsym", &["leak"], &[]));
+    assert!(
+        !r.stderr.contains("never freed"),
+        "no report without CUDAPOOL_TRACK"
+    );
+    let r = ok(client("dlsym", &["leak"], &[("CUDAPOOL_TRACK", "1")]));
+    assert!(
+        r.stderr
+            .contains("2 allocations never freed, 4.00 MiB in all"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("3.00 MiB on device 0") && r.stderr.contains("1.00 MiB on device 0"));
+    assert!(
+        !r.stderr.contains("leaky_helper"),
+        "no backtraces at level 1"
+    );
+    let r = ok(client("link", &["leak"], &[("CUDAPOOL_TRACK", "2")]));
+    let frames = r.stderr.matches("leaky_helper").count();
+    assert_eq!(frames, 2, "each leak says where it was made: {}", r.stderr);
+}
+
+#[test]
+fn a_snapshot_shows_segments_blocks_and_live_allocations() {
+    let f = fixture();
+    let path = f.dir.join("snapshot.json");
+    let path = path.to_str().unwrap();
+    let r = ok(client(
+        "gpa",
+        &["leak", path],
+        &[("CUDAPOOL_TRACK", "2"), ("CUDAPOOL_POOL", "split")],
+    ));
+    assert_eq!(r.get("snapshot", "snapshot"), "0");
+    assert_eq!(r.get("snapshot_null", "snapshot_null"), "1");
+    // Check the structure with Python's JSON parser.
+    let check = r#"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["pool"] == "split" and s["track"] == 2
+d = s["devices"][0]
+assert d["device"] == 0 and d["stats"]["allocated_bytes"] == 4 << 20
+live = d["allocations"]
+assert sorted(a["size"] for a in live) == [1 << 20, 3 << 20], live
+assert all(a["origin"] == "pool" and "leaky_helper" in a["backtrace"][0] for a in live), live
+segs = d["segments"]
+blocks = [b for g in segs for b in g["blocks"]]
+assert {b["state"] for b in blocks} <= {"in_use", "pending", "free"}
+for g in segs:
+    assert sum(b["size"] for b in g["blocks"]) == g["size"], g
+in_use = sorted(b["address"] for b in blocks if b["state"] == "in_use")
+assert in_use == sorted(a["address"] for a in live), (in_use, live)
+assert sum(g["size"] for g in segs) == d["stats"]["reserved_bytes"]
+print("snapshot: ok")
+"#;
+    let r = run_program(&python3(), &["-c", check, path], false, &[]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+}

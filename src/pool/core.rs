@@ -7,7 +7,7 @@
 //! for more than the headroom when a smaller segment would do, and falls back to a segment of
 //! the rounded request when its preferred segment is refused.
 
-use super::Upstream;
+use super::{BlockState, BlockView, SegmentView, Upstream};
 use crate::addr_hash::AddrMap as HashMap;
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr, CUDA_ERROR_OUT_OF_MEMORY};
@@ -30,6 +30,8 @@ pub trait Core: Send {
     fn block_size(&self, ptr: DevPtr) -> u64;
     /// Whether `ptr` lies inside a segment this core holds.
     fn owns(&self, ptr: DevPtr) -> bool;
+    /// Every segment and its blocks; blocks not free in the core show as in use.
+    fn segments(&self) -> Vec<SegmentView>;
     /// Gives every segment with no block in use back to `up`; returns the bytes released.
     fn release_free_segments(&mut self, up: &dyn Upstream) -> u64;
     /// Bytes in free blocks.
@@ -136,6 +138,27 @@ impl SegmentCache {
         *self = SegmentCache::default();
         r
     }
+
+    fn segments(&self) -> Vec<SegmentView> {
+        let free: std::collections::HashSet<DevPtr> =
+            self.free.values().flatten().copied().collect();
+        self.sizes
+            .iter()
+            .map(|(&ptr, &size)| SegmentView {
+                ptr,
+                size,
+                blocks: vec![BlockView {
+                    ptr,
+                    size,
+                    state: if free.contains(&ptr) {
+                        BlockState::Free
+                    } else {
+                        BlockState::InUse
+                    },
+                }],
+            })
+            .collect()
+    }
 }
 
 /// `simple`: every block is a segment of exactly the requested size; a request is served only
@@ -167,6 +190,9 @@ impl Core for SimpleCore {
     }
     fn owns(&self, ptr: DevPtr) -> bool {
         self.0.owns(ptr)
+    }
+    fn segments(&self) -> Vec<SegmentView> {
+        self.0.segments()
     }
     fn release_free_segments(&mut self, up: &dyn Upstream) -> u64 {
         self.0.release_all(up)
@@ -222,6 +248,9 @@ impl Core for BinnedCore {
     }
     fn owns(&self, ptr: DevPtr) -> bool {
         self.0.owns(ptr)
+    }
+    fn segments(&self) -> Vec<SegmentView> {
+        self.0.segments()
     }
     fn release_free_segments(&mut self, up: &dyn Upstream) -> u64 {
         self.0.release_all(up)
@@ -435,6 +464,32 @@ impl Core for SplitCore {
 
     fn owns(&self, ptr: DevPtr) -> bool {
         within(&self.blocks, ptr, |b| b.size)
+    }
+
+    fn segments(&self) -> Vec<SegmentView> {
+        let mut out: Vec<SegmentView> = self
+            .segments
+            .iter()
+            .map(|(&ptr, seg)| SegmentView {
+                ptr,
+                size: seg.size,
+                blocks: self
+                    .blocks
+                    .range(ptr..ptr + seg.size)
+                    .map(|(&p, b)| BlockView {
+                        ptr: p,
+                        size: b.size,
+                        state: if b.free {
+                            BlockState::Free
+                        } else {
+                            BlockState::InUse
+                        },
+                    })
+                    .collect(),
+            })
+            .collect();
+        out.sort_by_key(|s| s.ptr);
+        out
     }
 
     fn release_free_segments(&mut self, up: &dyn Upstream) -> u64 {

@@ -45,6 +45,42 @@ pub struct Grant {
     pub from_cache: bool,
 }
 
+/// One block as a snapshot shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockView {
+    pub ptr: DevPtr,
+    pub size: u64,
+    pub state: BlockState,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockState {
+    /// Held by the program.
+    InUse,
+    /// Freed, waiting until no earlier device work can touch it (or in a thread's magazine).
+    Pending,
+    /// Cached, ready for reuse.
+    Free,
+}
+
+impl BlockState {
+    pub fn name(self) -> &'static str {
+        match self {
+            BlockState::InUse => "in_use",
+            BlockState::Pending => "pending",
+            BlockState::Free => "free",
+        }
+    }
+}
+
+/// One segment (driver allocation) and the blocks that tile it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentView {
+    pub ptr: DevPtr,
+    pub size: u64,
+    pub blocks: Vec<BlockView>,
+}
+
 /// A pool kind. Callers guarantee what the pool cannot check cheaply: `free` is called once per
 /// block returned by `alloc`, with the size it was asked for (the shim's live table makes sure).
 pub trait Pool: Send + Sync {
@@ -57,6 +93,9 @@ pub trait Pool: Send + Sync {
     fn reclaim(&self, up: &dyn Upstream) -> u64;
     /// Bytes held for reuse.
     fn cached_bytes(&self) -> u64;
+    /// Every segment the pool holds and its blocks, by address (`none` holds no list: its
+    /// blocks are the shim's live allocations).
+    fn segments(&self) -> Vec<SegmentView>;
     /// Whether `ptr` lies inside memory this pool holds from the upstream (in use or cached).
     /// Such a pointer must never reach the driver's free.
     fn owns(&self, ptr: DevPtr) -> bool;

@@ -43,6 +43,10 @@ impl Pool for NonePool {
         0
     }
 
+    fn segments(&self) -> Vec<super::SegmentView> {
+        Vec::new()
+    }
+
     /// Nothing is ever cached: a pointer not live in the shim is the driver's to judge.
     fn owns(&self, _ptr: DevPtr) -> bool {
         false

@@ -391,6 +391,31 @@ impl Pool for CachingPool {
         self.lock().core.owns(ptr)
     }
 
+    fn segments(&self) -> Vec<super::SegmentView> {
+        let st = self.lock();
+        let mut waiting: std::collections::HashSet<DevPtr> = st
+            .pending
+            .iter()
+            .map(|p| p.ptr)
+            .chain(st.sealed.iter().flat_map(|b| b.blocks.iter().copied()))
+            .collect();
+        for m in self
+            .magazines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            waiting.extend(lock_magazine(m).blocks.iter().map(|b| b.0));
+        }
+        let mut segs = st.core.segments();
+        for b in segs.iter_mut().flat_map(|s| s.blocks.iter_mut()) {
+            if waiting.contains(&b.ptr) {
+                b.state = super::BlockState::Pending;
+            }
+        }
+        segs
+    }
+
     fn forget_all(&self) -> (u64, u64) {
         let mut st = self.lock();
         for m in self

@@ -603,6 +603,23 @@ static int pairs(int argc, char **argv) {
   return 0;
 }
 
+// Leaves two allocations live at exit (CUDAPOOL_TRACK reports them) and writes a snapshot.
+static __attribute__((noinline)) CUdeviceptr leaky_helper(size_t size) {
+  CUdeviceptr p;
+  CHECK(cu.MemAlloc(&p, size));
+  return p;
+}
+static int leak(int argc, char **argv) {
+  CUdeviceptr a = leaky_helper(1 << 20), b = leaky_helper(4096), c = leaky_helper(3 << 20);
+  (void)a;
+  (void)c;
+  CHECK(cu.MemFree(b));
+  int (*snap)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "cudapool_snapshot");
+  if (snap && argc > 0) printf("snapshot=%d\n", snap(argv[0]));
+  if (snap) printf("snapshot_null=%d\n", snap(NULL));
+  return 0;
+}
+
 // The bundled sample workload (README): a few buffers, a round trip through the device,
 // then as many 64 MiB buffers as the limit allows.
 static int sample(void) {
@@ -656,6 +673,7 @@ int main(int argc, char **argv) {
   if (!strcmp(scenario, "reuse")) return reuse();
   if (!strcmp(scenario, "pressure")) return pressure();
   if (!strcmp(scenario, "pairs")) return pairs(argc - 3, argv + 3);
+  if (!strcmp(scenario, "leak")) return leak(argc - 3, argv + 3);
   fprintf(stderr, "client: unknown scenario %s\n", scenario);
   return 2;
 }

@@ -1,0 +1,231 @@
+"""cudapool from Python: the memory statistics of this process's cudapool, with torch.cuda's names.
+
+Works in any process that runs under cudapool (``LD_PRELOAD=libcudapool.so`` or
+``cudapool run -- python ...``); no build step, only ctypes. ``device`` is a CUDA ordinal as the
+program sees it; ``None`` means every device (figures summed). A torch.device or "cuda:N" works
+too.
+
+    import cudapool
+    x = torch.empty(1 << 20, device="cuda")
+    cudapool.memory_allocated()      # bytes the program holds
+    cudapool.empty_cache()           # give cached blocks back to the driver
+    print(cudapool.memory_summary())
+"""
+
+import ctypes
+import re
+
+__all__ = [
+    "CudapoolNotLoaded",
+    "is_loaded",
+    "version",
+    "memory_stats",
+    "memory_allocated",
+    "max_memory_allocated",
+    "memory_reserved",
+    "max_memory_reserved",
+    "reset_peak_memory_stats",
+    "empty_cache",
+    "memory_summary",
+    "snapshot",
+    "set_memory_limit",
+]
+
+FIELDS = [
+    "allocated_bytes",
+    "peak_allocated_bytes",
+    "reserved_bytes",
+    "peak_reserved_bytes",
+    "cached_bytes",
+    "live_allocations",
+    "segments",
+    "alloc_calls",
+    "free_calls",
+    "cache_hits",
+    "driver_allocs",
+    "driver_frees",
+    "reclaim_retries",
+    "ooms",
+    "hard_limit",
+    "soft_limit",
+]
+
+
+class _Stats(ctypes.Structure):
+    # Mirrors cudapool_stats in include/cudapool.h.
+    _fields_ = [("struct_size", ctypes.c_size_t), ("device", ctypes.c_int32), ("_pad", ctypes.c_uint32)] + [
+        (name, ctypes.c_uint64) for name in FIELDS
+    ]
+
+
+class CudapoolNotLoaded(RuntimeError):
+    """Raised when the process does not run under cudapool."""
+
+
+_LIB = None
+
+
+def _lib():
+    global _LIB
+    if _LIB is None:
+        lib = ctypes.CDLL(None)
+        try:
+            lib.cudapool_get_stats
+        except AttributeError:
+            raise CudapoolNotLoaded(
+                "cudapool is not loaded in this process: start it with "
+                "LD_PRELOAD=/path/to/libcudapool.so or `cudapool run -- python ...`"
+            ) from None
+        lib.cudapool_get_stats.argtypes = [ctypes.c_int, ctypes.POINTER(_Stats)]
+        lib.cudapool_get_stats.restype = ctypes.c_int
+        lib.cudapool_reclaim.argtypes = [ctypes.c_int]
+        lib.cudapool_reclaim.restype = ctypes.c_size_t
+        lib.cudapool_reset_peak_stats.argtypes = [ctypes.c_int]
+        lib.cudapool_reset_peak_stats.restype = ctypes.c_int
+        lib.cudapool_set_memory_limit.argtypes = [ctypes.c_int, ctypes.c_size_t]
+        lib.cudapool_set_memory_limit.restype = ctypes.c_int
+        lib.cudapool_memory_status.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        lib.cudapool_memory_status.restype = ctypes.c_int
+        lib.cudapool_snapshot.argtypes = [ctypes.c_char_p]
+        lib.cudapool_snapshot.restype = ctypes.c_int
+        lib.cudapool_version.argtypes = []
+        lib.cudapool_version.restype = ctypes.c_char_p
+        _LIB = lib
+    return _LIB
+
+
+def _check(code, what):
+    if code == 3:
+        raise CudapoolNotLoaded(f"{what}: cudapool is loaded but not active (CUDAPOOL_DISABLE=1, a bad CUDAPOOL_* value, or no driver)")
+    if code != 0:
+        raise RuntimeError(f"{what} failed with CUDA error {code}")
+
+
+def _device(device):
+    if device is None:
+        return -1
+    if isinstance(device, int):
+        return device
+    if not isinstance(device, str) and hasattr(device, "type"):  # torch.device
+        return -1 if device.index is None else int(device.index)
+    m = re.fullmatch(r"(?:cuda:)?(\d+)", str(device).strip())
+    if not m:
+        raise ValueError(f"not a CUDA device: {device!r}")
+    return int(m.group(1))
+
+
+def is_loaded():
+    """Whether this process runs under cudapool."""
+    try:
+        _lib()
+        return True
+    except CudapoolNotLoaded:
+        return False
+
+
+def version():
+    """The library's version, e.g. "0.1.0"."""
+    return _lib().cudapool_version().decode()
+
+
+def memory_stats(device=None):
+    """Every counter of `device` (None: all devices summed) as a dict: cudapool's names, and
+    torch.cuda.memory_stats' names for the ones they share."""
+    s = _Stats(struct_size=ctypes.sizeof(_Stats))
+    _check(_lib().cudapool_get_stats(_device(device), ctypes.byref(s)), "memory_stats")
+    out = {name: getattr(s, name) for name in FIELDS}
+    out.update(
+        {
+            "allocated_bytes.all.current": s.allocated_bytes,
+            "allocated_bytes.all.peak": s.peak_allocated_bytes,
+            "reserved_bytes.all.current": s.reserved_bytes,
+            "reserved_bytes.all.peak": s.peak_reserved_bytes,
+            "active.all.current": s.live_allocations,
+            "num_alloc_retries": s.reclaim_retries,
+            "num_ooms": s.ooms,
+            "num_device_alloc": s.driver_allocs,
+            "num_device_free": s.driver_frees,
+        }
+    )
+    return out
+
+
+def memory_allocated(device=None):
+    """Bytes the program holds now."""
+    return memory_stats(device)["allocated_bytes"]
+
+
+def max_memory_allocated(device=None):
+    """Peak of memory_allocated since start or the last reset_peak_memory_stats."""
+    return memory_stats(device)["peak_allocated_bytes"]
+
+
+def memory_reserved(device=None):
+    """Bytes held from the driver: allocated plus cached."""
+    return memory_stats(device)["reserved_bytes"]
+
+
+def max_memory_reserved(device=None):
+    """Peak of memory_reserved."""
+    return memory_stats(device)["peak_reserved_bytes"]
+
+
+def reset_peak_memory_stats(device=None):
+    """Sets both peaks to the current values."""
+    _check(_lib().cudapool_reset_peak_stats(_device(device)), "reset_peak_memory_stats")
+
+
+def empty_cache(device=None):
+    """Gives every cached block back to the driver (after the device work that may still touch
+    it); returns the bytes released."""
+    return _lib().cudapool_reclaim(_device(device))
+
+
+def memory_summary(device=None, abbreviated=False):
+    """The human-readable status of every device (`device` and `abbreviated` are accepted for
+    torch.cuda compatibility)."""
+    lib = _lib()
+    need = lib.cudapool_memory_status(None, 0)
+    if need < 0:
+        raise CudapoolNotLoaded("memory_summary: cudapool is loaded but not active")
+    buf = ctypes.create_string_buffer(need + 1)
+    lib.cudapool_memory_status(buf, need + 1)
+    return buf.value.decode()
+
+
+def snapshot(path):
+    """Writes the JSON snapshot (devices, segments, blocks, live allocations) to `path`."""
+    code = _lib().cudapool_snapshot(str(path).encode())
+    if code == 304:
+        raise OSError(f"cudapool could not write {path}")
+    _check(code, "snapshot")
+    return path
+
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+
+
+def _size(limit):
+    if isinstance(limit, int):
+        if limit < 0:
+            raise ValueError("a memory limit cannot be negative")
+        return limit
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", str(limit))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(
+            f"not a SIZE: {limit!r}; accepted: bytes, k/K/KB/M/MB/G/GB/T/TB (powers of 1000), "
+            "KiB/MiB/GiB/TiB (powers of 1024), decimals (1.5GiB)"
+        )
+    from fractions import Fraction
+
+    return int(Fraction(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def set_memory_limit(limit, device=None):
+    """Sets the hard limit of `device` (None: every device used so far): bytes or a SIZE such
+    as "8GiB"; 0 removes it."""
+    _check(_lib().cudapool_set_memory_limit(_device(device), _size(limit)), "set_memory_limit")

@@ -1,0 +1,89 @@
+"""cbindings/python/cudapool.py against the fake driver (run by tests/preload.rs).
+
+usage: check_cudapool.py loaded SNAPSHOT_PATH | absent
+Allocates through ctypes the way CuPy and Numba reach the driver, then checks every function.
+"""
+import ctypes
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cbindings", "python"))
+import cudapool  # noqa: E402
+
+if sys.argv[1] == "absent":
+    assert not cudapool.is_loaded()
+    try:
+        cudapool.memory_allocated()
+    except cudapool.CudapoolNotLoaded as e:
+        print("absent:", e)
+        sys.exit(0)
+    sys.exit("no error without cudapool")
+
+cu = ctypes.CDLL("libcuda.so.1")
+u64, size_t = ctypes.c_uint64, ctypes.c_size_t
+alloc, free = cu.cuMemAlloc_v2, cu.cuMemFree_v2
+alloc.argtypes, free.argtypes = [ctypes.POINTER(u64), size_t], [u64]
+dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+assert cu.cuInit(0) == 0
+assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+
+
+def allocate(size):
+    p = u64()
+    r = alloc(ctypes.byref(p), size)
+    return r, p.value
+
+
+print("version", cudapool.version())
+sizes = [1 << 20, 3 << 20, 5000]
+ptrs = []
+for s in sizes:
+    r, p = allocate(s)
+    assert r == 0, r
+    ptrs.append(p)
+held = sum(sizes)
+assert cudapool.memory_allocated() == held, (cudapool.memory_allocated(), held)
+assert cudapool.memory_allocated(0) == held
+assert cudapool.memory_allocated("cuda:0") == held
+assert cudapool.max_memory_allocated() == held
+assert cudapool.memory_reserved() >= held
+stats = cudapool.memory_stats()
+assert stats["allocated_bytes.all.current"] == held
+assert stats["alloc_calls"] == 3 and stats["live_allocations"] == 3
+for p in ptrs:
+    assert free(p) == 0
+assert cudapool.memory_allocated() == 0
+assert cudapool.max_memory_allocated() == held
+cudapool.reset_peak_memory_stats()
+assert cudapool.max_memory_allocated() == 0
+cached = cudapool.memory_stats()["cached_bytes"]
+assert cached > 0 and cudapool.memory_reserved() == cached
+released = cudapool.empty_cache()
+assert released == cached, (released, cached)
+assert cudapool.memory_reserved() == 0
+summary = cudapool.memory_summary()
+assert "device 0" in summary and "memory status" in summary, summary
+assert cudapool.snapshot(sys.argv[2]) == sys.argv[2]
+snap = json.load(open(sys.argv[2]))
+assert snap["devices"][0]["stats"]["allocated_bytes"] == 0
+assert snap["devices"][0]["stats"]["free_calls"] == 3
+cudapool.set_memory_limit("8MiB")
+assert allocate(9 << 20)[0] == 2, "over the limit set from Python"
+cudapool.set_memory_limit(0)
+r, p = allocate(9 << 20)
+assert r == 0 and free(p) == 0
+for bad in ["lots", "-1", "5%"]:
+    try:
+        cudapool.set_memory_limit(bad)
+        sys.exit(f"{bad!r} accepted")
+    except ValueError:
+        pass
+try:
+    cudapool.snapshot("/nonexistent-dir/x.json")
+    sys.exit("unwritable snapshot path accepted")
+except OSError:
+    pass
+print("python: ok")
