@@ -15,6 +15,7 @@ use std::ffi::{c_char, c_int, CStr};
 pub struct CudapoolStats {
     pub struct_size: usize,
     pub device: i32,
+    /// `reserved_padding` in the header.
     pub _pad: u32,
     pub allocated_bytes: u64,
     pub peak_allocated_bytes: u64,

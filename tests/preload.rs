@@ -764,16 +764,40 @@ fn the_header_matches_the_library() {
     assert!(r.num("sizeof", "status_need") > 16);
     assert_eq!(r.get("sizeof", "status_nul"), "1");
     let o = r.line("offsets");
-    for (name, rust) in [
-        ("device", offset_of!(CudapoolStats, device)),
-        ("allocated", offset_of!(CudapoolStats, allocated_bytes)),
-        ("cached", offset_of!(CudapoolStats, cached_bytes)),
-        ("ooms", offset_of!(CudapoolStats, ooms)),
-        ("hard", offset_of!(CudapoolStats, hard_limit)),
-        ("soft", offset_of!(CudapoolStats, soft_limit)),
-    ] {
-        assert_eq!(o[name], rust.to_string(), "offset of {name}");
+    macro_rules! same_offsets {
+        ($($field:ident),*) => {
+            $( assert_eq!(
+                o[stringify!($field)],
+                offset_of!(CudapoolStats, $field).to_string(),
+                "offset of {}", stringify!($field)
+            ); )*
+            assert_eq!(o.len(), [$(stringify!($field)),*].len(), "every field is checked");
+        };
     }
+    same_offsets!(
+        struct_size,
+        device,
+        allocated_bytes,
+        peak_allocated_bytes,
+        reserved_bytes,
+        peak_reserved_bytes,
+        cached_bytes,
+        live_allocations,
+        segments,
+        alloc_calls,
+        free_calls,
+        cache_hits,
+        driver_allocs,
+        driver_frees,
+        reclaim_retries,
+        ooms,
+        hard_limit,
+        soft_limit
+    );
+    assert_eq!(
+        (r.get("snapshot", "null"), r.get("snapshot", "unwritable")),
+        ("1".into(), "304".into())
+    );
     assert_eq!(r.line("values")["device"], "0");
     assert_eq!(r.line("values")["allocated"], "0");
     let c = r.line("calls");
@@ -795,6 +819,11 @@ fn the_c_example_prints_the_status_of_a_phase() {
         r.stdout
     );
     assert!(r.stdout.contains("device 0: limit none"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("reserved now 0 bytes"),
+        "the cache went back: {}",
+        r.stdout
+    );
     let r = run_program(&f.dir.join("print_status"), &[], false, &[]);
     assert_eq!(r.code, 1);
     assert!(r.stdout.contains("not loaded"));

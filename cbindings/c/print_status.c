@@ -1,4 +1,4 @@
-// Prints cudapool's view of device 0 around a phase of work. Build against the header and run
+// Prints cudapool's view of device 0 around a phase of work, then gives the cache back. Build against the header and run
 // under the shim:
 //   cc -I include -o print_status cbindings/c/print_status.c -ldl
 //   LD_PRELOAD=target/release/libcudapool.so ./print_status
@@ -23,6 +23,7 @@ int main(void) {
       (int (*)(int, cudapool_stats *))dlsym(RTLD_DEFAULT, "cudapool_get_stats");
   int (*status)(char *, size_t) = (int (*)(char *, size_t))dlsym(RTLD_DEFAULT, "cudapool_memory_status");
   int (*reset_peaks)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "cudapool_reset_peak_stats");
+  size_t (*reclaim)(int) = (size_t(*)(int))dlsym(RTLD_DEFAULT, "cudapool_reclaim");
 
   // A phase of work, through the driver API.
   void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
@@ -54,5 +55,8 @@ int main(void) {
   status(buf, (size_t)n + 1);
   fputs(buf, stdout);
   free(buf);
+  // The phase is over: give what cudapool cached for it back to the driver.
+  printf("reclaimed %zu bytes\n", reclaim(-1));
+  if (get_stats(0, &s) == 0) printf("reserved now %llu bytes\n", (unsigned long long)s.reserved_bytes);
   return 0;
 }

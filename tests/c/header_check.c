@@ -18,15 +18,34 @@ int main(void) {
          CUDAPOOL_VERSION_MINOR, CUDAPOOL_VERSION_PATCH);
   printf("sizeof=%zu written=%zu r=%d status_need=%d status_nul=%d\n", sizeof s, s.struct_size, r,
          need, (int)strlen(buf) < (int)sizeof buf);
-  printf("offsets device=%zu allocated=%zu cached=%zu ooms=%zu hard=%zu soft=%zu\n",
-         offsetof(cudapool_stats, device), offsetof(cudapool_stats, allocated_bytes),
-         offsetof(cudapool_stats, cached_bytes), offsetof(cudapool_stats, ooms),
-         offsetof(cudapool_stats, hard_limit), offsetof(cudapool_stats, soft_limit));
+#define OFF(f) printf(" " #f "=%zu", offsetof(cudapool_stats, f))
+  printf("offsets");
+  OFF(struct_size);
+  OFF(device);
+  OFF(allocated_bytes);
+  OFF(peak_allocated_bytes);
+  OFF(reserved_bytes);
+  OFF(peak_reserved_bytes);
+  OFF(cached_bytes);
+  OFF(live_allocations);
+  OFF(segments);
+  OFF(alloc_calls);
+  OFF(free_calls);
+  OFF(cache_hits);
+  OFF(driver_allocs);
+  OFF(driver_frees);
+  OFF(reclaim_retries);
+  OFF(ooms);
+  OFF(hard_limit);
+  OFF(soft_limit);
+  printf("\n");
   printf("values device=%d allocated=%llu hard=%llu\n", s.device,
          (unsigned long long)s.allocated_bytes, (unsigned long long)s.hard_limit);
   printf("calls reclaim=%zu reset=%d limit=%d bad_device=%d null=%d\n", cudapool_reclaim(0),
          cudapool_reset_peak_stats(0), cudapool_set_memory_limit(0, 1 << 20),
          cudapool_get_stats(99, &s), cudapool_get_stats(0, NULL));
+  printf("snapshot null=%d unwritable=%d\n", cudapool_snapshot(NULL),
+         cudapool_snapshot("/nonexistent-dir/s.json"));
   cudapool_stats small = {.struct_size = 4};
   printf("too_small=%d\n", cudapool_get_stats(0, &small));
   return 0;
