@@ -30,6 +30,8 @@ for k in $KINDS; do
   row "cudapool $k, cuMemAlloc" env LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k "$W/bench" driver sizes
   row "cudapool $k, cudaMalloc" env LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k "$W/bench" runtime sizes
 done
+row "cudapool split, cuMemAlloc, CUDAPOOL_TRACK=1" env LD_PRELOAD="$LIB" CUDAPOOL_TRACK=1 "$W/bench" driver sizes
+row "cudapool split, cuMemAlloc, CUDAPOOL_TRACK=2" env LD_PRELOAD="$LIB" CUDAPOOL_TRACK=2 "$W/bench" driver sizes
 row "PyTorch caching allocator (torch.empty+del)" python3 scripts/gpu/torch_pairs.py
 row "PyTorch caching off, raw" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 scripts/gpu/torch_pairs.py
 for k in split binned simple; do
