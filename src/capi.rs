@@ -108,6 +108,8 @@ pub unsafe extern "C" fn cudapool_get_stats(device: c_int, out: *mut CudapoolSta
         let Some(shim) = Shim::active() else {
             return CUDA_ERROR_NOT_INITIALIZED as c_int;
         };
+        // A query is a good moment to refresh what `cudapool stat` shows.
+        shim.publish_all();
         let s = if device < 0 {
             all_devices(shim)
         } else {
@@ -169,7 +171,22 @@ pub extern "C" fn cudapool_reset_peak_stats(device: c_int) -> c_int {
 /// Sets the hard limit of `device` (-1: every device used so far); 0 removes it.
 #[no_mangle]
 pub extern "C" fn cudapool_set_memory_limit(device: c_int, bytes: usize) -> c_int {
-    with_budgets(device, |b| b.set_hard_limit(bytes as u64))
+    let r = with_budgets(device, |b| b.set_hard_limit(bytes as u64));
+    if r == CUDA_SUCCESS as c_int {
+        boundary((), || {
+            if let Some(shim) = Shim::active() {
+                let devices = if device < 0 {
+                    shim.devices_seen()
+                } else {
+                    vec![device]
+                };
+                for d in devices {
+                    shim.event(d, "limit", bytes as u64);
+                }
+            }
+        });
+    }
+    r
 }
 
 /// The status text, snprintf-style: writes at most `len` bytes including the NUL and returns
@@ -215,6 +232,9 @@ pub unsafe extern "C" fn cudapool_snapshot(path: *const c_char) -> c_int {
         let Some(shim) = Shim::active() else {
             return CUDA_ERROR_NOT_INITIALIZED as c_int;
         };
+        if let Some(t) = &shim.trace {
+            t.write(shim.pool_kind().name());
+        }
         match std::fs::write(path, crate::report::snapshot_json(shim)) {
             Ok(()) => CUDA_SUCCESS as c_int,
             Err(e) => {

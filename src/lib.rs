@@ -11,7 +11,8 @@
 //! - [`driver`]: the real `libcuda.so.1`.
 //!
 //! Beside them: [`config`] (environment), [`capi`] (`cudapool_*`), [`report`] (status text),
-//! [`log`] (stderr lines), [`cu`] (driver types and codes).
+//! [`log`] (stderr lines), [`cu`] (driver types and codes), [`publish`] (live stats for
+//! `cudapool stat`), [`trace`] (`CUDAPOOL_TRACE`).
 
 pub mod addr_hash;
 pub mod budget;
@@ -23,10 +24,12 @@ pub mod hooks;
 pub mod interpose;
 pub mod log;
 pub mod pool;
+pub mod publish;
 pub mod report;
 pub mod shim;
 pub mod streams;
 pub mod striped;
+pub mod trace;
 
 /// Reads the environment when the library loads (SPEC.md: later changes have no effect).
 /// Prints nothing and touches no driver: a process that never calls CUDA is not disturbed.

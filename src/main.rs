@@ -1,7 +1,15 @@
-//! `cudapool run [--limit SIZE] [--pool KIND] [--report] -- program args...`
-//!
-//! Sets `LD_PRELOAD` and the `CUDAPOOL_*` variables, then execs the program (SPEC.md).
-//! Bad options are refused here, before anything runs.
+//! The `cudapool` command:
+//! - `cudapool run [--limit SIZE] [--pool KIND] [--report] -- program args...` sets `LD_PRELOAD`
+//!   and the `CUDAPOOL_*` variables, then execs the program (SPEC.md). Bad options are refused
+//!   before anything runs.
+//! - `cudapool stat [PID...]`, `cudapool top [-n N] [-d SECONDS] [PID...]`: live figures of
+//!   running cudapool processes (`cli/stat.rs`).
+//! - `cudapool plot TRACE -o memory.svg`: a picture of a `CUDAPOOL_TRACE` file (`cli/plot.rs`).
+
+mod cli {
+    pub mod plot;
+    pub mod stat;
+}
 
 use cudapool::config::{parse_device_limits, PoolKind, SIZE_FORMS};
 use std::ffi::OsString;
@@ -16,7 +24,9 @@ Runs program with libcudapool.so preloaded.
   --limit SIZE   hard limit per device (CUDAPOOL_MEMORY_LIMIT): 8GiB, 1.5G, 50%, 0=8GiB,1=50%
   --pool KIND    split, binned, simple or none (CUDAPOOL_POOL)
   --report       print the memory status at exit (CUDAPOOL_REPORT=stderr)
-Other CUDAPOOL_* variables in the environment are passed on.";
+Other CUDAPOOL_* variables in the environment are passed on.
+stat: the live figures of running cudapool processes of this user; top: the same, refreshed.
+plot: allocated, reserved and limit over time from a CUDAPOOL_TRACE file, as SVG.";
 
 struct Run {
     limit: Option<String>,
@@ -146,6 +156,24 @@ fn main() -> ExitCode {
                 ExitCode::from(code)
             }
         },
+        Some(cmd @ ("stat" | "top" | "plot")) => {
+            let rest: Vec<String> = args[1..]
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            let r = match cmd {
+                "stat" => cli::stat::stat(&rest),
+                "top" => cli::stat::top(&rest),
+                _ => cli::plot::plot(&rest),
+            };
+            match r {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("cudapool {cmd}: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Some("--version" | "-V" | "version") => {
             println!("cudapool {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS

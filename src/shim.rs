@@ -68,6 +68,10 @@ pub struct Shim {
     live: DashMap<DevPtr, Live, AddrBuild>,
     /// `CUDAPOOL_TRACK=2`: where each live allocation was made.
     backtraces: DashMap<DevPtr, Arc<std::backtrace::Backtrace>, AddrBuild>,
+    /// The shared page `cudapool stat` reads (None if /dev/shm is unusable).
+    publisher: Option<crate::publish::Publisher>,
+    /// `CUDAPOOL_TRACE`.
+    pub trace: Option<crate::trace::Trace>,
 }
 
 /// What the hooks should do, decided once per process.
@@ -116,6 +120,13 @@ extern "C" fn at_exit() {
     EXITING.store(true, Ordering::Relaxed);
     if let Some(shim) = SHIM.get() {
         crate::report::write_exit_report(shim);
+        shim.publish_all();
+        if let Some(t) = &shim.trace {
+            t.write(shim.pool_kind().name());
+        }
+        if let Some(p) = &shim.publisher {
+            p.remove();
+        }
     }
 }
 
@@ -163,13 +174,15 @@ impl Shim {
 
     fn new(config: Config, driver: &'static Driver) -> Shim {
         Shim {
-            config,
             driver,
             budgets: std::array::from_fn(|_| OnceLock::new()),
             overflow_budget: DeviceBudget::new(0, 0),
             contexts: RwLock::new(HashMap::default()),
             live: DashMap::with_hasher(AddrBuild::default()),
             backtraces: DashMap::with_hasher(AddrBuild::default()),
+            publisher: crate::publish::Publisher::create(config.pool.name()),
+            trace: config.trace.clone().map(crate::trace::Trace::new),
+            config,
         }
     }
 
@@ -353,6 +366,9 @@ impl Shim {
         self.track(grant.ptr);
         budget.on_alloc(size, grant.from_cache);
         log_at!(Debug, "alloc {size} -> {:#x} (device {dev})", grant.ptr);
+        if !grant.from_cache || crate::publish::due() {
+            self.observe(dev);
+        }
         Ok(grant.ptr)
     }
 
@@ -400,6 +416,7 @@ impl Shim {
             },
         );
         self.track(ptr);
+        self.observe(dev);
         Ok(ptr)
     }
 
@@ -442,12 +459,45 @@ impl Shim {
                 self.backtraces.remove(&ptr);
             }
             log_at!(Debug, "free {ptr:#x}");
+            if crate::publish::due() {
+                self.observe(live.device);
+            }
         } else {
             // The driver refused: the program still holds the block.
             budget.on_release_undone(live.size);
             self.live.insert(ptr, live);
         }
         result
+    }
+
+    /// Publishes the live stats of every device seen and samples `dev` into the trace. Called
+    /// on slow paths, and every few hundred allocations of a thread (see `publish`).
+    pub fn observe(&self, dev: CUdevice) {
+        if let Some(t) = &self.trace {
+            let s = self.budget(dev).stats(0);
+            t.counter(dev, s.allocated, s.reserved, s.hard_limit);
+        }
+        self.publish_all();
+    }
+
+    /// Writes the live stats of every device seen to the shared page.
+    pub fn publish_all(&self) {
+        if let Some(p) = &self.publisher {
+            let devices: Vec<_> = self
+                .devices_seen()
+                .into_iter()
+                .map(|d| (d, self.device_stats(d)))
+                .collect();
+            p.write(&devices);
+        }
+    }
+
+    /// An event for the trace ("oom", "reclaim", "limit"), and fresh live stats.
+    pub fn event(&self, dev: CUdevice, name: &'static str, bytes: u64) {
+        if let Some(t) = &self.trace {
+            t.instant(dev, name, bytes);
+        }
+        self.observe(dev);
     }
 
     /// `CUDAPOOL_TRACK=2`: remembers where the allocation at `ptr` was made.
@@ -560,7 +610,9 @@ impl Shim {
             .into_iter()
             .map(|(ctx, cp)| {
                 let up = self.upstream(self.budget(cp.device));
-                self.driver.in_context(ctx, || cp.pool.reclaim(&up))
+                let released = self.driver.in_context(ctx, || cp.pool.reclaim(&up));
+                self.event(cp.device, "reclaim", released);
+                released
             })
             .sum()
     }
@@ -573,6 +625,7 @@ impl Shim {
         }
         let budget = self.budget(dev);
         budget.on_oom();
+        self.event(dev, "oom", asked);
         if log::enabled(Warn) {
             let s = self.device_stats(dev);
             let device_free = self
@@ -627,6 +680,7 @@ impl Shim {
                 "context {ctx:#x} gone with {dropped} live allocations"
             );
         }
+        self.publish_all();
     }
 
     /// The primary context of `dev` if it is active (its address), before a reset or release.

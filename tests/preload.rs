@@ -1066,3 +1066,137 @@ print("snapshot: ok")
     let r = run_program(&python3(), &["-c", check, path], false, &[]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
 }
+
+#[test]
+fn stat_reads_a_running_process_and_it_leaves_nothing_behind() {
+    use std::io::{BufRead, BufReader};
+    let f = fixture();
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+    let mut child = Command::new(f.dir.join("client"))
+        .args(["dlsym", "hold", "3"])
+        .current_dir(&f.dir)
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", &f.lib)
+        .env("CUDAPOOL_MEMORY_LIMIT", "64MiB")
+        .env("CUDAPOOL_LOG", "error")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let held: HashMap<String, String> = line
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let page = PathBuf::from(format!("{}{pid}", cudapool::publish::prefix()));
+    assert!(page.exists(), "{} published", page.display());
+
+    let r = run_program(&cli, &["stat", &pid.to_string()], false, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let num = |k: &str| held[k].parse::<u64>().unwrap();
+    let fmt = cudapool::report::fmt_bytes;
+    for want in [
+        format!("pid {pid}  pool split"),
+        format!("limit 64.00 MiB  allocated {}", fmt(num("allocated"))),
+        format!("cached {}", fmt(num("cached"))),
+        format!(
+            "{} live  {} allocs  {} frees",
+            num("live"),
+            num("alloc_calls"),
+            num("free_calls")
+        ),
+        format!("{} OOMs", num("ooms")),
+    ] {
+        assert!(
+            r.stdout.contains(&want),
+            "want {want:?} in:\n{}\n(C API: {line})",
+            r.stdout
+        );
+    }
+    // Every process of this user, and top (twice, quickly).
+    let r = run_program(&cli, &["stat"], false, &[]);
+    assert!(r.stdout.contains(&format!("pid {pid}")), "{}", r.stdout);
+    let r = run_program(
+        &cli,
+        &["top", "-n", "2", "-d", "0.1", &pid.to_string()],
+        false,
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout.matches(&format!("pid {pid}")).count(), 2);
+
+    assert!(child.wait().unwrap().success());
+    assert!(!page.exists(), "the page is removed at exit");
+    let r = run_program(&cli, &["stat", &pid.to_string()], false, &[]);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("no cudapool process with pid"),
+        "{}",
+        r.stderr
+    );
+    let r = run_program(&cli, &["stat", "notapid"], false, &[]);
+    assert_eq!(r.code, 2);
+}
+
+#[test]
+fn a_trace_records_memory_over_time_and_plots() {
+    let f = fixture();
+    let trace = f.dir.join("trace.json");
+    let svg = f.dir.join("memory.svg");
+    let _ = std::fs::remove_file(&svg);
+    let trace_s = trace.to_str().unwrap();
+    ok(client(
+        "gpa",
+        &["limit", "8388608"],
+        &[
+            ("CUDAPOOL_MEMORY_LIMIT", "64MiB"),
+            ("CUDAPOOL_TRACE", trace_s),
+        ],
+    ));
+    let check = r#"
+import json, sys
+t = json.load(open(sys.argv[1]))
+ev = t["traceEvents"]
+assert t["otherData"]["dropped_events"] == 0
+counters = [e for e in ev if e["ph"] == "C" and e["name"] == "device 0 memory"]
+assert counters and all(set(e["args"]) == {"allocated", "reserved", "limit"} for e in counters)
+assert max(e["args"]["allocated"] for e in counters) == 64 << 20
+assert all(e["args"]["limit"] == 64 << 20 for e in counters)
+assert [e["ts"] for e in counters] == sorted(e["ts"] for e in counters)
+ooms = [e for e in ev if e["ph"] == "i" and e["name"] == "oom"]
+assert len(ooms) == 1 and ooms[0]["args"] == {"device": 0, "bytes": 8 << 20}, ooms
+print("trace: ok")
+"#;
+    let r = run_program(&python3(), &["-c", check, trace_s], false, &[]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+    let r = run_program(
+        &cli,
+        &["plot", trace_s, "-o", svg.to_str().unwrap()],
+        false,
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(picture.starts_with("<svg"), "an SVG picture");
+    for label in [
+        "device 0",
+        "allocated",
+        "reserved",
+        "limit",
+        "OOM",
+        "seconds",
+    ] {
+        assert!(picture.contains(label), "{label} drawn");
+    }
+    let r = run_program(&cli, &["plot", trace_s, "-o", "x.png"], false, &[]);
+    assert_eq!(r.code, 2);
+    let r = run_program(&cli, &["plot", "/etc/hostname", "-o", "x.svg"], false, &[]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("not a trace"), "{}", r.stderr);
+}

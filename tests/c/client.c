@@ -620,6 +620,22 @@ static int leak(int argc, char **argv) {
   return 0;
 }
 
+// Holds some memory for a while (for `cudapool stat` to find), with a few OOMs under a limit.
+static int hold_memory(int argc, char **argv) {
+  double secs = argc > 0 ? atof(argv[0]) : 2.0;
+  CUdeviceptr p[64];
+  int n = 0;
+  for (int i = 0; i < 64; i++)
+    if (cu.MemAlloc(&p[n], (size_t)(i % 4 + 1) << 20) == CUDA_SUCCESS) n++;
+  for (int i = 0; i < n; i += 2) CHECK(cu.MemFree(p[i]));
+  print_stats("holding");
+  fflush(stdout);
+  struct timespec t = {(time_t)secs, (long)((secs - (time_t)secs) * 1e9)};
+  nanosleep(&t, NULL);
+  for (int i = 1; i < n; i += 2) CHECK(cu.MemFree(p[i]));
+  return 0;
+}
+
 // The bundled sample workload (README): a few buffers, a round trip through the device,
 // then as many 64 MiB buffers as the limit allows.
 static int sample(void) {
@@ -674,6 +690,7 @@ int main(int argc, char **argv) {
   if (!strcmp(scenario, "pressure")) return pressure();
   if (!strcmp(scenario, "pairs")) return pairs(argc - 3, argv + 3);
   if (!strcmp(scenario, "leak")) return leak(argc - 3, argv + 3);
+  if (!strcmp(scenario, "hold")) return hold_memory(argc - 3, argv + 3);
   fprintf(stderr, "client: unknown scenario %s\n", scenario);
   return 2;
 }

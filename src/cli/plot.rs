@@ -1,0 +1,147 @@
+//! `cudapool plot TRACE -o memory.svg`: allocated, reserved and limit per device over time,
+//! with OOM markers, from a `CUDAPOOL_TRACE` file.
+
+use plotters::prelude::*;
+use std::collections::BTreeMap;
+
+/// (seconds, allocated, reserved, limit), sizes in GiB.
+type Sample = (f64, f64, f64, f64);
+/// A line of the chart: its name, colour and which value of a sample it draws.
+type Line = (&'static str, RGBColor, fn(&Sample) -> f64);
+
+#[derive(Default)]
+struct Series {
+    samples: Vec<Sample>,
+    ooms: Vec<f64>,
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+pub fn plot(args: &[String]) -> Result<(), String> {
+    let (mut input, mut output) = (None, None);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-o" => output = Some(it.next().ok_or("-o needs a file")?.clone()),
+            f if input.is_none() => input = Some(f.to_string()),
+            other => return Err(format!("unexpected argument {other}")),
+        }
+    }
+    let input = input.ok_or("usage: cudapool plot TRACE -o memory.svg")?;
+    let output = output.unwrap_or_else(|| "memory.svg".into());
+    if !output.ends_with(".svg") {
+        return Err(format!("{output}: only .svg pictures are drawn"));
+    }
+    let text = std::fs::read_to_string(&input).map_err(|e| format!("{input}: {e}"))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{input}: not a trace: {e}"))?;
+    let events = json["traceEvents"]
+        .as_array()
+        .ok_or(format!("{input}: no traceEvents"))?;
+    let mut devices: BTreeMap<i64, Series> = BTreeMap::new();
+    for e in events {
+        let ts = e["ts"].as_f64().unwrap_or(0.0) / 1e6;
+        match e["ph"].as_str() {
+            Some("C") => {
+                let Some(dev) = e["name"]
+                    .as_str()
+                    .and_then(|n| n.strip_prefix("device "))
+                    .and_then(|n| n.strip_suffix(" memory"))
+                    .and_then(|n| n.parse::<i64>().ok())
+                else {
+                    continue;
+                };
+                let a = &e["args"];
+                let g = |k: &str| a[k].as_f64().unwrap_or(0.0) / GIB;
+                devices.entry(dev).or_default().samples.push((
+                    ts,
+                    g("allocated"),
+                    g("reserved"),
+                    g("limit"),
+                ));
+            }
+            Some("i") if e["name"] == "oom" => {
+                let dev = e["args"]["device"].as_i64().unwrap_or(0);
+                devices.entry(dev).or_default().ooms.push(ts);
+            }
+            _ => {}
+        }
+    }
+    if devices.values().all(|s| s.samples.is_empty()) {
+        return Err(format!("{input}: the trace holds no memory samples"));
+    }
+    let n = devices.len() as u32;
+    let root = SVGBackend::new(&output, (1000, 360 * n)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    for ((dev, s), area) in devices.iter().zip(root.split_evenly((n as usize, 1))) {
+        let t_end = s.samples.iter().map(|x| x.0).fold(0.0, f64::max).max(1e-3);
+        let y_max = s
+            .samples
+            .iter()
+            .map(|x| x.1.max(x.2).max(x.3))
+            .fold(0.0, f64::max)
+            .max(1e-6)
+            * 1.1;
+        let mut chart = ChartBuilder::on(&area)
+            .caption(format!("device {dev}"), ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..t_end, 0.0..y_max)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds")
+            .y_desc("GiB")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        let step = |pick: fn(&Sample) -> f64| -> Vec<(f64, f64)> {
+            // Step lines: a value holds until the next sample.
+            let mut v = Vec::new();
+            for w in s.samples.windows(2) {
+                v.push((w[0].0, pick(&w[0])));
+                v.push((w[1].0, pick(&w[0])));
+            }
+            if let Some(last) = s.samples.last() {
+                v.push((last.0, pick(last)));
+            }
+            v
+        };
+        let series: [Line; 3] = [
+            ("allocated", BLUE, |x| x.1),
+            ("reserved", GREEN, |x| x.2),
+            ("limit", BLACK, |x| x.3),
+        ];
+        for (name, color, pick) in series {
+            if name == "limit" && s.samples.iter().all(|x| x.3 == 0.0) {
+                continue;
+            }
+            chart
+                .draw_series(LineSeries::new(step(pick), color.stroke_width(2)))
+                .map_err(|e| e.to_string())?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        }
+        if !s.ooms.is_empty() {
+            let y = y_max * 0.95;
+            chart
+                .draw_series(
+                    s.ooms
+                        .iter()
+                        .map(|&t| Cross::new((t, y), 6, RED.stroke_width(2))),
+                )
+                .map_err(|e| e.to_string())?
+                .label("OOM")
+                .legend(|(x, y)| Cross::new((x + 10, y), 5, RED));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())?;
+    println!("wrote {output}");
+    Ok(())
+}
