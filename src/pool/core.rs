@@ -161,6 +161,30 @@ impl SegmentCache {
     }
 }
 
+/// The [`Core`] methods that `simple` and `binned` answer straight from their [`SegmentCache`].
+macro_rules! segment_cache_core {
+    () => {
+        fn block_size(&self, ptr: DevPtr) -> u64 {
+            self.0.size(ptr)
+        }
+        fn owns(&self, ptr: DevPtr) -> bool {
+            self.0.owns(ptr)
+        }
+        fn segments(&self) -> Vec<SegmentView> {
+            self.0.segments()
+        }
+        fn release_free_segments(&mut self, up: &dyn Upstream) -> u64 {
+            self.0.release_all(up)
+        }
+        fn cached(&self) -> u64 {
+            self.0.cached
+        }
+        fn forget(&mut self) -> (u64, u64) {
+            self.0.forget()
+        }
+    };
+}
+
 /// `simple`: every block is a segment of exactly the requested size; a request is served only
 /// by a cached block of the same size.
 #[derive(Default)]
@@ -185,24 +209,7 @@ impl Core for SimpleCore {
         let size = self.0.size(ptr);
         self.0.put(ptr, size);
     }
-    fn block_size(&self, ptr: DevPtr) -> u64 {
-        self.0.size(ptr)
-    }
-    fn owns(&self, ptr: DevPtr) -> bool {
-        self.0.owns(ptr)
-    }
-    fn segments(&self) -> Vec<SegmentView> {
-        self.0.segments()
-    }
-    fn release_free_segments(&mut self, up: &dyn Upstream) -> u64 {
-        self.0.release_all(up)
-    }
-    fn cached(&self) -> u64 {
-        self.0.cached
-    }
-    fn forget(&mut self) -> (u64, u64) {
-        self.0.forget()
-    }
+    segment_cache_core!();
 }
 
 /// `binned`: requests fall into power-of-two classes (at least [`MIN_BLOCK`]); a cached block
@@ -243,24 +250,7 @@ impl Core for BinnedCore {
         let class = Self::class(self.0.size(ptr));
         self.0.put(ptr, class);
     }
-    fn block_size(&self, ptr: DevPtr) -> u64 {
-        self.0.size(ptr)
-    }
-    fn owns(&self, ptr: DevPtr) -> bool {
-        self.0.owns(ptr)
-    }
-    fn segments(&self) -> Vec<SegmentView> {
-        self.0.segments()
-    }
-    fn release_free_segments(&mut self, up: &dyn Upstream) -> u64 {
-        self.0.release_all(up)
-    }
-    fn cached(&self) -> u64 {
-        self.0.cached
-    }
-    fn forget(&mut self) -> (u64, u64) {
-        self.0.forget()
-    }
+    segment_cache_core!();
 }
 
 // ---- split: best fit with splitting and coalescing ----------------------------------------
