@@ -31,8 +31,10 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 
 /// Limits and counters of one device. Every field is an atomic; no lock anywhere.
 ///
-/// Invariants: `reserved <= hard_limit` whenever `hard_limit != 0` and the limit was not
-/// lowered below the current use; `reserved_peak >= reserved`; `allocated_peak >= allocated`.
+/// Invariants: `reserved <= hard_limit` whenever `hard_limit != 0`, the limit was not
+/// lowered below the current use, and no driver pool grew past it on its own
+/// ([`force_charge`](Self::force_charge)); `reserved_peak >= reserved`;
+/// `allocated_peak >= allocated`.
 #[derive(Debug, Default)]
 pub struct DeviceBudget {
     /// 0 = no limit.
@@ -123,6 +125,13 @@ impl DeviceBudget {
                 Err(seen) => cur = seen,
             }
         }
+    }
+
+    /// Charges `bytes` the driver has already handed out behind the shim's back (a driver pool
+    /// that grew): they count whether they fit or not.
+    pub fn force_charge(&self, bytes: u64) {
+        let new = self.reserved.fetch_add(bytes, AcqRel) + bytes;
+        self.reserved_peak.fetch_max(new, Relaxed);
     }
 
     /// Returns `bytes` charged earlier (memory given back to the driver, or never obtained).

@@ -31,3 +31,143 @@ pub const CU_EVENT_DISABLE_TIMING: u32 = 0x2;
 
 /// `CU_GET_PROC_ADDRESS_*` flag: the per-thread-default-stream (`_ptsz`/`_ptds`) variants.
 pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 2;
+
+/// `CU_STREAM_PER_THREAD`: the calling thread's per-thread default stream.
+pub const CU_STREAM_PER_THREAD: usize = 0x2;
+/// `CU_STREAM_CAPTURE_STATUS_ACTIVE`.
+pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: std::ffi::c_int = 1;
+
+/// `CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE`: memory on a device (the others are host).
+pub const CU_MEM_LOCATION_TYPE_DEVICE: std::ffi::c_int = 1;
+/// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`: device memory a driver pool holds now.
+pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: std::ffi::c_int = 5;
+/// `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`: bytes of a driver pool handed out and not yet freed.
+pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: std::ffi::c_int = 7;
+/// `CUDA_ARRAY3D_DEFERRED_MAPPING`: an array created without memory (to ask its footprint).
+pub const CUDA_ARRAY3D_DEFERRED_MAPPING: std::ffi::c_uint = 0x80;
+
+/// `CUmemGenericAllocationHandle`: physical memory from `cuMemCreate`.
+pub type MemHandle = u64;
+/// `CUmemoryPool`, `CUarray`, `CUmipmappedArray`: opaque driver handles.
+pub type Opaque = *mut std::ffi::c_void;
+
+/// The leading fields of `CUmemAllocationProp` and `CUmemPoolProps` (identical up to here):
+/// where the memory lives. The hooks only read them.
+#[repr(C)]
+pub struct MemPropHead {
+    pub kind: std::ffi::c_int,
+    pub handle_types: std::ffi::c_int,
+    pub location_type: std::ffi::c_int,
+    pub location_id: std::ffi::c_int,
+}
+
+/// `CUDA_ARRAY_DESCRIPTOR` (the `_v2` entry points).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ArrayDesc {
+    pub width: usize,
+    pub height: usize,
+    pub format: std::ffi::c_uint,
+    pub channels: std::ffi::c_uint,
+}
+
+/// `CUDA_ARRAY_DESCRIPTOR_v1` (legacy `cuArrayCreate`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ArrayDescV1 {
+    pub width: std::ffi::c_uint,
+    pub height: std::ffi::c_uint,
+    pub format: std::ffi::c_uint,
+    pub channels: std::ffi::c_uint,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR` (the `_v2` entry points and `cuMipmappedArrayCreate`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Array3DDesc {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub format: std::ffi::c_uint,
+    pub channels: std::ffi::c_uint,
+    pub flags: std::ffi::c_uint,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR_v1` (legacy `cuArray3DCreate`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Array3DDescV1 {
+    pub width: std::ffi::c_uint,
+    pub height: std::ffi::c_uint,
+    pub depth: std::ffi::c_uint,
+    pub format: std::ffi::c_uint,
+    pub channels: std::ffi::c_uint,
+    pub flags: std::ffi::c_uint,
+}
+
+/// `CUDA_ARRAY_MEMORY_REQUIREMENTS`.
+#[repr(C)]
+#[derive(Default)]
+pub struct ArrayMemReq {
+    pub size: usize,
+    pub alignment: usize,
+    pub reserved: [std::ffi::c_uint; 4],
+}
+
+impl From<ArrayDesc> for Array3DDesc {
+    fn from(d: ArrayDesc) -> Self {
+        Array3DDesc {
+            width: d.width,
+            height: d.height,
+            depth: 0,
+            format: d.format,
+            channels: d.channels,
+            flags: 0,
+        }
+    }
+}
+
+impl From<ArrayDescV1> for Array3DDesc {
+    fn from(d: ArrayDescV1) -> Self {
+        Array3DDesc {
+            width: d.width as usize,
+            height: d.height as usize,
+            depth: 0,
+            format: d.format,
+            channels: d.channels,
+            flags: 0,
+        }
+    }
+}
+
+impl From<Array3DDescV1> for Array3DDesc {
+    fn from(d: Array3DDescV1) -> Self {
+        Array3DDesc {
+            width: d.width as usize,
+            height: d.height as usize,
+            depth: d.depth as usize,
+            format: d.format,
+            channels: d.channels,
+            flags: d.flags,
+        }
+    }
+}
+
+impl Array3DDesc {
+    /// Bytes of the texels alone (no alignment, one level): the estimate when the driver
+    /// cannot tell the footprint. Formats cudapool does not know count 16 bytes per element.
+    pub fn texel_bytes(&self) -> u64 {
+        let per_element: u64 = match self.format {
+            0x01 | 0x08 => 1,        // (un)signed int8
+            0x02 | 0x09 | 0x10 => 2, // (un)signed int16, half
+            0x03 | 0x0a | 0x20 => 4, // (un)signed int32, float
+            _ => 16,
+        };
+        let dim = |n: usize| (n as u64).max(1);
+        dim(self.width)
+            .saturating_mul(dim(self.height))
+            .saturating_mul(dim(self.depth))
+            .saturating_mul(per_element)
+            .saturating_mul(self.channels.max(1) as u64)
+    }
+}

@@ -120,6 +120,35 @@ driver_table! {
     event_destroy = c"cuEventDestroy_v2": fn(CUevent);
     ctx_push_current = c"cuCtxPushCurrent_v2": fn(CUcontext);
     ctx_pop_current = c"cuCtxPopCurrent_v2": fn(*mut CUcontext);
+    stream_begin_capture_to_graph = c"cuStreamBeginCaptureToGraph": fn(CUstream, *mut c_void, *const c_void, *const c_void, usize, c_int);
+    stream_begin_capture_to_graph_ptsz = c"cuStreamBeginCaptureToGraph_ptsz": fn(CUstream, *mut c_void, *const c_void, *const c_void, usize, c_int);
+    stream_synchronize = c"cuStreamSynchronize": fn(CUstream);
+
+    mem_alloc_async = c"cuMemAllocAsync": fn(*mut DevPtr, usize, CUstream);
+    mem_alloc_async_ptsz = c"cuMemAllocAsync_ptsz": fn(*mut DevPtr, usize, CUstream);
+    mem_free_async = c"cuMemFreeAsync": fn(DevPtr, CUstream);
+    mem_free_async_ptsz = c"cuMemFreeAsync_ptsz": fn(DevPtr, CUstream);
+    mem_alloc_from_pool_async = c"cuMemAllocFromPoolAsync": fn(*mut DevPtr, usize, Opaque, CUstream);
+    mem_alloc_from_pool_async_ptsz = c"cuMemAllocFromPoolAsync_ptsz": fn(*mut DevPtr, usize, Opaque, CUstream);
+    mem_pool_create = c"cuMemPoolCreate": fn(*mut Opaque, *const MemPropHead);
+    mem_pool_destroy = c"cuMemPoolDestroy": fn(Opaque);
+    mem_pool_trim_to = c"cuMemPoolTrimTo": fn(Opaque, usize);
+    mem_pool_get_attribute = c"cuMemPoolGetAttribute": fn(Opaque, c_int, *mut c_void);
+    mem_alloc_managed = c"cuMemAllocManaged": fn(*mut DevPtr, usize, c_uint);
+    mem_create = c"cuMemCreate": fn(*mut MemHandle, usize, *const MemPropHead, u64);
+    mem_release = c"cuMemRelease": fn(MemHandle);
+    mem_map = c"cuMemMap": fn(DevPtr, usize, usize, MemHandle, u64);
+    mem_unmap = c"cuMemUnmap": fn(DevPtr, usize);
+    mem_retain_allocation_handle = c"cuMemRetainAllocationHandle": fn(*mut MemHandle, *mut c_void);
+    array_create_v2 = c"cuArrayCreate_v2": fn(*mut Opaque, *const ArrayDesc);
+    array_create_v1 = c"cuArrayCreate": fn(*mut Opaque, *const ArrayDescV1);
+    array3d_create_v2 = c"cuArray3DCreate_v2": fn(*mut Opaque, *const Array3DDesc);
+    array3d_create_v1 = c"cuArray3DCreate": fn(*mut Opaque, *const Array3DDescV1);
+    array_destroy = c"cuArrayDestroy": fn(Opaque);
+    mipmapped_array_create = c"cuMipmappedArrayCreate": fn(*mut Opaque, *const Array3DDesc, c_uint);
+    mipmapped_array_destroy = c"cuMipmappedArrayDestroy": fn(Opaque);
+    array_get_memory_requirements = c"cuArrayGetMemoryRequirements": fn(*mut ArrayMemReq, Opaque, CUdevice);
+    mipmapped_array_get_memory_requirements = c"cuMipmappedArrayGetMemoryRequirements": fn(*mut ArrayMemReq, Opaque, CUdevice);
     get_proc_address_v1 = c"cuGetProcAddress": fn(*const c_char, *mut *mut c_void, c_int, u64);
     get_proc_address_v2 = c"cuGetProcAddress_v2": fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int);
 }

@@ -251,7 +251,7 @@ pub unsafe extern "C" fn cuMemAllocPitch(
 pub unsafe extern "C" fn cuMemFree_v2(dptr: DevPtr) -> CUresult {
     let real = move |d: &Driver| call!(d, mem_free_v2(dptr));
     hook(OnBadConfig::Forward, real, |shim| {
-        shim.mem_free(dptr, |p| call!(shim.driver, mem_free_v2(p)))
+        shim.mem_free(dptr, None, |p| call!(shim.driver, mem_free_v2(p)))
     })
 }
 
@@ -262,7 +262,7 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: DevPtr) -> CUresult {
 pub unsafe extern "C" fn cuMemFree(dptr: u32) -> CUresult {
     let real = move |d: &Driver| call!(d, mem_free_v1(dptr));
     hook(OnBadConfig::Forward, real, |shim| {
-        shim.mem_free(dptr as DevPtr, |p| {
+        shim.mem_free(dptr as DevPtr, None, |p| {
             call!(shim.driver, mem_free_v1(p as u32))
         })
     })
@@ -569,9 +569,600 @@ pub unsafe extern "C" fn cuStreamEndCapture_ptsz(
     })
 }
 
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
+    stream: CUstream,
+    graph: *mut c_void,
+    deps: *const c_void,
+    edges: *const c_void,
+    n: usize,
+    mode: c_int,
+) -> CUresult {
+    let real = move |d: &Driver| {
+        call!(
+            d,
+            stream_begin_capture_to_graph(stream, graph, deps, edges, n, mode)
+        )
+    };
+    hook(OnBadConfig::Forward, real, |shim| begun(real(shim.driver)))
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCaptureToGraph_ptsz(
+    stream: CUstream,
+    graph: *mut c_void,
+    deps: *const c_void,
+    edges: *const c_void,
+    n: usize,
+    mode: c_int,
+) -> CUresult {
+    let real = move |d: &Driver| {
+        call!(
+            d,
+            stream_begin_capture_to_graph_ptsz(stream, graph, deps, edges, n, mode)
+        )
+    };
+    hook(OnBadConfig::Forward, real, |shim| begun(real(shim.driver)))
+}
+
+// ---- stream-ordered allocation: pooled, reusable at once on the freeing stream ------------
+
+/// The driver's `cuMemAllocAsync` or its `_ptsz` variant.
+fn real_alloc_async(d: &Driver, p: *mut DevPtr, n: usize, s: CUstream, ptsz: bool) -> CUresult {
+    if ptsz {
+        call!(d, mem_alloc_async_ptsz(p, n, s))
+    } else {
+        call!(d, mem_alloc_async(p, n, s))
+    }
+}
+
+/// The driver's `cuMemFreeAsync` or its `_ptsz` variant.
+fn real_free_async(d: &Driver, p: DevPtr, s: CUstream, ptsz: bool) -> CUresult {
+    if ptsz {
+        call!(d, mem_free_async_ptsz(p, s))
+    } else {
+        call!(d, mem_free_async(p, s))
+    }
+}
+
+fn alloc_async(dptr: *mut DevPtr, bytesize: usize, stream: CUstream, ptsz: bool) -> CUresult {
+    if ptsz {
+        crate::interpose::per_thread_streams_used();
+    }
+    let real = move |d: &Driver| real_alloc_async(d, dptr, bytesize, stream, ptsz);
+    hook(OnBadConfig::Refuse, real, |shim| {
+        if dptr.is_null() || bytesize == 0 {
+            return real(shim.driver);
+        }
+        let d = shim.driver;
+        let got = shim.mem_alloc_async(
+            bytesize as u64,
+            stream as usize,
+            ptsz,
+            || {
+                let mut p: DevPtr = 0;
+                match real_alloc_async(d, &mut p, bytesize, stream, ptsz) {
+                    CUDA_SUCCESS => Ok(p),
+                    e => Err(e),
+                }
+            },
+            |p| {
+                real_free_async(d, p, stream, ptsz);
+            },
+        );
+        to_result(got.map(|p| {
+            // SAFETY: checked non-null above; the caller passes a writable CUdeviceptr.
+            unsafe { put(dptr, p) }
+        }))
+    })
+}
+
+fn free_async(dptr: DevPtr, stream: CUstream, ptsz: bool) -> CUresult {
+    if ptsz {
+        crate::interpose::per_thread_streams_used();
+    }
+    let real = move |d: &Driver| real_free_async(d, dptr, stream, ptsz);
+    hook(OnBadConfig::Forward, real, |shim| {
+        shim.mem_free(dptr, Some((stream as usize, ptsz)), |p| {
+            real_free_async(shim.driver, p, stream, ptsz)
+        })
+    })
+}
+
+/// # Safety
+/// The driver's contract for this entry point: `dptr` NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync(
+    dptr: *mut DevPtr,
+    bytesize: usize,
+    stream: CUstream,
+) -> CUresult {
+    alloc_async(dptr, bytesize, stream, false)
+}
+
+/// # Safety
+/// The driver's contract for this entry point: `dptr` NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
+    dptr: *mut DevPtr,
+    bytesize: usize,
+    stream: CUstream,
+) -> CUresult {
+    alloc_async(dptr, bytesize, stream, true)
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeAsync(dptr: DevPtr, stream: CUstream) -> CUresult {
+    free_async(dptr, stream, false)
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: DevPtr, stream: CUstream) -> CUresult {
+    free_async(dptr, stream, true)
+}
+
+// ---- driver memory pools: passed through, what they reserve is counted --------------------
+
+fn real_alloc_from_pool(
+    d: &Driver,
+    p: *mut DevPtr,
+    n: usize,
+    pool: Opaque,
+    s: CUstream,
+    ptsz: bool,
+) -> CUresult {
+    if ptsz {
+        call!(d, mem_alloc_from_pool_async_ptsz(p, n, pool, s))
+    } else {
+        call!(d, mem_alloc_from_pool_async(p, n, pool, s))
+    }
+}
+
+fn alloc_from_pool(
+    dptr: *mut DevPtr,
+    bytesize: usize,
+    pool: Opaque,
+    stream: CUstream,
+    ptsz: bool,
+) -> CUresult {
+    if ptsz {
+        crate::interpose::per_thread_streams_used();
+    }
+    let real = move |d: &Driver| real_alloc_from_pool(d, dptr, bytesize, pool, stream, ptsz);
+    hook(OnBadConfig::Refuse, real, |shim| {
+        let d = shim.driver;
+        if dptr.is_null() || bytesize == 0 || pool.is_null() {
+            return real(d);
+        }
+        let alloc = || {
+            let mut p: DevPtr = 0;
+            match real_alloc_from_pool(d, &mut p, bytesize, pool, stream, ptsz) {
+                CUDA_SUCCESS => Ok(p),
+                e => Err(e),
+            }
+        };
+        let size = bytesize as u64;
+        let resolved = crate::streams::resolve(stream as usize, ptsz);
+        let got = if crate::streams::capturing(d, resolved) {
+            // A node of the graph being captured: counted at its size.
+            shim.alloc_counted(
+                size,
+                || alloc().map(|p| (p, size)),
+                |p| {
+                    real_free_async(d, p, stream, ptsz);
+                },
+            )
+        } else {
+            match shim.stream_context(resolved) {
+                Ok(ctx_dev) => {
+                    shim.alloc_from_driver_pool(pool as usize, size, ctx_dev, alloc, |p| {
+                        real_free_async(d, p, stream, ptsz);
+                        call!(d, stream_synchronize(resolved as CUstream));
+                    })
+                }
+                Err(_) => return real(d),
+            }
+        };
+        to_result(got.map(|p| {
+            // SAFETY: checked non-null above.
+            unsafe { put(dptr, p) }
+        }))
+    })
+}
+
+/// # Safety
+/// The driver's contract for this entry point: `dptr` NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
+    dptr: *mut DevPtr,
+    bytesize: usize,
+    pool: Opaque,
+    stream: CUstream,
+) -> CUresult {
+    alloc_from_pool(dptr, bytesize, pool, stream, false)
+}
+
+/// # Safety
+/// The driver's contract for this entry point: `dptr` NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
+    dptr: *mut DevPtr,
+    bytesize: usize,
+    pool: Opaque,
+    stream: CUstream,
+) -> CUresult {
+    alloc_from_pool(dptr, bytesize, pool, stream, true)
+}
+
+/// # Safety
+/// The driver's contract for this entry point: `pool` NULL or valid for writes, `props` NULL
+/// or a valid `CUmemPoolProps`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolCreate(pool: *mut Opaque, props: *const MemPropHead) -> CUresult {
+    let real = move |d: &Driver| call!(d, mem_pool_create(pool, props));
+    hook(OnBadConfig::Forward, real, |shim| {
+        let r = real(shim.driver);
+        if r == CUDA_SUCCESS && !pool.is_null() && !props.is_null() {
+            // SAFETY: both non-null; the driver accepted `props` and wrote the new pool.
+            let (p, head) = unsafe { (*pool, &*props) };
+            shim.driver_pool_created(p as usize, head.location_type, head.location_id);
+        }
+        r
+    })
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolDestroy(pool: Opaque) -> CUresult {
+    let real = move |d: &Driver| call!(d, mem_pool_destroy(pool));
+    hook(OnBadConfig::Forward, real, |shim| {
+        let live = shim.live_bytes_of_driver_pool(pool as usize);
+        let r = real(shim.driver);
+        if r == CUDA_SUCCESS {
+            shim.driver_pool_destroyed(pool as usize, live);
+        }
+        r
+    })
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolTrimTo(pool: Opaque, keep: usize) -> CUresult {
+    let real = move |d: &Driver| call!(d, mem_pool_trim_to(pool, keep));
+    hook(OnBadConfig::Forward, real, |shim| {
+        let r = real(shim.driver);
+        if r == CUDA_SUCCESS {
+            shim.driver_pool_trimmed(pool as usize);
+        }
+        r
+    })
+}
+
+// ---- managed memory: passed through and counted -------------------------------------------
+
+/// # Safety
+/// The driver's contract for this entry point: `dptr` NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocManaged(
+    dptr: *mut DevPtr,
+    bytesize: usize,
+    flags: c_uint,
+) -> CUresult {
+    let real = move |d: &Driver| call!(d, mem_alloc_managed(dptr, bytesize, flags));
+    hook(OnBadConfig::Refuse, real, |shim| {
+        if dptr.is_null() || bytesize == 0 {
+            return real(shim.driver);
+        }
+        let d = shim.driver;
+        let size = bytesize as u64;
+        let got = shim.alloc_counted(
+            size,
+            || {
+                let mut p: DevPtr = 0;
+                match call!(d, mem_alloc_managed(&mut p, bytesize, flags)) {
+                    CUDA_SUCCESS => Ok((p, size)),
+                    e => Err(e),
+                }
+            },
+            |p| {
+                call!(d, mem_free_v2(p));
+            },
+        );
+        to_result(got.map(|p| {
+            // SAFETY: checked non-null above.
+            unsafe { put(dptr, p) }
+        }))
+    })
+}
+
+// ---- virtual memory management: physical memory is counted until the driver frees it ------
+
+/// # Safety
+/// The driver's contract for this entry point: `handle` NULL or valid for writes, `prop` NULL
+/// or a valid `CUmemAllocationProp`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemCreate(
+    handle: *mut MemHandle,
+    size: usize,
+    prop: *const MemPropHead,
+    flags: u64,
+) -> CUresult {
+    let real = move |d: &Driver| call!(d, mem_create(handle, size, prop, flags));
+    hook(OnBadConfig::Refuse, real, |shim| {
+        if handle.is_null() || prop.is_null() || size == 0 {
+            return real(shim.driver);
+        }
+        // SAFETY: non-null; a `CUmemAllocationProp` starts with these fields.
+        let head = unsafe { &*prop };
+        let d = shim.driver;
+        let got = shim.mem_create(size as u64, (head.location_type, head.location_id), || {
+            let mut h: MemHandle = 0;
+            match call!(d, mem_create(&mut h, size, prop, flags)) {
+                CUDA_SUCCESS => Ok(h),
+                e => Err(e),
+            }
+        });
+        to_result(got.map(|h| {
+            // SAFETY: checked non-null above.
+            unsafe { put(handle, h) }
+        }))
+    })
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemRelease(handle: MemHandle) -> CUresult {
+    let real = move |d: &Driver| call!(d, mem_release(handle));
+    hook(OnBadConfig::Forward, real, |shim| {
+        let r = real(shim.driver);
+        if r == CUDA_SUCCESS {
+            shim.mem_released(handle);
+        }
+        r
+    })
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemMap(
+    ptr: DevPtr,
+    size: usize,
+    offset: usize,
+    handle: MemHandle,
+    flags: u64,
+) -> CUresult {
+    let real = move |d: &Driver| call!(d, mem_map(ptr, size, offset, handle, flags));
+    hook(OnBadConfig::Forward, real, |shim| {
+        let r = real(shim.driver);
+        if r == CUDA_SUCCESS {
+            shim.mem_mapped(ptr, size as u64, handle);
+        }
+        r
+    })
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemUnmap(ptr: DevPtr, size: usize) -> CUresult {
+    let real = move |d: &Driver| call!(d, mem_unmap(ptr, size));
+    hook(OnBadConfig::Forward, real, |shim| {
+        let r = real(shim.driver);
+        if r == CUDA_SUCCESS {
+            shim.mem_unmapped(ptr, size as u64);
+        }
+        r
+    })
+}
+
+/// # Safety
+/// The driver's contract for this entry point: `handle` NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemRetainAllocationHandle(
+    handle: *mut MemHandle,
+    addr: *mut c_void,
+) -> CUresult {
+    let real = move |d: &Driver| call!(d, mem_retain_allocation_handle(handle, addr));
+    hook(OnBadConfig::Forward, real, |shim| {
+        let r = real(shim.driver);
+        if r == CUDA_SUCCESS && !handle.is_null() {
+            // SAFETY: non-null, and the driver has just written the handle there.
+            shim.mem_retained(unsafe { *handle });
+        }
+        r
+    })
+}
+
+// ---- arrays: passed through, counted at their real footprint -----------------------------
+
+/// Creates an array of `desc` through `create` (which writes the handle to a local), counted.
+fn array_create(
+    out: *mut Opaque,
+    desc: Option<Array3DDesc>,
+    levels: Option<u32>,
+    real: impl Fn(&Driver, *mut Opaque) -> CUresult,
+) -> CUresult {
+    hook(
+        OnBadConfig::Refuse,
+        |d| real(d, out),
+        |shim| {
+            let d = shim.driver;
+            let Some(desc) = desc.filter(|_| !out.is_null()) else {
+                return real(d, out);
+            };
+            let got = shim.array_create(&desc, levels, || {
+                let mut h: Opaque = std::ptr::null_mut();
+                match real(d, &mut h) {
+                    CUDA_SUCCESS => Ok(h),
+                    e => Err(e),
+                }
+            });
+            to_result(got.map(|h| {
+                // SAFETY: checked non-null above.
+                unsafe { put(out, h) }
+            }))
+        },
+    )
+}
+
+/// Reads a descriptor the program passed (NULL gives `None`, for the driver's own answer).
+///
+/// # Safety
+/// `p` is NULL or points to a valid `T`.
+unsafe fn read_desc<T: Copy + Into<Array3DDesc>>(p: *const T) -> Option<Array3DDesc> {
+    // SAFETY: non-null by the check; valid by the caller's contract.
+    (!p.is_null()).then(|| unsafe { *p }.into())
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuArrayCreate_v2(arr: *mut Opaque, desc: *const ArrayDesc) -> CUresult {
+    // SAFETY: the caller's descriptor, NULL or valid.
+    let d3 = unsafe { read_desc(desc) };
+    array_create(arr, d3, None, |d, out| call!(d, array_create_v2(out, desc)))
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuArrayCreate(arr: *mut Opaque, desc: *const ArrayDescV1) -> CUresult {
+    // SAFETY: the caller's descriptor, NULL or valid.
+    let d3 = unsafe { read_desc(desc) };
+    array_create(arr, d3, None, |d, out| call!(d, array_create_v1(out, desc)))
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuArray3DCreate_v2(
+    arr: *mut Opaque,
+    desc: *const Array3DDesc,
+) -> CUresult {
+    // SAFETY: the caller's descriptor, NULL or valid.
+    let d3 = unsafe { read_desc(desc) };
+    array_create(arr, d3, None, |d, out| {
+        call!(d, array3d_create_v2(out, desc))
+    })
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuArray3DCreate(arr: *mut Opaque, desc: *const Array3DDescV1) -> CUresult {
+    // SAFETY: the caller's descriptor, NULL or valid.
+    let d3 = unsafe { read_desc(desc) };
+    array_create(arr, d3, None, |d, out| {
+        call!(d, array3d_create_v1(out, desc))
+    })
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuMipmappedArrayCreate(
+    arr: *mut Opaque,
+    desc: *const Array3DDesc,
+    levels: c_uint,
+) -> CUresult {
+    // SAFETY: the caller's descriptor, NULL or valid.
+    let d3 = unsafe { read_desc(desc) };
+    array_create(arr, d3, Some(levels), |d, out| {
+        call!(d, mipmapped_array_create(out, desc, levels))
+    })
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuArrayDestroy(arr: Opaque) -> CUresult {
+    let real = move |d: &Driver| call!(d, array_destroy(arr));
+    hook(OnBadConfig::Forward, real, |shim| {
+        let r = real(shim.driver);
+        if r == CUDA_SUCCESS {
+            shim.array_destroyed(arr as usize);
+        }
+        r
+    })
+}
+
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuMipmappedArrayDestroy(arr: Opaque) -> CUresult {
+    let real = move |d: &Driver| call!(d, mipmapped_array_destroy(arr));
+    hook(OnBadConfig::Forward, real, |shim| {
+        let r = real(shim.driver);
+        if r == CUDA_SUCCESS {
+            shim.array_destroyed(arr as usize);
+        }
+        r
+    })
+}
+
 /// Every hook and the driver name it replaces; `interpose` substitutes by this table.
-pub fn table() -> [(&'static std::ffi::CStr, *const c_void); 28] {
+pub fn table() -> [(&'static std::ffi::CStr, *const c_void); 52] {
     [
+        (c"cuMemAllocAsync", cuMemAllocAsync as *const c_void),
+        (
+            c"cuMemAllocAsync_ptsz",
+            cuMemAllocAsync_ptsz as *const c_void,
+        ),
+        (c"cuMemFreeAsync", cuMemFreeAsync as *const c_void),
+        (c"cuMemFreeAsync_ptsz", cuMemFreeAsync_ptsz as *const c_void),
+        (
+            c"cuMemAllocFromPoolAsync",
+            cuMemAllocFromPoolAsync as *const c_void,
+        ),
+        (
+            c"cuMemAllocFromPoolAsync_ptsz",
+            cuMemAllocFromPoolAsync_ptsz as *const c_void,
+        ),
+        (c"cuMemPoolCreate", cuMemPoolCreate as *const c_void),
+        (c"cuMemPoolDestroy", cuMemPoolDestroy as *const c_void),
+        (c"cuMemPoolTrimTo", cuMemPoolTrimTo as *const c_void),
+        (c"cuMemAllocManaged", cuMemAllocManaged as *const c_void),
+        (c"cuMemCreate", cuMemCreate as *const c_void),
+        (c"cuMemRelease", cuMemRelease as *const c_void),
+        (c"cuMemMap", cuMemMap as *const c_void),
+        (c"cuMemUnmap", cuMemUnmap as *const c_void),
+        (
+            c"cuMemRetainAllocationHandle",
+            cuMemRetainAllocationHandle as *const c_void,
+        ),
+        (c"cuArrayCreate_v2", cuArrayCreate_v2 as *const c_void),
+        (c"cuArrayCreate", cuArrayCreate as *const c_void),
+        (c"cuArray3DCreate_v2", cuArray3DCreate_v2 as *const c_void),
+        (c"cuArray3DCreate", cuArray3DCreate as *const c_void),
+        (
+            c"cuMipmappedArrayCreate",
+            cuMipmappedArrayCreate as *const c_void,
+        ),
+        (c"cuArrayDestroy", cuArrayDestroy as *const c_void),
+        (
+            c"cuMipmappedArrayDestroy",
+            cuMipmappedArrayDestroy as *const c_void,
+        ),
+        (
+            c"cuStreamBeginCaptureToGraph",
+            cuStreamBeginCaptureToGraph as *const c_void,
+        ),
+        (
+            c"cuStreamBeginCaptureToGraph_ptsz",
+            cuStreamBeginCaptureToGraph_ptsz as *const c_void,
+        ),
         (c"cuStreamCreate", cuStreamCreate as *const c_void),
         (
             c"cuStreamCreateWithPriority",

@@ -64,6 +64,13 @@ pub fn substitute(p: *mut c_void) -> *mut c_void {
 /// Set for good once the program calls a per-thread-default-stream entry point.
 pub static PER_THREAD_STREAMS_USED: AtomicBool = AtomicBool::new(false);
 
+/// A hooked `_ptsz` entry point was called (the trampolines set the flag themselves).
+pub fn per_thread_streams_used() {
+    if !PER_THREAD_STREAMS_USED.load(Ordering::Relaxed) {
+        PER_THREAD_STREAMS_USED.store(true, Ordering::Release);
+    }
+}
+
 const TRAMPOLINES: usize = 256;
 /// The real function each trampoline jumps to (0: slot unused).
 static TRAMPOLINE_TARGETS: [AtomicUsize; TRAMPOLINES] =

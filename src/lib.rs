@@ -18,6 +18,7 @@ pub mod addr_hash;
 pub mod budget;
 pub mod capi;
 pub mod config;
+pub mod counted;
 pub mod cu;
 pub mod driver;
 pub mod hooks;

@@ -233,6 +233,7 @@ pub fn snapshot_json(shim: &Shim) -> String {
             let origin = match l.origin {
                 crate::shim::Origin::Pool => "pool",
                 crate::shim::Origin::Counted => "counted",
+                crate::shim::Origin::DriverPool(_) => "driver_pool",
             };
             let _ = write!(
                 o,

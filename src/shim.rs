@@ -34,6 +34,9 @@ pub enum Origin {
     Pool,
     /// Passed through to the driver and counted; the program's free goes to the driver.
     Counted,
+    /// From a driver memory pool (`cuMemAllocFromPoolAsync`, the pool's handle): its free goes
+    /// to the driver, and the pool's reserved memory is what is charged (see `counted`).
+    DriverPool(usize),
 }
 
 /// One allocation the program holds. Keyed by its address in [`Shim::live`].
@@ -72,6 +75,9 @@ pub struct Shim {
     publisher: Option<crate::publish::Publisher>,
     /// `CUDAPOOL_TRACE`.
     pub trace: Option<crate::trace::Trace>,
+    /// Pass-through allocations that are not device pointers (arrays, physical memory) and the
+    /// driver pools (see `counted`).
+    pub(crate) counted: crate::counted::Counted,
 }
 
 /// What the hooks should do, decided once per process.
@@ -182,6 +188,7 @@ impl Shim {
             backtraces: DashMap::with_hasher(AddrBuild::default()),
             publisher: crate::publish::Publisher::create(config.pool.name()),
             trace: config.trace.clone().map(crate::trace::Trace::new),
+            counted: Default::default(),
             config,
         }
     }
@@ -330,14 +337,70 @@ impl Shim {
 
     /// `cuMemAlloc`: a pooled block of `size` (> 0) bytes in the current context.
     pub fn mem_alloc(&self, size: u64) -> Result<DevPtr, CUresult> {
-        self.with_current_pool(|ctx, cp| self.alloc_in(ctx, cp, size))?
+        self.with_current_pool(|ctx, cp| self.alloc_in(ctx, cp, size, None))?
     }
 
-    fn alloc_in(&self, ctx: usize, cp: &ContextPool, size: u64) -> Result<DevPtr, CUresult> {
+    /// `cuMemAllocAsync` of `size` (> 0) bytes on `stream` (as the program passed it; `ptsz`
+    /// for the per-thread-default-stream entry point). `driver_alloc` and `driver_free` are the
+    /// driver's own, for an allocation made while `stream` captures a graph: that one goes to
+    /// the driver (it becomes a node of the graph) and is counted.
+    pub fn mem_alloc_async(
+        &self,
+        size: u64,
+        stream: usize,
+        ptsz: bool,
+        driver_alloc: impl FnOnce() -> Result<DevPtr, CUresult>,
+        driver_free: impl FnOnce(DevPtr),
+    ) -> Result<DevPtr, CUresult> {
+        let stream = crate::streams::resolve(stream, ptsz);
+        if crate::streams::capturing(self.driver, stream) {
+            return self.alloc_counted(size, || driver_alloc().map(|p| (p, size)), driver_free);
+        }
+        let on = Some(crate::streams::key(stream));
+        self.in_stream_context(stream, || {
+            self.with_current_pool(|ctx, cp| self.alloc_in(ctx, cp, size, on))?
+        })
+    }
+
+    /// Runs `f` with the context of `stream` current (it is, unless the program passed a
+    /// stream of another context).
+    pub fn in_stream_context<T>(&self, stream: usize, f: impl FnOnce() -> T) -> T {
+        let s = stream;
+        if s == 0 || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD {
+            return f();
+        }
+        let mut ctx: CUcontext = std::ptr::null_mut();
+        let current = self.driver.current_context().ok().flatten();
+        if crate::driver::call!(self.driver, stream_get_ctx(s as CUstream, &mut ctx))
+            != CUDA_SUCCESS
+            || ctx.is_null()
+            || Some(ctx) == current
+        {
+            return f();
+        }
+        self.driver.in_context(ctx as usize, f)
+    }
+
+    /// The calling thread's context and device, for a pass-through allocation on `stream`.
+    pub fn stream_context(&self, stream: usize) -> Result<(usize, CUdevice), CUresult> {
+        self.in_stream_context(stream, || self.current())
+    }
+
+    fn alloc_in(
+        &self,
+        ctx: usize,
+        cp: &ContextPool,
+        size: u64,
+        on: Option<crate::pool::StreamKey>,
+    ) -> Result<DevPtr, CUresult> {
         let dev = cp.device;
         let budget = self.budget(dev);
         let up = self.upstream(budget);
-        let grant = match cp.pool.alloc(size, &up) {
+        let pool_alloc = |up: &DriverUpstream| match on {
+            Some(s) => cp.pool.alloc_on(size, s, up),
+            None => cp.pool.alloc(size, up),
+        };
+        let grant = match pool_alloc(&up) {
             Ok(g) => g,
             Err(CUDA_ERROR_OUT_OF_MEMORY) => {
                 // Never report OOM while cached memory could have served the request: wait
@@ -345,9 +408,7 @@ impl Shim {
                 if cp.pool.cached_bytes() > 0 {
                     cp.pool.reclaim(&up);
                     budget.on_reclaim_retry();
-                    cp.pool
-                        .alloc(size, &up)
-                        .map_err(|e| self.failed(dev, size, e))?
+                    pool_alloc(&up).map_err(|e| self.failed(dev, size, e))?
                 } else {
                     return Err(self.failed(dev, size, CUDA_ERROR_OUT_OF_MEMORY));
                 }
@@ -406,7 +467,7 @@ impl Shim {
         }
         budget.on_driver_alloc();
         budget.on_alloc(footprint, false);
-        self.live.insert(
+        self.remember(
             ptr,
             Live {
                 ctx,
@@ -415,14 +476,26 @@ impl Shim {
                 origin: Origin::Counted,
             },
         );
-        self.track(ptr);
         self.observe(dev);
         Ok(ptr)
     }
 
-    /// `cuMemFree`: gives a block back. A pointer the shim never handed out goes to
-    /// `driver_free`, so that the program gets the driver's own answer.
-    pub fn mem_free(&self, ptr: DevPtr, driver_free: impl FnOnce(DevPtr) -> CUresult) -> CUresult {
+    /// Enters a new live allocation (and its backtrace under `CUDAPOOL_TRACK=2`).
+    pub(crate) fn remember(&self, ptr: DevPtr, live: Live) {
+        self.live.insert(ptr, live);
+        self.track(ptr);
+    }
+
+    /// `cuMemFree`, and `cuMemFreeAsync` when `on` is the stream (as the program passed it,
+    /// and whether through a `_ptsz` entry point): gives a block back. A pointer the pool does
+    /// not own goes to `driver_free` (the driver's own free of the same kind), so that the
+    /// program gets the driver's own answer.
+    pub fn mem_free(
+        &self,
+        ptr: DevPtr,
+        on: Option<(usize, bool)>,
+        driver_free: impl FnOnce(DevPtr) -> CUresult,
+    ) -> CUresult {
         let Some((_, live)) = self.live.remove(&ptr) else {
             // Not a live allocation. Inside a pool's segment (a second free, an interior
             // pointer) it must not reach the driver, which would free memory the pool owns.
@@ -435,8 +508,18 @@ impl Shim {
         budget.on_release(live.size);
         let result = match live.origin {
             Origin::Pool => {
+                // A free made while its stream captures a graph runs when the graph does: it
+                // gets no same-stream reuse, only a fence issued after the capture.
+                let on = on
+                    .map(|(s, ptsz)| crate::streams::resolve(s, ptsz))
+                    .filter(|&s| !crate::streams::capturing(self.driver, s))
+                    .map(crate::streams::key);
                 let freed = self.with_pool_of(live.ctx, |cp| {
-                    cp.pool.free(ptr, live.size, &self.upstream(budget))
+                    let up = self.upstream(budget);
+                    match on {
+                        Some(s) => cp.pool.free_on(ptr, live.size, s, &up),
+                        None => cp.pool.free(ptr, live.size, &up),
+                    }
                 });
                 match freed {
                     Some(r) => r.err().unwrap_or(CUDA_SUCCESS),
@@ -449,6 +532,13 @@ impl Shim {
                 if r == CUDA_SUCCESS {
                     budget.uncharge(live.size);
                     budget.on_driver_free();
+                }
+                r
+            }
+            Origin::DriverPool(pool) => {
+                let r = driver_free(ptr);
+                if r == CUDA_SUCCESS {
+                    self.driver_pool_freed(pool, live.size);
                 }
                 r
             }
@@ -535,6 +625,15 @@ impl Shim {
         out
     }
 
+    /// Bytes of live allocations from the driver pool `pool`.
+    pub fn live_bytes_of_driver_pool(&self, pool: usize) -> u64 {
+        self.live
+            .iter()
+            .filter(|e| e.origin == Origin::DriverPool(pool))
+            .map(|e| e.size)
+            .sum()
+    }
+
     fn pool_owns(&self, ptr: DevPtr) -> bool {
         let contexts = self.contexts.read().unwrap_or_else(|e| e.into_inner());
         contexts.values().any(|c| c.pool.owns(ptr))
@@ -619,7 +718,7 @@ impl Shim {
 
     /// Counts and logs an out-of-memory answer (from the limit or from the driver); returns `err`
     /// unchanged whatever it is.
-    fn failed(&self, dev: CUdevice, asked: u64, err: CUresult) -> CUresult {
+    pub(crate) fn failed(&self, dev: CUdevice, asked: u64, err: CUresult) -> CUresult {
         if err != CUDA_ERROR_OUT_OF_MEMORY {
             return err;
         }
@@ -657,14 +756,17 @@ impl Shim {
             .remove(&ctx);
         GENERATION.fetch_add(1, Ordering::AcqRel);
         let mut dropped = 0u64;
+        let mut driver_pools = Vec::new();
         self.live.retain(|k, l| {
             if l.ctx != ctx {
                 return true;
             }
             let budget = self.budget(l.device);
             budget.on_release(l.size);
-            if l.origin == Origin::Counted {
-                budget.on_segments_dropped(1, l.size);
+            match l.origin {
+                Origin::Counted => budget.on_segments_dropped(1, l.size),
+                Origin::DriverPool(pool) => driver_pools.push((pool, l.size)),
+                Origin::Pool => {}
             }
             dropped += 1;
             self.backtraces.remove(k);
@@ -673,6 +775,10 @@ impl Shim {
         if let Some(cp) = cp {
             let (segments, bytes) = cp.pool.forget_all();
             self.budget(cp.device).on_segments_dropped(segments, bytes);
+        }
+        self.counted_context_gone(ctx);
+        for (pool, size) in driver_pools {
+            self.driver_pool_freed(pool, size);
         }
         if dropped > 0 {
             log_at!(

@@ -30,6 +30,36 @@ pub fn capture_ended() {
     let _ = CAPTURES.fetch_update(AcqRel, Acquire, |n| Some((n - 1).max(0)));
 }
 
+/// The stream a stream-ordered call means: the handle the program passed, with 0 made explicit
+/// (the per-thread default stream through a `_ptsz` entry point, the legacy one otherwise).
+pub fn resolve(stream: usize, ptsz: bool) -> usize {
+    match stream {
+        0 if ptsz => CU_STREAM_PER_THREAD,
+        0 => CU_STREAM_LEGACY,
+        _ => stream,
+    }
+}
+
+/// The pool's key for a [`resolve`]d stream: its handle, or for the per-thread default stream
+/// a key of the calling thread's own (handles are 8-aligned pointers, so keys cannot clash).
+pub fn key(stream: usize) -> crate::pool::StreamKey {
+    match stream {
+        CU_STREAM_PER_THREAD => (crate::striped::thread_number() << 3) | 2,
+        s => s as u64,
+    }
+}
+
+/// Whether `stream` is capturing a graph now. Asks the driver only while some capture is under
+/// way in the process.
+pub fn capturing(driver: &Driver, stream: usize) -> bool {
+    if CAPTURES.load(Acquire) == 0 {
+        return false;
+    }
+    let mut status: std::ffi::c_int = 0;
+    call!(driver, stream_is_capturing(stream as CUstream, &mut status)) == CUDA_SUCCESS
+        && status == CU_STREAM_CAPTURE_STATUS_ACTIVE
+}
+
 /// The events of one fence.
 struct Fence {
     /// Recorded for this fence; back to the spare list when it retires.

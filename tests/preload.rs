@@ -69,6 +69,10 @@ fn fixture() -> &'static Fixture {
         a.extend([&inc, "-DLINKED", "-o", "client_linked", &client]);
         a.extend(["-L.", "-lcuda", "-ldl", "-lpthread"]);
         cc(&a, &dir);
+        let memapi = src("tests/c/memapi.c");
+        let mut a = strict.to_vec();
+        a.extend(["-o", "memapi", &memapi, "-ldl"]);
+        cc(&a, &dir);
         let wrap = src("tests/c/next_wrap.c");
         let mut a = strict.to_vec();
         a.extend(["-shared", "-fPIC", "-o", "libnext_wrap.so", &wrap, "-ldl"]);
@@ -1199,4 +1203,124 @@ print("trace: ok")
     let r = run_program(&cli, &["plot", "/etc/hostname", "-o", "x.svg"], false, &[]);
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("not a trace"), "{}", r.stderr);
+}
+
+// ---- issue 6: every allocation API counts ---------------------------------------------------
+
+fn memapi(mode: &str, scenario: &str, env: &[(&str, &str)]) -> Run {
+    let f = fixture();
+    let mut all = vec![("CUDAPOOL_MEMORY_LIMIT", "64MiB")];
+    all.extend_from_slice(env);
+    ok(run_program(
+        &f.dir.join("memapi"),
+        &[mode, scenario],
+        true,
+        &all,
+    ))
+}
+
+const MEMAPI_MODES: [&str; 3] = ["dlsym", "gpa", "gpa-ptsz"];
+
+/// `cuMemAllocAsync`/`cuMemFreeAsync` (and `_ptsz`) are served by the pool: counted, limited,
+/// reused at once on the freeing stream and never early on another; a capture's allocation
+/// goes to the driver and is counted.
+#[test]
+fn stream_ordered_allocations_are_pooled_ordered_and_limited() {
+    for mode in MEMAPI_MODES {
+        for pool in ["split", "binned", "simple"] {
+            let r = memapi(mode, "async", &[("CUDAPOOL_POOL", pool)]);
+            let what = format!("{mode}/{pool}:\n{}\n{}", r.stdout, r.stderr);
+            assert_eq!(r.num("held", "allocated"), 3 * MIB, "{what}");
+            assert_eq!(r.get("default_stream", "reused"), "1", "{what}");
+            assert_eq!(r.get("streams", "other_stream_got_it"), "0", "{what}");
+            assert_eq!(r.get("streams", "same_stream_got_it"), "1", "{what}");
+            assert_eq!(r.num("pooled", "driver_async_allocs"), 0, "{what}");
+            assert_eq!(r.num("freed", "allocated"), 0, "{what}");
+            assert_eq!(r.num("limit", "second"), 2, "{what}: OOM at the limit");
+            assert_eq!(r.num("capture", "driver_allocs"), 1, "{what}");
+            let freed = r.num("freed", "reserved");
+            assert_eq!(
+                r.num("captured", "reserved"),
+                r.num("after_capture", "reserved") + 7 * MIB,
+                "{what}: the captured allocation is charged while it lives"
+            );
+            assert!(r.num("captured", "allocated") >= 7 * MIB, "{what}");
+            assert!(freed <= 64 * MIB, "{what}");
+            assert_eq!(r.num("bad_free", "r"), 1, "{what}: the driver's own answer");
+        }
+    }
+    // `none`: still counted and limited, through cuMemAlloc.
+    let r = memapi("gpa", "async", &[("CUDAPOOL_POOL", "none")]);
+    assert_eq!(r.num("held", "allocated"), 3 * MIB);
+    assert_eq!(r.num("limit", "second"), 2);
+}
+
+/// Managed memory, driver pools, physical memory and arrays count against the limit, at what
+/// they really take; host memory does not.
+#[test]
+fn every_other_allocation_api_counts_against_the_limit() {
+    for mode in MEMAPI_MODES {
+        let r = memapi(mode, "counted", &[]);
+        let what = format!("{mode}:\n{}\n{}", r.stdout, r.stderr);
+        // managed
+        assert_eq!(r.num("managed_held", "allocated"), 40 * MIB, "{what}");
+        assert_eq!(r.num("managed", "second"), 2, "{what}");
+        assert_eq!(r.num("managed_freed", "reserved"), 0, "{what}");
+        // a driver pool: charged what it reserves, idle or not, until trimmed
+        assert_eq!(r.num("pool_held", "reserved"), 40 * MIB, "{what}");
+        assert_eq!(r.num("pool_held", "allocated"), 40 * MIB, "{what}");
+        assert_eq!(r.num("pool", "second"), 2, "{what}");
+        assert_eq!(r.num("pool_idle", "allocated"), 0, "{what}");
+        assert_eq!(
+            r.num("pool_idle", "reserved"),
+            40 * MIB,
+            "{what}: idle pool memory counts"
+        );
+        assert_eq!(r.num("pool_trimmed", "reserved"), 0, "{what}");
+        assert_eq!(r.num("pool_destroyed", "reserved"), 40 * MIB, "{what}");
+        assert_eq!(r.num("pool_gone", "reserved"), 0, "{what}");
+        assert_eq!(r.num("default_pool_held", "reserved"), 10 * MIB, "{what}");
+        assert_eq!(
+            r.num("host_pool_held", "reserved"),
+            0,
+            "{what}: host pools are not counted"
+        );
+        // physical memory
+        assert_eq!(r.num("vmm_held", "reserved"), 40 * MIB, "{what}");
+        assert_eq!(r.num("vmm", "second"), 2, "{what}");
+        assert_eq!(
+            r.num("vmm_released_mapped", "reserved"),
+            40 * MIB,
+            "{what}: still mapped"
+        );
+        assert_eq!(r.num("vmm_unmapped", "reserved"), 0, "{what}");
+        assert_eq!(r.num("vmm_host", "reserved"), 0, "{what}");
+        // arrays, at the driver's footprint
+        let expected = r.num("arrays", "expected");
+        assert_eq!(r.num("arrays_held", "reserved"), expected, "{what}");
+        assert_eq!(r.num("arrays_held", "device_used"), expected, "{what}");
+        assert_eq!(r.num("arrays_big", "r"), 2, "{what}");
+        assert_eq!(r.num("arrays_freed", "reserved"), 0, "{what}");
+        assert_eq!(r.num("host_held", "reserved"), 0, "{what}");
+        assert_eq!(r.num("host_held", "live"), 0, "{what}");
+        // What the shim charged is what the device holds, at every step.
+        for tag in [
+            "managed_held",
+            "pool_held",
+            "pool_idle",
+            "vmm_held",
+            "arrays_held",
+        ] {
+            assert_eq!(
+                r.num(tag, "reserved"),
+                r.num(tag, "device_used"),
+                "{what}: {tag}"
+            );
+        }
+    }
+    // Without the driver's help, an array is charged at least its texels.
+    let r = memapi("gpa", "counted", &[("FAKECU_NO_ARRAY_REQUIREMENTS", "1")]);
+    let mips: u64 = (0..5).map(|l| (1024u64 >> l) * (1024 >> l) * 4).sum();
+    let texels = 1000 * 1000 * 4 + 100 * 100 * 100 * 4 + mips;
+    assert!(r.num("arrays_held", "reserved") >= texels);
 }

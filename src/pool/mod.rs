@@ -37,6 +37,10 @@ pub trait Upstream {
     }
 }
 
+/// The stream a stream-ordered call (`cuMemAllocAsync`, `cuMemFreeAsync`) names, as the pool
+/// sees it: an opaque key, distinct per stream (and per thread for per-thread default streams).
+pub type StreamKey = u64;
+
 /// What [`Pool::alloc`] hands out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Grant {
@@ -89,6 +93,25 @@ pub trait Pool: Send + Sync {
     fn alloc(&self, size: u64, up: &dyn Upstream) -> Result<Grant, CUresult>;
     /// The program is done with a block. On `Err` the block is still the program's.
     fn free(&self, ptr: DevPtr, size: u64, up: &dyn Upstream) -> Result<(), CUresult>;
+    /// A stream-ordered allocation on stream `on`: besides what [`alloc`](Self::alloc) may
+    /// hand out, it may take a block freed in order on `on` before that free's fence is done
+    /// (work on `on` after the allocation runs after the free).
+    fn alloc_on(&self, size: u64, on: StreamKey, up: &dyn Upstream) -> Result<Grant, CUresult> {
+        let _ = on;
+        self.alloc(size, up)
+    }
+    /// A stream-ordered free on stream `on`: the block may be reused at once by allocations
+    /// ordered on `on`, and by anything else after a fence (as for [`free`](Self::free)).
+    fn free_on(
+        &self,
+        ptr: DevPtr,
+        size: u64,
+        on: StreamKey,
+        up: &dyn Upstream,
+    ) -> Result<(), CUresult> {
+        let _ = on;
+        self.free(ptr, size, up)
+    }
     /// Gives every cached segment back to the upstream; returns the bytes released.
     fn reclaim(&self, up: &dyn Upstream) -> u64;
     /// Bytes held for reuse.
@@ -434,6 +457,66 @@ mod tests {
             assert_eq!(c.ptr, a.ptr, "{kind:?}: reused once its fence is done");
             assert!(c.from_cache);
         }
+    }
+
+    /// DESIGN.md trap 3: a block freed in order on stream `s` is reusable at once by
+    /// allocations ordered on `s`, by nothing else before its fence.
+    #[test]
+    fn stream_ordered_frees_are_reused_on_their_stream_at_once() {
+        const S1: StreamKey = 0x1000;
+        const S2: StreamKey = 0x2000;
+        for kind in [PoolKind::Split, PoolKind::Binned, PoolKind::Simple] {
+            let up = FakeUpstream::new(1 << 30);
+            let (p, clock) = pool(kind, ReuseRule::Fenced);
+            let a = p.alloc_on(WHOLE, S1, &up).unwrap();
+            p.free_on(a.ptr, WHOLE, S1, &up).unwrap();
+            let other = p.alloc_on(WHOLE, S2, &up).unwrap();
+            assert_ne!(
+                other.ptr, a.ptr,
+                "{kind:?}: another stream before the fence"
+            );
+            let plain = p.alloc(WHOLE, &up).unwrap();
+            assert_ne!(
+                plain.ptr, a.ptr,
+                "{kind:?}: an unordered alloc before the fence"
+            );
+            let same = p.alloc_on(WHOLE, S1, &up).unwrap();
+            assert_eq!(same.ptr, a.ptr, "{kind:?}: its own stream at once");
+            assert!(same.from_cache);
+            // A different size on the same stream does not take it (it is not in the core).
+            p.free_on(same.ptr, WHOLE, S1, &up).unwrap();
+            let smaller = p.alloc_on(WHOLE / 2, S1, &up).unwrap();
+            assert_ne!(
+                smaller.ptr, a.ptr,
+                "{kind:?}: pending blocks are matched by size"
+            );
+            // After a fence, any stream gets it.
+            let _ = p.alloc(WHOLE * 2, &up).unwrap(); // a miss seals the pending frees
+            clock.complete_all();
+            let later = p.alloc_on(WHOLE, S2, &up).unwrap();
+            assert_eq!(
+                later.ptr, a.ptr,
+                "{kind:?}: any stream once its fence is done"
+            );
+            // An unordered free is not reusable early by a stream.
+            p.free(later.ptr, WHOLE, &up).unwrap();
+            let s1 = p.alloc_on(WHOLE, S1, &up).unwrap();
+            assert_ne!(
+                s1.ptr, a.ptr,
+                "{kind:?}: unordered free, stream alloc, no fence"
+            );
+        }
+    }
+
+    /// Under `SameThread` (one queue per thread), a stream-ordered free goes where a plain one
+    /// goes, and the freeing thread takes it back at once.
+    #[test]
+    fn stream_ordered_frees_under_same_thread() {
+        let up = FakeUpstream::new(1 << 30);
+        let (p, _clock) = pool(PoolKind::Split, ReuseRule::SameThread);
+        let a = p.alloc_on(WHOLE, 1, &up).unwrap();
+        p.free_on(a.ptr, WHOLE, 1, &up).unwrap();
+        assert_eq!(p.alloc(WHOLE, &up).unwrap().ptr, a.ptr);
     }
 
     #[test]

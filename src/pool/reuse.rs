@@ -14,7 +14,7 @@
 //! free segments back.
 
 use super::core::Core;
-use super::{Grant, Pool, Upstream};
+use super::{Grant, Pool, StreamKey, Upstream};
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr};
 use crate::striped::thread_number;
@@ -103,14 +103,18 @@ fn lock_magazine(m: &Mutex<Magazine>) -> MutexGuard<'_, Magazine> {
 
 struct Pending {
     ptr: DevPtr,
-    /// The request it was handed out for (a same-thread reuse must match it exactly).
+    /// The request it was handed out for (a same-thread or same-stream reuse must match it
+    /// exactly).
     size: u64,
     thread: u64,
+    /// The stream of a stream-ordered free (`cuMemFreeAsync`): later work on that stream runs
+    /// after the free, so allocations on it may take the block at once.
+    stream: Option<StreamKey>,
 }
 
 struct Sealed {
     fence: FenceId,
-    blocks: Vec<DevPtr>,
+    blocks: Vec<Pending>,
 }
 
 /// Invariants: a freed block is in exactly one of a thread's magazine (reusable by that thread
@@ -203,6 +207,7 @@ impl CachingPool {
                             ptr,
                             size,
                             thread: 0,
+                            stream: None,
                         });
                     }
                 }
@@ -212,8 +217,15 @@ impl CachingPool {
     }
 
     /// A freed block enters the shared state: the core at once under `Immediate`, else the
-    /// pending list (fenced in a batch later).
-    fn give_back(&self, st: &mut State, ptr: DevPtr, size: u64, rule: ReuseRule) {
+    /// pending list (fenced in a batch later), tagged with the stream of a stream-ordered free.
+    fn give_back(
+        &self,
+        st: &mut State,
+        ptr: DevPtr,
+        size: u64,
+        rule: ReuseRule,
+        stream: Option<StreamKey>,
+    ) {
         if rule == ReuseRule::Immediate {
             st.core.put(ptr);
             return;
@@ -223,6 +235,7 @@ impl CachingPool {
             ptr,
             size,
             thread: thread_number(),
+            stream,
         });
         if st.pending.len() >= MAX_PENDING {
             self.seal(st);
@@ -235,7 +248,7 @@ impl CachingPool {
             return;
         }
         if let Some(fence) = self.clock.issue() {
-            let blocks = st.pending.drain(..).map(|p| p.ptr).collect();
+            let blocks = st.pending.drain(..).collect();
             st.sealed.push_back(Sealed { fence, blocks });
         }
     }
@@ -250,20 +263,20 @@ impl CachingPool {
             }
             let batch = st.sealed.pop_front().expect("front exists");
             self.clock.retire(batch.fence);
-            for p in batch.blocks {
+            for Pending { ptr: p, .. } in batch.blocks {
                 st.held_back -= st.core.block_size(p);
                 st.core.put(p);
             }
         }
     }
-}
 
-impl Pool for CachingPool {
-    fn kind(&self) -> PoolKind {
-        self.lock().core.kind()
-    }
-
-    fn alloc(&self, size: u64, up: &dyn Upstream) -> Result<Grant, CUresult> {
+    /// `alloc`, and `alloc_on` when `on` names the stream of a stream-ordered allocation.
+    fn alloc_ordered(
+        &self,
+        size: u64,
+        on: Option<StreamKey>,
+        up: &dyn Upstream,
+    ) -> Result<Grant, CUresult> {
         let hit = |ptr| {
             Ok(Grant {
                 ptr,
@@ -288,16 +301,33 @@ impl Pool for CachingPool {
             // this rule no block enters a magazine again, so once is enough.
             self.drain_magazines(&mut st, true);
         }
-        if rule == ReuseRule::SameThread {
+        // A block freed by this thread (while it is the only queue it uses), or freed in order
+        // on the stream this allocation is ordered on, is safe to take before its fence.
+        if rule == ReuseRule::SameThread || on.is_some() {
             let me = thread_number();
-            if let Some(i) = st
-                .pending
-                .iter()
-                .rposition(|p| p.thread == me && p.size == size)
-            {
+            let same_thread = rule == ReuseRule::SameThread;
+            let fits = |p: &Pending| {
+                p.size == size
+                    && ((same_thread && p.thread == me) || (on.is_some() && p.stream == on))
+            };
+            if let Some(i) = st.pending.iter().rposition(fits) {
                 let p = st.pending.swap_remove(i);
                 st.held_back -= st.core.block_size(p.ptr);
                 return hit(p.ptr);
+            }
+            if on.is_some() {
+                // Already fenced, fence not done: still safe on its own stream.
+                let found = st.sealed.iter_mut().rev().find_map(|b| {
+                    let i = b
+                        .blocks
+                        .iter()
+                        .rposition(|p| p.stream == on && p.size == size)?;
+                    Some(b.blocks.swap_remove(i).ptr)
+                });
+                if let Some(ptr) = found {
+                    st.held_back -= st.core.block_size(ptr);
+                    return hit(ptr);
+                }
             }
         }
         if let Some(p) = st.core.take(size, up.headroom()) {
@@ -323,7 +353,14 @@ impl Pool for CachingPool {
         })
     }
 
-    fn free(&self, ptr: DevPtr, size: u64, up: &dyn Upstream) -> Result<(), CUresult> {
+    /// `free`, and `free_on` when `on` names the stream of a stream-ordered free.
+    fn free_ordered(
+        &self,
+        ptr: DevPtr,
+        size: u64,
+        on: Option<StreamKey>,
+        up: &dyn Upstream,
+    ) -> Result<(), CUresult> {
         let rule = self.clock.rule();
         // Fast path: into this thread's magazine. The block's size is asked of the core under
         // the lock only when the magazine spills.
@@ -344,7 +381,7 @@ impl Pool for CachingPool {
                 Some(spill) => {
                     let mut st = self.lock();
                     for (p, s) in spill {
-                        self.give_back(&mut st, p, s, rule);
+                        self.give_back(&mut st, p, s, rule, None);
                     }
                     return Ok(());
                 }
@@ -352,13 +389,41 @@ impl Pool for CachingPool {
             }
         }
         let mut st = self.lock();
-        self.give_back(&mut st, ptr, size, rule);
+        self.give_back(&mut st, ptr, size, rule, on);
         if up.over_soft_limit() {
             // Above the soft limit: whatever is safe to give back goes back now.
             self.collect(&mut st, false);
             st.core.release_free_segments(up);
         }
         Ok(())
+    }
+}
+
+impl Pool for CachingPool {
+    fn kind(&self) -> PoolKind {
+        self.lock().core.kind()
+    }
+
+    fn alloc(&self, size: u64, up: &dyn Upstream) -> Result<Grant, CUresult> {
+        self.alloc_ordered(size, None, up)
+    }
+
+    fn alloc_on(&self, size: u64, on: StreamKey, up: &dyn Upstream) -> Result<Grant, CUresult> {
+        self.alloc_ordered(size, Some(on), up)
+    }
+
+    fn free(&self, ptr: DevPtr, size: u64, up: &dyn Upstream) -> Result<(), CUresult> {
+        self.free_ordered(ptr, size, None, up)
+    }
+
+    fn free_on(
+        &self,
+        ptr: DevPtr,
+        size: u64,
+        on: StreamKey,
+        up: &dyn Upstream,
+    ) -> Result<(), CUresult> {
+        self.free_ordered(ptr, size, Some(on), up)
     }
 
     fn reclaim(&self, up: &dyn Upstream) -> u64 {
@@ -397,7 +462,11 @@ impl Pool for CachingPool {
             .pending
             .iter()
             .map(|p| p.ptr)
-            .chain(st.sealed.iter().flat_map(|b| b.blocks.iter().copied()))
+            .chain(
+                st.sealed
+                    .iter()
+                    .flat_map(|b| b.blocks.iter().map(|p| p.ptr)),
+            )
             .collect();
         for m in self
             .magazines

@@ -41,6 +41,7 @@ struct fake_ctx {
   int primary;
 };
 
+struct fake_pool;
 struct alloc {
   CUdeviceptr ptr;
   size_t size;   // the device memory it takes
@@ -48,6 +49,8 @@ struct alloc {
   struct fake_ctx *ctx;
   int low; // from mmap(MAP_32BIT), legacy v1
   struct alloc *next;
+  struct fake_pool *pool; // from a driver pool (size 0: the pool's reserve holds the memory)
+  size_t pool_bytes;
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -283,7 +286,7 @@ static CUresult do_alloc(CUdeviceptr *out, size_t size, int low) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   struct alloc *a = malloc(sizeof *a);
-  *a = (struct alloc){(CUdeviceptr)(uintptr_t)p, size, mapped, ctx, low, allocs};
+  *a = (struct alloc){(CUdeviceptr)(uintptr_t)p, size, mapped, ctx, low, allocs, NULL, 0};
   allocs = a;
   used[ctx->dev] += size;
   if (used[ctx->dev] > peak[ctx->dev]) peak[ctx->dev] = used[ctx->dev];
@@ -292,6 +295,7 @@ static CUresult do_alloc(CUdeviceptr *out, size_t size, int low) {
   return CUDA_SUCCESS;
 }
 
+static void pool_unuse(struct fake_pool *pool, size_t bytes);
 static CUresult do_free(CUdeviceptr ptr) {
   pthread_mutex_lock(&mu);
   for (struct alloc **pp = &allocs; *pp; pp = &(*pp)->next) {
@@ -299,6 +303,7 @@ static CUresult do_free(CUdeviceptr ptr) {
     if (a->ptr == ptr) {
       *pp = a->next;
       used[a->ctx->dev] -= a->size;
+      if (a->pool) pool_unuse(a->pool, a->pool_bytes);
       munmap((void *)(uintptr_t)a->ptr, a->mapped);
       free(a);
       pthread_mutex_unlock(&mu);
@@ -647,6 +652,411 @@ CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
   return CUDA_SUCCESS;
 }
 
+
+// ---- stream-ordered allocation and driver pools -----------------------------------------
+// The fake runs no work, so a stream-ordered free takes effect at once. A pool reserves device
+// memory in 2 MiB steps and keeps what is freed (release threshold: everything) until trimmed.
+#define MAX_POOLS 16
+#define POOL_STEP ((size_t)2 << 20)
+struct fake_pool {
+  int live;
+  int dev; // -1: a host pool
+  size_t reserved, in_use;
+};
+static struct fake_pool pools[MAX_POOLS]; // pools[d] for d < MAX_DEV: device d's default pool
+
+static void pool_trim(struct fake_pool *pool, size_t keep);
+// Called with mu held. A destroyed pool gives its memory back once its last allocation is freed.
+static void pool_unuse(struct fake_pool *pool, size_t bytes) {
+  pool->in_use -= bytes;
+  if (!pool->live) pool_trim(pool, 0);
+}
+
+static CUresult pool_alloc(CUdeviceptr *out, size_t size, struct fake_pool *pool) {
+  if (!out || size == 0 || !pool) return CUDA_ERROR_INVALID_VALUE;
+  struct fake_ctx *ctx = current;
+  if (!ctx || !ctx->live) return CUDA_ERROR_INVALID_CONTEXT;
+  pthread_mutex_lock(&mu);
+  size_t idle = pool->reserved - pool->in_use;
+  size_t grow = size > idle ? (size - idle + POOL_STEP - 1) / POOL_STEP * POOL_STEP : 0;
+  if (pool->dev >= 0 && used[pool->dev] + grow > total_mem) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  size_t mapped = (size + 4095) & ~(size_t)4095;
+  void *p = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  pool->reserved += grow;
+  pool->in_use += size;
+  if (pool->dev >= 0) {
+    used[pool->dev] += grow;
+    if (used[pool->dev] > peak[pool->dev]) peak[pool->dev] = used[pool->dev];
+  }
+  struct alloc *a = malloc(sizeof *a);
+  *a = (struct alloc){(CUdeviceptr)(uintptr_t)p, 0, mapped, ctx, 0, allocs, pool, size};
+  allocs = a;
+  pthread_mutex_unlock(&mu);
+  *out = a->ptr;
+  return CUDA_SUCCESS;
+}
+
+static CUresult alloc_async(CUdeviceptr *p, size_t size, void *s) {
+  struct fake_ctx *ctx = current;
+  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  (void)s;
+  return pool_alloc(p, size, &pools[ctx->dev]);
+}
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, void *s) { count("cuMemAllocAsync"); return alloc_async(p, size, s); }
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, void *s) { count("cuMemAllocAsync_ptsz"); return alloc_async(p, size, s); }
+CUresult cuMemFreeAsync(CUdeviceptr p, void *s) { (void)s; count("cuMemFreeAsync"); return do_free(p); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, void *s) { (void)s; count("cuMemFreeAsync_ptsz"); return do_free(p); }
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, void *pool, void *s) {
+  (void)s;
+  count("cuMemAllocFromPoolAsync");
+  return pool_alloc(p, size, pool);
+}
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, void *pool, void *s) {
+  (void)s;
+  count("cuMemAllocFromPoolAsync_ptsz");
+  return pool_alloc(p, size, pool);
+}
+struct loc_head { int kind, handle_types, location_type, location_id; };
+CUresult cuMemPoolCreate(void **pool, const struct loc_head *props) {
+  count("cuMemPoolCreate");
+  if (!pool || !props) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  for (int i = MAX_DEV; i < MAX_POOLS; i++)
+    if (!pools[i].live) {
+      pools[i] = (struct fake_pool){1, props->location_type == 1 ? props->location_id : -1, 0, 0};
+      *pool = &pools[i];
+      pthread_mutex_unlock(&mu);
+      return CUDA_SUCCESS;
+    }
+  pthread_mutex_unlock(&mu);
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+static void pool_trim(struct fake_pool *pool, size_t keep) {
+  size_t floor_ = (pool->in_use + POOL_STEP - 1) / POOL_STEP * POOL_STEP;
+  if (keep > floor_) floor_ = (keep + POOL_STEP - 1) / POOL_STEP * POOL_STEP;
+  if (pool->reserved > floor_) {
+    if (pool->dev >= 0) used[pool->dev] -= pool->reserved - floor_;
+    pool->reserved = floor_;
+  }
+}
+CUresult cuMemPoolTrimTo(void *pool, size_t keep) {
+  count("cuMemPoolTrimTo");
+  if (!pool) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  pool_trim(pool, keep);
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemPoolDestroy(void *pool) {
+  count("cuMemPoolDestroy");
+  if (!pool) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  pool_trim(pool, 0);
+  ((struct fake_pool *)pool)->live = 0;
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemPoolGetAttribute(void *pool, int attr, void *value) {
+  count("cuMemPoolGetAttribute");
+  struct fake_pool *p = pool;
+  if (!p || !value) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  unsigned long long v = attr == 5 ? p->reserved : attr == 7 ? p->in_use : 0;
+  pthread_mutex_unlock(&mu);
+  *(unsigned long long *)value = v;
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetDefaultMemPool(void **pool, CUdevice d) {
+  count("cuDeviceGetDefaultMemPool");
+  if (!pool || d < 0 || d >= ndev) return CUDA_ERROR_INVALID_VALUE;
+  pools[d].live = 1;
+  pools[d].dev = d;
+  *pool = &pools[d];
+  return CUDA_SUCCESS;
+}
+size_t fakecu_pool_reserved(void *pool) { return ((struct fake_pool *)pool)->reserved; }
+
+CUresult cuStreamSynchronize(void *s) {
+  count("cuStreamSynchronize");
+  pthread_mutex_lock(&mu);
+  int nb = is_nonblocking(s);
+  for (int i = 0; i < MAX_HOLDS; i++)
+    if (holds[i].live && (nb ? holds[i].stream == s : !holds[i].nonblocking)) holds[i].live = 0;
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamBeginCaptureToGraph(void *s, void *g, const void *d, const void *e, size_t n,
+                                     int mode) {
+  (void)g, (void)d, (void)e, (void)n, (void)mode;
+  count("cuStreamBeginCaptureToGraph");
+  return begin_capture(s);
+}
+
+// ---- managed, host, virtual memory --------------------------------------------------------
+CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned flags) {
+  (void)flags;
+  count("cuMemAllocManaged");
+  return do_alloc(p, size, 0);
+}
+CUresult cuMemHostAlloc(void **p, size_t size, unsigned flags) {
+  (void)flags;
+  count("cuMemHostAlloc");
+  if (!p || !size) return CUDA_ERROR_INVALID_VALUE;
+  *p = malloc(size);
+  return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+CUresult cuMemFreeHost(void *p) {
+  count("cuMemFreeHost");
+  free(p);
+  return CUDA_SUCCESS;
+}
+
+#define MAX_PHYS 64
+#define MAX_MAPS 64
+struct fake_phys {
+  int live, dev, refs, maps;
+  size_t size;
+};
+static struct fake_phys phys[MAX_PHYS];
+static struct {
+  CUdeviceptr va;
+  size_t size;
+  int h; // index + 1 into phys
+} vmaps[MAX_MAPS];
+static void phys_check(int h) {
+  struct fake_phys *p = &phys[h - 1];
+  if (p->live && p->refs == 0 && p->maps == 0) {
+    p->live = 0;
+    if (p->dev >= 0) used[p->dev] -= p->size;
+  }
+}
+CUresult cuMemCreate(unsigned long long *handle, size_t size, const struct loc_head *prop,
+                     unsigned long long flags) {
+  (void)flags;
+  count("cuMemCreate");
+  if (!handle || !prop || !size || size % POOL_STEP) return CUDA_ERROR_INVALID_VALUE;
+  int dev = prop->location_type == 1 ? prop->location_id : -1;
+  pthread_mutex_lock(&mu);
+  if (dev >= 0 && used[dev] + size > total_mem) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  for (int i = 0; i < MAX_PHYS; i++)
+    if (!phys[i].live) {
+      phys[i] = (struct fake_phys){1, dev, 1, 0, size};
+      if (dev >= 0) {
+        used[dev] += size;
+        if (used[dev] > peak[dev]) peak[dev] = used[dev];
+      }
+      *handle = (unsigned long long)(i + 1) << 20; // opaque, not an index
+      pthread_mutex_unlock(&mu);
+      return CUDA_SUCCESS;
+    }
+  pthread_mutex_unlock(&mu);
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+static int phys_index(unsigned long long handle) {
+  int h = (int)(handle >> 20);
+  return h >= 1 && h <= MAX_PHYS && phys[h - 1].live ? h : 0;
+}
+CUresult cuMemRelease(unsigned long long handle) {
+  count("cuMemRelease");
+  pthread_mutex_lock(&mu);
+  int h = phys_index(handle);
+  if (!h || phys[h - 1].refs == 0) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  phys[h - 1].refs--;
+  phys_check(h);
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
+                             unsigned long long flags) {
+  (void)align, (void)addr, (void)flags;
+  count("cuMemAddressReserve");
+  if (!ptr || !size) return CUDA_ERROR_INVALID_VALUE;
+  void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  *ptr = (CUdeviceptr)(uintptr_t)p;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  count("cuMemAddressFree");
+  munmap((void *)(uintptr_t)ptr, size);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, unsigned long long handle,
+                  unsigned long long flags) {
+  (void)offset, (void)flags;
+  count("cuMemMap");
+  pthread_mutex_lock(&mu);
+  int h = phys_index(handle);
+  for (int i = 0; h && i < MAX_MAPS; i++)
+    if (!vmaps[i].h) {
+      vmaps[i].va = va, vmaps[i].size = size, vmaps[i].h = h;
+      phys[h - 1].maps++;
+      pthread_mutex_unlock(&mu);
+      return CUDA_SUCCESS;
+    }
+  pthread_mutex_unlock(&mu);
+  return CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuMemUnmap(CUdeviceptr va, size_t size) {
+  count("cuMemUnmap");
+  pthread_mutex_lock(&mu);
+  int n = 0;
+  for (int i = 0; i < MAX_MAPS; i++)
+    if (vmaps[i].h && vmaps[i].va >= va && vmaps[i].va < va + size) {
+      int h = vmaps[i].h;
+      vmaps[i].h = 0;
+      phys[h - 1].maps--;
+      phys_check(h);
+      n++;
+    }
+  pthread_mutex_unlock(&mu);
+  return n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuMemRetainAllocationHandle(unsigned long long *handle, void *addr) {
+  count("cuMemRetainAllocationHandle");
+  if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  CUdeviceptr a = (CUdeviceptr)(uintptr_t)addr;
+  for (int i = 0; i < MAX_MAPS; i++)
+    if (vmaps[i].h && a >= vmaps[i].va && a < vmaps[i].va + vmaps[i].size) {
+      phys[vmaps[i].h - 1].refs++;
+      *handle = (unsigned long long)vmaps[i].h << 20;
+      pthread_mutex_unlock(&mu);
+      return CUDA_SUCCESS;
+    }
+  pthread_mutex_unlock(&mu);
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+// ---- arrays ------------------------------------------------------------------------------
+// Footprint: rows padded to 512 bytes, every mip level, the total rounded up to 2 MiB (so a
+// naive texel count is never the right answer). Deferred-mapping arrays take nothing.
+#define MAX_ARRAYS 64
+struct desc3 { size_t w, h, d; unsigned format, channels, flags; };
+struct desc2 { size_t w, h; unsigned format, channels; };
+struct desc2v1 { unsigned w, h, format, channels; };
+struct desc3v1 { unsigned w, h, d, format, channels, flags; };
+struct mem_req { size_t size, alignment; unsigned reserved[4]; };
+struct fake_array {
+  int live, dev, deferred;
+  size_t size;
+};
+static struct fake_array arrays[MAX_ARRAYS];
+static size_t elem_bytes(unsigned f) {
+  switch (f) {
+    case 0x01: case 0x08: return 1;
+    case 0x02: case 0x09: case 0x10: return 2;
+    case 0x03: case 0x0a: case 0x20: return 4;
+    default: return 0;
+  }
+}
+static size_t footprint(struct desc3 d, unsigned levels) {
+  size_t total = 0;
+  for (unsigned l = 0; l < (levels ? levels : 1); l++) {
+    size_t w = d.w >> l ? d.w >> l : 1, h = d.h ? (d.h >> l ? d.h >> l : 1) : 1,
+           z = d.d ? (d.d >> l ? d.d >> l : 1) : 1;
+    total += ((w * elem_bytes(d.format) * d.channels + 511) & ~(size_t)511) * h * z;
+  }
+  return (total + POOL_STEP - 1) / POOL_STEP * POOL_STEP;
+}
+size_t fakecu_array_footprint(size_t w, size_t h, size_t d, unsigned format, unsigned ch,
+                              unsigned levels) {
+  return footprint((struct desc3){w, h, d, format, ch, 0}, levels);
+}
+static CUresult array_make(void **out, struct desc3 d, unsigned levels) {
+  if (!out || !d.w || !elem_bytes(d.format) || !d.channels) return CUDA_ERROR_INVALID_VALUE;
+  struct fake_ctx *ctx = current;
+  if (!ctx || !ctx->live) return CUDA_ERROR_INVALID_CONTEXT;
+  int deferred = (d.flags & 0x80) != 0;
+  size_t size = footprint(d, levels);
+  pthread_mutex_lock(&mu);
+  if (!deferred && used[ctx->dev] + size > total_mem) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  for (int i = 0; i < MAX_ARRAYS; i++)
+    if (!arrays[i].live) {
+      arrays[i] = (struct fake_array){1, ctx->dev, deferred, size};
+      if (!deferred) {
+        used[ctx->dev] += size;
+        if (used[ctx->dev] > peak[ctx->dev]) peak[ctx->dev] = used[ctx->dev];
+      }
+      *out = &arrays[i];
+      pthread_mutex_unlock(&mu);
+      return CUDA_SUCCESS;
+    }
+  pthread_mutex_unlock(&mu);
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+CUresult cuArrayCreate_v2(void **out, const struct desc2 *d) {
+  count("cuArrayCreate_v2");
+  if (!d) return CUDA_ERROR_INVALID_VALUE;
+  return array_make(out, (struct desc3){d->w, d->h, 0, d->format, d->channels, 0}, 0);
+}
+CUresult cuArrayCreate(void **out, const struct desc2v1 *d) {
+  count("cuArrayCreate");
+  if (!d) return CUDA_ERROR_INVALID_VALUE;
+  return array_make(out, (struct desc3){d->w, d->h, 0, d->format, d->channels, 0}, 0);
+}
+CUresult cuArray3DCreate_v2(void **out, const struct desc3 *d) {
+  count("cuArray3DCreate_v2");
+  if (!d) return CUDA_ERROR_INVALID_VALUE;
+  return array_make(out, *d, 0);
+}
+CUresult cuArray3DCreate(void **out, const struct desc3v1 *d) {
+  count("cuArray3DCreate");
+  if (!d) return CUDA_ERROR_INVALID_VALUE;
+  return array_make(out, (struct desc3){d->w, d->h, d->d, d->format, d->channels, d->flags}, 0);
+}
+CUresult cuMipmappedArrayCreate(void **out, const struct desc3 *d, unsigned levels) {
+  count("cuMipmappedArrayCreate");
+  if (!d || !levels) return CUDA_ERROR_INVALID_VALUE;
+  return array_make(out, *d, levels);
+}
+static CUresult array_destroy(void *a) {
+  struct fake_array *arr = a;
+  if (!arr || !arr->live) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  arr->live = 0;
+  if (!arr->deferred) used[arr->dev] -= arr->size;
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+CUresult cuArrayDestroy(void *a) { count("cuArrayDestroy"); return array_destroy(a); }
+CUresult cuMipmappedArrayDestroy(void *a) { count("cuMipmappedArrayDestroy"); return array_destroy(a); }
+static CUresult requirements(struct mem_req *r, void *a) {
+  struct fake_array *arr = a;
+  if (!r || !arr || !arr->live || !arr->deferred || getenv("FAKECU_NO_ARRAY_REQUIREMENTS"))
+    return CUDA_ERROR_INVALID_VALUE;
+  r->size = arr->size;
+  r->alignment = 65536;
+  return CUDA_SUCCESS;
+}
+CUresult cuArrayGetMemoryRequirements(struct mem_req *r, void *a, CUdevice d) {
+  (void)d;
+  count("cuArrayGetMemoryRequirements");
+  return requirements(r, a);
+}
+CUresult cuMipmappedArrayGetMemoryRequirements(struct mem_req *r, void *a, CUdevice d) {
+  (void)d;
+  count("cuMipmappedArrayGetMemoryRequirements");
+  return requirements(r, a);
+}
+
 // Test controls.
 long fakecu_hold(void *stream) {
   pthread_mutex_lock(&mu);
@@ -731,6 +1141,38 @@ static const struct proc procs[] = {
     {"cuCtxPopCurrent", 4000, 0, (void *)cuCtxPopCurrent_v2},
     {"cuMemcpyHtoD", 3020, 0, (void *)cuMemcpyHtoD_v2},
     {"cuMemcpyDtoH", 3020, 0, (void *)cuMemcpyDtoH_v2},
+    {"cuMemAllocAsync", 11020, 0, (void *)cuMemAllocAsync},
+    {"cuMemAllocAsync", 11020, 1, (void *)cuMemAllocAsync_ptsz},
+    {"cuMemFreeAsync", 11020, 0, (void *)cuMemFreeAsync},
+    {"cuMemFreeAsync", 11020, 1, (void *)cuMemFreeAsync_ptsz},
+    {"cuMemAllocFromPoolAsync", 11020, 0, (void *)cuMemAllocFromPoolAsync},
+    {"cuMemAllocFromPoolAsync", 11020, 1, (void *)cuMemAllocFromPoolAsync_ptsz},
+    {"cuMemPoolCreate", 11020, 0, (void *)cuMemPoolCreate},
+    {"cuMemPoolDestroy", 11020, 0, (void *)cuMemPoolDestroy},
+    {"cuMemPoolTrimTo", 11020, 0, (void *)cuMemPoolTrimTo},
+    {"cuMemPoolGetAttribute", 11020, 0, (void *)cuMemPoolGetAttribute},
+    {"cuDeviceGetDefaultMemPool", 11020, 0, (void *)cuDeviceGetDefaultMemPool},
+    {"cuStreamSynchronize", 2000, 0, (void *)cuStreamSynchronize},
+    {"cuStreamBeginCaptureToGraph", 12030, 0, (void *)cuStreamBeginCaptureToGraph},
+    {"cuMemAllocManaged", 6000, 0, (void *)cuMemAllocManaged},
+    {"cuMemHostAlloc", 2020, 0, (void *)cuMemHostAlloc},
+    {"cuMemFreeHost", 2000, 0, (void *)cuMemFreeHost},
+    {"cuMemCreate", 10020, 0, (void *)cuMemCreate},
+    {"cuMemRelease", 10020, 0, (void *)cuMemRelease},
+    {"cuMemAddressReserve", 10020, 0, (void *)cuMemAddressReserve},
+    {"cuMemAddressFree", 10020, 0, (void *)cuMemAddressFree},
+    {"cuMemMap", 10020, 0, (void *)cuMemMap},
+    {"cuMemUnmap", 10020, 0, (void *)cuMemUnmap},
+    {"cuMemRetainAllocationHandle", 11000, 0, (void *)cuMemRetainAllocationHandle},
+    {"cuArrayCreate", 2000, 0, (void *)cuArrayCreate},
+    {"cuArrayCreate", 3020, 0, (void *)cuArrayCreate_v2},
+    {"cuArray3DCreate", 2000, 0, (void *)cuArray3DCreate},
+    {"cuArray3DCreate", 3020, 0, (void *)cuArray3DCreate_v2},
+    {"cuMipmappedArrayCreate", 5000, 0, (void *)cuMipmappedArrayCreate},
+    {"cuArrayDestroy", 2000, 0, (void *)cuArrayDestroy},
+    {"cuMipmappedArrayDestroy", 5000, 0, (void *)cuMipmappedArrayDestroy},
+    {"cuArrayGetMemoryRequirements", 11060, 0, (void *)cuArrayGetMemoryRequirements},
+    {"cuMipmappedArrayGetMemoryRequirements", 11060, 0, (void *)cuMipmappedArrayGetMemoryRequirements},
     {"cuGetProcAddress", 11030, 0, (void *)cuGetProcAddress},
     {"cuGetProcAddress", 12000, 0, (void *)cuGetProcAddress_v2},
 };

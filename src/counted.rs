@@ -1,0 +1,493 @@
+//! Device memory the shim does not pool but passes through to the driver and counts, so that
+//! no allocation API is a hole in the limit (SPEC.md, DESIGN.md trap 4):
+//! - driver memory pools (`cuMemAllocFromPoolAsync`): what the pool *reserves* is charged,
+//!   read from the driver after every call that can change it;
+//! - physical memory of the virtual memory API (`cuMemCreate`): charged from creation until it
+//!   is both released and unmapped everywhere, as the driver frees it;
+//! - arrays and mipmapped arrays: charged at their real footprint, asked of the driver.
+//!
+//! Pointer-shaped pass-through allocations (managed, pitched, captured) live in the shim's live
+//! table instead (`Origin::Counted`, `Origin::DriverPool`). Host memory is never counted.
+
+use crate::addr_hash::AddrMap as HashMap;
+use crate::cu::*;
+use crate::driver::call;
+use crate::shim::{Live, Origin, Shim};
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::sync::{Mutex, MutexGuard};
+
+/// One driver pool the program allocated from.
+///
+/// Invariant: `charged` bytes of this pool are in the device's budget: the pool's reserved
+/// memory when last read (or, once destroyed, what its live allocations still hold).
+struct DriverPool {
+    /// `None`: the pool lives in host memory and is not counted.
+    device: Option<CUdevice>,
+    charged: u64,
+    /// Destroyed by the program while allocations of it were live (the driver defers that).
+    destroyed: bool,
+}
+
+/// Physical memory from `cuMemCreate`.
+///
+/// Invariant: its size is charged while `refs > 0` (creation and every
+/// `cuMemRetainAllocationHandle`, minus releases) or `maps > 0` (mappings not yet unmapped).
+struct Phys {
+    device: CUdevice,
+    size: u64,
+    refs: u32,
+    maps: u32,
+}
+
+/// An array or mipmapped array, charged at `size` until destroyed or its context dies.
+struct ArrayRec {
+    ctx: usize,
+    device: CUdevice,
+    size: u64,
+}
+
+/// The counted objects of the process, each table behind its own lock (none of them is on a
+/// hot path: each of these driver calls costs microseconds).
+#[derive(Default)]
+pub struct Counted {
+    pools: Mutex<HashMap<usize, DriverPool>>,
+    handles: Mutex<HashMap<MemHandle, Phys>>,
+    /// Mappings of counted handles: address -> (bytes, handle).
+    maps: Mutex<BTreeMap<DevPtr, (u64, MemHandle)>>,
+    arrays: Mutex<HashMap<usize, ArrayRec>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shim {
+    /// Charges `bytes` on `dev` for a pass-through allocation, giving back cached pool memory
+    /// first if they do not fit; `Err` is the out-of-memory answer (logged and counted).
+    pub(crate) fn charge_counted(&self, dev: CUdevice, bytes: u64) -> Result<(), CUresult> {
+        let budget = self.budget(dev);
+        if budget.try_charge(bytes) {
+            return Ok(());
+        }
+        if self.reclaim_device(dev) > 0 && budget.try_charge(bytes) {
+            budget.on_reclaim_retry();
+            return Ok(());
+        }
+        Err(self.failed(dev, bytes, CUDA_ERROR_OUT_OF_MEMORY))
+    }
+
+    /// The driver handed out `bytes` charged with [`charge_counted`](Self::charge_counted).
+    fn counted_made(&self, dev: CUdevice, bytes: u64) {
+        let budget = self.budget(dev);
+        budget.on_driver_alloc();
+        budget.on_alloc(bytes, false);
+        self.observe(dev);
+    }
+
+    /// A counted object of `bytes` went back to the driver (or died with its context).
+    fn counted_gone(&self, dev: CUdevice, bytes: u64) {
+        let budget = self.budget(dev);
+        budget.on_release(bytes);
+        budget.uncharge(bytes);
+        budget.on_driver_free();
+        budget.on_free_call();
+        self.observe(dev);
+    }
+
+    // ---- driver pools -------------------------------------------------------------------
+
+    /// `cuMemPoolCreate` succeeded: remember where the pool lives.
+    pub fn driver_pool_created(&self, pool: usize, location_type: i32, location_id: i32) {
+        let device = (location_type == CU_MEM_LOCATION_TYPE_DEVICE).then_some(location_id);
+        lock(&self.counted.pools).insert(
+            pool,
+            DriverPool {
+                device,
+                charged: 0,
+                destroyed: false,
+            },
+        );
+    }
+
+    /// A 64-bit attribute of a driver pool (`None` if the driver cannot say).
+    fn pool_attribute(&self, pool: usize, attr: std::ffi::c_int) -> Option<u64> {
+        let mut v: u64 = 0;
+        let out = &mut v as *mut u64 as *mut c_void;
+        let r = call!(
+            self.driver,
+            mem_pool_get_attribute(pool as Opaque, attr, out)
+        );
+        (r == CUDA_SUCCESS).then_some(v)
+    }
+
+    /// Bytes the driver pool reserves now.
+    fn pool_reserved(&self, pool: usize) -> Option<u64> {
+        self.pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+    }
+
+    /// Brings the charge of `pool` to what the driver says it reserves now.
+    fn settle_pool(&self, pool: usize, rec: &mut DriverPool) {
+        let (Some(dev), false) = (rec.device, rec.destroyed) else {
+            return;
+        };
+        let Some(now) = self.pool_reserved(pool) else {
+            return;
+        };
+        let budget = self.budget(dev);
+        if now > rec.charged {
+            budget.force_charge(now - rec.charged);
+        } else {
+            budget.uncharge(rec.charged - now);
+        }
+        rec.charged = now;
+    }
+
+    /// `cuMemAllocFromPoolAsync` of `size` bytes from `pool` in a context on `dev`: charges
+    /// what the pool grows by. `alloc` calls the driver; `undo` frees its result and waits.
+    pub fn alloc_from_driver_pool(
+        &self,
+        pool: usize,
+        size: u64,
+        ctx_dev: (usize, CUdevice),
+        alloc: impl FnOnce() -> Result<DevPtr, CUresult>,
+        undo: impl FnOnce(DevPtr),
+    ) -> Result<DevPtr, CUresult> {
+        let key = pool;
+        let mut pools = lock(&self.counted.pools);
+        let rec = pools.entry(key).or_insert(DriverPool {
+            device: Some(ctx_dev.1),
+            charged: 0,
+            destroyed: false,
+        });
+        let Some(dev) = rec.device else {
+            drop(pools);
+            return alloc(); // a host pool: not device memory
+        };
+        self.settle_pool(key, rec);
+        let budget = self.budget(dev);
+        // Charge ahead what the pool may have to grow by: the request less what the pool holds
+        // idle, rounded to the 2 MiB the driver's pools grow in (the reading after the call
+        // makes it exact).
+        let idle = rec.charged.saturating_sub(
+            self.pool_attribute(key, CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
+                .unwrap_or(u64::MAX),
+        );
+        let ahead = match budget.hard_limit() {
+            0 => 0,
+            _ => size.saturating_sub(idle).div_ceil(2 << 20) * (2 << 20),
+        };
+        if !budget.try_charge(ahead) {
+            // Give back what the driver pool keeps idle, and cudapool's own cache.
+            call!(self.driver, mem_pool_trim_to(pool as Opaque, 0));
+            self.settle_pool(key, rec);
+            self.reclaim_device(dev);
+            if !budget.try_charge(ahead) {
+                drop(pools);
+                return Err(self.failed(dev, size, CUDA_ERROR_OUT_OF_MEMORY));
+            }
+            budget.on_reclaim_retry();
+        }
+        let ptr = match alloc() {
+            Ok(p) => p,
+            Err(e) => {
+                budget.uncharge(ahead);
+                drop(pools);
+                return Err(self.failed(dev, size, e));
+            }
+        };
+        let now = self.pool_reserved(key).unwrap_or(rec.charged + ahead);
+        let grown = now.saturating_sub(rec.charged);
+        if grown > ahead && !budget.try_charge(grown - ahead) {
+            // The pool grew past the limit: give it all back and say so.
+            undo(ptr);
+            call!(self.driver, mem_pool_trim_to(pool as Opaque, 0));
+            budget.uncharge(ahead);
+            self.settle_pool(key, rec);
+            drop(pools);
+            return Err(self.failed(dev, size, CUDA_ERROR_OUT_OF_MEMORY));
+        }
+        if grown < ahead {
+            budget.uncharge(ahead - grown);
+        }
+        rec.charged = now.max(rec.charged);
+        drop(pools);
+        self.remember(
+            ptr,
+            Live {
+                ctx: ctx_dev.0,
+                device: dev,
+                size,
+                origin: Origin::DriverPool(key),
+            },
+        );
+        if grown > 0 {
+            budget.on_driver_alloc();
+        }
+        budget.on_alloc(size, grown == 0);
+        self.observe(dev);
+        Ok(ptr)
+    }
+
+    /// An allocation of `pool` of `size` bytes was freed (the live table already released it).
+    pub fn driver_pool_freed(&self, pool: usize, size: u64) {
+        let mut pools = lock(&self.counted.pools);
+        let Some(rec) = pools.get_mut(&pool) else {
+            return;
+        };
+        match (rec.device, rec.destroyed) {
+            (Some(dev), true) => {
+                let back = size.min(rec.charged);
+                rec.charged -= back;
+                self.budget(dev).uncharge(back);
+                if rec.charged == 0 {
+                    pools.remove(&pool);
+                }
+            }
+            _ => self.settle_pool(pool, rec),
+        }
+    }
+
+    /// `cuMemPoolTrimTo` succeeded: the pool may hold less now.
+    pub fn driver_pool_trimmed(&self, pool: usize) {
+        if let Some(rec) = lock(&self.counted.pools).get_mut(&pool) {
+            self.settle_pool(pool, rec);
+        }
+    }
+
+    /// `cuMemPoolDestroy` succeeded: its idle memory went back; `live_bytes` of it are still
+    /// held by allocations the driver keeps until they are freed.
+    pub fn driver_pool_destroyed(&self, pool: usize, live_bytes: u64) {
+        let mut pools = lock(&self.counted.pools);
+        let Some(mut rec) = pools.remove(&pool) else {
+            return;
+        };
+        if let Some(dev) = rec.device {
+            let keep = live_bytes.min(rec.charged);
+            self.budget(dev).uncharge(rec.charged - keep);
+            if keep > 0 {
+                rec.charged = keep;
+                rec.destroyed = true;
+                pools.insert(pool, rec);
+            }
+        }
+    }
+
+    // ---- physical memory (cuMemCreate) --------------------------------------------------
+
+    /// `cuMemCreate` of `size` bytes at a location; `create` calls the driver.
+    pub fn mem_create(
+        &self,
+        size: u64,
+        location: (i32, i32),
+        create: impl FnOnce() -> Result<MemHandle, CUresult>,
+    ) -> Result<MemHandle, CUresult> {
+        if location.0 != CU_MEM_LOCATION_TYPE_DEVICE {
+            return create(); // host memory: not counted
+        }
+        let dev = location.1;
+        self.charge_counted(dev, size)?;
+        match create() {
+            Ok(h) => {
+                lock(&self.counted.handles).insert(
+                    h,
+                    Phys {
+                        device: dev,
+                        size,
+                        refs: 1,
+                        maps: 0,
+                    },
+                );
+                self.counted_made(dev, size);
+                Ok(h)
+            }
+            Err(e) => {
+                self.budget(dev).uncharge(size);
+                Err(self.failed(dev, size, e))
+            }
+        }
+    }
+
+    /// Drops `h` when nothing holds it any more (the driver has freed it).
+    fn physical_check(&self, handles: &mut HashMap<MemHandle, Phys>, h: MemHandle) {
+        if let Some(p) = handles.get(&h) {
+            if p.refs == 0 && p.maps == 0 {
+                let (dev, size) = (p.device, p.size);
+                handles.remove(&h);
+                self.counted_gone(dev, size);
+            }
+        }
+    }
+
+    /// `cuMemRelease(h)` succeeded.
+    pub fn mem_released(&self, h: MemHandle) {
+        let mut handles = lock(&self.counted.handles);
+        if let Some(p) = handles.get_mut(&h) {
+            p.refs = p.refs.saturating_sub(1);
+        }
+        self.physical_check(&mut handles, h);
+    }
+
+    /// `cuMemRetainAllocationHandle` handed out `h` again.
+    pub fn mem_retained(&self, h: MemHandle) {
+        if let Some(p) = lock(&self.counted.handles).get_mut(&h) {
+            p.refs += 1;
+        }
+    }
+
+    /// `cuMemMap(va, size, _, h)` succeeded.
+    pub fn mem_mapped(&self, va: DevPtr, size: u64, h: MemHandle) {
+        let mut handles = lock(&self.counted.handles);
+        if let Some(p) = handles.get_mut(&h) {
+            p.maps += 1;
+            lock(&self.counted.maps).insert(va, (size, h));
+        }
+    }
+
+    /// `cuMemUnmap(va, size)` succeeded: every mapping that starts in the range is gone.
+    pub fn mem_unmapped(&self, va: DevPtr, size: u64) {
+        let mut handles = lock(&self.counted.handles);
+        let gone: Vec<MemHandle> = {
+            let mut maps = lock(&self.counted.maps);
+            let starts: Vec<DevPtr> = maps
+                .range(va..va.saturating_add(size))
+                .map(|(&k, _)| k)
+                .collect();
+            starts
+                .into_iter()
+                .filter_map(|k| maps.remove(&k).map(|m| m.1))
+                .collect()
+        };
+        for h in gone {
+            if let Some(p) = handles.get_mut(&h) {
+                p.maps = p.maps.saturating_sub(1);
+            }
+            self.physical_check(&mut handles, h);
+        }
+    }
+
+    // ---- arrays -------------------------------------------------------------------------
+
+    /// What an array (or, with `levels`, a mipmapped array) of `desc` occupies on `dev`: asked
+    /// of the driver through a twin created without memory, else estimated from the texels.
+    fn array_footprint(&self, desc: &Array3DDesc, levels: Option<u32>, dev: CUdevice) -> u64 {
+        let d = self.driver;
+        let mut twin = *desc;
+        twin.flags |= CUDA_ARRAY3D_DEFERRED_MAPPING;
+        let mut h: Opaque = std::ptr::null_mut();
+        let mut req = ArrayMemReq::default();
+        let asked = match levels {
+            None if call!(d, array3d_create_v2(&mut h, &twin)) == CUDA_SUCCESS => {
+                let r = call!(d, array_get_memory_requirements(&mut req, h, dev));
+                call!(d, array_destroy(h));
+                r
+            }
+            Some(n) if call!(d, mipmapped_array_create(&mut h, &twin, n)) == CUDA_SUCCESS => {
+                let r = call!(d, mipmapped_array_get_memory_requirements(&mut req, h, dev));
+                call!(d, mipmapped_array_destroy(h));
+                r
+            }
+            _ => CUDA_ERROR_NOT_FOUND,
+        };
+        if asked == CUDA_SUCCESS && req.size > 0 {
+            return req.size as u64;
+        }
+        // Every mip level, each half the last in every dimension.
+        (0..levels.unwrap_or(1).clamp(1, 32))
+            .map(|l| {
+                let mut lv = *desc;
+                lv.width = (desc.width >> l).max(1);
+                lv.height = if desc.height == 0 {
+                    0
+                } else {
+                    (desc.height >> l).max(1)
+                };
+                lv.depth = if desc.depth == 0 {
+                    0
+                } else {
+                    (desc.depth >> l).max(1)
+                };
+                lv.texel_bytes()
+            })
+            .fold(0u64, u64::saturating_add)
+    }
+
+    /// Creates an array (or, with `levels`, a mipmapped array) of `desc` through `create`,
+    /// charged at its footprint. Sparse and deferred-mapping arrays hold no memory of their
+    /// own (what backs them comes from `cuMemCreate`) and are passed through.
+    pub fn array_create(
+        &self,
+        desc: &Array3DDesc,
+        levels: Option<u32>,
+        create: impl FnOnce() -> Result<Opaque, CUresult>,
+    ) -> Result<Opaque, CUresult> {
+        const SPARSE: u32 = 0x40;
+        if desc.flags & (SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING) != 0 {
+            return create();
+        }
+        let ctx = self
+            .driver
+            .current_context()?
+            .ok_or(CUDA_ERROR_INVALID_CONTEXT)? as usize;
+        let dev = self.driver.current_device()?;
+        let size = self.array_footprint(desc, levels, dev);
+        self.charge_counted(dev, size)?;
+        match create() {
+            Ok(h) => {
+                lock(&self.counted.arrays).insert(
+                    h as usize,
+                    ArrayRec {
+                        ctx,
+                        device: dev,
+                        size,
+                    },
+                );
+                self.counted_made(dev, size);
+                Ok(h)
+            }
+            Err(e) => {
+                self.budget(dev).uncharge(size);
+                Err(self.failed(dev, size, e))
+            }
+        }
+    }
+
+    /// `cuArrayDestroy` / `cuMipmappedArrayDestroy` of `h` succeeded.
+    pub fn array_destroyed(&self, h: usize) {
+        let rec = lock(&self.counted.arrays).remove(&h);
+        if let Some(a) = rec {
+            self.counted_gone(a.device, a.size);
+        }
+    }
+
+    /// The context `ctx` died: its arrays went with it.
+    pub(crate) fn counted_context_gone(&self, ctx: usize) {
+        let gone: Vec<ArrayRec> = {
+            let mut arrays = lock(&self.counted.arrays);
+            let keys: Vec<usize> = arrays
+                .iter()
+                .filter(|(_, a)| a.ctx == ctx)
+                .map(|(&k, _)| k)
+                .collect();
+            keys.into_iter().filter_map(|k| arrays.remove(&k)).collect()
+        };
+        for a in gone {
+            self.counted_gone(a.device, a.size);
+        }
+    }
+
+    /// Bytes of counted objects (arrays, physical memory) on `dev`, for the report.
+    pub fn counted_bytes(&self, dev: CUdevice) -> u64 {
+        let arrays: u64 = lock(&self.counted.arrays)
+            .values()
+            .filter(|a| a.device == dev)
+            .map(|a| a.size)
+            .sum();
+        let physical: u64 = lock(&self.counted.handles)
+            .values()
+            .filter(|p| p.device == dev)
+            .map(|p| p.size)
+            .sum();
+        arrays + physical
+    }
+}

@@ -1,0 +1,289 @@
+// Every device-memory API besides cuMemAlloc, reached the way frameworks reach them (dlsym on
+// the driver's handle, or cuGetProcAddress_v2 like the CUDA runtime; gpa-ptsz asks with the
+// per-thread-default-stream flag). Prints key=value lines the tests read; run it under a limit.
+//
+// usage: memapi MODE async|counted
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long Handle;
+#define MIB ((size_t)1 << 20)
+
+struct loc_head {
+  int kind, handle_types, location_type, location_id;
+};
+// CUmemAllocationProp / CUmemPoolProps: the head above, then fields left zero.
+struct prop {
+  struct loc_head head;
+  void *win32;
+  unsigned char rest[128];
+};
+struct desc2 {
+  size_t w, h;
+  unsigned format, channels;
+};
+struct desc3 {
+  size_t w, h, d;
+  unsigned format, channels, flags;
+};
+struct stats {
+  size_t struct_size;
+  int32_t device, pad;
+  uint64_t allocated, peak_allocated, reserved, peak_reserved, cached, live, segments;
+  uint64_t alloc_calls, free_calls, cache_hits, driver_allocs, driver_frees, retries, ooms;
+  uint64_t hard_limit, soft_limit;
+};
+
+static void *driver;
+static const char *mode;
+
+typedef CUresult (*gpa_t)(const char *, void **, int, unsigned long long, int *);
+static void *get(const char *base, int version) {
+  if (!strcmp(mode, "dlsym")) {
+    // The names the driver exports: the newest variant of each.
+    static const char *const v2[] = {"cuCtxCreate", "cuArrayCreate", "cuArray3DCreate",
+                                     "cuStreamDestroy", "cuMemFree", "cuMemAlloc",
+                                     "cuStreamBeginCapture", NULL};
+    char name[128];
+    snprintf(name, sizeof name, "%s", base);
+    for (int i = 0; v2[i]; i++)
+      if (!strcmp(base, v2[i]) && version >= 3020) snprintf(name, sizeof name, "%s_v2", base);
+    void *p = dlsym(driver, name);
+    if (!p) fprintf(stderr, "memapi: no %s\n", name), exit(4);
+    return p;
+  }
+  static gpa_t gpa;
+  if (!gpa) gpa = (gpa_t)dlsym(driver, "cuGetProcAddress_v2");
+  void *p = NULL;
+  int status = -1;
+  unsigned long long flags = !strcmp(mode, "gpa-ptsz") ? 2 : 0;
+  if (gpa(base, &p, version, flags, &status) || status || !p)
+    fprintf(stderr, "memapi: no %s@%d\n", base, version), exit(4);
+  return p;
+}
+
+#define CHECK(call)                                                              \
+  do {                                                                           \
+    CUresult r_ = (call);                                                        \
+    if (r_) {                                                                    \
+      fprintf(stderr, "memapi: %s failed: %d (line %d)\n", #call, r_, __LINE__); \
+      exit(3);                                                                   \
+    }                                                                            \
+  } while (0)
+
+static struct stats stats(void) {
+  int (*f)(int, struct stats *) = (int (*)(int, struct stats *))dlsym(RTLD_DEFAULT, "cudapool_get_stats");
+  struct stats s = {.struct_size = sizeof s};
+  if (!f || f(0, &s)) fprintf(stderr, "memapi: no stats\n"), exit(5);
+  return s;
+}
+static void show(const char *tag) {
+  struct stats s = stats();
+  size_t (*used)(int) = (size_t(*)(int))dlsym(driver, "fakecu_used");
+  printf("%s allocated=%llu reserved=%llu live=%llu ooms=%llu device_used=%zu\n", tag,
+         (unsigned long long)s.allocated, (unsigned long long)s.reserved,
+         (unsigned long long)s.live, (unsigned long long)s.ooms, used ? used(0) : 0);
+}
+static long calls(const char *name) {
+  long (*f)(const char *) = (long (*)(const char *))dlsym(driver, "fakecu_calls");
+  return f(name);
+}
+
+// ---- entry points -------------------------------------------------------------------------
+static CUresult (*MemAllocAsync)(CUdeviceptr *, size_t, void *);
+static CUresult (*MemFreeAsync)(CUdeviceptr, void *);
+static CUresult (*MemAllocFromPoolAsync)(CUdeviceptr *, size_t, void *, void *);
+static CUresult (*StreamCreate)(void **, unsigned);
+
+static void setup(void) {
+  driver = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!driver) fprintf(stderr, "memapi: no driver\n"), exit(4);
+  CUresult (*Init)(unsigned) = get("cuInit", 2000);
+  CUresult (*Retain)(void **, int) = get("cuDevicePrimaryCtxRetain", 7000);
+  CUresult (*SetCurrent)(void *) = get("cuCtxSetCurrent", 4000);
+  void *ctx;
+  CHECK(Init(0));
+  CHECK(Retain(&ctx, 0));
+  CHECK(SetCurrent(ctx));
+  MemAllocAsync = get("cuMemAllocAsync", 11020);
+  MemFreeAsync = get("cuMemFreeAsync", 11020);
+  MemAllocFromPoolAsync = get("cuMemAllocFromPoolAsync", 11020);
+  StreamCreate = get("cuStreamCreate", 2000);
+}
+
+static int async_scenario(void) {
+  long driver_allocs = calls("cuMemAllocAsync") + calls("cuMemAllocAsync_ptsz");
+  CUdeviceptr a, b, c;
+  // The default stream: pooled, stream-ordered reuse.
+  CHECK(MemAllocAsync(&a, 3 * MIB, NULL));
+  show("held");
+  CHECK(MemFreeAsync(a, NULL));
+  CHECK(MemAllocAsync(&b, 3 * MIB, NULL));
+  printf("default_stream reused=%d\n", a == b);
+  CHECK(MemFreeAsync(b, NULL));
+  long (*hold)(void *) = (long (*)(void *))dlsym(driver, "fakecu_hold");
+  void (*finish)(long) = (void (*)(long))dlsym(driver, "fakecu_finish");
+  // Two non-blocking streams: a kernel still runs on s1 when the block is freed there.
+  void *s1, *s2;
+  CHECK(StreamCreate(&s1, 1));
+  CHECK(StreamCreate(&s2, 1));
+  CHECK(MemAllocAsync(&a, 5 * MIB, s1));
+  long k = hold(s1);
+  CHECK(MemFreeAsync(a, s1));
+  CHECK(MemAllocAsync(&b, 5 * MIB, s2));
+  CHECK(MemAllocAsync(&c, 5 * MIB, s1));
+  printf("streams other_stream_got_it=%d same_stream_got_it=%d\n", a == b, a == c);
+  finish(k);
+  CHECK(MemFreeAsync(b, s2));
+  CHECK(MemFreeAsync(c, s1));
+  printf("pooled driver_async_allocs=%ld\n",
+         calls("cuMemAllocAsync") + calls("cuMemAllocAsync_ptsz") - driver_allocs);
+  show("freed");
+  // The limit (64 MiB in the test): 48 MiB fits, another 48 MiB does not.
+  CHECK(MemAllocAsync(&a, 48 * MIB, s1));
+  CUresult r = MemAllocAsync(&b, 48 * MIB, s2);
+  printf("limit second=%d\n", r);
+  CHECK(MemFreeAsync(a, s1));
+  // A capture: the allocation goes to the driver (a graph node) and is counted.
+  CUresult (*Begin)(void *, int) = get("cuStreamBeginCapture", 10010);
+  CUresult (*End)(void *, void **) = get("cuStreamEndCapture", 10000);
+  long before = calls("cuMemAllocAsync") + calls("cuMemAllocAsync_ptsz");
+  CHECK(Begin(s1, 0));
+  CHECK(MemAllocAsync(&a, 7 * MIB, s1));
+  show("captured");
+  CHECK(MemFreeAsync(a, s1));
+  void *graph;
+  CHECK(End(s1, &graph));
+  printf("capture driver_allocs=%ld\n",
+         calls("cuMemAllocAsync") + calls("cuMemAllocAsync_ptsz") - before);
+  show("after_capture");
+  // A free of a pointer the shim never handed out gets the driver's answer.
+  printf("bad_free r=%d\n", MemFreeAsync((CUdeviceptr)0xdead000, s1));
+  return 0;
+}
+
+static int counted_scenario(void) {
+  CUdeviceptr p, q;
+  // Managed memory.
+  CUresult (*AllocManaged)(CUdeviceptr *, size_t, unsigned) = get("cuMemAllocManaged", 6000);
+  CUresult (*Free)(CUdeviceptr) = get("cuMemFree", 3020);
+  CHECK(AllocManaged(&p, 40 * MIB, 1));
+  show("managed_held");
+  printf("managed second=%d\n", AllocManaged(&q, 40 * MIB, 1));
+  CHECK(Free(p));
+  show("managed_freed");
+
+  // A driver pool on device 0: what it reserves counts, idle or not.
+  CUresult (*PoolCreate)(void **, const struct prop *) = get("cuMemPoolCreate", 11020);
+  CUresult (*PoolTrim)(void *, size_t) = get("cuMemPoolTrimTo", 11020);
+  CUresult (*PoolDestroy)(void *) = get("cuMemPoolDestroy", 11020);
+  struct prop props = {.head = {1, 0, 1, 0}};
+  void *pool, *s;
+  CHECK(PoolCreate(&pool, &props));
+  CHECK(StreamCreate(&s, 0));
+  CHECK(MemAllocFromPoolAsync(&p, 40 * MIB, pool, s));
+  show("pool_held");
+  printf("pool second=%d\n", MemAllocFromPoolAsync(&q, 40 * MIB, pool, s));
+  CHECK(MemFreeAsync(p, s));
+  show("pool_idle");
+  CHECK(MemAllocFromPoolAsync(&p, 40 * MIB, pool, s)); // from the pool's idle reserve
+  CHECK(MemFreeAsync(p, s));
+  CHECK(PoolTrim(pool, 0));
+  show("pool_trimmed");
+  CHECK(MemAllocFromPoolAsync(&p, 40 * MIB, pool, s));
+  CHECK(PoolDestroy(pool)); // deferred by the driver while p lives
+  show("pool_destroyed");
+  CHECK(MemFreeAsync(p, s));
+  show("pool_gone");
+  // The device's default pool, and a pool in host memory (not counted).
+  CUresult (*DefaultPool)(void **, int) = get("cuDeviceGetDefaultMemPool", 11020);
+  CHECK(DefaultPool(&pool, 0));
+  CHECK(MemAllocFromPoolAsync(&p, 10 * MIB, pool, s));
+  show("default_pool_held");
+  CHECK(MemFreeAsync(p, s));
+  CHECK(PoolTrim(pool, 0));
+  struct prop host = {.head = {1, 0, 2, 0}};
+  void *hpool;
+  CHECK(PoolCreate(&hpool, &host));
+  CHECK(MemAllocFromPoolAsync(&p, 100 * MIB, hpool, s));
+  show("host_pool_held");
+  CHECK(MemFreeAsync(p, s));
+
+  // Physical memory: counted until released and unmapped.
+  CUresult (*Create)(Handle *, size_t, const struct prop *, unsigned long long) =
+      get("cuMemCreate", 10020);
+  CUresult (*Release)(Handle) = get("cuMemRelease", 10020);
+  CUresult (*Reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) =
+      get("cuMemAddressReserve", 10020);
+  CUresult (*Map)(CUdeviceptr, size_t, size_t, Handle, unsigned long long) = get("cuMemMap", 10020);
+  CUresult (*Unmap)(CUdeviceptr, size_t) = get("cuMemUnmap", 10020);
+  CUresult (*RetainHandle)(Handle *, void *) = get("cuMemRetainAllocationHandle", 11000);
+  struct prop pp = {.head = {1, 0, 1, 0}};
+  Handle h, h2, again;
+  CUdeviceptr va;
+  CHECK(Create(&h, 40 * MIB, &pp, 0));
+  show("vmm_held");
+  printf("vmm second=%d\n", Create(&h2, 40 * MIB, &pp, 0));
+  CHECK(Reserve(&va, 40 * MIB, 0, 0, 0));
+  CHECK(Map(va, 40 * MIB, 0, h, 0));
+  CHECK(RetainHandle(&again, (void *)(uintptr_t)va));
+  CHECK(Release(again));
+  CHECK(Release(h));
+  show("vmm_released_mapped");
+  CHECK(Unmap(va, 40 * MIB));
+  show("vmm_unmapped");
+  struct prop hp = {.head = {1, 0, 2, 0}};
+  CHECK(Create(&h, 100 * MIB, &hp, 0));
+  show("vmm_host");
+  CHECK(Release(h));
+
+  // Arrays: their real footprint, from the driver.
+  CUresult (*ArrayCreate)(void **, const struct desc2 *) = get("cuArrayCreate", 3020);
+  CUresult (*Array3DCreate)(void **, const struct desc3 *) = get("cuArray3DCreate", 3020);
+  CUresult (*MipCreate)(void **, const struct desc3 *, unsigned) = get("cuMipmappedArrayCreate", 5000);
+  CUresult (*ArrayDestroy)(void *) = get("cuArrayDestroy", 2000);
+  CUresult (*MipDestroy)(void *) = get("cuMipmappedArrayDestroy", 5000);
+  size_t (*fp)(size_t, size_t, size_t, unsigned, unsigned, unsigned) =
+      (size_t(*)(size_t, size_t, size_t, unsigned, unsigned, unsigned))dlsym(driver, "fakecu_array_footprint");
+  void *a2, *a3, *mip, *big;
+  struct desc2 d2 = {1000, 1000, 0x20, 1}; // float, rows padded
+  struct desc3 d3 = {100, 100, 100, 0x01, 4, 0};
+  struct desc3 dm = {1024, 1024, 0, 0x20, 1, 0};
+  CHECK(ArrayCreate(&a2, &d2));
+  CHECK(Array3DCreate(&a3, &d3));
+  CHECK(MipCreate(&mip, &dm, 5));
+  printf("arrays expected=%zu\n", fp(1000, 1000, 0, 0x20, 1, 0) + fp(100, 100, 100, 1, 4, 0) +
+                                      fp(1024, 1024, 0, 0x20, 1, 5));
+  show("arrays_held");
+  struct desc3 dbig = {4096, 4096, 0, 0x20, 1, 0}; // 64 MiB: past the limit
+  printf("arrays_big r=%d\n", Array3DCreate(&big, &dbig));
+  CHECK(ArrayDestroy(a2));
+  CHECK(ArrayDestroy(a3));
+  CHECK(MipDestroy(mip));
+  show("arrays_freed");
+
+  // Host memory is not device memory.
+  CUresult (*HostAlloc)(void **, size_t, unsigned) = get("cuMemHostAlloc", 2020);
+  CUresult (*FreeHost)(void *) = get("cuMemFreeHost", 2000);
+  void *hostp;
+  CHECK(HostAlloc(&hostp, 100 * MIB, 0));
+  show("host_held");
+  CHECK(FreeHost(hostp));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) return fprintf(stderr, "usage: memapi MODE async|counted\n"), 2;
+  mode = argv[1];
+  setup();
+  if (!strcmp(argv[2], "async")) return async_scenario();
+  if (!strcmp(argv[2], "counted")) return counted_scenario();
+  fprintf(stderr, "memapi: unknown scenario %s\n", argv[2]);
+  return 2;
+}
