@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# The GPU suite (issue 5): real programs and frameworks under cudapool, limits checked from
+# outside with nvidia-smi. For the device tool: build here first (cargo build --release), carry
+# target/release/libcudapool.so, then on the device:
+#   bash scripts/gpu-check.sh              (log and results under $OUT)
+# On a machine with two GPUs (nvidia-h200-x2) it adds the multi-device tests. Ends with a table
+# of PASS/FAIL lines and "N passed, M failed"; exits 1 if anything failed.
+#
+# "Holds from outside": a process's peak GPU memory as nvidia-smi reports it stays at or under
+# the limit plus that program's own overhead (context, loaded kernels, library handles), which
+# is measured once without the shim by the same program with everything freed ("idle").
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/cudapool-gpu-check}
+mkdir -p "$OUT"
+LIB=$PWD/target/release/libcudapool.so
+W=$(mktemp -d)
+exec > >(tee "$OUT/gpu-check.log") 2>&1
+RESULTS="$OUT/results.txt"
+: > "$RESULTS"
+START=$SECONDS
+
+result() { # PASS|FAIL, what, detail
+  printf '%s | %s | %s\n' "$1" "$2" "$3" >> "$RESULTS"
+  echo "$1 $2: $3"
+}
+check() { # condition (a shell test), what, detail
+  if eval "$1"; then result PASS "$2" "$3"; else result FAIL "$2" "$3"; fi
+}
+shim() { env LD_PRELOAD="$LIB" $T "$@"; }
+# Every program runs under a time limit: a hang is a failure, not the end of the suite.
+T="timeout 120"
+field() { # key, file: the value of key=... in the file's first line holding it
+  sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" "$2" | head -1
+}
+
+# A process and all its descendants (the program may run under env, timeout, a subshell).
+family() {
+  local p
+  echo "$1"
+  for p in $(ps -o pid= --ppid "$1" 2>/dev/null); do family "$p"; done
+}
+
+# Runs a command in the background (killed after 120 s), sampling the GPU memory of its process
+# family with nvidia-smi until it exits. Output goes to $1. Sets RC, PEAK (MiB) and HELD (the
+# most of its last 5 samples: what it held at the end, before exiting).
+watched() {
+  local out=$1; shift
+  "$@" > "$out" 2>&1 &
+  local pid=$! v recent="" deadline=$((SECONDS + 120))
+  PEAK=0 HELD=0
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ $SECONDS -gt $deadline ]; then
+      echo "timed out: $*" >> "$out"
+      kill -9 $(family "$pid") 2>/dev/null
+      break
+    fi
+    v=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
+      awk -F', *' -v ps=" $(family "$pid" | tr '\n' ' ') " 'index(ps, " " $1 " ") { s += $2 } END { if (s) print s }')
+    if [ -n "$v" ]; then
+      [ "$v" -gt "$PEAK" ] && PEAK=$v
+      recent="$(echo "$recent $v" | awk '{ for (i = NF - 4; i <= NF; i++) if (i > 0) printf "%s ", $i }')"
+    fi
+    sleep 0.1
+  done
+  wait "$pid"
+  RC=$?
+  HELD=$(echo "$recent" | awk '{ m = 0; for (i = 1; i <= NF; i++) if ($i > m) m = $i; print m }')
+}
+
+echo "=== device"
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+NGPU=$(nvidia-smi -L | wc -l)
+nvcc --version | tail -1
+python3 - <<'PY'
+import importlib
+for m in ("torch", "cupy", "jax", "numba"):
+    try:
+        print(m, importlib.import_module(m).__version__)
+    except Exception as e:  # noqa: BLE001
+        print(m, "unavailable:", e)
+PY
+
+echo "=== build"
+# (Waits name their jobs: a bare `wait` would also wait for the log's tee.)
+jobs_=()
+nvcc -O2 -cudart static -o "$W/rt_static" scripts/gpu/rt_alloc.cu & jobs_+=($!)
+nvcc -O2 -cudart shared -o "$W/rt_shared" scripts/gpu/rt_alloc.cu & jobs_+=($!)
+nvcc -O2 -std=c++17 -o "$W/race" scripts/gpu/race.cu & jobs_+=($!)
+nvcc -O2 -std=c++17 --default-stream per-thread -o "$W/race_ptds" scripts/gpu/race.cu & jobs_+=($!)
+nvcc -O2 -std=c++17 -o "$W/limit_apis" scripts/gpu/limit_apis.cu -lcuda & jobs_+=($!)
+if [ "$NGPU" -ge 2 ]; then nvcc -O2 -std=c++17 -o "$W/multi" scripts/gpu/multi.cu & jobs_+=($!); fi
+wait "${jobs_[@]}"
+ls "$W"
+
+echo "=== CUDA runtime programs (static and shared cudart)"
+for v in static shared; do
+  shim "$W/rt_$v" > "$W/rt.out" 2>&1
+  check "[ $? = 0 ] && grep -q 'checksum ok' '$W/rt.out'" "runtime program, $v cudart, no limit" "$(grep checksum "$W/rt.out")"
+  shim env CUDAPOOL_MEMORY_LIMIT=1GiB "$W/rt_$v" > "$W/rt.out" 2>&1
+  total=$(sed -n 's/.*total=\([0-9]*\).*/\1/p' "$W/rt.out")
+  check "grep -q 'checksum ok' '$W/rt.out' && grep -q '2 GiB) -> cudaErrorMemoryAllocation' '$W/rt.out' && [ '$total' = 1024 ]" \
+    "runtime program, $v cudart, 1 GiB limit" "cudaMemGetInfo total=${total} MiB; $(grep '2 GiB' "$W/rt.out")"
+done
+
+echo "=== stream race tests: a kernel still reads a freed block while it is reused"
+for mode in legacy blocking nonblocking threads late handoff; do
+  bin="$W/race"
+  case $mode in threads | handoff) bin="$W/race_ptds" ;; esac
+  for k in split binned simple; do
+    shim env CUDAPOOL_POOL=$k "$bin" $mode > "$W/race.out" 2>&1
+    check "[ $? = 0 ] && grep -q 'checksum ok' '$W/race.out'" "race $mode, $k" "$(tail -1 "$W/race.out")"
+  done
+done
+
+echo "=== every allocation API against a 1 GiB limit, seen by nvidia-smi"
+watched "$W/idle.out" "$W/limit_apis" idle
+OVH_C=$PEAK
+echo "CUDA program overhead (no shim, nothing allocated): $OVH_C MiB"
+for api in malloc async frompool managed pitch vmm array mipmap; do
+  watched "$W/api.out" shim env CUDAPOOL_MEMORY_LIMIT=1GiB "$W/limit_apis" $api
+  g=$(field granted_mib "$W/api.out")
+  e=$(field error "$W/api.out")
+  check "[ $RC = 0 ] && [ '${g:-0}' -le 1024 ] && [ '${g:-0}' -ge 768 ] && [ $PEAK -le $((1024 + OVH_C)) ] && [ '$e' != none ]" \
+    "limit 1 GiB through $api" "granted ${g:-?} MiB, refused with $e; nvidia-smi peak $PEAK MiB <= $((1024 + OVH_C))"
+done
+watched "$W/api.out" "$W/limit_apis" async 128 12
+echo "(without the shim, cudaMallocAsync takes $(field granted_mib "$W/api.out") MiB: peak $PEAK MiB)"
+
+echo "=== two processes sharing the GPU with different limits"
+(watched "$W/two1.out" shim env CUDAPOOL_MEMORY_LIMIT=1GiB "$W/limit_apis" malloc; echo "$PEAK" > "$W/two1.peak") &
+t1=$!
+(watched "$W/two2.out" shim env CUDAPOOL_MEMORY_LIMIT=3GiB "$W/limit_apis" malloc; echo "$PEAK" > "$W/two2.peak") &
+t2=$!
+wait $t1 $t2
+g1=$(field granted_mib "$W/two1.out") g2=$(field granted_mib "$W/two2.out")
+p1=$(cat "$W/two1.peak") p2=$(cat "$W/two2.peak")
+check "[ '$g1' = 1024 ] && [ '$g2' = 3072 ] && [ $p1 -le $((1024 + OVH_C)) ] && [ $p2 -le $((3072 + OVH_C)) ]" \
+  "two processes, 1 GiB and 3 GiB" "granted $g1 and $g2 MiB; nvidia-smi peaks $p1 and $p2 MiB"
+
+# A framework: its workload's output is identical with and without the shim; under a 2 GiB
+# limit it gets its own out-of-memory error and nvidia-smi never sees more than the limit plus
+# its overhead. $1 framework, $2 expected error pattern, $3.. environment for every run.
+framework() {
+  local fw=$1 err=$2
+  shift 2
+  $T env "$@" python3 scripts/gpu/fw.py "$fw" work > "$W/$fw.plain" 2>"$W/$fw.plain.err"
+  shim env "$@" CUDAPOOL_REPORT=stderr python3 scripts/gpu/fw.py "$fw" work > "$W/$fw.shim" 2>"$W/$fw.shim.err"
+  check "[ -s '$W/$fw.plain' ] && cmp -s '$W/$fw.plain' '$W/$fw.shim'" "$fw workload, same results ($*)" \
+    "$(tail -1 "$W/$fw.shim"); $(grep -m1 'calls:' "$W/$fw.shim.err" | sed 's/^ *//')"
+  watched "$W/$fw.idle" env "$@" python3 scripts/gpu/fw.py "$fw" idle
+  local ovh=$HELD
+  watched "$W/$fw.fill" shim env "$@" CUDAPOOL_MEMORY_LIMIT=2GiB python3 scripts/gpu/fw.py "$fw" fill
+  local g e
+  g=$(field granted_mib "$W/$fw.fill")
+  e=$(sed -n 's/.*error=//p' "$W/$fw.fill" | tr -d "'\"\`$")
+  check "[ '${g:-0}' -le 2048 ] && [ '${g:-0}' -ge 1536 ] && [ $PEAK -le $((2048 + ovh)) ] && echo '$e' | grep -Eq '$err'" \
+    "$fw at a 2 GiB limit ($*)" "granted ${g:-?} MiB, error $e; nvidia-smi peak $PEAK MiB <= 2048 + overhead $ovh"
+}
+
+echo "=== PyTorch"
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 $T python3 scripts/gpu/train_small.py > "$W/train.plain" 2>&1
+shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 scripts/gpu/train_small.py > "$W/train.shim" 2>&1
+check "grep -q 'step 7' '$W/train.plain' && cmp -s '$W/train.plain' '$W/train.shim'" \
+  "PyTorch transformer training, losses identical" "$(tail -1 "$W/train.shim")"
+framework torch 'OutOfMemoryError|AcceleratorError.*out of memory' PYTORCH_NO_CUDA_MEMORY_CACHING=1
+framework torch 'OutOfMemoryError' PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+framework torch 'OutOfMemoryError' PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+
+echo "=== CuPy, JAX, Numba"
+framework cupy 'OutOfMemoryError|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY' CUPY_DUMMY=1
+framework jax 'RESOURCE_EXHAUSTED|Out of memory|out of memory' XLA_PYTHON_CLIENT_ALLOCATOR=platform
+framework numba 'CUDA_ERROR_OUT_OF_MEMORY|OUT_OF_MEMORY' NUMBA_DUMMY=1
+
+if [ "$NGPU" -ge 2 ]; then
+  echo "=== two devices"
+  shim env CUDAPOOL_MEMORY_LIMIT=1GiB,2GiB "$W/multi" > "$W/multi.out" 2>&1
+  rc=$?
+  cat "$W/multi.out"
+  check "grep -q 'dev0_mib=1024 dev1_mib=2048' '$W/multi.out'" "per-device limits 1 GiB, 2 GiB" "$(grep limits "$W/multi.out")"
+  check "grep -q 'switching ok' '$W/multi.out'" "one thread switching devices" "$(grep switching "$W/multi.out")"
+  check "[ $rc = 0 ] && grep -q 'peer ok' '$W/multi.out'" "peer copies between pool blocks" "$(grep peer "$W/multi.out")"
+fi
+
+echo
+echo "=== results ($((SECONDS - START)) s)"
+cat "$RESULTS"
+passed=$(grep -c '^PASS' "$RESULTS")
+failed=$(grep -c '^FAIL' "$RESULTS")
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
