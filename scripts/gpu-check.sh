@@ -148,6 +148,10 @@ framework() {
   shim env "$@" CUDAPOOL_REPORT=stderr python3 scripts/gpu/fw.py "$fw" work > "$W/$fw.shim" 2>"$W/$fw.shim.err"
   check "[ -s '$W/$fw.plain' ] && cmp -s '$W/$fw.plain' '$W/$fw.shim'" "$fw workload, same results ($*)" \
     "$(tail -1 "$W/$fw.shim"); $(grep -m1 'calls:' "$W/$fw.shim.err" | sed 's/^ *//')"
+  if ! cmp -s "$W/$fw.plain" "$W/$fw.shim"; then
+    echo "--- without the shim:"; tail -5 "$W/$fw.plain" "$W/$fw.plain.err"
+    echo "--- with it:"; tail -5 "$W/$fw.shim" "$W/$fw.shim.err"
+  fi
   watched "$W/$fw.idle" env "$@" python3 scripts/gpu/fw.py "$fw" idle
   local ovh=$HELD
   watched "$W/$fw.fill" shim env "$@" CUDAPOOL_MEMORY_LIMIT=2GiB python3 scripts/gpu/fw.py "$fw" fill

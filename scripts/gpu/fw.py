@@ -108,6 +108,11 @@ elif which == "jax":
             time.sleep(1.5)
 elif which == "numba":
     import numpy as np
+
+    if not hasattr(np, "row_stack"):
+        # numba-cuda 0.x still names np.row_stack, which NumPy 2.4 removed: the kernel compiler
+        # fails on import without this alias (with or without cudapool).
+        np.row_stack = np.vstack
     from numba import cuda
 
     def work():
