@@ -1,5 +1,5 @@
 // Two devices under cudapool (issue 5): per-device limits, one thread switching devices, and
-// peer-to-peer copies between pool blocks. Run with CUDAPOOL_MEMORY_LIMIT=1GiB,2GiB.
+// peer-to-peer copies between pool blocks. Run with CUDAPOOL_MEMORY_LIMIT=0=1GiB,1=2GiB.
 // Prints: limits dev0_mib=N dev1_mib=N / switching ok|WRONG / peer ok|WRONG; exits 1 on a
 // wrong result.
 #include <cuda_runtime.h>
