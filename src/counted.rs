@@ -475,19 +475,4 @@ impl Shim {
             self.counted_gone(a.device, a.size);
         }
     }
-
-    /// Bytes of counted objects (arrays, physical memory) on `dev`, for the report.
-    pub fn counted_bytes(&self, dev: CUdevice) -> u64 {
-        let arrays: u64 = lock(&self.counted.arrays)
-            .values()
-            .filter(|a| a.device == dev)
-            .map(|a| a.size)
-            .sum();
-        let physical: u64 = lock(&self.counted.handles)
-            .values()
-            .filter(|p| p.device == dev)
-            .map(|p| p.size)
-            .sum();
-        arrays + physical
-    }
 }

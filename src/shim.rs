@@ -415,7 +415,7 @@ impl Shim {
             }
             Err(e) => return Err(self.failed(dev, size, e)),
         };
-        self.live.insert(
+        self.remember(
             grant.ptr,
             Live {
                 ctx,
@@ -424,7 +424,6 @@ impl Shim {
                 origin: Origin::Pool,
             },
         );
-        self.track(grant.ptr);
         budget.on_alloc(size, grant.from_cache);
         log_at!(Debug, "alloc {size} -> {:#x} (device {dev})", grant.ptr);
         if !grant.from_cache || crate::publish::due() {
