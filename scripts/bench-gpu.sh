@@ -8,16 +8,20 @@
 # million 4 KiB pairs per second by thread count. Then end to end (issue 5): PyTorch training
 # steps/s with its own allocator, caching off, and caching off under each cudapool kind; JAX with
 # its default allocator, `platform`, and `platform` under cudapool.
-#   bash scripts/bench-gpu.sh e2e        (only the end-to-end table)
+#   bash scripts/bench-gpu.sh e2e        (only the end-to-end tables: speed, then memory)
+#   bash scripts/bench-gpu.sh mem        (only the memory table, issue 11)
+# CUDAPOOL_LIB=path picks the library (default target/release/libcudapool.so); BASE_LIB=path adds
+# rows for a second build (say, the last release) to the memory table, side by side.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/cudapool-bench}
 mkdir -p "$OUT"
-LIB=$PWD/target/release/libcudapool.so
+LIB=${CUDAPOOL_LIB:-$PWD/target/release/libcudapool.so}
+MODE=${1:-all}
 W=$(mktemp -d)
 KINDS="none split binned simple"
 echo "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), $(date -u +%F)"
-if [ "${1:-all}" != e2e ]; then
+if [ "$MODE" = all ]; then
 nvcc -O2 -o "$W/bench" scripts/gpu/bench_alloc.cu -lcuda || exit 1
 row() { # name, command...
   local name=$1; shift
@@ -73,6 +77,7 @@ e2e() { # reference steps/s or "-", name, command...
   [ "$ref" != - ] && ratio=$(awk -v a="$E2E" -v b="$ref" 'BEGIN { printf "%.3fx", a / b }')
   echo "| $name | $E2E | $ratio | $(echo $runs) |"
 }
+if [ "$MODE" != mem ]; then
 echo
 echo "| training steps/s (median of 3) | steps/s | vs reference | runs |"
 echo "| --- | --- | --- | --- |"
@@ -88,3 +93,70 @@ e2e "$REF" "JAX, XLA_PYTHON_CLIENT_ALLOCATOR=platform" env XLA_PYTHON_CLIENT_ALL
 for k in split none; do
   e2e "$REF" "JAX, platform, cudapool $k" env XLA_PYTHON_CLIENT_ALLOCATOR=platform LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k python3 scripts/gpu/jax_bench.py
 done
+fi
+
+# ---- memory (issue 11): peak reserved beside steps/s, against PyTorch's own allocator -------
+# One run each. "own" is PyTorch's caching allocator in the same run; the limit rows run under
+# CUDAPOOL_MEMORY_LIMIT = 1.25 x its peak reserved.
+GB() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1e9 }'; }
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" | head -n 1; }
+mem_row() { # name, reference line ("-" for none), command...
+  local name=$1 ref=$2 line
+  shift 2
+  line=$("$@" 2>>"$OUT/mem.err" | tee -a "$OUT/raw.txt" | grep '^workload=' | head -n 1)
+  MEMLINE=$line
+  if [ -z "$line" ]; then echo "| $name | failed (see mem.err) | | | | | |"; return; fi
+  local sps res nvml allocs drv
+  sps=$(echo " $line" | field steps_per_s); res=$(echo " $line" | field peak_reserved)
+  nvml=$(echo " $line" | field nvml_used); allocs=$(echo " $line" | field allocs); drv=$(echo " $line" | field driver_allocs)
+  local rs="" rr="" churn="-"
+  if [ "$ref" != - ]; then
+    rs=$(awk -v a="$sps" -v b="$(echo " $ref" | field steps_per_s)" 'BEGIN { printf "%.3fx", a / b }')
+    rr=$(awk -v a="$res" -v b="$(echo " $ref" | field peak_reserved)" 'BEGIN { printf "%.2fx", a / b }')
+  fi
+  [ "${allocs:-0}" != 0 ] && churn="$drv / $allocs"
+  echo "| $name | $sps | $rs | $(GB "$res") | $rr | $(GB "$nvml") | $churn |"
+}
+T="python3 scripts/gpu/train_mem.py"
+OFF="env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD=$LIB"
+ASYNC="env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"
+echo
+echo "| workload, allocator | steps/s | vs own | peak reserved (GB) | vs own | process, NVML (GB) | driver allocs / allocs after warm-up |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
+for w in gpt "gpt --sync" cnn; do
+  mem_row "$w: PyTorch's own allocator" - $T $w; OWN=$MEMLINE
+  LIMIT=$(awk -v b="$(echo " $OWN" | field peak_reserved)" 'BEGIN { printf "%d", b * 1.25 }')
+  mem_row "$w: caching off, cudapool split" "$OWN" $OFF $T $w
+  if [ "$w" = gpt ]; then
+    for k in binned simple; do mem_row "$w: caching off, cudapool $k" "$OWN" $OFF CUDAPOOL_POOL=$k $T $w; done
+    mem_row "$w: caching off, cudapool split, REUSE=immediate (unsafe)" "$OWN" $OFF CUDAPOOL_REUSE=immediate $T $w
+    mem_row "$w: backend:cudaMallocAsync (driver pool)" "$OWN" $ASYNC $T $w
+    mem_row "$w: backend:cudaMallocAsync, cudapool split" "$OWN" $ASYNC LD_PRELOAD="$LIB" $T $w
+  fi
+  [ "$w" = "gpt --sync" ] || mem_row "$w: caching off, cudapool split, limit 1.25x own ($(GB "$LIMIT") GB)" "$OWN" $OFF CUDAPOOL_MEMORY_LIMIT="$LIMIT" $T $w
+  if [ -n "${BASE_LIB:-}" ]; then
+    mem_row "$w: caching off, BASE_LIB split" "$OWN" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$BASE_LIB" $T $w
+    [ "$w" = "gpt --sync" ] || mem_row "$w: caching off, BASE_LIB split, limit 1.25x own" "$OWN" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$BASE_LIB" CUDAPOOL_MEMORY_LIMIT="$LIMIT" $T $w
+  fi
+done
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  # DDP over NCCL on two GPUs: a row per rank.
+  R="torchrun --standalone --nproc_per_node=2 scripts/gpu/train_mem.py gpt --ddp"
+  ddp_rows() { # name, reference lines, env...
+    local name=$1 ref=$2 out r
+    shift 2
+    out=$(env "$@" $R 2>>"$OUT/mem.err" | tee -a "$OUT/raw.txt" | grep '^workload=')
+    DDP=$out
+    for r in 0 1; do
+      local l rl
+      l=$(echo "$out" | grep " rank=$r ")
+      rl=-; [ "$ref" != - ] && rl=$(echo "$ref" | grep " rank=$r ")
+      mem_row "gpt DDP rank $r: $name" "$rl" echo "$l"
+    done
+  }
+  ddp_rows "PyTorch's own allocator" - NCCL_NVLS_ENABLE=0; OWN=$DDP
+  ddp_rows "caching off, cudapool split" "$OWN" NCCL_NVLS_ENABLE=0 PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$LIB"
+  ddp_rows "backend:cudaMallocAsync (driver pool)" "$OWN" NCCL_NVLS_ENABLE=0 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+  ddp_rows "backend:cudaMallocAsync, cudapool split" "$OWN" NCCL_NVLS_ENABLE=0 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync LD_PRELOAD="$LIB"
+  [ -n "${BASE_LIB:-}" ] && ddp_rows "caching off, BASE_LIB split" "$OWN" NCCL_NVLS_ENABLE=0 PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$BASE_LIB"
+fi

@@ -1,0 +1,154 @@
+"""Training throughput and memory, for `scripts/bench-gpu.sh e2e` (issue 11).
+
+usage: train_mem.py gpt|cnn [--sync] [--steps N] [--warmup W]
+       torchrun --nproc_per_node=2 train_mem.py gpt --ddp
+
+gpt   a 6-layer GPT-style decoder (d_model 768, 12 heads, causal, vocab 16384), batch 16 x 512
+      tokens, AdamW
+cnn   torchvision ResNet-50, batch 64 at 224x224, bf16 autocast, channels_last, SGD momentum
+--sync   reads the loss every step (loss.item(), a device synchronisation)
+--ddp    DistributedDataParallel over NCCL, one process per GPU (start it with torchrun)
+
+Prints one line per process:
+  workload=... steps_per_s=... peak_reserved=BYTES peak_allocated=BYTES source=torch|cudapool
+  nvml_used=BYTES allocs=N driver_allocs=N loss=...
+peak_reserved is the allocator's own figure: cudapool's when the process runs under cudapool,
+else torch.cuda.max_memory_reserved() (PyTorch's caching allocator, or the driver pool of the
+cudaMallocAsync backend). nvml_used is the process's whole device memory as the driver reports
+it at the end (allocators keep what they reserved, so it is about the peak). allocs and
+driver_allocs count cudapool's allocations and driver allocations after the warm-up.
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cbindings", "python"))
+import cudapool  # noqa: E402
+
+p = argparse.ArgumentParser()
+p.add_argument("workload", choices=["gpt", "cnn"])
+p.add_argument("--sync", action="store_true")
+p.add_argument("--ddp", action="store_true")
+p.add_argument("--steps", type=int, default=40)
+p.add_argument("--warmup", type=int, default=5)
+args = p.parse_args()
+
+rank = 0
+if args.ddp:
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+dev = torch.cuda.current_device()
+torch.manual_seed(0)
+
+
+class GPT(torch.nn.Module):
+    def __init__(self, vocab=16384, d=768, heads=12, layers=6, ctx=512):
+        super().__init__()
+        self.tok = torch.nn.Embedding(vocab, d)
+        self.pos = torch.nn.Embedding(ctx, d)
+        layer = torch.nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, activation="gelu",
+                                                 batch_first=True, norm_first=True)
+        self.blocks = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = torch.nn.LayerNorm(d)
+        self.head = torch.nn.Linear(d, vocab, bias=False)
+        self.register_buffer("mask", torch.nn.Transformer.generate_square_subsequent_mask(ctx), persistent=False)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        x = self.blocks(x, mask=self.mask[:t, :t], is_causal=True)
+        return self.head(self.norm(x))
+
+
+if args.workload == "gpt":
+    model = net = GPT().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def batch():
+        idx = torch.randint(0, 16384, (16, 513), device="cuda")
+        return idx[:, :-1], idx[:, 1:]
+
+    def loss_of(x, y):
+        return torch.nn.functional.cross_entropy(net(x).reshape(-1, 16384), y.reshape(-1))
+else:
+    import torchvision
+
+    model = net = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def batch():
+        x = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+        return x, torch.randint(0, 1000, (64,), device="cuda")
+
+    def loss_of(x, y):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return torch.nn.functional.cross_entropy(net(x), y)
+
+if args.ddp:
+    net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev])
+
+
+def step():
+    x, y = batch()
+    loss = loss_of(x, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    if args.sync:
+        loss.item()
+    return loss
+
+
+pooled = cudapool.is_loaded()
+
+
+def counts():
+    if not pooled:
+        return (0, 0)
+    s = cudapool.memory_stats(dev)
+    return (s["alloc_calls"], s["driver_allocs"])
+
+
+for _ in range(args.warmup):
+    step()
+torch.cuda.synchronize()
+before = counts()
+t = time.perf_counter()
+for _ in range(args.steps):
+    loss = step()
+torch.cuda.synchronize()
+dt = time.perf_counter() - t
+after = counts()
+
+if pooled:
+    peak_reserved, peak_allocated, source = cudapool.max_memory_reserved(dev), cudapool.max_memory_allocated(dev), "cudapool"
+else:
+    peak_reserved, peak_allocated, source = torch.cuda.max_memory_reserved(dev), torch.cuda.max_memory_allocated(dev), "torch"
+
+nvml_used = -1
+try:
+    import pynvml
+
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(dev)
+    for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+        if proc.pid == os.getpid():
+            nvml_used = proc.usedGpuMemory
+except Exception as e:  # noqa: BLE001 - a figure we can do without
+    print(f"nvml: {e}", file=sys.stderr)
+
+name = args.workload + (" sync" if args.sync else "") + (" ddp" if args.ddp else "")
+print(
+    f"workload={name.replace(' ', '+')} rank={rank} steps_per_s={args.steps / dt:.3f} peak_reserved={peak_reserved} "
+    f"peak_allocated={peak_allocated} source={source} nvml_used={nvml_used} allocs={after[0] - before[0]} "
+    f"driver_allocs={after[1] - before[1]} loss={loss.item():.4f}",
+    flush=True,
+)
+if args.ddp:
+    dist.destroy_process_group()
