@@ -235,34 +235,30 @@ fn main() {
     for kind in KINDS {
         print!("| {} |", kinds(&kind));
         for (size, _) in sizes {
-            print!(" {:.0} |", pair_ns(kind, ReuseRule::SameThread, size));
+            print!(" {:.0} |", pair_ns(kind, ReuseRule::OneQueue, size));
         }
         println!();
     }
     println!();
     println!("## one thread, 4 KiB pairs by reuse rule, ns");
     for kind in [PoolKind::Split, PoolKind::Binned, PoolKind::Simple] {
-        let figures: Vec<String> = [
-            ReuseRule::Immediate,
-            ReuseRule::SameThread,
-            ReuseRule::Fenced,
-        ]
-        .iter()
-        .map(|&r| format!("{r:?} {:.0}", pair_ns(kind, r, 4 << 10)))
-        .collect();
+        let figures: Vec<String> = [ReuseRule::Immediate, ReuseRule::OneQueue, ReuseRule::Fenced]
+            .iter()
+            .map(|&r| format!("{r:?} {:.0}", pair_ns(kind, r, 4 << 10)))
+            .collect();
         println!("- {}: {}", kinds(&kind), figures.join(", "));
     }
     println!();
     println!("## threads sharing one pool, 4 KiB pairs, million pairs/s (x one thread)");
     for kind in [PoolKind::Split, PoolKind::Binned, PoolKind::Simple] {
-        let one = throughput(kind, ReuseRule::SameThread, 4 << 10, 1);
+        let one = throughput(kind, ReuseRule::OneQueue, 4 << 10, 1);
         let figures: Vec<String> = [1usize, 2, 4, 8, 16]
             .iter()
             .map(|&t| {
                 let m = if t == 1 {
                     one
                 } else {
-                    throughput(kind, ReuseRule::SameThread, 4 << 10, t)
+                    throughput(kind, ReuseRule::OneQueue, 4 << 10, t)
                 };
                 format!("{t}: {m:.2} ({:.1}x)", m / one)
             })

@@ -123,6 +123,7 @@ driver_table! {
     stream_begin_capture_to_graph = c"cuStreamBeginCaptureToGraph": fn(CUstream, *mut c_void, *const c_void, *const c_void, usize, c_int);
     stream_begin_capture_to_graph_ptsz = c"cuStreamBeginCaptureToGraph_ptsz": fn(CUstream, *mut c_void, *const c_void, *const c_void, usize, c_int);
     stream_synchronize = c"cuStreamSynchronize": fn(CUstream);
+    stream_query = c"cuStreamQuery": fn(CUstream);
 
     mem_alloc_async = c"cuMemAllocAsync": fn(*mut DevPtr, usize, CUstream);
     mem_alloc_async_ptsz = c"cuMemAllocAsync_ptsz": fn(*mut DevPtr, usize, CUstream);

@@ -630,9 +630,6 @@ fn real_free_async(d: &Driver, p: DevPtr, s: CUstream, ptsz: bool) -> CUresult {
 }
 
 fn alloc_async(dptr: *mut DevPtr, bytesize: usize, stream: CUstream, ptsz: bool) -> CUresult {
-    if ptsz {
-        crate::interpose::per_thread_streams_used();
-    }
     let real = move |d: &Driver| real_alloc_async(d, dptr, bytesize, stream, ptsz);
     hook(OnBadConfig::Refuse, real, |shim| {
         if dptr.is_null() || bytesize == 0 {
@@ -662,9 +659,6 @@ fn alloc_async(dptr: *mut DevPtr, bytesize: usize, stream: CUstream, ptsz: bool)
 }
 
 fn free_async(dptr: DevPtr, stream: CUstream, ptsz: bool) -> CUresult {
-    if ptsz {
-        crate::interpose::per_thread_streams_used();
-    }
     let real = move |d: &Driver| real_free_async(d, dptr, stream, ptsz);
     hook(OnBadConfig::Forward, real, |shim| {
         shim.mem_free(dptr, Some((stream as usize, ptsz)), |p| {
@@ -733,9 +727,6 @@ fn alloc_from_pool(
     stream: CUstream,
     ptsz: bool,
 ) -> CUresult {
-    if ptsz {
-        crate::interpose::per_thread_streams_used();
-    }
     let real = move |d: &Driver| real_alloc_from_pool(d, dptr, bytesize, pool, stream, ptsz);
     hook(OnBadConfig::Refuse, real, |shim| {
         let d = shim.driver;

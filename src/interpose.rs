@@ -15,16 +15,28 @@ use crate::driver::{self, call, Driver};
 use crate::hooks::boundary;
 use crate::shim::{Shim, State};
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// (real driver function, hook) address pairs, built once the driver is open.
 static SUBSTITUTES: OnceLock<Vec<(usize, usize)>> = OnceLock::new();
 
+/// Every hook and the driver name it replaces: memory and context hooks, then work hooks.
+fn hooks() -> &'static [(&'static CStr, usize)] {
+    static ALL: OnceLock<Vec<(&'static CStr, usize)>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        crate::hooks::table()
+            .into_iter()
+            .chain(crate::work::table())
+            .map(|(n, h)| (n, h as usize))
+            .collect()
+    })
+}
+
 /// Whether `name` is one the shim replaces. Cheap: the override runs for every `dlsym`.
 fn is_hooked_name(name: &CStr) -> bool {
     let b = name.to_bytes();
-    b.starts_with(b"cu") && crate::hooks::table().iter().any(|(n, _)| *n == name)
+    b.starts_with(b"cu") && hooks().iter().any(|(n, _)| *n == name)
 }
 
 /// The hook for `p` if `p` is a real driver function the shim replaces; `p` otherwise.
@@ -37,12 +49,12 @@ pub fn substitute(p: *mut c_void) -> *mut c_void {
         return p;
     };
     let table = SUBSTITUTES.get_or_init(|| {
-        crate::hooks::table()
+        hooks()
             .iter()
             .filter_map(|&(name, hook)| {
                 // SAFETY: the driver's handle, from dlopen, never closed.
                 let real = unsafe { driver::lookup(drv.handle as *mut c_void, name) };
-                (!real.is_null()).then_some((real as usize, hook as usize))
+                (!real.is_null()).then_some((real as usize, hook))
             })
             .collect()
     });
@@ -54,22 +66,14 @@ pub fn substitute(p: *mut c_void) -> *mut c_void {
 
 // ---- per-thread default streams --------------------------------------------------------
 //
-// Work on per-thread default streams (`_ptsz`/`_ptds` entry points) breaks the assumption that
-// lets a thread take back its own freed block at once (see `pool::reuse`): two threads'
-// per-thread streams do not wait for each other. The program obtains those entry points by
-// name (`dlsym`) or through `cuGetProcAddress` with the per-thread flag; either way it gets a
-// trampoline that marks them as used and jumps on to the real function. A trampoline is a few
-// instructions of assembly, so one kind serves every signature.
-
-/// Set for good once the program calls a per-thread-default-stream entry point.
-pub static PER_THREAD_STREAMS_USED: AtomicBool = AtomicBool::new(false);
-
-/// A hooked `_ptsz` entry point was called (the trampolines set the flag themselves).
-pub fn per_thread_streams_used() {
-    if !PER_THREAD_STREAMS_USED.load(Ordering::Relaxed) {
-        PER_THREAD_STREAMS_USED.store(true, Ordering::Release);
-    }
-}
+// Work on a per-thread default stream goes to a queue of the calling thread's own (see
+// `queues`). The work hooks (`work`) report it like any other; the per-thread entry points
+// that issue no work that matters are handed out as they are (`work::HARMLESS_PER_THREAD`).
+// Any other `_ptsz`/`_ptds` entry point, one cudapool does not know, might issue work it
+// cannot place: it is handed out behind a trampoline that sets `streams::UNWATCHED_WORK` (so
+// reuse waits for fences from then on) and jumps on to the real function. The program obtains
+// those entry points by name (`dlsym`) or through `cuGetProcAddress` with the per-thread flag.
+// A trampoline is a few instructions of assembly, so one kind serves every signature.
 
 const TRAMPOLINES: usize = 256;
 /// The real function each trampoline jumps to (0: slot unused).
@@ -93,7 +97,7 @@ core::arch::global_asm!(
     ".set cudapool_slot, cudapool_slot + 1",
     ".endr",
     ".popsection",
-    flag = sym PER_THREAD_STREAMS_USED,
+    flag = sym crate::streams::UNWATCHED_WORK,
     targets = sym TRAMPOLINE_TARGETS,
 );
 
@@ -103,6 +107,13 @@ extern "C" {
 
 fn is_per_thread_name(name: &[u8]) -> bool {
     name.starts_with(b"cu") && (name.ends_with(b"_ptsz") || name.ends_with(b"_ptds"))
+}
+
+/// Whether a per-thread entry point of this name issues no work that matters to reuse.
+fn is_harmless(name: &[u8]) -> bool {
+    crate::work::HARMLESS_PER_THREAD
+        .iter()
+        .any(|h| h.as_bytes() == name)
 }
 
 /// The trampoline for the real per-thread entry point `real`. With every slot taken, the flag
@@ -119,7 +130,7 @@ fn trampoline(real: *mut c_void) -> *mut c_void {
             i
         }
         None => {
-            PER_THREAD_STREAMS_USED.store(true, Ordering::Release);
+            crate::streams::UNWATCHED_WORK.store(true, Ordering::Release);
             return real;
         }
     };
@@ -127,9 +138,9 @@ fn trampoline(real: *mut c_void) -> *mut c_void {
     unsafe { (&raw const __cudapool_ptds_trampolines as *const u8).add(16 * slot) as *mut c_void }
 }
 
-/// Whether the driver function at `p` is a per-thread-default-stream variant (by the name the
-/// driver exports it under).
-fn is_per_thread_function(p: *mut c_void) -> bool {
+/// Whether the driver function at `p` is a per-thread-default-stream variant that needs the
+/// trampoline (by the name the driver exports it under).
+fn needs_trampoline(p: *mut c_void) -> bool {
     // SAFETY: dladdr only reads the loader's tables; `info` is a plain out-struct.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     if unsafe { libc::dladdr(p, &mut info) } == 0 || info.dli_saddr != p || info.dli_sname.is_null()
@@ -137,7 +148,8 @@ fn is_per_thread_function(p: *mut c_void) -> bool {
         return false;
     }
     // SAFETY: dladdr returned a NUL-terminated symbol name of a loaded object.
-    is_per_thread_name(unsafe { CStr::from_ptr(info.dli_sname) }.to_bytes())
+    let name = unsafe { CStr::from_ptr(info.dli_sname) }.to_bytes();
+    is_per_thread_name(name) && !is_harmless(name)
 }
 
 /// What a lookup of a driver function hands out: a hook, a per-thread trampoline, or `p`.
@@ -204,7 +216,7 @@ extern "C" fn dlsym_hooked(handle: *mut c_void, symbol: *const c_char) -> *mut c
         let name = unsafe { CStr::from_ptr(symbol) };
         if is_hooked_name(name) {
             substitute(p)
-        } else if is_per_thread_name(name.to_bytes()) {
+        } else if is_per_thread_name(name.to_bytes()) && !is_harmless(name.to_bytes()) {
             hand_out(p, true)
         } else {
             p
@@ -234,18 +246,14 @@ unsafe fn substitute_out(
         let before = *pfn;
         let per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0
             && !before.is_null()
-            && is_per_thread_function(before);
+            && needs_trampoline(before);
         *pfn = hand_out(before, per_thread);
         (before, *pfn)
     };
-    let is_hook = |p: *mut c_void| {
-        crate::hooks::table()
-            .iter()
-            .any(|(_, h)| std::ptr::eq(*h, p))
-    };
+    let is_hook = |p: *mut c_void| hooks().iter().any(|&(_, h)| h == p as usize);
     if before == after
         && !is_hook(after)
-        && !PER_THREAD_STREAMS_USED.load(Ordering::Relaxed)
+        && !crate::streams::UNWATCHED_WORK.load(Ordering::Relaxed)
         && !symbol.is_null()
         && crate::log::enabled(crate::config::LogLevel::Info)
     {

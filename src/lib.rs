@@ -26,11 +26,13 @@ pub mod interpose;
 pub mod log;
 pub mod pool;
 pub mod publish;
+pub mod queues;
 pub mod report;
 pub mod shim;
 pub mod streams;
 pub mod striped;
 pub mod trace;
+pub mod work;
 
 /// Reads the environment when the library loads (SPEC.md: later changes have no effect).
 /// Prints nothing and touches no driver: a process that never calls CUDA is not disturbed.

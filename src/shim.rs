@@ -403,14 +403,27 @@ impl Shim {
         let grant = match pool_alloc(&up) {
             Ok(g) => g,
             Err(CUDA_ERROR_OUT_OF_MEMORY) => {
-                // Never report OOM while cached memory could have served the request: wait
-                // for the pending fences, give whole free segments back, try once more.
-                if cp.pool.cached_bytes() > 0 {
-                    cp.pool.reclaim(&up);
+                // Never report OOM while cached memory could have served the request: the pool
+                // has waited for its fences; give free segments back, as few as make room for
+                // this request first (the rest of the cache keeps serving), then all of them.
+                let mut retried = None;
+                for need in [size.next_multiple_of(2 << 20), u64::MAX] {
+                    if cp.pool.cached_bytes() == 0 {
+                        break;
+                    }
+                    if cp.pool.trim(&up, need) == 0 && need != u64::MAX {
+                        continue;
+                    }
                     budget.on_reclaim_retry();
-                    pool_alloc(&up).map_err(|e| self.failed(dev, size, e))?
-                } else {
-                    return Err(self.failed(dev, size, CUDA_ERROR_OUT_OF_MEMORY));
+                    retried = Some(pool_alloc(&up));
+                    if matches!(retried, Some(Ok(_))) {
+                        break;
+                    }
+                }
+                match retried {
+                    Some(Ok(g)) => g,
+                    Some(Err(e)) => return Err(self.failed(dev, size, e)),
+                    None => return Err(self.failed(dev, size, CUDA_ERROR_OUT_OF_MEMORY)),
                 }
             }
             Err(e) => return Err(self.failed(dev, size, e)),
@@ -636,6 +649,43 @@ impl Shim {
     fn pool_owns(&self, ptr: DevPtr) -> bool {
         let contexts = self.contexts.read().unwrap_or_else(|e| e.into_inner());
         contexts.values().any(|c| c.pool.owns(ptr))
+    }
+
+    /// Whether the work hooks report queues: reuse is `auto` and the pool caches.
+    pub fn watches_work(&self) -> bool {
+        self.config.reuse == crate::config::Reuse::Auto && self.config.pool != PoolKind::None
+    }
+
+    /// Device work is about to be issued on `stream` (as the program passed it; `ptsz` for a
+    /// per-thread entry point). Lock-free while this thread keeps to queues it reported since
+    /// the epoch last changed; else the queue is reported to its context's clock, which orders
+    /// a new queue after the others (see `queues`). Work being captured into a graph is not
+    /// work yet: its graph's launch is.
+    pub fn work_on(&self, stream: usize, ptsz: bool) {
+        let stream = crate::streams::resolve(stream, ptsz);
+        let implicit = stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD;
+        let ctx = if implicit {
+            match self.driver.current_context() {
+                Ok(Some(c)) => c as usize,
+                _ => return,
+            }
+        } else {
+            0
+        };
+        if crate::queues::seen(stream, ctx) {
+            return;
+        }
+        let at = crate::queues::epoch();
+        if crate::streams::capturing(self.driver, stream) {
+            return;
+        }
+        let key = crate::streams::key(stream);
+        let reported = self.in_stream_context(stream, || {
+            self.with_current_pool(|_, cp| cp.clock.work_on(key))
+        });
+        if reported.is_ok() {
+            crate::queues::remember(stream, ctx, at);
+        }
     }
 
     /// The program created `stream` (a handle, as an address) with `flags` in the current

@@ -1,21 +1,32 @@
-//! The driver side of reuse safety: each context's streams, and the events that fence them.
+//! The driver side of reuse safety: each context's queues, the events that order a new queue
+//! after the others, and the events that fence freed blocks.
 //!
-//! A fence for a context is complete when every piece of device work issued before it, on any
-//! stream of the context, has completed. It is made of:
-//! - an event on the legacy default stream: legacy-stream work starts only after all earlier
-//!   work of every *blocking* stream (and of the per-thread default streams), so this event
-//!   covers all of those;
-//! - an event on each live *non-blocking* stream (those do not synchronize with legacy);
-//! - the events recorded on streams as they were destroyed (their last work may still run).
+//! [`ContextClock`] is the pool's [`Clock`] for one context. It owns the context's
+//! [`Queues`] (which queues received work, see `queues`) and answers the tracker's questions
+//! with events and stream queries:
+//! - *ordering a new queue*: an event on each other active queue (the legacy stream stands for
+//!   per-thread default streams, which it synchronizes with), plus the events recorded on
+//!   streams as they were destroyed; the new queue waits for all of them;
+//! - *a fence* (under `Fenced`): an event on each active queue, plus those of destroyed
+//!   streams; complete when all are. When the context's queues cannot be trusted (a queue could
+//!   not be ordered, or per-thread default stream work went through an entry point cudapool
+//!   does not watch), a fence covers the legacy stream (which follows every blocking and
+//!   per-thread stream) and every live stream instead.
 //!
-//! No fence is issued while a graph capture is under way anywhere in the process: an event on
-//! the legacy stream could invalidate the capture. Freed blocks then wait, and the pool grows.
+//! No event is recorded while a graph capture is under way anywhere in the process: an event
+//! on the legacy stream could invalidate the capture. Freed blocks then wait, and the pool
+//! grows; a queue that needs ordering then cannot be ordered (`Queues::unordered`).
+//!
+//! A safety net: on housekeeping ticks, a stream the program created and that has no work
+//! cudapool saw is asked whether it is idle; if it is not, work reached it through an entry
+//! point cudapool does not watch, and the context falls back to fences for good (one warning).
 
 use crate::addr_hash::AddrMap as HashMap;
 use crate::config::Reuse;
 use crate::cu::*;
 use crate::driver::{call, Driver};
 use crate::pool::{Clock, FenceId, ReuseRule};
+use crate::queues::{QueueDevice, QueueKey, Queues};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::*};
 use std::sync::Mutex;
 
@@ -30,8 +41,12 @@ pub fn capture_ended() {
     let _ = CAPTURES.fetch_update(AcqRel, Acquire, |n| Some((n - 1).max(0)));
 }
 
-/// The stream a stream-ordered call means: the handle the program passed, with 0 made explicit
-/// (the per-thread default stream through a `_ptsz` entry point, the legacy one otherwise).
+/// Set for good once per-thread default stream work went through an entry point cudapool does
+/// not watch (`interpose` hands those out behind a trampoline that sets it).
+pub static UNWATCHED_WORK: AtomicBool = AtomicBool::new(false);
+
+/// The stream a call means: the handle the program passed, with 0 made explicit (the
+/// per-thread default stream through a `_ptsz`/`_ptds` entry point, the legacy one otherwise).
 pub fn resolve(stream: usize, ptsz: bool) -> usize {
     match stream {
         0 if ptsz => CU_STREAM_PER_THREAD,
@@ -40,13 +55,19 @@ pub fn resolve(stream: usize, ptsz: bool) -> usize {
     }
 }
 
-/// The pool's key for a [`resolve`]d stream: its handle, or for the per-thread default stream
-/// a key of the calling thread's own (handles are 8-aligned pointers, so keys cannot clash).
+/// The key of a [`resolve`]d stream, as the pool and the queue tracker see it: its handle, or
+/// for the per-thread default stream a key of the calling thread's own (handles are 8-aligned
+/// pointers, so keys cannot clash).
 pub fn key(stream: usize) -> crate::pool::StreamKey {
     match stream {
         CU_STREAM_PER_THREAD => (crate::striped::thread_number() << 3) | 2,
         s => s as u64,
     }
+}
+
+/// Whether `q` is some thread's per-thread default stream.
+fn is_per_thread(q: QueueKey) -> bool {
+    q & 7 == 2
 }
 
 /// Whether `stream` is capturing a graph now. Asks the driver only while some capture is under
@@ -70,16 +91,15 @@ struct Fence {
 
 /// The clock of one context (see the module doc).
 ///
-/// Invariants: `non_blocking` holds the live non-blocking streams created in this context;
-/// `zombies` the events recorded on destroyed streams and not yet seen complete; every event in
-/// `fences` and `spare` belongs to this context.
+/// Invariants: `created` holds the live streams the program created in this context, with
+/// their flags; `zombies` the events recorded on destroyed streams that had work, not yet seen
+/// complete; every event in `fences` and `spare` belongs to this context.
 pub struct ContextClock {
     driver: &'static Driver,
     ctx: usize,
     reuse: Reuse,
-    /// Set for good once the program creates a stream in this context.
-    streams_created: AtomicBool,
-    non_blocking: Mutex<Vec<usize>>,
+    queues: Queues,
+    created: Mutex<Vec<(usize, u32)>>,
     zombies: Mutex<Vec<usize>>,
     fences: Mutex<HashMap<FenceId, Fence>>,
     next: AtomicU64,
@@ -96,8 +116,8 @@ impl ContextClock {
             driver,
             ctx,
             reuse,
-            streams_created: AtomicBool::new(false),
-            non_blocking: Mutex::new(Vec::new()),
+            queues: Queues::default(),
+            created: Mutex::new(Vec::new()),
             zombies: Mutex::new(Vec::new()),
             fences: Mutex::new(HashMap::default()),
             next: AtomicU64::new(1),
@@ -105,34 +125,51 @@ impl ContextClock {
         }
     }
 
+    /// Work is about to be issued on the queue `q` of this context.
+    pub fn work_on(&self, q: QueueKey) {
+        self.queues.work_on(q, self);
+    }
+
     /// The program created `stream` in this context.
-    ///
-    /// Blocks handed back at once to the thread that freed them (no stream existed then) may
-    /// still be touched by work issued earlier on the legacy or a per-thread stream. A stream
-    /// created now would not wait for that work, so it is made to: it waits for an event on the
-    /// legacy stream, which follows every blocking and per-thread stream.
     pub fn stream_created(&self, stream: usize, flags: u32) {
-        if self.reuse == Reuse::Auto && CAPTURES.load(Acquire) == 0 {
-            if let Some(ev) = self.record_on(CU_STREAM_LEGACY) {
-                let d = self.driver;
-                d.in_context(self.ctx, || {
-                    call!(d, stream_wait_event(stream as CUstream, ev as CUevent, 0));
-                });
-                // The wait took the event's state: it may be recorded again at once.
-                lock(&self.spare).push(ev);
+        lock(&self.created).push((stream, flags));
+    }
+
+    /// The program is about to destroy `stream`: its last work is remembered (a zombie event)
+    /// for the fences and for ordering new queues, and its handle may come back for another
+    /// stream, so every thread reports its next work again.
+    pub fn stream_destroying(&self, stream: usize) {
+        lock(&self.created).retain(|&(s, _)| s != stream);
+        let q = key(stream);
+        if self.queues.active().contains(&q) {
+            if let Some(ev) = self.record_on(stream) {
+                lock(&self.zombies).push(ev);
             }
+            self.queues.forget(q);
         }
-        self.streams_created.store(true, Release);
-        if flags & CU_STREAM_NON_BLOCKING != 0 {
-            lock(&self.non_blocking).push(stream);
+        crate::queues::bump_epoch();
+    }
+
+    /// Whether the queues can be trusted: no queue went unordered, no work went unwatched.
+    fn trusted(&self) -> bool {
+        !self.queues.unordered() && !UNWATCHED_WORK.load(Acquire)
+    }
+
+    /// The stream to record on for work on `q` issued by any thread.
+    fn source(q: QueueKey) -> usize {
+        if q == CU_STREAM_LEGACY as QueueKey || is_per_thread(q) {
+            CU_STREAM_LEGACY
+        } else {
+            q as usize
         }
     }
 
-    /// The program is about to destroy `stream`: its last work is fenced from now on.
-    pub fn stream_destroying(&self, stream: usize) {
-        lock(&self.non_blocking).retain(|&s| s != stream);
-        if let Some(ev) = self.record_on(stream) {
-            lock(&self.zombies).push(ev);
+    /// The stream the calling thread issues `q`'s work on.
+    fn target(q: QueueKey) -> usize {
+        if is_per_thread(q) {
+            CU_STREAM_PER_THREAD
+        } else {
+            q as usize
         }
     }
 
@@ -176,19 +213,93 @@ impl ContextClock {
             !done
         });
     }
+
+    /// The safety net (see the module doc): a created stream with no work cudapool saw must be
+    /// idle.
+    fn check_unwatched(&self) {
+        if !self.trusted() || CAPTURES.load(Acquire) > 0 {
+            return;
+        }
+        let active = self.queues.active();
+        let quiet: Vec<usize> = lock(&self.created)
+            .iter()
+            .map(|&(s, _)| s)
+            .filter(|&s| !active.contains(&key(s)))
+            .collect();
+        let d = self.driver;
+        let busy = d.in_context(self.ctx, || {
+            quiet.into_iter().find(|&s| {
+                call!(d, stream_query(s as CUstream)) == CUDA_ERROR_NOT_READY
+                    && !self.queues.active().contains(&key(s))
+            })
+        });
+        if let Some(s) = busy {
+            crate::log_at!(
+                crate::config::LogLevel::Warn,
+                "stream {s:#x} runs device work that reached the driver through an entry point cudapool does not watch; freed memory now waits for fences in this context"
+            );
+            self.queues.mark_unordered();
+        }
+    }
+}
+
+impl QueueDevice for ContextClock {
+    fn order_after(&self, new: QueueKey, others: &[QueueKey]) -> bool {
+        let zombies = lock(&self.zombies).clone();
+        let target = Self::target(new);
+        let mut sources: Vec<usize> = others.iter().map(|&q| Self::source(q)).collect();
+        sources.sort_unstable();
+        sources.dedup();
+        // A queue follows its own earlier work, and the legacy stream follows every blocking
+        // and per-thread stream by itself.
+        sources.retain(|&s| s != target && !(target == CU_STREAM_LEGACY && s == CU_STREAM_LEGACY));
+        if sources.is_empty() && zombies.is_empty() {
+            return true;
+        }
+        if CAPTURES.load(Acquire) > 0 {
+            return false;
+        }
+        let mut own = Vec::with_capacity(sources.len());
+        for s in sources {
+            match self.record_on(s) {
+                Some(ev) => own.push(ev),
+                None => {
+                    lock(&self.spare).extend(own);
+                    return false;
+                }
+            }
+        }
+        let d = self.driver;
+        let ok = d.in_context(self.ctx, || {
+            own.iter().chain(&zombies).all(|&ev| {
+                call!(d, stream_wait_event(target as CUstream, ev as CUevent, 0)) == CUDA_SUCCESS
+            })
+        });
+        // The waits took the events' state: they may be recorded again at once.
+        lock(&self.spare).extend(own);
+        ok
+    }
+
+    fn idle(&self, q: QueueKey) -> bool {
+        if is_per_thread(q) {
+            // Only its own thread can name it; it never retires.
+            return false;
+        }
+        let d = self.driver;
+        d.in_context(self.ctx, || {
+            call!(d, stream_query(q as usize as CUstream)) == CUDA_SUCCESS
+        })
+    }
 }
 
 impl Clock for ContextClock {
     fn rule(&self) -> ReuseRule {
         match self.reuse {
             Reuse::Immediate => ReuseRule::Immediate,
-            Reuse::Auto
-                if self.streams_created.load(Acquire)
-                    || crate::interpose::PER_THREAD_STREAMS_USED.load(Acquire) =>
-            {
-                ReuseRule::Fenced
+            Reuse::Auto if self.queues.one_queue() && !UNWATCHED_WORK.load(Acquire) => {
+                ReuseRule::OneQueue
             }
-            Reuse::Auto => ReuseRule::SameThread,
+            Reuse::Auto => ReuseRule::Fenced,
         }
     }
 
@@ -196,10 +307,17 @@ impl Clock for ContextClock {
         if CAPTURES.load(Acquire) > 0 || crate::shim::exiting() {
             return None;
         }
+        self.tick();
         self.prune_zombies();
-        let streams: Vec<usize> = std::iter::once(CU_STREAM_LEGACY)
-            .chain(lock(&self.non_blocking).iter().copied())
-            .collect();
+        let mut streams: Vec<usize> = if self.trusted() {
+            self.queues.active().into_iter().map(Self::source).collect()
+        } else {
+            std::iter::once(CU_STREAM_LEGACY)
+                .chain(lock(&self.created).iter().map(|&(s, _)| s))
+                .collect()
+        };
+        streams.sort_unstable();
+        streams.dedup();
         let mut own = Vec::with_capacity(streams.len());
         for s in streams {
             match self.record_on(s) {
@@ -241,6 +359,15 @@ impl Clock for ContextClock {
     fn retire(&self, f: FenceId) {
         if let Some(fence) = lock(&self.fences).remove(&f) {
             lock(&self.spare).extend(fence.own);
+        }
+    }
+
+    fn tick(&self) {
+        if self.reuse == Reuse::Immediate || crate::shim::exiting() {
+            return;
+        }
+        if self.queues.tick(self) {
+            self.check_unwatched();
         }
     }
 }

@@ -1,6 +1,8 @@
-//! The caches of the pool kinds, with *immediate* reuse: a block put back is at once a candidate
-//! for the next request. Whether a freed block may be put back yet (device work may still touch
-//! it) is decided one level up, in [`super::reuse`]. Not thread-safe by themselves: the
+//! The caches of the pool kinds. A block put back is at once a candidate for the requests its
+//! *lane* allows: [`READY`] blocks serve anyone; a block in a queue's lane (a stream-ordered
+//! free, see [`super::reuse`]) serves only allocations ordered on that queue until the fence of
+//! its batch is done, when [`Core::promote`] makes it ready. Whether and where a freed block may
+//! be put back is decided one level up, in [`super::reuse`]. Not thread-safe by themselves: the
 //! wrapper holds each behind its lock.
 //!
 //! Near the limit the program's memory comes first (SPEC.md): a kind never asks the upstream
@@ -13,31 +15,67 @@ use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr, CUDA_ERROR_OUT_OF_MEMORY};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Who may take a free block: [`READY`] (anyone), or the key of the one queue whose ordered
+/// allocations may take it before its fence is done (a [`super::StreamKey`], never 0).
+pub type Lane = u64;
+/// The lane of blocks anyone may take.
+pub const READY: Lane = 0;
+
 /// One pool kind's cache of free blocks and the segments behind them.
 pub trait Core: Send {
     fn kind(&self) -> PoolKind;
     /// What a request of `size` is rounded to (the key blocks are matched by).
     fn round(&self, size: u64) -> u64;
-    /// A cached block for `size`, if one fits. `headroom` is what the upstream could still
-    /// grant ([`Upstream::headroom`]): a kind may decline a fit that would strand memory while
-    /// a new segment is still affordable.
-    fn take(&mut self, size: u64, headroom: u64) -> Option<DevPtr>;
+    /// A free block for `size`: a ready one, or one of `lane` (when it is not [`READY`]).
+    /// `headroom` is what the upstream could still grant ([`Upstream::headroom`]): a kind may
+    /// decline a fit that would strand memory while a new segment is still affordable.
+    fn take(&mut self, size: u64, lane: Lane, headroom: u64) -> Option<DevPtr>;
     /// Gets a new segment from `up` able to serve `size` and takes a block from it.
     fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<DevPtr, CUresult>;
-    /// Puts back a block handed out by `take` or `grow`: reusable at once.
-    fn put(&mut self, ptr: DevPtr);
+    /// Puts back a block handed out by `take` or `grow`, into `lane`; `epoch` is the batch
+    /// whose fence makes a lane block ready (ignored for [`READY`]).
+    fn put(&mut self, ptr: DevPtr, lane: Lane, epoch: u64);
+    /// The free block of `lane` that holds `ptr`, if any and if its epoch is at most `done`,
+    /// becomes ready (and coalesces with ready neighbours).
+    fn promote(&mut self, ptr: DevPtr, lane: Lane, done: u64);
     /// The size of the block at `ptr` (handed out, not yet put back).
     fn block_size(&self, ptr: DevPtr) -> u64;
     /// Whether `ptr` lies inside a segment this core holds.
     fn owns(&self, ptr: DevPtr) -> bool;
-    /// Every segment and its blocks; blocks not free in the core show as in use.
+    /// Every segment and its blocks; blocks not free in the core show as in use, blocks of a
+    /// queue's lane as pending.
     fn segments(&self) -> Vec<SegmentView>;
-    /// Gives every segment with no block in use back to `up`; returns the bytes released.
-    fn release_free_segments(&mut self, up: &dyn Upstream) -> u64;
-    /// Bytes in free blocks.
+    /// Gives segments with no block in use back to `up` until at least `need` bytes went back
+    /// (`u64::MAX`: all of them): the smallest one that is enough alone, else the largest
+    /// first. Returns the bytes released. (The driver's free waits for the device, so a free
+    /// block of any lane may go.)
+    fn release_free_segments(&mut self, up: &dyn Upstream, need: u64) -> u64;
+    /// Bytes in free blocks, of every lane.
     fn cached(&self) -> u64;
+    /// Bytes of every segment held.
+    fn reserved(&self) -> u64;
     /// Forgets everything without calling the upstream; returns (segments, bytes) held.
     fn forget(&mut self) -> (u64, u64);
+}
+
+/// Which free segments go back for `need` bytes: the smallest that is enough alone, else
+/// the largest first until enough.
+fn pick_releases(mut free: Vec<(DevPtr, u64)>, need: u64) -> Vec<(DevPtr, u64)> {
+    free.sort_by_key(|&(p, s)| (s, p));
+    if need == u64::MAX {
+        return free;
+    }
+    if let Some(&one) = free.iter().find(|&&(_, s)| s >= need) {
+        return vec![one];
+    }
+    let mut out = Vec::new();
+    let mut got = 0;
+    while got < need {
+        let Some(seg) = free.pop() else { break };
+        got += seg.1;
+        out.push(seg);
+    }
+    out
 }
 
 /// The smallest block and the granularity of `split` and the floor of `binned`.
@@ -80,31 +118,57 @@ fn within<V>(map: &BTreeMap<DevPtr, V>, ptr: DevPtr, size: impl Fn(&V) -> u64) -
 /// Blocks that are whole segments, cached under a key (`simple`: the size; `binned`: the class).
 ///
 /// Invariant: `sizes` holds every segment (cached or in use) and its size; `free` holds exactly
-/// the cached ones, under their key; `cached` is the sum of their sizes.
+/// the cached ones, under (lane, key); `lanes` holds (lane, epoch) of exactly the cached ones
+/// outside [`READY`]; `cached` is the sum of the cached sizes and `reserved` of all sizes.
 #[derive(Default)]
 struct SegmentCache {
     sizes: BTreeMap<DevPtr, u64>,
-    free: HashMap<u64, Vec<DevPtr>>,
+    free: HashMap<(Lane, u64), Vec<DevPtr>>,
+    lanes: HashMap<DevPtr, (Lane, u64)>,
     cached: u64,
+    reserved: u64,
 }
 
 impl SegmentCache {
-    /// The most recently cached block under `key` that `fits`.
-    fn take(&mut self, key: u64, fits: impl Fn(u64) -> bool) -> Option<DevPtr> {
-        let list = self.free.get_mut(&key)?;
-        let i = list.iter().rposition(|p| fits(self.sizes[p]))?;
-        let p = list.swap_remove(i);
-        self.cached -= self.sizes[&p];
-        Some(p)
+    /// The most recently cached block under `key` that `fits`, ready or of `lane`.
+    fn take(&mut self, key: u64, lane: Lane, fits: impl Fn(u64) -> bool) -> Option<DevPtr> {
+        for l in [lane, READY] {
+            let Some(list) = self.free.get_mut(&(l, key)) else {
+                continue;
+            };
+            if let Some(i) = list.iter().rposition(|p| fits(self.sizes[p])) {
+                let p = list.swap_remove(i);
+                self.cached -= self.sizes[&p];
+                self.lanes.remove(&p);
+                return Some(p);
+            }
+        }
+        None
     }
 
     fn insert(&mut self, ptr: DevPtr, size: u64) {
         self.sizes.insert(ptr, size);
+        self.reserved += size;
     }
 
-    fn put(&mut self, ptr: DevPtr, key: u64) {
-        self.free.entry(key).or_default().push(ptr);
+    fn put(&mut self, ptr: DevPtr, key: u64, lane: Lane, epoch: u64) {
+        self.free.entry((lane, key)).or_default().push(ptr);
+        if lane != READY {
+            self.lanes.insert(ptr, (lane, epoch));
+        }
         self.cached += self.sizes[&ptr];
+    }
+
+    fn promote(&mut self, ptr: DevPtr, key: u64, lane: Lane, done: u64) {
+        match self.lanes.get(&ptr) {
+            Some(&(l, e)) if l == lane && e <= done => {}
+            _ => return,
+        }
+        self.lanes.remove(&ptr);
+        if let Some(list) = self.free.get_mut(&(lane, key)) {
+            list.retain(|&p| p != ptr);
+        }
+        self.free.entry((READY, key)).or_default().push(ptr);
     }
 
     fn size(&self, ptr: DevPtr) -> u64 {
@@ -115,26 +179,35 @@ impl SegmentCache {
         within(&self.sizes, ptr, |&s| s)
     }
 
-    /// Gives every cached segment back; one the upstream refuses stays cached.
-    fn release_all(&mut self, up: &dyn Upstream) -> u64 {
+    /// Gives cached segments back (see [`Core::release_free_segments`]); one the upstream
+    /// refuses stays cached.
+    fn release(&mut self, up: &dyn Upstream, need: u64) -> u64 {
+        let free: Vec<(DevPtr, u64)> = self
+            .free
+            .values()
+            .flatten()
+            .map(|&p| (p, self.sizes[&p]))
+            .collect();
         let mut released = 0;
-        for list in self.free.values_mut() {
-            list.retain(|&p| {
-                let size = self.sizes[&p];
-                let gone = up.free(p, size).is_ok();
-                if gone {
-                    self.sizes.remove(&p);
-                    self.cached -= size;
-                    released += size;
-                }
-                !gone
-            });
+        for (p, size) in pick_releases(free, need) {
+            if up.free(p, size).is_err() {
+                continue;
+            }
+            for list in self.free.values_mut() {
+                list.retain(|&q| q != p);
+            }
+            self.lanes.remove(&p);
+            self.sizes.remove(&p);
+            self.cached -= size;
+            self.reserved -= size;
+            released += size;
         }
+        self.free.retain(|_, list| !list.is_empty());
         released
     }
 
     fn forget(&mut self) -> (u64, u64) {
-        let r = (self.sizes.len() as u64, self.sizes.values().sum());
+        let r = (self.sizes.len() as u64, self.reserved);
         *self = SegmentCache::default();
         r
     }
@@ -150,7 +223,9 @@ impl SegmentCache {
                 blocks: vec![BlockView {
                     ptr,
                     size,
-                    state: if free.contains(&ptr) {
+                    state: if self.lanes.contains_key(&ptr) {
+                        BlockState::Pending
+                    } else if free.contains(&ptr) {
                         BlockState::Free
                     } else {
                         BlockState::InUse
@@ -173,14 +248,27 @@ macro_rules! segment_cache_core {
         fn segments(&self) -> Vec<SegmentView> {
             self.0.segments()
         }
-        fn release_free_segments(&mut self, up: &dyn Upstream) -> u64 {
-            self.0.release_all(up)
+        fn release_free_segments(&mut self, up: &dyn Upstream, need: u64) -> u64 {
+            self.0.release(up, need)
         }
         fn cached(&self) -> u64 {
             self.0.cached
         }
+        fn reserved(&self) -> u64 {
+            self.0.reserved
+        }
         fn forget(&mut self) -> (u64, u64) {
             self.0.forget()
+        }
+        fn put(&mut self, ptr: DevPtr, lane: Lane, epoch: u64) {
+            let key = self.key_of(ptr);
+            self.0.put(ptr, key, lane, epoch);
+        }
+        fn promote(&mut self, ptr: DevPtr, lane: Lane, done: u64) {
+            if self.0.sizes.contains_key(&ptr) {
+                let key = self.key_of(ptr);
+                self.0.promote(ptr, key, lane, done);
+            }
         }
     };
 }
@@ -190,6 +278,12 @@ macro_rules! segment_cache_core {
 #[derive(Default)]
 pub struct SimpleCore(SegmentCache);
 
+impl SimpleCore {
+    fn key_of(&self, ptr: DevPtr) -> u64 {
+        self.0.size(ptr)
+    }
+}
+
 impl Core for SimpleCore {
     fn kind(&self) -> PoolKind {
         PoolKind::Simple
@@ -197,17 +291,13 @@ impl Core for SimpleCore {
     fn round(&self, size: u64) -> u64 {
         size
     }
-    fn take(&mut self, size: u64, _headroom: u64) -> Option<DevPtr> {
-        self.0.take(size, |_| true)
+    fn take(&mut self, size: u64, lane: Lane, _headroom: u64) -> Option<DevPtr> {
+        self.0.take(size, lane, |_| true)
     }
     fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<DevPtr, CUresult> {
         let p = up.alloc(size)?;
         self.0.insert(p, size);
         Ok(p)
-    }
-    fn put(&mut self, ptr: DevPtr) {
-        let size = self.0.size(ptr);
-        self.0.put(ptr, size);
     }
     segment_cache_core!();
 }
@@ -224,6 +314,9 @@ impl BinnedCore {
     fn class(size: u64) -> u64 {
         size.max(MIN_BLOCK).next_power_of_two()
     }
+    fn key_of(&self, ptr: DevPtr) -> u64 {
+        Self::class(self.0.size(ptr))
+    }
 }
 
 impl Core for BinnedCore {
@@ -233,8 +326,8 @@ impl Core for BinnedCore {
     fn round(&self, size: u64) -> u64 {
         Self::class(size)
     }
-    fn take(&mut self, size: u64, _headroom: u64) -> Option<DevPtr> {
-        self.0.take(Self::class(size), |block| block >= size)
+    fn take(&mut self, size: u64, lane: Lane, _headroom: u64) -> Option<DevPtr> {
+        self.0.take(Self::class(size), lane, |block| block >= size)
     }
     fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<DevPtr, CUresult> {
         let sizes: &[u64] = if up.headroom() == u64::MAX {
@@ -245,10 +338,6 @@ impl Core for BinnedCore {
         let (p, got) = segment(up, sizes)?;
         self.0.insert(p, got);
         Ok(p)
-    }
-    fn put(&mut self, ptr: DevPtr) {
-        let class = Self::class(self.0.size(ptr));
-        self.0.put(ptr, class);
     }
     segment_cache_core!();
 }
@@ -276,6 +365,10 @@ struct Block {
     segment: DevPtr,
     size: u64,
     free: bool,
+    /// For a free block: who may take it (see [`Lane`]).
+    lane: Lane,
+    /// For a free block of a queue's lane: the batch whose fence makes it ready.
+    epoch: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -284,20 +377,26 @@ struct Segment {
     small: bool,
 }
 
+/// Free blocks of one lane, small and large apart, as (size, address).
+type FreeSets = [BTreeSet<(u64, DevPtr)>; 2];
+
 /// `split`: best fit over free blocks, splitting a block when the rest is worth keeping,
-/// coalescing free neighbours within a segment; small and large requests live in separate
-/// segments.
+/// coalescing free neighbours of the same lane within a segment; small and large requests live
+/// in separate segments.
 ///
 /// Invariants: the blocks of a segment tile it exactly (`blocks` holds every block of every
-/// segment, keyed by address); two free blocks are never neighbours in one segment (they are
-/// merged); `free[small as usize]` holds exactly the free blocks of small (large) segments as
-/// (size, address); `cached` is the sum of their sizes.
+/// segment, keyed by address); two free blocks of the same lane are never neighbours in one
+/// segment (they are merged); `ready[small as usize]` holds exactly the free [`READY`] blocks
+/// of small (large) segments and `lanes[l]` those of lane `l` (no empty entry); `cached` is the
+/// sum of the free blocks' sizes, `reserved` of the segments'.
 #[derive(Default)]
 pub struct SplitCore {
     blocks: BTreeMap<DevPtr, Block>,
-    free: [BTreeSet<(u64, DevPtr)>; 2],
+    ready: FreeSets,
+    lanes: HashMap<Lane, FreeSets>,
     segments: HashMap<DevPtr, Segment>,
     cached: u64,
+    reserved: u64,
 }
 
 impl SplitCore {
@@ -305,20 +404,67 @@ impl SplitCore {
         small as usize
     }
 
+    fn sets_mut(&mut self, lane: Lane) -> &mut FreeSets {
+        if lane == READY {
+            &mut self.ready
+        } else {
+            self.lanes.entry(lane).or_default()
+        }
+    }
+
     fn mark_free(&mut self, ptr: DevPtr, b: Block) {
         let small = self.segments[&b.segment].small;
         self.blocks.insert(ptr, Block { free: true, ..b });
-        self.free[Self::set(small)].insert((b.size, ptr));
+        self.sets_mut(b.lane)[Self::set(small)].insert((b.size, ptr));
         self.cached += b.size;
     }
 
     fn unmark_free(&mut self, ptr: DevPtr) -> Block {
         let b = self.blocks[&ptr];
         debug_assert!(b.free);
-        let small = self.segments[&b.segment].small;
-        self.free[Self::set(small)].remove(&(b.size, ptr));
+        let small = Self::set(self.segments[&b.segment].small);
+        if b.lane == READY {
+            self.ready[small].remove(&(b.size, ptr));
+        } else if let Some(sets) = self.lanes.get_mut(&b.lane) {
+            sets[small].remove(&(b.size, ptr));
+            if sets.iter().all(|s| s.is_empty()) {
+                self.lanes.remove(&b.lane);
+            }
+        }
         self.cached -= b.size;
         b
+    }
+
+    /// The smallest free block of at least `r` bytes in `sets`.
+    fn fit(sets: Option<&FreeSets>, small: bool, r: u64) -> Option<(u64, DevPtr)> {
+        sets?[Self::set(small)].range((r, 0)..).next().copied()
+    }
+
+    /// Whether the free block (`found` bytes at `ptr`) may serve a rounded request `r`.
+    fn acceptable(&self, found: u64, ptr: DevPtr, r: u64, headroom: u64) -> bool {
+        if found >= MAX_SPLIT && (r < MAX_SPLIT || found - r > OVERSIZE_SLACK) {
+            // An oversize block that this request may not take.
+            return false;
+        }
+        let small = r <= SMALL_REQUEST;
+        let worth_splitting = if small {
+            found - r >= MIN_BLOCK
+        } else {
+            found - r > SMALL_REQUEST
+        };
+        let whole_segment = self.segments.get(&ptr).is_some_and(|seg| seg.size == found);
+        // Under a limit, splitting a whole free segment made for one large request would
+        // strand its rest next to a live block, where no reclaim can give it back. Decline: a
+        // new segment serves the request, or, near the limit, the reclaim before an OOM
+        // releases this one whole and the retry gets a segment that fits. (Segments under
+        // MID_REQUEST are made to hold several requests: splitting them is their purpose, and
+        // what a split strands is small. A tail of a segment already in use is stranded either
+        // way: splitting it costs nothing.)
+        small
+            || !worth_splitting
+            || !(MID_REQUEST..MAX_SPLIT).contains(&found)
+            || !whole_segment
+            || headroom == u64::MAX
     }
 
     /// Preferred segment size for a rounded request `r`; `limited` when a hard limit applies.
@@ -338,6 +484,33 @@ impl SplitCore {
             round_up(r, LARGE_ROUND)
         }
     }
+
+    /// Makes the free block at `ptr` ready-or-lane `b.lane` again after merging it with free
+    /// neighbours of the same lane; `ptr` is not in any free set when called.
+    fn merge_and_free(&mut self, ptr: DevPtr, mut b: Block) {
+        let mut start = ptr;
+        // Merge with the next block of the same segment and lane.
+        let next = ptr + b.size;
+        if let Some(&n) = self.blocks.get(&next) {
+            if n.free && n.segment == b.segment && n.lane == b.lane {
+                self.unmark_free(next);
+                self.blocks.remove(&next);
+                b.size += n.size;
+                b.epoch = b.epoch.max(n.epoch);
+            }
+        }
+        // And with the previous one.
+        if let Some((&pp, &p)) = self.blocks.range(..ptr).next_back() {
+            if p.free && p.segment == b.segment && p.lane == b.lane && pp + p.size == ptr {
+                self.unmark_free(pp);
+                self.blocks.remove(&ptr);
+                b.size += p.size;
+                b.epoch = b.epoch.max(p.epoch);
+                start = pp;
+            }
+        }
+        self.mark_free(start, b);
+    }
 }
 
 impl Core for SplitCore {
@@ -349,29 +522,30 @@ impl Core for SplitCore {
         round_up(size.max(1), MIN_BLOCK)
     }
 
-    fn take(&mut self, size: u64, headroom: u64) -> Option<DevPtr> {
+    fn take(&mut self, size: u64, lane: Lane, headroom: u64) -> Option<DevPtr> {
         let r = self.round(size);
         let small = r <= SMALL_REQUEST;
-        let &(found, ptr) = self.free[Self::set(small)].range((r, 0)..).next()?;
-        if found >= MAX_SPLIT && (r < MAX_SPLIT || found - r > OVERSIZE_SLACK) {
-            // The smallest fit is an oversize block that this request may not take.
-            return None;
+        let mut candidates = [
+            Self::fit(Some(&self.ready), small, r),
+            (lane != READY)
+                .then(|| Self::fit(self.lanes.get(&lane), small, r))
+                .flatten(),
+        ];
+        // The smaller fit first; a lane block before a ready one of the same size (it could
+        // serve nobody else yet).
+        if candidates[1].is_some_and(|l| candidates[0].is_none_or(|rd| l.0 <= rd.0)) {
+            candidates.swap(0, 1);
         }
+        let (found, ptr) = candidates
+            .into_iter()
+            .flatten()
+            .find(|&(found, ptr)| self.acceptable(found, ptr, r, headroom))?;
         let rest = found - r;
         let worth_splitting = if small {
             rest >= MIN_BLOCK
         } else {
             rest > SMALL_REQUEST
         };
-        let whole_segment = self.segments.get(&ptr).is_some_and(|seg| seg.size == found);
-        if !small && worth_splitting && found < MAX_SPLIT && whole_segment && headroom != u64::MAX {
-            // Under a limit, splitting a whole free segment would strand its rest next to a
-            // live block, where no reclaim can give it back. Decline: a new segment serves the
-            // request, or, near the limit, the reclaim before an OOM releases this one whole
-            // and the retry gets a segment that fits. (A tail of a segment already in use is
-            // stranded either way: splitting it costs nothing.)
-            return None;
-        }
         let b = self.unmark_free(ptr);
         if worth_splitting && b.size < MAX_SPLIT {
             self.blocks.insert(
@@ -382,12 +556,13 @@ impl Core for SplitCore {
                     ..b
                 },
             );
+            // The rest stays in the block's lane, ready with it.
             self.mark_free(
                 ptr + r,
                 Block {
-                    segment: b.segment,
                     size: rest,
                     free: true,
+                    ..b
                 },
             );
         } else {
@@ -409,43 +584,46 @@ impl Core for SplitCore {
                 small: r <= SMALL_REQUEST,
             },
         );
+        self.reserved += got;
         self.mark_free(
             seg,
             Block {
                 segment: seg,
                 size: got,
                 free: true,
+                lane: READY,
+                epoch: 0,
             },
         );
         // The new block fits, so this cannot miss.
         Ok(self
-            .take(size, u64::MAX)
+            .take(size, READY, u64::MAX)
             .expect("a fresh segment serves the request"))
     }
 
-    fn put(&mut self, ptr: DevPtr) {
-        let mut b = self.blocks[&ptr];
+    fn put(&mut self, ptr: DevPtr, lane: Lane, epoch: u64) {
+        let b = self.blocks[&ptr];
         debug_assert!(!b.free, "double put of {ptr:#x}");
-        let mut start = ptr;
-        // Merge with the next block of the same segment.
-        let next = ptr + b.size;
-        if let Some(&n) = self.blocks.get(&next) {
-            if n.free && n.segment == b.segment {
-                self.unmark_free(next);
-                self.blocks.remove(&next);
-                b.size += n.size;
-            }
+        let epoch = if lane == READY { 0 } else { epoch };
+        self.merge_and_free(ptr, Block { lane, epoch, ..b });
+    }
+
+    fn promote(&mut self, ptr: DevPtr, lane: Lane, done: u64) {
+        let Some((&start, &b)) = self.blocks.range(..=ptr).next_back() else {
+            return;
+        };
+        if ptr >= start + b.size || !b.free || b.lane != lane || lane == READY || b.epoch > done {
+            return;
         }
-        // And with the previous one.
-        if let Some((&pp, &p)) = self.blocks.range(..ptr).next_back() {
-            if p.free && p.segment == b.segment && pp + p.size == ptr {
-                self.unmark_free(pp);
-                self.blocks.remove(&ptr);
-                b.size += p.size;
-                start = pp;
-            }
-        }
-        self.mark_free(start, b);
+        self.unmark_free(start);
+        self.merge_and_free(
+            start,
+            Block {
+                lane: READY,
+                epoch: 0,
+                ..b
+            },
+        );
     }
 
     fn block_size(&self, ptr: DevPtr) -> u64 {
@@ -469,10 +647,10 @@ impl Core for SplitCore {
                     .map(|(&p, b)| BlockView {
                         ptr: p,
                         size: b.size,
-                        state: if b.free {
-                            BlockState::Free
-                        } else {
-                            BlockState::InUse
+                        state: match (b.free, b.lane) {
+                            (false, _) => BlockState::InUse,
+                            (true, READY) => BlockState::Free,
+                            (true, _) => BlockState::Pending,
                         },
                     })
                     .collect(),
@@ -482,7 +660,7 @@ impl Core for SplitCore {
         out
     }
 
-    fn release_free_segments(&mut self, up: &dyn Upstream) -> u64 {
+    fn release_free_segments(&mut self, up: &dyn Upstream, need: u64) -> u64 {
         let whole: Vec<(DevPtr, u64)> = self
             .segments
             .iter()
@@ -494,11 +672,12 @@ impl Core for SplitCore {
             .map(|(&s, seg)| (s, seg.size))
             .collect();
         let mut released = 0;
-        for (s, size) in whole {
+        for (s, size) in pick_releases(whole, need) {
             if up.free(s, size).is_ok() {
                 self.unmark_free(s);
                 self.blocks.remove(&s);
                 self.segments.remove(&s);
+                self.reserved -= size;
                 released += size;
             }
         }
@@ -509,11 +688,12 @@ impl Core for SplitCore {
         self.cached
     }
 
+    fn reserved(&self) -> u64 {
+        self.reserved
+    }
+
     fn forget(&mut self) -> (u64, u64) {
-        let r = (
-            self.segments.len() as u64,
-            self.segments.values().map(|s| s.size).sum(),
-        );
+        let r = (self.segments.len() as u64, self.reserved);
         *self = SplitCore::default();
         r
     }

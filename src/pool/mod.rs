@@ -95,7 +95,7 @@ pub trait Pool: Send + Sync {
     fn free(&self, ptr: DevPtr, size: u64, up: &dyn Upstream) -> Result<(), CUresult>;
     /// A stream-ordered allocation on stream `on`: besides what [`alloc`](Self::alloc) may
     /// hand out, it may take a block freed in order on `on` before that free's fence is done
-    /// (work on `on` after the allocation runs after the free).
+    /// (work on `on` after the allocation runs after the free), from inside the core.
     fn alloc_on(&self, size: u64, on: StreamKey, up: &dyn Upstream) -> Result<Grant, CUresult> {
         let _ = on;
         self.alloc(size, up)
@@ -112,8 +112,13 @@ pub trait Pool: Send + Sync {
         let _ = on;
         self.free(ptr, size, up)
     }
+    /// Waits for every pending free, then gives free segments back to the upstream until at
+    /// least `need` bytes went back (`u64::MAX`: all of them); returns the bytes released.
+    fn trim(&self, up: &dyn Upstream, need: u64) -> u64;
     /// Gives every cached segment back to the upstream; returns the bytes released.
-    fn reclaim(&self, up: &dyn Upstream) -> u64;
+    fn reclaim(&self, up: &dyn Upstream) -> u64 {
+        self.trim(up, u64::MAX)
+    }
     /// Bytes held for reuse.
     fn cached_bytes(&self) -> u64;
     /// Every segment the pool holds and its blocks, by address (`none` holds no list: its
@@ -319,7 +324,8 @@ mod tests {
         contract(|| pool(PoolKind::Binned, ReuseRule::Immediate).0);
         contract(|| pool(PoolKind::Simple, ReuseRule::Immediate).0);
         contract(|| pool(PoolKind::Split, ReuseRule::Fenced).0);
-        contract(|| pool(PoolKind::Binned, ReuseRule::SameThread).0);
+        contract(|| pool(PoolKind::Binned, ReuseRule::OneQueue).0);
+        contract(|| pool(PoolKind::Simple, ReuseRule::Fenced).0);
     }
 
     /// SPEC.md: rounding and segment sizes never cost the program memory it asked for.
@@ -441,17 +447,33 @@ mod tests {
 
     /// Fills a whole segment in every kind, so no spare piece serves the next request.
     const WHOLE: u64 = 20 * MIB;
+    /// A live block large enough that a few freed `WHOLE` blocks are small against what the
+    /// pool reserves: a miss then grows instead of waiting for their fence.
+    const BALLAST: u64 = 1 << 30;
+    const KINDS_CACHING: [PoolKind; 3] = [PoolKind::Split, PoolKind::Binned, PoolKind::Simple];
+
+    fn issued(c: &FakeClock) -> u64 {
+        c.issued.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    fn waited(c: &FakeClock) -> u64 {
+        c.waited.load(std::sync::atomic::Ordering::SeqCst)
+    }
 
     #[test]
     fn fenced_blocks_wait_for_their_fence() {
-        for kind in [PoolKind::Split, PoolKind::Binned, PoolKind::Simple] {
-            let up = FakeUpstream::new(1 << 30);
+        for kind in KINDS_CACHING {
+            let up = FakeUpstream::unlimited(1 << 40);
             let (p, clock) = pool(kind, ReuseRule::Fenced);
+            p.alloc(BALLAST, &up).unwrap();
             let a = p.alloc(WHOLE, &up).unwrap();
             p.free(a.ptr, WHOLE, &up).unwrap();
             let b = p.alloc(WHOLE, &up).unwrap();
             assert_ne!(b.ptr, a.ptr, "{kind:?}: reused before its fence");
-            assert_eq!(clock.issued.load(std::sync::atomic::Ordering::SeqCst), 1);
+            assert_eq!(
+                waited(&clock),
+                0,
+                "{kind:?}: small against reserved: no wait"
+            );
             clock.complete_all();
             let c = p.alloc(WHOLE, &up).unwrap();
             assert_eq!(c.ptr, a.ptr, "{kind:?}: reused once its fence is done");
@@ -459,15 +481,67 @@ mod tests {
         }
     }
 
+    /// Under `OneQueue` (all work on one queue) a freed block is reusable at once by any
+    /// thread, without a fence.
+    #[test]
+    fn one_queue_reuse_is_immediate_for_every_thread() {
+        for kind in KINDS_CACHING {
+            let up = Arc::new(FakeUpstream::new(1 << 30));
+            let (p, clock) = pool(kind, ReuseRule::OneQueue);
+            let p: Arc<dyn Pool> = Arc::from(p);
+            for size in [WHOLE, 4096] {
+                let a = p.alloc(size, &*up).unwrap();
+                p.free(a.ptr, size, &*up).unwrap();
+                let b = p.alloc(size, &*up).unwrap();
+                assert_eq!(b.ptr, a.ptr, "{kind:?}: the same thread at once");
+                p.free(b.ptr, size, &*up).unwrap();
+                let (p2, up2) = (p.clone(), up.clone());
+                let c = std::thread::spawn(move || p2.alloc(size, &*up2).unwrap())
+                    .join()
+                    .unwrap();
+                // (A small block waits in the freeing thread's magazine; the other thread
+                // gets another cached piece, never a fresh segment.)
+                assert!(c.from_cache, "{kind:?}: another thread from the cache");
+                if size == WHOLE {
+                    assert_eq!(c.ptr, a.ptr, "{kind:?}: another thread at once");
+                }
+                p.free(c.ptr, size, &*up).unwrap();
+            }
+            assert_eq!(issued(&clock), 0, "{kind:?}: no fence");
+        }
+    }
+
+    /// A free under `OneQueue` is split and coalesced like any free block: a smaller request
+    /// takes a piece of it.
+    #[test]
+    fn one_queue_frees_are_split_and_coalesced_at_once() {
+        let up = FakeUpstream::unlimited(1 << 40);
+        let (p, _) = pool(PoolKind::Split, ReuseRule::OneQueue);
+        let a = p.alloc(64 * MIB, &up).unwrap();
+        p.free(a.ptr, 64 * MIB, &up).unwrap();
+        let b = p.alloc(24 * MIB, &up).unwrap();
+        let c = p.alloc(24 * MIB, &up).unwrap();
+        assert_eq!((b.ptr, c.ptr), (a.ptr, a.ptr + 24 * MIB), "split at once");
+        p.free(b.ptr, 24 * MIB, &up).unwrap();
+        p.free(c.ptr, 24 * MIB, &up).unwrap();
+        assert_eq!(
+            p.alloc(64 * MIB, &up).unwrap().ptr,
+            a.ptr,
+            "coalesced at once"
+        );
+    }
+
     /// DESIGN.md trap 3: a block freed in order on stream `s` is reusable at once by
-    /// allocations ordered on `s`, by nothing else before its fence.
+    /// allocations ordered on `s`, from inside the core (best fit, split), by nothing else
+    /// before its fence.
     #[test]
     fn stream_ordered_frees_are_reused_on_their_stream_at_once() {
         const S1: StreamKey = 0x1000;
         const S2: StreamKey = 0x2000;
-        for kind in [PoolKind::Split, PoolKind::Binned, PoolKind::Simple] {
-            let up = FakeUpstream::new(1 << 30);
+        for kind in KINDS_CACHING {
+            let up = FakeUpstream::unlimited(1 << 40);
             let (p, clock) = pool(kind, ReuseRule::Fenced);
+            p.alloc(BALLAST, &up).unwrap();
             let a = p.alloc_on(WHOLE, S1, &up).unwrap();
             p.free_on(a.ptr, WHOLE, S1, &up).unwrap();
             let other = p.alloc_on(WHOLE, S2, &up).unwrap();
@@ -483,15 +557,18 @@ mod tests {
             let same = p.alloc_on(WHOLE, S1, &up).unwrap();
             assert_eq!(same.ptr, a.ptr, "{kind:?}: its own stream at once");
             assert!(same.from_cache);
-            // A different size on the same stream does not take it (it is not in the core).
             p.free_on(same.ptr, WHOLE, S1, &up).unwrap();
-            let smaller = p.alloc_on(WHOLE / 2, S1, &up).unwrap();
-            assert_ne!(
-                smaller.ptr, a.ptr,
-                "{kind:?}: pending blocks are matched by size"
-            );
-            // After a fence, any stream gets it.
-            let _ = p.alloc(WHOLE * 2, &up).unwrap(); // a miss seals the pending frees
+            if kind == PoolKind::Split {
+                // From inside the core: a smaller request on the same stream takes a piece.
+                let piece = p.alloc_on(WHOLE / 4, S1, &up).unwrap();
+                assert_eq!(piece.ptr, a.ptr, "split: best fit in the stream's lane");
+                p.free_on(piece.ptr, WHOLE / 4, S1, &up).unwrap();
+                let whole = p.alloc_on(WHOLE, S1, &up).unwrap();
+                assert_eq!(whole.ptr, a.ptr, "split: coalesced again in the lane");
+                p.free_on(whole.ptr, WHOLE, S1, &up).unwrap();
+            }
+            assert_eq!(waited(&clock), 0);
+            // Once its fence is done, any allocation gets it.
             clock.complete_all();
             let later = p.alloc_on(WHOLE, S2, &up).unwrap();
             assert_eq!(
@@ -508,40 +585,80 @@ mod tests {
         }
     }
 
-    /// Under `SameThread` (one queue per thread), a stream-ordered free goes where a plain one
-    /// goes, and the freeing thread takes it back at once.
+    /// Under `OneQueue`, a stream-ordered free is ready for anyone at once.
     #[test]
-    fn stream_ordered_frees_under_same_thread() {
+    fn stream_ordered_frees_under_one_queue() {
         let up = FakeUpstream::new(1 << 30);
-        let (p, _clock) = pool(PoolKind::Split, ReuseRule::SameThread);
+        let (p, _clock) = pool(PoolKind::Split, ReuseRule::OneQueue);
         let a = p.alloc_on(WHOLE, 1, &up).unwrap();
         p.free_on(a.ptr, WHOLE, 1, &up).unwrap();
         assert_eq!(p.alloc(WHOLE, &up).unwrap().ptr, a.ptr);
     }
 
+    /// Fences are sealed by size, by bytes and by count, not only every 64 frees.
     #[test]
-    fn same_thread_reuse_is_immediate_other_threads_wait() {
-        let up = Arc::new(FakeUpstream::new(1 << 30));
-        let (p, clock) = pool(PoolKind::Split, ReuseRule::SameThread);
-        let p: Arc<dyn Pool> = Arc::from(p);
-        let a = p.alloc(WHOLE, &*up).unwrap();
-        p.free(a.ptr, WHOLE, &*up).unwrap();
-        let b = p.alloc(WHOLE, &*up).unwrap();
-        assert_eq!(b.ptr, a.ptr, "the freeing thread takes it back at once");
-        p.free(b.ptr, WHOLE, &*up).unwrap();
-        let on_other_thread = || {
-            let (p, up) = (p.clone(), up.clone());
-            std::thread::spawn(move || p.alloc(WHOLE, &*up).unwrap())
-                .join()
-                .unwrap()
-        };
-        assert_ne!(
-            on_other_thread().ptr,
-            a.ptr,
-            "another thread waits for a fence"
-        );
-        clock.complete_all();
-        assert_eq!(on_other_thread().ptr, a.ptr, "after the fence anyone may");
+    fn large_frees_are_fenced_at_once_small_ones_in_batches() {
+        let up = FakeUpstream::unlimited(1 << 40);
+        let (p, clock) = pool(PoolKind::Split, ReuseRule::Fenced);
+        let big = p.alloc(4 * MIB, &up).unwrap();
+        p.free(big.ptr, 4 * MIB, &up).unwrap();
+        assert_eq!(issued(&clock), 1, "a 4 MiB free is fenced at once");
+        let small: Vec<_> = (0..63).map(|_| p.alloc(4096, &up).unwrap()).collect();
+        for g in &small {
+            p.free(g.ptr, 4096, &up).unwrap();
+        }
+        // (A batch older than 1 ms is sealed too, so a slow machine may have sealed one more.)
+        assert!(issued(&clock) <= 2, "63 small frees wait for a batch");
+        let one = p.alloc(4096, &up).unwrap();
+        p.free(one.ptr, 4096, &up).unwrap();
+        assert!(issued(&clock) >= 2, "the 64th seals the batch");
+        let before = issued(&clock);
+        let mid: Vec<_> = (0..4).map(|_| p.alloc(600 << 10, &up).unwrap()).collect();
+        for g in &mid {
+            p.free(g.ptr, 600 << 10, &up).unwrap();
+        }
+        assert_eq!(issued(&clock), before + 1, "2 MiB of frees seal a batch");
+    }
+
+    /// A CPU far ahead of the GPU: fences complete only when the pool waits for them. Each
+    /// "step" holds 32 x 8 MiB of activations and frees them; with growth bounded by waiting
+    /// for the oldest fence, reserved stays near the live peak. Without the wait (fences
+    /// ignored until they complete by themselves, as before), it grows by every step.
+    #[test]
+    fn growth_is_bounded_while_fences_lag() {
+        for kind in KINDS_CACHING {
+            let up = FakeUpstream::unlimited(1 << 40);
+            let (p, clock) = pool(kind, ReuseRule::Fenced);
+            let live_peak = 32 * 8 * MIB;
+            for _ in 0..20 {
+                let acts: Vec<_> = (0..32).map(|_| p.alloc(8 * MIB, &up).unwrap()).collect();
+                for g in acts.iter().rev() {
+                    p.free(g.ptr, 8 * MIB, &up).unwrap();
+                }
+            }
+            let reserved = up.outstanding().1;
+            assert!(
+                reserved * 100 <= live_peak * 110,
+                "{kind:?}: reserved {reserved} for a live peak of {live_peak}"
+            );
+            assert!(waited(&clock) > 0, "{kind:?}: it waited instead of growing");
+        }
+    }
+
+    /// Under a limit with no room to grow, a miss waits for the fences before it fails.
+    #[test]
+    fn a_miss_at_the_limit_waits_for_fences_before_it_fails() {
+        for kind in KINDS_CACHING {
+            // Held back: 4 of 128 MiB, small against reserved; only the limit makes it wait.
+            let up = FakeUpstream::new(128 * MIB);
+            let (p, clock) = pool(kind, ReuseRule::Fenced);
+            p.alloc(124 * MIB, &up).unwrap();
+            let a = p.alloc(4 * MIB, &up).unwrap();
+            p.free(a.ptr, 4 * MIB, &up).unwrap();
+            let b = p.alloc(4 * MIB, &up).unwrap();
+            assert_eq!(b.ptr, a.ptr, "{kind:?}: served after the wait");
+            assert_eq!(waited(&clock), 1, "{kind:?}");
+        }
     }
 
     #[test]
@@ -580,11 +697,7 @@ mod tests {
     #[test]
     fn random_workloads_never_overlap_and_balance() {
         for kind in KINDS {
-            for rule in [
-                ReuseRule::Immediate,
-                ReuseRule::SameThread,
-                ReuseRule::Fenced,
-            ] {
+            for rule in [ReuseRule::Immediate, ReuseRule::OneQueue, ReuseRule::Fenced] {
                 let up = FakeUpstream::new(512 * MIB);
                 let (p, clock) = pool(kind, rule);
                 let mut live: std::collections::BTreeMap<DevPtr, u64> = Default::default();

@@ -35,7 +35,7 @@ impl Pool for NonePool {
         Ok(())
     }
 
-    fn reclaim(&self, _up: &dyn Upstream) -> u64 {
+    fn trim(&self, _up: &dyn Upstream, _need: u64) -> u64 {
         0
     }
 

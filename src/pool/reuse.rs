@@ -1,27 +1,49 @@
-//! Reuse safety (DESIGN.md trap 3): a freed block goes back into a [`Core`] only when no device
-//! work issued before its free can still touch it.
+//! Reuse safety (DESIGN.md trap 3): a freed block goes back where the next allocation may take
+//! it only when no device work issued before its free can touch it while the new owner's work
+//! runs.
 //!
 //! The driver's own `cuMemFree` waits for the device, and programs rely on it
-//! (`alloc tmp; launch(tmp); free tmp`). A pool must give the same guarantee without the wait:
-//! - in a context that has only one queue per thread (no stream ever created: the legacy
-//!   default stream and per-thread default streams), work issued by one thread is in stream
-//!   order, so the thread that freed a block may take it back at once;
-//! - every other reuse waits for a *fence*: device work issued after the free (events on the
-//!   context's streams) that has completed. Frees are fenced in batches, so one fence serves
-//!   many blocks, and the fast path never waits for the device.
+//! (`alloc tmp; launch(tmp); free tmp`). A pool must give the same guarantee without the wait.
+//! What makes it possible is stream order: work on one *queue* (the legacy stream, a thread's
+//! per-thread default stream, or one stream) runs in the order it was issued. The [`Clock`]
+//! watches which queues of the context receive work and says which rule holds:
 //!
-//! Under memory pressure ([`Pool::reclaim`]) the pool waits for its fences, then gives whole
-//! free segments back.
+//! - [`ReuseRule::OneQueue`]: every piece of device work so far went to one queue. A block
+//!   freed now was last used by work on that queue, and any work that uses it next is issued
+//!   later: on the same queue it runs after the old work; on another queue, that queue's first
+//!   work is made to wait for everything issued before it (the clock does that). So the block
+//!   goes straight back into the core, where any allocation of any thread may take it, split it
+//!   and coalesce it. This is the rule PyTorch's allocator applies per stream, and it is why a
+//!   freed block is reused while the GPU still lags the CPU.
+//! - [`ReuseRule::Fenced`]: several queues are active. Which queue last used a block freed with
+//!   `cuMemFree` is unknown, so it waits for a *fence*: device work issued after the free on
+//!   every active queue, once completed. A stream-ordered free (`cuMemFreeAsync(p, s)`) is
+//!   ordered on `s` by the program, so the block goes into the core at once in `s`'s *lane*:
+//!   allocations ordered on `s` may take it (best fit, split, coalesce with its lane), others
+//!   after the fence ([`Core::promote`]).
+//! - [`ReuseRule::Immediate`]: `CUDAPOOL_REUSE=immediate`, no fences at all.
+//!
+//! A block freed under `OneQueue` stays safe for anyone after the context turns `Fenced`: the
+//! first work of every new queue waits for all work issued before it, the old block's last
+//! use included.
+//!
+//! Fences come in batches, sealed by count, by bytes, at once for a large block, and by age, so
+//! that one fence serves many blocks and none waits long for its fence to be issued. The pool
+//! never waits on the fast path. It waits on a miss, instead of growing, when the memory held
+//! back by fences could serve the request and is large against what the pool reserves (so
+//! that a CPU far ahead of the GPU cannot pile up freed memory without bound), or when the
+//! limit leaves no room to grow. Under memory pressure ([`Pool::trim`]) it waits for every
+//! fence, then gives free segments back.
 
-use super::core::Core;
+use super::core::{Core, Lane, READY};
 use super::{Grant, Pool, StreamKey, Upstream};
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr};
-use crate::striped::thread_number;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// A fence handle from a [`Clock`].
 pub type FenceId = u64;
@@ -29,16 +51,17 @@ pub type FenceId = u64;
 /// When a freed block may be handed out again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReuseRule {
-    /// At once (`CUDAPOOL_REUSE=immediate`).
+    /// At once, always (`CUDAPOOL_REUSE=immediate`).
     Immediate,
-    /// At once to the thread that freed it; to others after a fence.
-    SameThread,
-    /// Only after a fence.
+    /// At once: all device work of the context so far went to one queue (see the module doc).
+    OneQueue,
+    /// After a fence; a stream-ordered free at once for allocations on its stream.
     Fenced,
 }
 
 /// The device-side clock of one context: what reuse safety asks the driver.
 pub trait Clock: Send + Sync {
+    /// The rule now. Cheap: asked on every allocation and free.
     fn rule(&self) -> ReuseRule;
     /// A fence after all device work issued so far that may touch memory freed so far; `None`
     /// when none can be issued now (a graph capture is under way): blocks then stay pending.
@@ -49,6 +72,9 @@ pub trait Clock: Send + Sync {
     fn wait(&self, f: FenceId);
     /// `f` will not be asked about again.
     fn retire(&self, f: FenceId);
+    /// The pool is on a slow path: a chance for the clock's own housekeeping (retiring queues
+    /// that went idle). Never waits for the device.
+    fn tick(&self) {}
 }
 
 /// A clock for `immediate` reuse: never fences.
@@ -68,8 +94,16 @@ impl Clock for ImmediateClock {
     fn retire(&self, _f: FenceId) {}
 }
 
-/// Seal the pending frees once this many are waiting, so none waits for ever.
-const MAX_PENDING: usize = 64;
+/// Seal the pending frees once this many are waiting.
+const SEAL_COUNT: usize = 64;
+/// ... or once they hold this many bytes, or hold a block this large: a large free gets its
+/// fence at once, so it can come back as soon as the GPU has passed it.
+const SEAL_BYTES: u64 = 2 << 20;
+/// ... or once the oldest has waited this long.
+const SEAL_AGE: Duration = Duration::from_millis(1);
+/// On a miss, wait for the oldest fence rather than grow while the memory held back by fences
+/// is at least 1/`WAIT_SHARE` of what the pool reserves (and could serve the request).
+const WAIT_SHARE: u64 = 16;
 /// Blocks a thread keeps for itself before the oldest half goes to the shared state.
 const MAGAZINE: usize = 32;
 /// Requests larger than this skip the magazines, and a magazine's total stays under
@@ -79,9 +113,10 @@ const MAGAZINE: usize = 32;
 const MAGAZINE_BLOCK: u64 = 1 << 20;
 const MAGAZINE_BYTES: u64 = 256 << 20;
 
-/// One thread's freed blocks in one pool, reusable by that thread at once when the rule allows
-/// (`SameThread`, `Immediate`). Only its thread pushes and pops; others lock it only to drain it
-/// (reclaim, teardown, a dead thread's leftovers), so its lock is uncontended on the fast path.
+/// One thread's freed blocks in one pool, reusable by that thread at once while the rule is
+/// not `Fenced`. Only its thread pushes and pops; others lock it only to drain it (a miss,
+/// reclaim, teardown, a dead thread's leftovers), so its lock is uncontended on the fast path.
+/// Every block in it was freed under `OneQueue` or `Immediate`: it is ready for anyone.
 #[derive(Default)]
 struct Magazine {
     /// (block, the request it served), oldest first
@@ -101,32 +136,39 @@ fn lock_magazine(m: &Mutex<Magazine>) -> MutexGuard<'_, Magazine> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-struct Pending {
+/// A freed block waiting for a fence: `lane` is [`READY`] for an unordered free (the block is
+/// outside the core until the fence is done) or the stream of a stream-ordered free (the block
+/// is in the core, in that lane, and becomes ready when the fence is done).
+#[derive(Clone, Copy)]
+struct Waiting {
     ptr: DevPtr,
-    /// The request it was handed out for (a same-thread or same-stream reuse must match it
-    /// exactly).
-    size: u64,
-    thread: u64,
-    /// The stream of a stream-ordered free (`cuMemFreeAsync`): later work on that stream runs
-    /// after the free, so allocations on it may take the block at once.
-    stream: Option<StreamKey>,
+    lane: Lane,
 }
 
 struct Sealed {
     fence: FenceId,
-    blocks: Vec<Pending>,
+    /// The epoch its blocks were freed in.
+    epoch: u64,
+    blocks: Vec<Waiting>,
 }
 
-/// Invariants: a freed block is in exactly one of a thread's magazine (reusable by that thread
-/// under `SameThread`/`Immediate`), `core` (free and safe to reuse by anyone), `pending` (freed,
-/// no fence issued after its free yet) or `sealed` (freed, fence issued, not known to be done);
-/// a block in use is in none of them. `sealed` is oldest first. `held_back` is the size of the
-/// blocks in `pending` and `sealed`.
+/// Invariants: a freed block is in exactly one of: a thread's magazine; the core's free lists
+/// (ready, or in a stream's lane); `pending` or `sealed` with lane [`READY`] (outside the core).
+/// A lane block of the core is also listed, with its lane, in `pending` (epoch `epoch`) or in
+/// the `sealed` batch of its epoch, until that batch is collected. A block in use is in none of
+/// them. `sealed` is oldest first, its epochs increase, and `done` is the epoch of the newest
+/// batch collected. `held_back` is the size of the [`READY`]-lane blocks of `pending` and
+/// `sealed`; `pending_bytes` the size of all of `pending`, which has waited since
+/// `pending_since`.
 struct State {
     core: Box<dyn Core>,
-    pending: Vec<Pending>,
+    pending: Vec<Waiting>,
+    pending_bytes: u64,
+    pending_since: Option<Instant>,
     sealed: VecDeque<Sealed>,
-    /// Bytes in `pending` and `sealed` (by the requests they served).
+    /// The epoch of the frees in `pending`.
+    epoch: u64,
+    done: u64,
     held_back: u64,
 }
 
@@ -138,8 +180,6 @@ pub struct CachingPool {
     state: Mutex<State>,
     /// Every thread's magazine in this pool (the threads hold them too).
     magazines: Mutex<Vec<SharedMagazine>>,
-    /// Set once the magazines were drained after the rule became `Fenced`.
-    fenced_drained: std::sync::atomic::AtomicBool,
 }
 
 impl CachingPool {
@@ -148,12 +188,15 @@ impl CachingPool {
         CachingPool {
             id: IDS.fetch_add(1, Ordering::Relaxed),
             magazines: Mutex::new(Vec::new()),
-            fenced_drained: false.into(),
             clock,
             state: Mutex::new(State {
                 core,
                 pending: Vec::new(),
+                pending_bytes: 0,
+                pending_since: None,
                 sealed: VecDeque::new(),
+                epoch: 1,
+                done: 0,
                 held_back: 0,
             }),
         }
@@ -188,56 +231,45 @@ impl CachingPool {
             .ok()
     }
 
-    /// Moves magazine blocks into the shared state: every thread's (`all`), or only those of
-    /// threads that have exited. Under `Immediate` they go to the core, else to `pending`.
+    /// Moves magazine blocks into the core (they are ready): every thread's (`all`), or only
+    /// those of threads that have exited.
     fn drain_magazines(&self, st: &mut State, all: bool) {
         let mut mags = self.magazines.lock().unwrap_or_else(|e| e.into_inner());
-        let immediate = self.clock.rule() == ReuseRule::Immediate;
         mags.retain(|m| {
             let dead = Arc::strong_count(m) == 1;
             if all || dead {
                 let mut g = lock_magazine(m);
                 g.requested = 0;
-                for (ptr, size) in g.blocks.drain(..) {
-                    if immediate {
-                        st.core.put(ptr);
-                    } else {
-                        st.held_back += st.core.block_size(ptr);
-                        st.pending.push(Pending {
-                            ptr,
-                            size,
-                            thread: 0,
-                            stream: None,
-                        });
-                    }
+                for (ptr, _) in g.blocks.drain(..) {
+                    st.core.put(ptr, READY, 0);
                 }
             }
             !dead
         });
     }
 
-    /// A freed block enters the shared state: the core at once under `Immediate`, else the
-    /// pending list (fenced in a batch later), tagged with the stream of a stream-ordered free.
-    fn give_back(
-        &self,
-        st: &mut State,
-        ptr: DevPtr,
-        size: u64,
-        rule: ReuseRule,
-        stream: Option<StreamKey>,
-    ) {
-        if rule == ReuseRule::Immediate {
-            st.core.put(ptr);
+    /// A freed block enters the shared state under `rule`: the core at once, or (`Fenced`) the
+    /// pending batch, and the core's lane of the stream of a stream-ordered free.
+    fn give_back(&self, st: &mut State, ptr: DevPtr, rule: ReuseRule, on: Option<StreamKey>) {
+        if rule != ReuseRule::Fenced {
+            st.core.put(ptr, READY, 0);
             return;
         }
-        st.held_back += st.core.block_size(ptr);
-        st.pending.push(Pending {
-            ptr,
-            size,
-            thread: thread_number(),
-            stream,
-        });
-        if st.pending.len() >= MAX_PENDING {
+        let bytes = st.core.block_size(ptr);
+        let lane = on.unwrap_or(READY);
+        if lane == READY {
+            st.held_back += bytes;
+        } else {
+            st.core.put(ptr, lane, st.epoch);
+        }
+        st.pending.push(Waiting { ptr, lane });
+        st.pending_bytes += bytes;
+        let now = Instant::now();
+        let since = *st.pending_since.get_or_insert(now);
+        if st.pending.len() >= SEAL_COUNT
+            || st.pending_bytes >= SEAL_BYTES
+            || now.duration_since(since) >= SEAL_AGE
+        {
             self.seal(st);
         }
     }
@@ -248,26 +280,70 @@ impl CachingPool {
             return;
         }
         if let Some(fence) = self.clock.issue() {
-            let blocks = st.pending.drain(..).collect();
-            st.sealed.push_back(Sealed { fence, blocks });
+            let blocks = std::mem::take(&mut st.pending);
+            st.sealed.push_back(Sealed {
+                fence,
+                epoch: st.epoch,
+                blocks,
+            });
+            st.epoch += 1;
+            st.pending_bytes = 0;
+            st.pending_since = None;
         }
     }
 
-    /// Moves the batches whose fence is done into the core, oldest first.
+    /// Seals the pending frees that have waited long enough (they are sealed on frees too; this
+    /// covers a program that stops freeing).
+    fn seal_if_old(&self, st: &mut State) {
+        if st
+            .pending_since
+            .is_some_and(|since| since.elapsed() >= SEAL_AGE)
+        {
+            self.seal(st);
+        }
+    }
+
+    /// Moves the batches whose fence is done into the core, oldest first; with `wait`, waits
+    /// for the oldest one first (and takes the others that are done by then).
     fn collect(&self, st: &mut State, wait: bool) {
+        let mut wait = wait;
         while let Some(front) = st.sealed.front() {
             if wait {
                 self.clock.wait(front.fence);
+                wait = false;
             } else if !self.clock.is_done(front.fence) {
                 break;
             }
             let batch = st.sealed.pop_front().expect("front exists");
             self.clock.retire(batch.fence);
-            for Pending { ptr: p, .. } in batch.blocks {
-                st.held_back -= st.core.block_size(p);
-                st.core.put(p);
+            st.done = batch.epoch;
+            for w in batch.blocks {
+                if w.lane == READY {
+                    st.held_back -= st.core.block_size(w.ptr);
+                    st.core.put(w.ptr, READY, 0);
+                } else {
+                    st.core.promote(w.ptr, w.lane, st.done);
+                }
             }
         }
+    }
+
+    /// Waits for every fence and collects everything (the pending frees are sealed first).
+    fn collect_all(&self, st: &mut State) {
+        self.seal(st);
+        while !st.sealed.is_empty() {
+            self.collect(st, true);
+        }
+    }
+
+    /// Whether a miss should wait for the oldest fence instead of growing: the memory held back
+    /// could serve the request, and either it is large against what the pool reserves or the
+    /// limit leaves no room to grow.
+    fn should_wait(st: &State, size: u64, up: &dyn Upstream) -> bool {
+        if st.sealed.is_empty() || st.held_back < size {
+            return false;
+        }
+        st.held_back * WAIT_SHARE >= st.core.reserved() || up.headroom() < size
     }
 
     /// `alloc`, and `alloc_on` when `on` names the stream of a stream-ordered allocation.
@@ -285,7 +361,7 @@ impl CachingPool {
         };
         let rule = self.clock.rule();
         // Fast path: this thread's own freed blocks, without the pool's lock.
-        if rule != ReuseRule::Fenced {
+        if rule != ReuseRule::Fenced && size <= MAGAZINE_BLOCK {
             let mine = self.with_magazine(|m| {
                 let i = m.blocks.iter().rposition(|b| b.1 == size)?;
                 m.requested -= size;
@@ -295,58 +371,26 @@ impl CachingPool {
                 return hit(ptr);
             }
         }
+        // Under `Fenced`, a stream-ordered allocation may take its stream's lane.
+        let lane = on.filter(|_| rule == ReuseRule::Fenced).unwrap_or(READY);
         let mut st = self.lock();
-        if rule == ReuseRule::Fenced && !self.fenced_drained.swap(true, Ordering::AcqRel) {
-            // Blocks kept while no stream existed must now be fenced like any other; under
-            // this rule no block enters a magazine again, so once is enough.
-            self.drain_magazines(&mut st, true);
-        }
-        // A block freed by this thread (while it is the only queue it uses), or freed in order
-        // on the stream this allocation is ordered on, is safe to take before its fence.
-        if rule == ReuseRule::SameThread || on.is_some() {
-            let me = thread_number();
-            let same_thread = rule == ReuseRule::SameThread;
-            let fits = |p: &Pending| {
-                p.size == size
-                    && ((same_thread && p.thread == me) || (on.is_some() && p.stream == on))
-            };
-            if let Some(i) = st.pending.iter().rposition(fits) {
-                let p = st.pending.swap_remove(i);
-                st.held_back -= st.core.block_size(p.ptr);
-                return hit(p.ptr);
-            }
-            if on.is_some() {
-                // Already fenced, fence not done: still safe on its own stream.
-                let found = st.sealed.iter_mut().rev().find_map(|b| {
-                    let i = b
-                        .blocks
-                        .iter()
-                        .rposition(|p| p.stream == on && p.size == size)?;
-                    Some(b.blocks.swap_remove(i).ptr)
-                });
-                if let Some(ptr) = found {
-                    st.held_back -= st.core.block_size(ptr);
-                    return hit(ptr);
-                }
-            }
-        }
-        if let Some(p) = st.core.take(size, up.headroom()) {
+        if let Some(p) = st.core.take(size, lane, up.headroom()) {
             return hit(p);
         }
+        // A miss is about to cost a driver call: first whatever became reusable.
         self.collect(&mut st, false);
-        if let Some(p) = st.core.take(size, up.headroom()) {
+        self.drain_magazines(&mut st, true);
+        if let Some(p) = st.core.take(size, lane, up.headroom()) {
             return hit(p);
         }
-        // A miss is about to cost a driver call: first share what the threads keep in their
-        // magazines (at once under `Immediate`, after a fence otherwise), so no thread grows
-        // the pool while another sits on free blocks.
-        self.drain_magazines(&mut st, true);
-        if rule == ReuseRule::Immediate {
-            if let Some(p) = st.core.take(size, up.headroom()) {
+        self.clock.tick();
+        self.seal(&mut st);
+        while Self::should_wait(&st, size, up) {
+            self.collect(&mut st, true);
+            if let Some(p) = st.core.take(size, lane, up.headroom()) {
                 return hit(p);
             }
         }
-        self.seal(&mut st);
         st.core.grow(size, up).map(|ptr| Grant {
             ptr,
             from_cache: false,
@@ -380,8 +424,8 @@ impl CachingPool {
                 Some(spill) if spill.is_empty() => return Ok(()),
                 Some(spill) => {
                     let mut st = self.lock();
-                    for (p, s) in spill {
-                        self.give_back(&mut st, p, s, rule, None);
+                    for (p, _) in spill {
+                        st.core.put(p, READY, 0);
                     }
                     return Ok(());
                 }
@@ -389,11 +433,14 @@ impl CachingPool {
             }
         }
         let mut st = self.lock();
-        self.give_back(&mut st, ptr, size, rule, on);
+        self.give_back(&mut st, ptr, rule, on);
         if up.over_soft_limit() {
             // Above the soft limit: whatever is safe to give back goes back now.
+            self.seal(&mut st);
             self.collect(&mut st, false);
-            st.core.release_free_segments(up);
+            st.core.release_free_segments(up, u64::MAX);
+        } else if rule == ReuseRule::Fenced {
+            self.seal_if_old(&mut st);
         }
         Ok(())
     }
@@ -426,12 +473,11 @@ impl Pool for CachingPool {
         self.free_ordered(ptr, size, Some(on), up)
     }
 
-    fn reclaim(&self, up: &dyn Upstream) -> u64 {
+    fn trim(&self, up: &dyn Upstream, need: u64) -> u64 {
         let mut st = self.lock();
         self.drain_magazines(&mut st, true);
-        self.seal(&mut st);
-        self.collect(&mut st, true);
-        st.core.release_free_segments(up)
+        self.collect_all(&mut st);
+        st.core.release_free_segments(up, need)
     }
 
     fn cached_bytes(&self) -> u64 {
@@ -461,12 +507,9 @@ impl Pool for CachingPool {
         let mut waiting: std::collections::HashSet<DevPtr> = st
             .pending
             .iter()
-            .map(|p| p.ptr)
-            .chain(
-                st.sealed
-                    .iter()
-                    .flat_map(|b| b.blocks.iter().map(|p| p.ptr)),
-            )
+            .chain(st.sealed.iter().flat_map(|b| b.blocks.iter()))
+            .filter(|w| w.lane == READY)
+            .map(|w| w.ptr)
             .collect();
         for m in self
             .magazines
@@ -498,6 +541,8 @@ impl Pool for CachingPool {
             g.requested = 0;
         }
         st.pending.clear();
+        st.pending_bytes = 0;
+        st.pending_since = None;
         st.sealed.clear();
         st.held_back = 0;
         st.core.forget()

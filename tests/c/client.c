@@ -15,47 +15,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda_min.h"
+#include "client.h"
 
-struct api {
-  CUresult (*Init)(unsigned);
-  CUresult (*DeviceGet)(CUdevice *, int);
-  CUresult (*PrimaryCtxRetain)(CUcontext *, CUdevice);
-  CUresult (*PrimaryCtxRelease)(CUdevice);
-  CUresult (*PrimaryCtxReset)(CUdevice);
-  CUresult (*CtxCreate)(CUcontext *, unsigned, CUdevice);
-  CUresult (*CtxDestroy)(CUcontext);
-  CUresult (*CtxSetCurrent)(CUcontext);
-  CUresult (*MemAlloc)(CUdeviceptr *, size_t);
-  CUresult (*MemFree)(CUdeviceptr);
-  CUresult (*MemAllocPitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
-  CUresult (*MemGetInfo)(size_t *, size_t *);
-  CUresult (*MemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
-  CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
-  CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
-  CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
-  CUresult (*MemAlloc1)(unsigned *, unsigned);
-  CUresult (*MemFree1)(unsigned);
-  CUresult (*StreamCreate)(void **, unsigned);
-  CUresult (*StreamDestroy)(void *);
-  CUresult (*BeginCapture)(void *, int);
-  CUresult (*EndCapture)(void *, void **);
-};
-
-static struct api cu;
-static void *driver;
+struct api cu;
+void *driver;
 static const char *mode;
-static CUdevice dev;
-static CUcontext primary;
-
-#define CHECK(call)                                                              \
-  do {                                                                           \
-    CUresult r_ = (call);                                                        \
-    if (r_ != CUDA_SUCCESS) {                                                    \
-      fprintf(stderr, "client: %s failed: %d (line %d)\n", #call, r_, __LINE__); \
-      exit(3);                                                                   \
-    }                                                                            \
-  } while (0)
+CUdevice dev;
+CUcontext primary;
 
 static void *must(void *p, const char *name) {
   if (!p) {
@@ -85,7 +51,8 @@ static void load(void) {
                       cuDevicePrimaryCtxReset, cuCtxCreate, cuCtxDestroy, cuCtxSetCurrent,
                       cuMemAlloc, cuMemFree, cuMemAllocPitch, cuMemGetInfo, cuMemGetAddressRange,
                       cuMemsetD8, cuMemcpyHtoD, cuMemcpyDtoH, cuMemAlloc_v1, cuMemFree_v1,
-                      cuStreamCreate, cuStreamDestroy, cuStreamBeginCapture, cuStreamEndCapture};
+                      cuStreamCreate, cuStreamDestroy, cuStreamBeginCapture, cuStreamEndCapture,
+                      cuLaunchKernel};
     return;
 #else
     fprintf(stderr, "client: built without -DLINKED\n");
@@ -117,6 +84,7 @@ static void load(void) {
     cu.StreamDestroy = dlsym(driver, "cuStreamDestroy_v2");
     cu.BeginCapture = dlsym(driver, "cuStreamBeginCapture_v2");
     cu.EndCapture = dlsym(driver, "cuStreamEndCapture");
+    cu.LaunchKernel = dlsym(driver, "cuLaunchKernel");
     return;
   }
   if (!strncmp(mode, "gpa", 3)) {
@@ -157,6 +125,7 @@ static void load(void) {
     cu.StreamDestroy = by_gpa("cuStreamDestroy", 4000);
     cu.BeginCapture = by_gpa("cuStreamBeginCapture", 10010);
     cu.EndCapture = by_gpa("cuStreamEndCapture", 10000);
+    cu.LaunchKernel = by_gpa("cuLaunchKernel", 12000);
     // A name the driver lacks: NOT_FOUND with status 1, unchanged by any shim.
     void *none = (void *)1;
     int status = -1;
@@ -185,7 +154,7 @@ struct stats {
   uint64_t hard_limit, soft_limit;
 };
 
-static void print_stats(const char *tag) {
+void print_stats(const char *tag) {
   int (*get)(int, struct stats *) = dlsym(RTLD_DEFAULT, "cudapool_get_stats");
   if (!get) {
     printf("%s shim=absent\n", tag);
@@ -205,7 +174,7 @@ static void print_stats(const char *tag) {
          (unsigned long long)s.cached, (unsigned long long)s.cache_hits);
 }
 
-static long fake_calls(const char *name) {
+long fake_calls(const char *name) {
   long (*f)(const char *) = dlsym(driver ? driver : RTLD_DEFAULT, "fakecu_calls");
   return f ? f(name) : -1;
 }
@@ -213,6 +182,10 @@ static long fake_calls(const char *name) {
 static size_t fake_peak(int d) {
   size_t (*f)(int) = dlsym(driver ? driver : RTLD_DEFAULT, "fakecu_peak");
   return f ? f(d) : 0;
+}
+
+void *fake_fn(const char *name) {
+  return must(dlsym(driver ? driver : RTLD_DEFAULT, name), name);
 }
 
 // ---- scenarios --------------------------------------------------------------------------
@@ -427,137 +400,6 @@ static int legacy(void) {
   return 0;
 }
 
-static void *fake_fn(const char *name);
-#define MB20 ((size_t)20 << 20)
-static int ptds(void) {
-  CUdeviceptr p;
-  CHECK(cu.MemAlloc(&p, 4096));
-  CHECK(cu.MemsetD8(p, 7, 4096));
-  CHECK(cu.MemFree(p));
-  printf("memset=%ld memset_ptds=%ld\n", fake_calls("cuMemsetD8_v2"),
-         fake_calls("cuMemsetD8_v2_ptds"));
-  // After work on a per-thread default stream, even the freeing thread must wait for a fence
-  // (another thread's per-thread stream would not wait for that work).
-  long (*hold)(void *) = (long (*)(void *))fake_fn("fakecu_hold");
-  CUdeviceptr a, b;
-  CHECK(cu.MemAlloc(&a, MB20));
-  long h = hold((void *)2);
-  CHECK(cu.MemFree(a));
-  CHECK(cu.MemAlloc(&b, MB20));
-  printf("same_thread_reuse_after_ptds=%d\n", b == a);
-  (void)h;
-  return 0;
-}
-
-// ---- reuse safety (needs the fake driver's simulated device work) ------------------------
-static void *fake_fn(const char *name) {
-  return must(dlsym(driver ? driver : RTLD_DEFAULT, name), name);
-}
-#define LEGACY ((void *)1)
-
-struct other {
-  CUdeviceptr got;
-  size_t size;
-};
-static void *alloc_on_other_thread(void *arg) {
-  struct other *o = arg;
-  CHECK(cu.CtxSetCurrent(primary));
-  CHECK(cu.MemAlloc(&o->got, o->size));
-  return NULL;
-}
-static CUdeviceptr other_thread_alloc(size_t size) {
-  struct other o = {0, size};
-  pthread_t t;
-  pthread_create(&t, NULL, alloc_on_other_thread, &o);
-  pthread_join(t, NULL);
-  return o.got;
-}
-
-static int reuse(void) {
-  long (*hold)(void *) = (long (*)(void *))fake_fn("fakecu_hold");
-  void (*finish)(long) = (void (*)(long))fake_fn("fakecu_finish");
-  long (*violations)(void) = (long (*)(void))fake_fn("fakecu_capture_violations");
-  CUdeviceptr a, b, c, d, e, f;
-  // 1. No stream created: one queue per thread.
-  CHECK(cu.MemAlloc(&a, MB20));
-  long h = hold(LEGACY); // a kernel on the legacy stream still reads a
-  CHECK(cu.MemFree(a));
-  CHECK(cu.MemAlloc(&b, MB20));
-  printf("same_thread_immediate=%d\n", b == a); // stream order keeps it safe
-  CHECK(cu.MemFree(b));
-  c = other_thread_alloc(MB20);
-  printf("other_thread_waits=%d\n", c != a);
-  CHECK(cu.MemFree(c));
-  // A stream created now must not overlap the kernel that may still read a reused block.
-  int (*waits_for)(void *, long) = (int (*)(void *, long))fake_fn("fakecu_stream_waits_for");
-  void *late;
-  CHECK(cu.StreamCreate(&late, 1));
-  printf("late_stream_waits=%d\n", waits_for(late, h));
-  CHECK(cu.StreamDestroy(late));
-  finish(h);
-  // 2. A non-blocking stream exists: every reuse waits for a fence.
-  void *s;
-  CHECK(cu.StreamCreate(&s, 1));
-  CHECK(cu.MemAlloc(&d, MB20));
-  long h2 = hold(s);
-  CHECK(cu.MemFree(d));
-  CHECK(cu.MemAlloc(&e, MB20));
-  printf("fenced_while_busy=%d\n", e == d);
-  CHECK(cu.MemFree(e));
-  finish(h2);
-  CHECK(cu.MemAlloc(&f, MB20));
-  printf("reused_after_fence=%d\n", f == d || f == c || f == a);
-  CHECK(cu.MemFree(f));
-  // 3. A stream destroyed while its work still runs: that work is still fenced.
-  void *s3;
-  CHECK(cu.StreamCreate(&s3, 1));
-  CUdeviceptr x, y, z;
-  CHECK(cu.MemAlloc(&x, 2 * MB20));
-  long h3 = hold(s3);
-  CHECK(cu.MemFree(x));
-  CHECK(cu.StreamDestroy(s3));
-  CHECK(cu.MemAlloc(&y, 2 * MB20));
-  printf("destroyed_stream_fenced=%d\n", y != x);
-  finish(h3);
-  CHECK(cu.MemFree(y));
-  CHECK(cu.MemAlloc(&z, 2 * MB20));
-  printf("reused_after_destroyed_stream=%d\n", z == x || z == y);
-  CHECK(cu.MemFree(z));
-  // 4. No fence while a graph is being captured (an event on the legacy stream would ruin it).
-  long before = fake_calls("cuEventRecord");
-  CHECK(cu.BeginCapture(s, 0));
-  CUdeviceptr g[4];
-  for (int i = 0; i < 4; i++) CHECK(cu.MemAlloc(&g[i], 3 * MB20));
-  for (int i = 0; i < 4; i++) CHECK(cu.MemFree(g[i]));
-  for (int i = 0; i < 4; i++) CHECK(cu.MemAlloc(&g[i], 3 * MB20));
-  for (int i = 0; i < 4; i++) CHECK(cu.MemFree(g[i]));
-  void *graph;
-  CHECK(cu.EndCapture(s, &graph));
-  printf("records_during_capture=%ld capture_violations=%ld\n",
-         fake_calls("cuEventRecord") - before, violations());
-  CHECK(cu.StreamDestroy(s));
-  print_stats("reuse_end");
-  return 0;
-}
-
-// Under a limit, a freed block whose fence is not done yet: the shim waits for it, gives the
-// memory back and serves the request instead of failing.
-static int pressure(void) {
-  long (*hold)(void *) = (long (*)(void *))fake_fn("fakecu_hold");
-  int (*running)(long) = (int (*)(long))fake_fn("fakecu_running");
-  void *s;
-  CHECK(cu.StreamCreate(&s, 1));
-  CUdeviceptr a, b;
-  CHECK(cu.MemAlloc(&a, 2 * MB20));
-  long h = hold(s);
-  CHECK(cu.MemFree(a));
-  CUresult r = cu.MemAlloc(&b, 2 * MB20);
-  printf("pressure=%d waited=%d\n", r, !running(h));
-  if (r == CUDA_SUCCESS) CHECK(cu.MemFree(b));
-  print_stats("pressure_end");
-  return 0;
-}
-
 // Alloc+free pairs through whatever is preloaded: ns per pair on each thread, and the total.
 struct pairs_arg {
   size_t size;
@@ -684,13 +526,12 @@ int main(int argc, char **argv) {
   if (!strcmp(scenario, "pitch")) return pitch();
   if (!strcmp(scenario, "range")) return range();
   if (!strcmp(scenario, "legacy")) return legacy();
-  if (!strcmp(scenario, "ptds")) return ptds();
   if (!strcmp(scenario, "sample")) return sample();
-  if (!strcmp(scenario, "reuse")) return reuse();
-  if (!strcmp(scenario, "pressure")) return pressure();
   if (!strcmp(scenario, "pairs")) return pairs(argc - 3, argv + 3);
   if (!strcmp(scenario, "leak")) return leak(argc - 3, argv + 3);
   if (!strcmp(scenario, "hold")) return hold_memory(argc - 3, argv + 3);
+  int r = reuse_scenario(scenario, argc - 3, argv + 3);
+  if (r >= 0) return r;
   fprintf(stderr, "client: unknown scenario %s\n", scenario);
   return 2;
 }

@@ -63,6 +63,10 @@ static struct fake_ctx *primary[MAX_DEV];
 static int primary_refs[MAX_DEV];
 static struct alloc *allocs;
 static __thread struct fake_ctx *current;
+// Modelled device time, in ns (see "streams, events, modelled device work" below).
+typedef unsigned long long ns_t;
+static ns_t dev_now; // device time that has passed
+static ns_t max2(ns_t a, ns_t b) { return a > b ? a : b; }
 
 // Calls are counted per name literal, lock-free (the pointer of the literal is the key), so the
 // fake costs little in benchmarks of the shim in front of it.
@@ -319,8 +323,13 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
   return do_alloc(dptr, size, 0);
 }
 
+static ns_t all_end(void);
 CUresult cuMemFree_v2(CUdeviceptr ptr) {
   count("cuMemFree_v2");
+  // The real cuMemFree waits for the device.
+  pthread_mutex_lock(&mu);
+  dev_now = max2(dev_now, all_end());
+  pthread_mutex_unlock(&mu);
   return do_free(ptr);
 }
 
@@ -418,40 +427,36 @@ CUresult cuMemGetAddressRange(unsigned *base, unsigned *size, unsigned ptr) {
   return r;
 }
 
-// Host-side memset, with a per-thread-default-stream variant the way the real driver has one.
-CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
-  count("cuMemsetD8_v2");
-  memset((void *)(uintptr_t)p, v, n);
-  return CUDA_SUCCESS;
-}
-CUresult cuMemsetD8_v2_ptds(CUdeviceptr p, unsigned char v, size_t n) {
-  count("cuMemsetD8_v2_ptds");
-  memset((void *)(uintptr_t)p, v, n);
-  return CUDA_SUCCESS;
-}
-
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
-  count("cuMemcpyHtoD_v2");
-  memcpy((void *)(uintptr_t)dst, src, n);
-  return CUDA_SUCCESS;
-}
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
-  count("cuMemcpyDtoH_v2");
-  memcpy(dst, (void *)(uintptr_t)src, n);
-  return CUDA_SUCCESS;
-}
-
-// ---- streams, events, simulated device work, graph capture -------------------------------
+// ---- streams, events, modelled device work, graph capture --------------------------------
 // CUstream: NULL or 0x1 = legacy, 0x2 = per-thread default, else &streams[i].
-// A "hold" is device work still running on a stream (a kernel); tests finish it. An event
-// waits for the holds its stream must wait for: a non-blocking stream only its own; the legacy
-// stream, the per-thread default and blocking streams every hold of those (they synchronize).
+//
+// A GPU that lags the CPU. Device time (ns) is modelled: every work submission costs the CPU
+// FAKECU_HOST_NS of it (default 1000), so device time passes as the program issues work; a
+// kernel takes its grid's x dimension in microseconds. Work starts when its stream is free, after
+// what the stream waits for (cuStreamWaitEvent), and with the driver's rules for the legacy
+// stream: legacy work waits for all earlier work of blocking and per-thread streams, and those
+// wait for earlier legacy work. Non-blocking streams wait for nothing but their own. An event
+// completes when the work recorded before it has; synchronizing calls (cuEventSynchronize,
+// cuStreamSynchronize, cuCtxSynchronize, cuMemFree, synchronous copies to the host) move device
+// time forward to what they wait for. Nothing else does: while the program only issues work,
+// the GPU stays behind.
+//
+// A race detector: every piece of work that touches device memory (a FAKECU_TOUCH kernel, a
+// memset, a copy) is remembered with its device-time interval and address range; new work on
+// an overlapping range that starts before earlier work has ended ran concurrently with it:
+// fakecu_races() counts those. A pool that hands out a block while earlier work on another
+// queue still uses it makes them.
+//
+// A "hold" is work that runs until the test finishes it (FAKECU_HOLD kernels, fakecu_hold()):
+// events and stream queries wait for the holds their stream must wait for.
 #define CUDA_ERROR_NOT_READY 600
 #define CUDA_ERROR_STREAM_CAPTURE_IMPLICIT 906
 #define MAX_STREAMS 256
 #define MAX_HOLDS 1024
 #define MAX_EVENTS 1024
 #define EVENT_HOLDS 64
+#define FAKECU_HOLD ((void *)0x401)
+#define FAKECU_TOUCH ((void *)0x402)
 
 struct fake_stream {
   int live;
@@ -460,6 +465,8 @@ struct fake_stream {
   int capturing;
   int nwaits;
   int waits[EVENT_HOLDS]; // holds this stream's later work waits for (cuStreamWaitEvent)
+  ns_t busy;              // when its last work ends
+  ns_t wait_until;        // its next work starts no earlier (cuStreamWaitEvent)
 };
 struct fake_hold {
   int live;
@@ -470,16 +477,155 @@ struct fake_event {
   int live;
   int n;
   int holds[EVENT_HOLDS];
+  ns_t at; // complete at this device time
 };
 static struct fake_stream streams[MAX_STREAMS];
 static struct fake_hold holds[MAX_HOLDS];
 static struct fake_event events[MAX_EVENTS];
 static int capturing_now;
 static long capture_violations;
+static long last_hold = -1;
+
+static ns_t host_ns = 1000; // FAKECU_HOST_NS
+static ns_t legacy_busy, legacy_wait;
+static ns_t blocking_busy; // the end of all work of the legacy, blocking and per-thread streams
+static __thread ns_t ptsz_busy, ptsz_wait;
+static long races, works;
+#define WORKS 4096
+static struct {
+  ns_t start, end;
+  unsigned long long lo, hi;
+} recent[WORKS];
+
+static int is_legacy(void *s, int ptsz) { return (uintptr_t)s == 1 || (!s && !ptsz); }
+static int is_ptsz(void *s, int ptsz) { return (uintptr_t)s == 2 || (!s && ptsz); }
 
 static int is_nonblocking(void *s) {
   if ((uintptr_t)s <= 2) return 0;
   return (((struct fake_stream *)s)->flags & 1) != 0;
+}
+
+// When the work issued so far on stream s has ended (mu held).
+static ns_t stream_end(void *s, int ptsz) {
+  if (is_legacy(s, ptsz)) return blocking_busy;
+  if (is_ptsz(s, ptsz)) return max2(ptsz_busy, legacy_busy);
+  struct fake_stream *st = s;
+  ns_t t = max2(st->busy, st->wait_until);
+  return is_nonblocking(s) ? t : max2(t, legacy_busy);
+}
+
+// Issues work of `dur` ns on s touching [lo, lo + bytes) (bytes 0: none); returns its end.
+// mu held.
+static ns_t submit(void *s, int ptsz, ns_t dur, unsigned long long lo, size_t bytes) {
+  dev_now += host_ns;
+  ns_t start = dev_now, end;
+  if (is_legacy(s, ptsz)) {
+    start = max2(max2(start, blocking_busy), legacy_wait);
+    end = legacy_busy = start + dur;
+  } else if (is_ptsz(s, ptsz)) {
+    start = max2(max2(start, ptsz_busy), max2(legacy_busy, ptsz_wait));
+    end = ptsz_busy = start + dur;
+  } else {
+    struct fake_stream *st = s;
+    start = max2(max2(start, st->busy), st->wait_until);
+    if (!is_nonblocking(s)) start = max2(start, legacy_busy);
+    end = st->busy = start + dur;
+  }
+  if (!is_nonblocking(s)) blocking_busy = max2(blocking_busy, end);
+  if (bytes) {
+    unsigned long long hi = lo + bytes;
+    long n = works < WORKS ? works : WORKS;
+    for (long i = 0; i < n; i++)
+      if (recent[i].lo < hi && lo < recent[i].hi && recent[i].end > start && recent[i].start < end)
+        races++;
+    recent[works % WORKS].start = start;
+    recent[works % WORKS].end = end;
+    recent[works % WORKS].lo = lo;
+    recent[works % WORKS].hi = hi;
+    works++;
+  }
+  return end;
+}
+
+static ns_t copy_ns(size_t bytes) { return 1000 + bytes / 100; } // ~100 GB/s
+
+static void init_time(void) {
+  static int done;
+  if (done) return;
+  done = 1;
+  const char *h = getenv("FAKECU_HOST_NS");
+  if (h) host_ns = strtoull(h, NULL, 10);
+}
+
+static CUresult work(void *s, int ptsz, ns_t dur, unsigned long long lo, size_t bytes, int sync) {
+  pthread_mutex_lock(&mu);
+  init_time();
+  ns_t end = submit(s, ptsz, dur, lo, bytes);
+  if (sync) dev_now = max2(dev_now, end);
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
+// Memsets and copies do their work on host memory at once; their modelled work is what the
+// race detector and the clock see.
+#define MEMSET(name, T, ptsz, sync)                                                             \
+  CUresult name(CUdeviceptr p, T v, size_t n) {                                               \
+    count(#name);                                                                             \
+    for (size_t i = 0; i < n; i++) ((T *)(uintptr_t)p)[i] = v;                                \
+    return work(NULL, ptsz, copy_ns(n * sizeof(T)), p, n * sizeof(T), sync);                  \
+  }
+#define MEMSET_ASYNC(name, T, ptsz)                                                             \
+  CUresult name(CUdeviceptr p, T v, size_t n, void *s) {                                      \
+    count(#name);                                                                             \
+    for (size_t i = 0; i < n; i++) ((T *)(uintptr_t)p)[i] = v;                                \
+    return work(s, ptsz, copy_ns(n * sizeof(T)), p, n * sizeof(T), 0);                        \
+  }
+MEMSET(cuMemsetD8_v2, unsigned char, 0, 0)
+MEMSET(cuMemsetD8_v2_ptds, unsigned char, 1, 0)
+MEMSET(cuMemsetD32_v2, unsigned, 0, 0)
+MEMSET_ASYNC(cuMemsetD8Async, unsigned char, 0)
+MEMSET_ASYNC(cuMemsetD8Async_ptsz, unsigned char, 1)
+MEMSET_ASYNC(cuMemsetD32Async, unsigned, 0)
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
+  count("cuMemcpyHtoD_v2");
+  memcpy((void *)(uintptr_t)dst, src, n);
+  return work(NULL, 0, copy_ns(n), dst, n, 1);
+}
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
+  count("cuMemcpyDtoH_v2");
+  memcpy(dst, (void *)(uintptr_t)src, n);
+  return work(NULL, 0, copy_ns(n), src, n, 1);
+}
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *s) {
+  count("cuMemcpyDtoDAsync_v2");
+  memmove((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n);
+  return work(s, 0, copy_ns(n), dst, n, 0); // the race detector watches the destination
+}
+
+static CUresult hold_on(void *stream);
+static CUresult launch(void *f, unsigned gx, void *s, void **params, int ptsz) {
+  if (f == FAKECU_HOLD) return hold_on(ptsz && !s ? (void *)2 : s);
+  unsigned long long lo = 0;
+  size_t bytes = 0;
+  if (f == FAKECU_TOUCH && params && params[0] && params[1]) {
+    lo = *(CUdeviceptr *)params[0];
+    bytes = *(size_t *)params[1];
+  }
+  return work(s, ptsz, (ns_t)gx * 1000, lo, bytes, 0);
+}
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned shmem, void *s, void **params, void **extra) {
+  (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)extra;
+  count("cuLaunchKernel");
+  return launch(f, gx, s, params, 0);
+}
+CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                             unsigned by, unsigned bz, unsigned shmem, void *s, void **params,
+                             void **extra) {
+  (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)extra;
+  count("cuLaunchKernel_ptsz");
+  return launch(f, gx, s, params, 1);
 }
 
 static CUresult stream_create(void **ps, unsigned flags) {
@@ -488,7 +634,7 @@ static CUresult stream_create(void **ps, unsigned flags) {
   pthread_mutex_lock(&mu);
   for (int i = 0; i < MAX_STREAMS; i++)
     if (!streams[i].live) {
-      streams[i] = (struct fake_stream){1, flags, current, 0, 0, {0}};
+      streams[i] = (struct fake_stream){1, flags, current, 0, 0, {0}, 0, 0};
       *ps = &streams[i];
       pthread_mutex_unlock(&mu);
       return CUDA_SUCCESS;
@@ -504,7 +650,7 @@ CUresult cuStreamCreateWithPriority(void **ps, unsigned flags, int prio) {
 }
 static CUresult stream_destroy(void *s) {
   if ((uintptr_t)s <= 2 || !((struct fake_stream *)s)->live) return CUDA_ERROR_INVALID_VALUE;
-  ((struct fake_stream *)s)->live = 0; // its holds keep running, as on a real device
+  ((struct fake_stream *)s)->live = 0; // its work keeps running, as on a real device
   return CUDA_SUCCESS;
 }
 CUresult cuStreamDestroy_v2(void *s) { count("cuStreamDestroy_v2"); return stream_destroy(s); }
@@ -554,7 +700,7 @@ CUresult cuEventCreate(void **pe, unsigned flags) {
   pthread_mutex_lock(&mu);
   for (int i = 0; i < MAX_EVENTS; i++)
     if (!events[i].live) {
-      events[i] = (struct fake_event){1, 0, {0}};
+      events[i] = (struct fake_event){1, 0, {0}, 0};
       *pe = &events[i];
       pthread_mutex_unlock(&mu);
       return CUDA_SUCCESS;
@@ -562,11 +708,11 @@ CUresult cuEventCreate(void **pe, unsigned flags) {
   pthread_mutex_unlock(&mu);
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
-static CUresult event_record(void *e, void *s) {
+static CUresult event_record(void *e, void *s, int ptsz) {
   struct fake_event *ev = e;
   if (!ev || !ev->live) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mu);
-  if (capturing_now && (uintptr_t)s <= 2) {
+  if (capturing_now && is_legacy(s, ptsz)) {
     // The real driver refuses, and the capture elsewhere is ruined.
     capture_violations++;
     pthread_mutex_unlock(&mu);
@@ -578,26 +724,42 @@ static CUresult event_record(void *e, void *s) {
     if (!holds[i].live) continue;
     if (nb ? holds[i].stream == s : !holds[i].nonblocking) ev->holds[ev->n++] = i;
   }
+  ev->at = stream_end(s, ptsz);
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
 }
-CUresult cuEventRecord(void *e, void *s) { count("cuEventRecord"); return event_record(e, s); }
-CUresult cuEventRecord_ptsz(void *e, void *s) { count("cuEventRecord_ptsz"); return event_record(e, s); }
+CUresult cuEventRecord(void *e, void *s) { count("cuEventRecord"); return event_record(e, s, 0); }
+CUresult cuEventRecord_ptsz(void *e, void *s) { count("cuEventRecord_ptsz"); return event_record(e, s, 1); }
 static int event_done(struct fake_event *ev) {
   for (int i = 0; i < ev->n; i++)
     if (holds[ev->holds[i]].live) return 0;
-  return 1;
+  return ev->at <= dev_now;
+}
+static CUresult stream_wait_event(void *s, void *e, int ptsz) {
+  struct fake_event *ev = e;
+  if (!ev || !ev->live) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  if (is_legacy(s, ptsz)) {
+    legacy_wait = max2(legacy_wait, ev->at);
+  } else if (is_ptsz(s, ptsz)) {
+    ptsz_wait = max2(ptsz_wait, ev->at);
+  } else {
+    struct fake_stream *st = s;
+    for (int i = 0; i < ev->n && st->nwaits < EVENT_HOLDS; i++) st->waits[st->nwaits++] = ev->holds[i];
+    st->wait_until = max2(st->wait_until, ev->at);
+  }
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
 }
 CUresult cuStreamWaitEvent(void *s, void *e, unsigned flags) {
   (void)flags;
   count("cuStreamWaitEvent");
-  struct fake_event *ev = e;
-  if (!ev || !ev->live || (uintptr_t)s <= 2) return CUDA_ERROR_INVALID_VALUE;
-  struct fake_stream *st = s;
-  pthread_mutex_lock(&mu);
-  for (int i = 0; i < ev->n && st->nwaits < EVENT_HOLDS; i++) st->waits[st->nwaits++] = ev->holds[i];
-  pthread_mutex_unlock(&mu);
-  return CUDA_SUCCESS;
+  return stream_wait_event(s, e, 0);
+}
+CUresult cuStreamWaitEvent_ptsz(void *s, void *e, unsigned flags) {
+  (void)flags;
+  count("cuStreamWaitEvent_ptsz");
+  return stream_wait_event(s, e, 1);
 }
 
 // Whether work issued on stream s from now on waits for hold h (tests read it).
@@ -624,6 +786,7 @@ CUresult cuEventSynchronize(void *e) {
   if (!ev || !ev->live) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mu); // waiting: the device finishes what the event waits for
   for (int i = 0; i < ev->n; i++) holds[ev->holds[i]].live = 0;
+  dev_now = max2(dev_now, ev->at);
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
 }
@@ -634,6 +797,43 @@ CUresult cuEventDestroy_v2(void *e) {
   ev->live = 0;
   return CUDA_SUCCESS;
 }
+
+// The end of all work issued so far on every stream (mu held).
+static ns_t all_end(void) {
+  ns_t t = max2(blocking_busy, ptsz_busy);
+  for (int i = 0; i < MAX_STREAMS; i++) t = max2(t, streams[i].busy);
+  return t;
+}
+CUresult cuCtxSynchronize(void) {
+  count("cuCtxSynchronize");
+  pthread_mutex_lock(&mu);
+  dev_now = max2(dev_now, all_end());
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+static CUresult stream_query(void *s, int ptsz) {
+  pthread_mutex_lock(&mu);
+  int busy = stream_end(s, ptsz) > dev_now;
+  int nb = is_nonblocking(s);
+  for (int i = 0; i < MAX_HOLDS && !busy; i++)
+    if (holds[i].live && (nb ? holds[i].stream == s : holds[i].stream == s || is_legacy(s, ptsz)))
+      busy = 1;
+  pthread_mutex_unlock(&mu);
+  return busy ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
+CUresult cuStreamQuery(void *s) { count("cuStreamQuery"); return stream_query(s, 0); }
+
+// Test controls and readings of the modelled device.
+long fakecu_races(void) { return races; }
+unsigned long long fakecu_device_ns(void) { return dev_now; }
+// How far the device lags: the end of everything issued minus what has run.
+unsigned long long fakecu_lag_ns(void) {
+  pthread_mutex_lock(&mu);
+  ns_t t = all_end();
+  pthread_mutex_unlock(&mu);
+  return t > dev_now ? t - dev_now : 0;
+}
+long fakecu_last_hold(void) { return last_hold; }
 
 static __thread struct fake_ctx *ctx_stack[16];
 static __thread int ctx_depth;
@@ -790,6 +990,7 @@ CUresult cuStreamSynchronize(void *s) {
   int nb = is_nonblocking(s);
   for (int i = 0; i < MAX_HOLDS; i++)
     if (holds[i].live && (nb ? holds[i].stream == s : !holds[i].nonblocking)) holds[i].live = 0;
+  dev_now = max2(dev_now, stream_end(s, 0));
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
 }
@@ -1063,11 +1264,16 @@ long fakecu_hold(void *stream) {
   for (int i = 0; i < MAX_HOLDS; i++)
     if (!holds[i].live) {
       holds[i] = (struct fake_hold){1, stream, is_nonblocking(stream)};
+      last_hold = i;
       pthread_mutex_unlock(&mu);
       return i;
     }
   pthread_mutex_unlock(&mu);
   return -1;
+}
+// A FAKECU_HOLD kernel: a hold on its stream.
+static CUresult hold_on(void *stream) {
+  return fakecu_hold(stream ? stream : (void *)1) >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 void fakecu_finish(long h) {
   if (h >= 0 && h < MAX_HOLDS) holds[h].live = 0;
@@ -1120,6 +1326,15 @@ static const struct proc procs[] = {
     {"cuMemGetAddressRange", 3020, 0, (void *)cuMemGetAddressRange_v2},
     {"cuMemsetD8", 3020, 0, (void *)cuMemsetD8_v2},
     {"cuMemsetD8", 7000, 1, (void *)cuMemsetD8_v2_ptds},
+    {"cuMemsetD32", 3020, 0, (void *)cuMemsetD32_v2},
+    {"cuMemsetD8Async", 3020, 0, (void *)cuMemsetD8Async},
+    {"cuMemsetD8Async", 7000, 1, (void *)cuMemsetD8Async_ptsz},
+    {"cuMemsetD32Async", 3020, 0, (void *)cuMemsetD32Async},
+    {"cuMemcpyDtoDAsync", 3020, 0, (void *)cuMemcpyDtoDAsync_v2},
+    {"cuLaunchKernel", 4000, 0, (void *)cuLaunchKernel},
+    {"cuLaunchKernel", 7000, 1, (void *)cuLaunchKernel_ptsz},
+    {"cuStreamQuery", 2000, 0, (void *)cuStreamQuery},
+    {"cuCtxSynchronize", 2000, 0, (void *)cuCtxSynchronize},
     {"cuStreamCreate", 2000, 0, (void *)cuStreamCreate},
     {"cuStreamCreateWithPriority", 5050, 0, (void *)cuStreamCreateWithPriority},
     {"cuStreamDestroy", 2000, 0, (void *)cuStreamDestroy},
@@ -1135,6 +1350,7 @@ static const struct proc procs[] = {
     {"cuEventRecord", 7000, 1, (void *)cuEventRecord_ptsz},
     {"cuEventQuery", 2000, 0, (void *)cuEventQuery},
     {"cuStreamWaitEvent", 3020, 0, (void *)cuStreamWaitEvent},
+    {"cuStreamWaitEvent", 7000, 1, (void *)cuStreamWaitEvent_ptsz},
     {"cuEventSynchronize", 2000, 0, (void *)cuEventSynchronize},
     {"cuEventDestroy", 4000, 0, (void *)cuEventDestroy_v2},
     {"cuCtxPushCurrent", 4000, 0, (void *)cuCtxPushCurrent_v2},
