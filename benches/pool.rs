@@ -8,9 +8,8 @@
 //! lookup, the live table and the counters; `scripts/bench-gpu.sh` measures that on a GPU.
 
 use cudapool::config::PoolKind;
-use cudapool::pool::testing::{FakeClock, FakeUpstream};
-use cudapool::pool::{new_pool, Pool, ReuseRule, Upstream};
-use std::collections::HashMap;
+use cudapool::pool::testing::{parse_trace, replay, FakeClock, FakeUpstream, Op};
+use cudapool::pool::{new_pool, Pool, ReuseRule};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
@@ -86,26 +85,6 @@ fn throughput(kind: PoolKind, rule: ReuseRule, size: u64, threads: usize) -> f64
     median(runs)
 }
 
-/// One allocation trace: `a ID SIZE` and `f ID` operations.
-enum Op {
-    Alloc(u64, u64),
-    Free(u64),
-}
-
-fn parse_trace(text: &str) -> Vec<Op> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            match f[0] {
-                "a" => Op::Alloc(f[1].parse().unwrap(), f[2].parse().unwrap()),
-                "f" => Op::Free(f[1].parse().unwrap()),
-                other => panic!("bad trace op {other}"),
-            }
-        })
-        .collect()
-}
-
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -164,50 +143,6 @@ fn synthetic_random(n: usize) -> Vec<Op> {
     }
     ops.extend(live.into_iter().map(Op::Free));
     ops
-}
-
-/// (peak reserved / peak requested, driver allocations) replaying `ops` on `kind`.
-fn replay(kind: PoolKind, ops: &[Op]) -> (f64, u64) {
-    struct Counting(
-        FakeUpstream,
-        std::sync::atomic::AtomicU64,
-        std::sync::atomic::AtomicU64,
-    );
-    impl Upstream for Counting {
-        fn alloc(&self, b: u64) -> Result<u64, u32> {
-            let p = self.0.alloc(b)?;
-            self.1.fetch_add(1, Ordering::Relaxed);
-            let now = self.0.outstanding().1;
-            self.2.fetch_max(now, Ordering::Relaxed);
-            Ok(p)
-        }
-        fn free(&self, p: u64, b: u64) -> Result<(), u32> {
-            self.0.free(p, b)
-        }
-    }
-    let up = Counting(FakeUpstream::unlimited(1 << 42), 0.into(), 0.into());
-    let pool = make(kind, ReuseRule::Immediate);
-    let mut live: HashMap<u64, (u64, u64)> = HashMap::new();
-    let (mut requested, mut peak_requested) = (0u64, 0u64);
-    for op in ops {
-        match *op {
-            Op::Alloc(id, size) => {
-                let g = pool.alloc(size, &up).unwrap();
-                live.insert(id, (g.ptr, size));
-                requested += size;
-                peak_requested = peak_requested.max(requested);
-            }
-            Op::Free(id) => {
-                let (ptr, size) = live.remove(&id).unwrap();
-                pool.free(ptr, size, &up).unwrap();
-                requested -= size;
-            }
-        }
-    }
-    (
-        up.2.load(Ordering::Relaxed) as f64 / peak_requested as f64,
-        up.1.load(Ordering::Relaxed),
-    )
 }
 
 fn main() {
@@ -296,10 +231,44 @@ fn main() {
         let figures: Vec<String> = KINDS
             .iter()
             .map(|&k| {
-                let (ratio, allocs) = replay(k, ops);
-                format!("{} {ratio:.3} ({allocs})", kinds(&k))
+                let r = replay(k, ops, ReuseRule::Immediate, 0, u64::MAX);
+                let ratio = r.peak_reserved as f64 / r.peak_requested as f64;
+                format!("{} {ratio:.3} ({})", kinds(&k), r.driver_allocs)
             })
             .collect();
         println!("- {name}, {} ops: {}", ops.len(), figures.join(", "));
+    }
+    println!();
+    println!("## traces on a GPU lagging by 500 operations, fences (two queues): peak reserved / peak requested (waits)");
+    for (name, ops) in &traces {
+        let figures: Vec<String> = [PoolKind::Split, PoolKind::Binned, PoolKind::Simple]
+            .iter()
+            .map(|&k| {
+                let r = replay(k, ops, ReuseRule::Fenced, 500, u64::MAX);
+                let ratio = r.peak_reserved as f64 / r.peak_requested as f64;
+                format!("{} {ratio:.3} ({} waits)", kinds(&k), r.waits)
+            })
+            .collect();
+        println!("- {name}: {}", figures.join(", "));
+    }
+    println!();
+    println!("## traces under a limit of 1.25x the unlimited peak reserved: driver allocations / allocations after the first quarter, OOMs");
+    for (name, ops) in &traces {
+        let figures: Vec<String> = [PoolKind::Split, PoolKind::Binned, PoolKind::Simple]
+            .iter()
+            .map(|&k| {
+                let free = replay(k, ops, ReuseRule::OneQueue, 0, u64::MAX);
+                let limit = free.peak_reserved + free.peak_reserved / 4;
+                let r = replay(k, ops, ReuseRule::OneQueue, 0, limit);
+                format!(
+                    "{} {} / {} ({} OOMs)",
+                    kinds(&k),
+                    r.driver_allocs_late,
+                    r.allocs_late,
+                    r.ooms
+                )
+            })
+            .collect();
+        println!("- {name}: {}", figures.join(", "));
     }
 }

@@ -46,6 +46,13 @@ for k in split binned simple; do
   row "PyTorch caching off, cudapool $k" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k python3 scripts/gpu/torch_pairs.py
 done
 echo
+echo "| host ns per empty kernel launch (median of 7 x 1000) | legacy stream | two streams alternating |"
+echo "| --- | --- | --- |"
+lrow() { echo "| $1 | $("${@:2}" launch one | sed -n 's/.*ns=//p') | $("${@:2}" launch two | sed -n 's/.*ns=//p') |"; }
+lrow "no cudapool" "$W/bench"
+lrow "cudapool split" env LD_PRELOAD="$LIB" "$W/bench"
+lrow "cudapool split, CUDAPOOL_REUSE=immediate (no work watching)" env LD_PRELOAD="$LIB" CUDAPOOL_REUSE=immediate "$W/bench"
+echo
 echo "| million 4 KiB pairs/s | 1 | 2 | 4 | 8 | 16 | 16 vs 1 |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"
 trow() {

@@ -104,7 +104,7 @@ for v in static shared; do
 done
 
 echo "=== stream race tests: a kernel still reads a freed block while it is reused"
-for mode in legacy blocking nonblocking threads late handoff; do
+for mode in legacy blocking nonblocking threads late handoff switch return; do
   bin="$W/race"
   case $mode in threads | handoff) bin="$W/race_ptds" ;; esac
   for k in split binned simple; do

@@ -22,7 +22,7 @@ check() { # expect(ok|any) label command...
   echo "$label: $out" | tail -1
   if [ "$expect" = ok ] && [ $rc -ne 0 ]; then fail=$((fail + 1)); echo "  FAIL"; else pass=$((pass + 1)); fi
 }
-for mode in legacy blocking nonblocking threads late handoff; do
+for mode in legacy blocking nonblocking threads late handoff switch return; do
   bin="$W/race"; case $mode in threads|handoff) bin="$W/race_ptds";; esac
   check ok "no shim, $mode" "$bin" $mode
   for k in split binned simple; do

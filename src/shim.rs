@@ -414,11 +414,13 @@ impl Shim {
                     if cp.pool.trim(&up, need) == 0 && need != u64::MAX {
                         continue;
                     }
-                    budget.on_reclaim_retry();
                     retried = Some(pool_alloc(&up));
                     if matches!(retried, Some(Ok(_))) {
                         break;
                     }
+                }
+                if retried.is_some() {
+                    budget.on_reclaim_retry();
                 }
                 match retried {
                     Some(Ok(g)) => g,
@@ -875,6 +877,13 @@ impl Upstream for DriverUpstream<'_> {
         match self.budget.hard_limit() {
             0 => u64::MAX,
             limit => limit.saturating_sub(self.budget.reserved()),
+        }
+    }
+
+    fn limit(&self) -> u64 {
+        match self.budget.hard_limit() {
+            0 => u64::MAX,
+            limit => limit,
         }
     }
 

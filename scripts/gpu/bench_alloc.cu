@@ -1,6 +1,9 @@
 // Cost of one alloc+free pair on the GPU, by API and size, and throughput by thread count.
 //   bench_alloc driver|runtime|async sizes      -> "size=BYTES ns=MEDIAN" per size
 //   bench_alloc driver|runtime|async threads N  -> "threads=N mpairs=M" (4 KiB pairs)
+//   bench_alloc launch one|two                  -> "launch=... ns=MEDIAN": host time of one
+//     empty kernel launch (<<<1, 1>>>), on the legacy stream, or alternating two streams
+//     (what cudapool's work hooks add to every launch)
 // driver: cuMemAlloc/cuMemFree; runtime: cudaMalloc/cudaFree; async: cuMemAllocAsync/
 // cuMemFreeAsync on the device's default pool with its release threshold at max (CUDA's own
 // stream-ordered pool, kept warm). Run under LD_PRELOAD=libcudapool.so to measure cudapool.
@@ -30,6 +33,8 @@ static void pair(size_t size) {
   }
 }
 
+__global__ void empty() {}
+
 static double now_ns() {
   return std::chrono::duration<double, std::nano>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -52,10 +57,34 @@ static double pair_ns(size_t size) {
   return runs[2];
 }
 
+// Host ns per launch: 1000 launches timed, then a synchronize (untimed); median of 7.
+static double launch_ns(bool two) {
+  cudaStream_t s[2] = {0, 0};
+  if (two) {
+    cudaStreamCreateWithFlags(&s[0], cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s[1], cudaStreamNonBlocking);
+  }
+  std::vector<double> runs;
+  for (int r = 0; r < 8; r++) {
+    double t = now_ns();
+    for (int i = 0; i < 1000; i++) empty<<<1, 1, 0, s[i & 1]>>>();
+    double dt = now_ns() - t;
+    cudaDeviceSynchronize();
+    if (r > 0) runs.push_back(dt / 1000);
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs[3];
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) return 2;
   api = argv[1];
   cudaFree(0);
+  if (!strcmp(api, "launch")) {
+    bool two = !strcmp(argv[2], "two");
+    printf("launch=%s ns=%.1f\n", argv[2], launch_ns(two));
+    return 0;
+  }
   cuCtxGetCurrent(&ctx);
   CUmemoryPool pool;
   CUdevice dev = 0;

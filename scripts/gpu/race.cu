@@ -4,7 +4,7 @@
 // cudaFree (which waits) or a safe pool, the sum is the original one; a pool that hands the
 // freed block out at once lets the overwrite land under the running kernel.
 //
-// usage: race legacy|blocking|nonblocking|threads|late|handoff
+// usage: race legacy|blocking|nonblocking|threads|late|handoff|switch|return
 //   handoff (build with --default-stream per-thread): thread A launches on its own default
 //   stream, frees, allocates again (it may get the block back at once) and hands the new
 //   buffer to thread B, which overwrites it on B's own default stream.
@@ -13,8 +13,15 @@
 //   overwrites the new buffer on it.
 //   threads: thread A launches and frees, thread B allocates and overwrites (build with
 //   --default-stream per-thread so each thread has its own default stream).
+//   switch: a non-blocking stream exists from the start but gets no work; the kernel runs on
+//   the legacy stream (one queue: the block may come back at once), and the stream's first
+//   work overwrites the new buffer.
+//   return: the same, but the stream had work at the start, then none for half a second while
+//   the program kept allocating on the legacy stream (so cudapool may retire it as idle);
+//   its next work overwrites the new buffer.
 #include <cstdio>
 #include <cstring>
+#include <chrono>
 #include <thread>
 #include <cuda_runtime.h>
 
@@ -51,6 +58,8 @@ int main(int argc, char **argv) {
   } else if (!strcmp(mode, "nonblocking")) {
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  } else if (!strcmp(mode, "switch") || !strcmp(mode, "return")) {
+    CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
   }
   unsigned *a = nullptr, *b = nullptr;
   CK(cudaMalloc(&a, n * sizeof *a));
@@ -62,6 +71,21 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < n; i++) host[i] = 1;
   CK(cudaMemcpy(a, host, n * sizeof *a, cudaMemcpyHostToDevice));
   CK(cudaDeviceSynchronize());
+  if (!strcmp(mode, "return")) {
+    unsigned *scratch;
+    CK(cudaMalloc(&scratch, 1 << 20));
+    CK(cudaMemsetAsync(scratch, 0, 1 << 20, s2));
+    CK(cudaDeviceSynchronize());
+    auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(500)) {
+      unsigned *p; // another size than the test's buffer, so only that one can serve it
+      CK(cudaMalloc(&p, 32 << 20));
+      CK(cudaMemset(p, 0, 32 << 20));
+      CK(cudaFree(p));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CK(cudaFree(scratch));
+  }
 
   if (!strcmp(mode, "threads")) {
     // Thread A launches on its own default stream and frees; thread B allocates and
@@ -85,6 +109,11 @@ int main(int argc, char **argv) {
     ta.join();
     std::thread tb([&] { cudaMemset(b, 0xff, n * sizeof *b); });
     tb.join();
+  } else if (!strcmp(mode, "switch") || !strcmp(mode, "return")) {
+    spin_then_sum<<<1, 256>>>(a, n, out, spin);
+    CK(cudaFree(a));
+    CK(cudaMalloc(&b, n * sizeof *b));
+    CK(cudaMemsetAsync(b, 0xff, n * sizeof *b, s2));
   } else if (!strcmp(mode, "late")) {
     spin_then_sum<<<1, 256>>>(a, n, out, spin);
     CK(cudaFree(a));

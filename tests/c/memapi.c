@@ -144,11 +144,12 @@ static int async_scenario(void) {
   CHECK(StreamCreate(&s1, 1));
   CHECK(StreamCreate(&s2, 1));
   launch(s2, 0);
-  CHECK(MemAllocAsync(&a, 5 * MIB, s1));
+  // 6 MiB: a whole segment each, so only the freed block itself could serve the same size.
+  CHECK(MemAllocAsync(&a, 6 * MIB, s1));
   long k = launch(s1, 1);
   CHECK(MemFreeAsync(a, s1));
-  CHECK(MemAllocAsync(&b, 5 * MIB, s2));
-  CHECK(MemAllocAsync(&c, 5 * MIB, s1));
+  CHECK(MemAllocAsync(&b, 6 * MIB, s2));
+  CHECK(MemAllocAsync(&c, 6 * MIB, s1));
   printf("streams other_stream_got_it=%d same_stream_got_it=%d\n", a == b, a == c);
   finish(k);
   CHECK(MemFreeAsync(b, s2));
