@@ -198,6 +198,16 @@ work_hooks! {
     cuMemcpy3DAsync_v2_ptsz(c: Ptr, s: CUstream) => Queue::PerThread(s);
     cuMemcpy3DPeerAsync(c: Ptr, s: CUstream) => Queue::Stream(s);
     cuMemcpy3DPeerAsync_ptsz(c: Ptr, s: CUstream) => Queue::PerThread(s);
+    // Batches (CUDA 12.8: with a failure index; 13.0: `_v2`, without), as cuda.h 13.0 spells
+    // them.
+    cuMemcpyBatchAsync(d: *mut DevPtr, src: *mut DevPtr, sz: *mut usize, n: usize, a: Func, ai: *mut usize, na: usize, fail: *mut usize, s: CUstream) => Queue::Stream(s);
+    cuMemcpyBatchAsync_ptsz(d: *mut DevPtr, src: *mut DevPtr, sz: *mut usize, n: usize, a: Func, ai: *mut usize, na: usize, fail: *mut usize, s: CUstream) => Queue::PerThread(s);
+    cuMemcpyBatchAsync_v2(d: *mut DevPtr, src: *mut DevPtr, sz: *mut usize, n: usize, a: Func, ai: *mut usize, na: usize, s: CUstream) => Queue::Stream(s);
+    cuMemcpyBatchAsync_v2_ptsz(d: *mut DevPtr, src: *mut DevPtr, sz: *mut usize, n: usize, a: Func, ai: *mut usize, na: usize, s: CUstream) => Queue::PerThread(s);
+    cuMemcpy3DBatchAsync(n: usize, ops: Func, fail: *mut usize, fl: u64, s: CUstream) => Queue::Stream(s);
+    cuMemcpy3DBatchAsync_ptsz(n: usize, ops: Func, fail: *mut usize, fl: u64, s: CUstream) => Queue::PerThread(s);
+    cuMemcpy3DBatchAsync_v2(n: usize, ops: Func, fl: u64, s: CUstream) => Queue::Stream(s);
+    cuMemcpy3DBatchAsync_v2_ptsz(n: usize, ops: Func, fl: u64, s: CUstream) => Queue::PerThread(s);
 
     cuMemsetD8_v2(d: DevPtr, v: u8, n: usize) => Queue::Legacy;
     cuMemsetD8_v2_ptds(d: DevPtr, v: u8, n: usize) => Queue::PerThreadDefault;
