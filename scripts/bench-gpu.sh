@@ -9,7 +9,8 @@
 # steps/s with its own allocator, caching off, and caching off under each cudapool kind; JAX with
 # its default allocator, `platform`, and `platform` under cudapool.
 #   bash scripts/bench-gpu.sh e2e        (only the end-to-end tables: speed, then memory)
-#   bash scripts/bench-gpu.sh mem        (only the memory table, issue 11)
+#   bash scripts/bench-gpu.sh mem        (only the memory table, issue 11; DDP rows with 2 GPUs)
+#   bash scripts/bench-gpu.sh ddp        (only the DDP rows of the memory table: 2 GPUs)
 # CUDAPOOL_LIB=path picks the library (default target/release/libcudapool.so); BASE_LIB=path adds
 # rows for a second build (say, the last release) to the memory table, side by side.
 set -u
@@ -84,7 +85,7 @@ e2e() { # reference steps/s or "-", name, command...
   [ "$ref" != - ] && ratio=$(awk -v a="$E2E" -v b="$ref" 'BEGIN { printf "%.3fx", a / b }')
   echo "| $name | $E2E | $ratio | $(echo $runs) |"
 }
-if [ "$MODE" != mem ]; then
+if [ "$MODE" = all ] || [ "$MODE" = e2e ]; then
 echo
 echo "| training steps/s (median of 3) | steps/s | vs reference | runs |"
 echo "| --- | --- | --- | --- |"
@@ -112,38 +113,44 @@ mem_row() { # name, reference line ("-" for none), command...
   shift 2
   line=$("$@" 2>>"$OUT/mem.err" | tee -a "$OUT/raw.txt" | grep '^workload=' | head -n 1)
   MEMLINE=$line
-  if [ -z "$line" ]; then echo "| $name | failed (see mem.err) | | | | | |"; return; fi
-  local sps res nvml allocs drv
+  if [ -z "$line" ]; then echo "| $name | failed (see mem.err) | | | | | | |"; return; fi
+  local sps res out nvml allocs drv
   sps=$(echo " $line" | field steps_per_s); res=$(echo " $line" | field peak_reserved)
-  nvml=$(echo " $line" | field nvml_used); allocs=$(echo " $line" | field allocs); drv=$(echo " $line" | field driver_allocs)
-  local rs="" rr="" churn="-"
+  out=$(echo " $line" | field outside); nvml=$(echo " $line" | field nvml_used)
+  allocs=$(echo " $line" | field allocs); drv=$(echo " $line" | field driver_allocs)
+  local rs="" rr="" rn="" churn="-"
   if [ "$ref" != - ]; then
     rs=$(awk -v a="$sps" -v b="$(echo " $ref" | field steps_per_s)" 'BEGIN { printf "%.3fx", a / b }')
-    rr=$(awk -v a="$res" -v b="$(echo " $ref" | field peak_reserved)" 'BEGIN { printf "%.2fx", a / b }')
+    rr=$(awk -v a="$res" -v o="${out:-0}" -v b="$(echo " $ref" | field peak_reserved)" 'BEGIN { printf "%.2fx", (a - o) / b }')
+    rn=$(awk -v a="$nvml" -v b="$(echo " $ref" | field nvml_used)" 'BEGIN { printf " (%.2fx)", a / b }')
   fi
   [ "${allocs:-0}" != 0 ] && churn="$drv / $allocs"
-  echo "| $name | $sps | $rs | $(GB "$res") | $rr | $(GB "$nvml") | $churn |"
+  echo "| $name | $sps | $rs | $(GB "$res") | $(GB "${out:-0}") | $rr | $(GB "$nvml")$rn | $churn |"
 }
 T="python3 scripts/gpu/train_mem.py"
 OFF="env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD=$LIB"
 ASYNC="env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"
 echo
-echo "| workload, allocator | steps/s | vs own | peak reserved (GB) | vs own | process, NVML (GB) | driver allocs / allocs after warm-up |"
-echo "| --- | --- | --- | --- | --- | --- | --- |"
-for w in gpt "gpt --sync" cnn; do
-  mem_row "$w: PyTorch's own allocator" - $T $w; OWN=$MEMLINE
+# "outside the pool": what cudapool counts beyond its pool (NCCL's own buffers, VMM memory),
+# which PyTorch's figure does not include; "pool vs own" compares peak reserved less that.
+echo "| workload, allocator | steps/s | vs own | peak reserved (GB) | outside the pool (GB) | pool vs own | process, NVML (GB) | driver allocs / allocs after warm-up |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+# (The CNN runs 120 steps: at ~50 steps/s, 40 were too few for a steady figure.)
+[ "$MODE" = ddp ] || for w in gpt "gpt --sync" "cnn --steps 120"; do
+  n=${w%% --steps*}
+  mem_row "$n: PyTorch's own allocator" - $T $w; OWN=$MEMLINE
   LIMIT=$(awk -v b="$(echo " $OWN" | field peak_reserved)" 'BEGIN { printf "%d", b * 1.25 }')
-  mem_row "$w: caching off, cudapool split" "$OWN" $OFF $T $w
+  mem_row "$n: caching off, cudapool split" "$OWN" $OFF $T $w
   if [ "$w" = gpt ]; then
-    for k in binned simple; do mem_row "$w: caching off, cudapool $k" "$OWN" $OFF CUDAPOOL_POOL=$k $T $w; done
-    mem_row "$w: caching off, cudapool split, REUSE=immediate (unsafe)" "$OWN" $OFF CUDAPOOL_REUSE=immediate $T $w
-    mem_row "$w: backend:cudaMallocAsync (driver pool)" "$OWN" $ASYNC $T $w
-    mem_row "$w: backend:cudaMallocAsync, cudapool split" "$OWN" $ASYNC LD_PRELOAD="$LIB" $T $w
+    for k in binned simple; do mem_row "$n: caching off, cudapool $k" "$OWN" $OFF CUDAPOOL_POOL=$k $T $w; done
+    mem_row "$n: caching off, cudapool split, REUSE=immediate (unsafe)" "$OWN" $OFF CUDAPOOL_REUSE=immediate $T $w
+    mem_row "$n: backend:cudaMallocAsync (driver pool)" "$OWN" $ASYNC $T $w
+    mem_row "$n: backend:cudaMallocAsync, cudapool split" "$OWN" $ASYNC LD_PRELOAD="$LIB" $T $w
   fi
-  [ "$w" = "gpt --sync" ] || mem_row "$w: caching off, cudapool split, limit 1.25x own ($(GB "$LIMIT") GB)" "$OWN" $OFF CUDAPOOL_MEMORY_LIMIT="$LIMIT" $T $w
+  [ "$w" = "gpt --sync" ] || mem_row "$n: caching off, cudapool split, limit 1.25x own ($(GB "$LIMIT") GB)" "$OWN" $OFF CUDAPOOL_MEMORY_LIMIT="$LIMIT" $T $w
   if [ -n "${BASE_LIB:-}" ]; then
-    mem_row "$w: caching off, BASE_LIB split" "$OWN" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$BASE_LIB" $T $w
-    [ "$w" = "gpt --sync" ] || mem_row "$w: caching off, BASE_LIB split, limit 1.25x own" "$OWN" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$BASE_LIB" CUDAPOOL_MEMORY_LIMIT="$LIMIT" $T $w
+    mem_row "$n: caching off, BASE_LIB split" "$OWN" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$BASE_LIB" $T $w
+    [ "$w" = "gpt --sync" ] || mem_row "$n: caching off, BASE_LIB split, limit 1.25x own" "$OWN" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$BASE_LIB" CUDAPOOL_MEMORY_LIMIT="$LIMIT" $T $w
   fi
 done
 if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then

@@ -11,12 +11,17 @@ cnn   torchvision ResNet-50, batch 64 at 224x224, bf16 autocast, channels_last, 
 
 Prints one line per process:
   workload=... steps_per_s=... peak_reserved=BYTES peak_allocated=BYTES source=torch|cudapool
-  nvml_used=BYTES allocs=N driver_allocs=N loss=...
+  outside=BYTES nvml_used=BYTES allocs=N driver_allocs=N loss=...
 peak_reserved is the allocator's own figure: cudapool's when the process runs under cudapool,
 else torch.cuda.max_memory_reserved() (PyTorch's caching allocator, or the driver pool of the
-cudaMallocAsync backend). nvml_used is the process's whole device memory as the driver reports
-it at the end (allocators keep what they reserved, so it is about the peak). allocs and
-driver_allocs count cudapool's allocations and driver allocations after the warm-up.
+cudaMallocAsync backend). Under cudapool it covers everything the process allocates, NCCL's
+own buffers (VMM memory) included, which PyTorch's figure leaves out: `outside` is what cudapool
+counts outside its pool at the end (its reserved bytes less its pool's segments), so
+peak_reserved - outside is the pool's peak, the figure comparable to PyTorch's (NCCL's buffers
+live from its start to the end). nvml_used is the process's whole device memory as the driver
+reports it at the end (allocators keep what they reserved, so it is about the peak): context,
+libraries and NCCL included, either way. allocs and driver_allocs count cudapool's
+allocations and driver allocations after the warm-up.
 """
 import argparse
 import os
@@ -126,8 +131,18 @@ torch.cuda.synchronize()
 dt = time.perf_counter() - t
 after = counts()
 
+outside = 0
 if pooled:
     peak_reserved, peak_allocated, source = cudapool.max_memory_reserved(dev), cudapool.max_memory_allocated(dev), "cudapool"
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        cudapool.snapshot(f.name)
+        snap = json.load(open(f.name))
+    for d in snap["devices"]:
+        if d["device"] == dev:
+            outside = d["stats"]["reserved_bytes"] - sum(s["size"] for s in d["segments"])
 else:
     peak_reserved, peak_allocated, source = torch.cuda.max_memory_reserved(dev), torch.cuda.max_memory_allocated(dev), "torch"
 
@@ -146,7 +161,7 @@ except Exception as e:  # noqa: BLE001 - a figure we can do without
 name = args.workload + (" sync" if args.sync else "") + (" ddp" if args.ddp else "")
 print(
     f"workload={name.replace(' ', '+')} rank={rank} steps_per_s={args.steps / dt:.3f} peak_reserved={peak_reserved} "
-    f"peak_allocated={peak_allocated} source={source} nvml_used={nvml_used} allocs={after[0] - before[0]} "
+    f"peak_allocated={peak_allocated} source={source} outside={outside} nvml_used={nvml_used} allocs={after[0] - before[0]} "
     f"driver_allocs={after[1] - before[1]} loss={loss.item():.4f}",
     flush=True,
 )

@@ -567,15 +567,15 @@ mod tests {
 
     #[test]
     fn split_never_splits_oversize_blocks() {
-        let up = FakeUpstream::new(4 << 30);
+        let up = FakeUpstream::new(8 << 30);
         let (p, _) = pool(PoolKind::Split, ReuseRule::Immediate);
-        let big = p.alloc(400 * MIB, &up).unwrap();
-        p.free(big.ptr, 400 * MIB, &up).unwrap();
-        // A 20 MiB request must not carve up the cached 400 MiB block.
+        let big = p.alloc(1200 * MIB, &up).unwrap();
+        p.free(big.ptr, 1200 * MIB, &up).unwrap();
+        // A 20 MiB request must not carve up the cached 1200 MiB block.
         let small = p.alloc(20 * MIB, &up).unwrap();
         assert!(!small.from_cache);
         // A request within 20 MiB of it may take it whole.
-        let near = p.alloc(390 * MIB, &up).unwrap();
+        let near = p.alloc(1190 * MIB, &up).unwrap();
         assert!(near.from_cache && near.ptr == big.ptr);
     }
 
@@ -833,6 +833,9 @@ mod tests {
     }
 
     const PYTORCH_TRACE: &str = include_str!("../../benches/traces/pytorch_transformer.trace");
+    /// Recorded on an H100 from `scripts/gpu/train_mem.py` (3 steps each, caching off).
+    const GPT_TRACE: &str = include_str!("../../benches/traces/pytorch_gpt.trace");
+    const RESNET_TRACE: &str = include_str!("../../benches/traces/pytorch_resnet50_amp.trace");
 
     /// The recorded PyTorch trace on a GPU lagging by 500 operations, every free fenced (two
     /// queues): freed blocks come back in fence order, not in the order the program asks; a
@@ -840,26 +843,36 @@ mod tests {
     /// holds, against 1.12x with no lag. Close fits first keep it near the no-lag figure.
     #[test]
     fn fenced_reuse_on_a_lagging_gpu_stays_near_the_live_peak() {
-        let ops = testing::parse_trace(PYTORCH_TRACE);
-        let r = testing::replay(PoolKind::Split, &ops, ReuseRule::Fenced, 500, u64::MAX);
-        let ratio = r.peak_reserved as f64 / r.peak_requested as f64;
-        assert!(ratio <= 1.25, "peak reserved / peak requested {ratio:.3}");
-        assert!(r.waits > 0);
+        for trace in [PYTORCH_TRACE, GPT_TRACE, RESNET_TRACE] {
+            let ops = testing::parse_trace(trace);
+            let r = testing::replay(PoolKind::Split, &ops, ReuseRule::Fenced, 500, u64::MAX);
+            let ratio = r.peak_reserved as f64 / r.peak_requested as f64;
+            assert!(ratio <= 1.25, "peak reserved / peak requested {ratio:.3}");
+            assert!(r.waits > 0);
+        }
     }
 
-    /// The recorded PyTorch trace under a limit of 1.25x what it reserves without one: after
-    /// the first quarter, under 1% of allocations reach the driver, and none fails.
+    /// Recorded PyTorch traces under a limit of 1.25x what they reserve without one: after the
+    /// first quarter, under 1% of allocations reach the driver, and none fails. (Keeping whole
+    /// cached segments from being split under any limit made 6% reach it on the GPT.)
     #[test]
     fn a_limit_above_the_need_costs_no_churn() {
-        let ops = testing::parse_trace(PYTORCH_TRACE);
-        for kind in [PoolKind::Split, PoolKind::Binned, PoolKind::Simple] {
+        let cases = [
+            (PYTORCH_TRACE, PoolKind::Split),
+            (PYTORCH_TRACE, PoolKind::Binned),
+            (PYTORCH_TRACE, PoolKind::Simple),
+            (GPT_TRACE, PoolKind::Split),
+            (RESNET_TRACE, PoolKind::Split),
+        ];
+        for (i, (trace, kind)) in cases.into_iter().enumerate() {
+            let ops = testing::parse_trace(trace);
             let free = testing::replay(kind, &ops, ReuseRule::OneQueue, 0, u64::MAX);
             let limit = free.peak_reserved + free.peak_reserved / 4;
             let r = testing::replay(kind, &ops, ReuseRule::OneQueue, 0, limit);
-            assert_eq!(r.ooms, 0, "{kind:?}");
+            assert_eq!(r.ooms, 0, "case {i}: {kind:?}");
             assert!(
                 r.driver_allocs_late * 100 < r.allocs_late,
-                "{kind:?}: {} driver allocations for {}",
+                "case {i}: {kind:?}: {} driver allocations for {}",
                 r.driver_allocs_late,
                 r.allocs_late
             );

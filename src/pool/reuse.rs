@@ -96,9 +96,12 @@ impl Clock for ImmediateClock {
 
 /// Seal the pending frees once this many are waiting.
 const SEAL_COUNT: usize = 64;
-/// ... or once they hold this many bytes, or hold a block this large: a large free gets its
-/// fence at once, so it can come back as soon as the GPU has passed it.
+/// ... or once they hold this many bytes (or 1/`SEAL_SHARE` of what the pool reserves, if
+/// more), or hold a block that large: a large free gets its fence soon, so it can come back as
+/// soon as the GPU has passed it, while a pool of gigabytes does not record events for every
+/// few megabytes freed.
 const SEAL_BYTES: u64 = 2 << 20;
+const SEAL_SHARE: u64 = 256;
 /// ... or once the oldest has waited this long.
 const SEAL_AGE: Duration = Duration::from_millis(1);
 /// On a miss, wait for the oldest fence rather than grow while the memory held back by fences
@@ -304,7 +307,7 @@ impl CachingPool {
         let now = Instant::now();
         let since = *st.pending_since.get_or_insert(now);
         if st.pending.len() >= SEAL_COUNT
-            || st.pending_bytes >= SEAL_BYTES
+            || st.pending_bytes >= SEAL_BYTES.max(st.core.reserved() / SEAL_SHARE)
             || now.duration_since(since) >= SEAL_AGE
         {
             self.seal(st);
