@@ -21,7 +21,7 @@ LIB=${CUDAPOOL_LIB:-$PWD/target/release/libcudapool.so}
 MODE=${1:-all}
 W=$(mktemp -d)
 KINDS="none split binned simple"
-echo "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), $(date -u +%F)"
+echo "device: $(nvidia-smi -L | wc -l) x $(nvidia-smi -i 0 --query-gpu=name,driver_version --format=csv,noheader), $(date -u +%F)"
 if [ "$MODE" = all ]; then
 nvcc -O2 -o "$W/bench" scripts/gpu/bench_alloc.cu -lcuda || exit 1
 row() { # name, command...
