@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Every test that needs no GPU: the pool and config unit tests, then the whole library under
-# LD_PRELOAD against the fake libcuda.so.1 with C clients (tests/preload.rs), plus fmt and clippy.
-# Needs cargo and a C compiler (cc).
+# LD_PRELOAD against the fake libcuda.so.1 with C clients (tests/preload.rs), plus fmt, clippy
+# and the layering check. Needs cargo, a C compiler (cc) and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 command -v cc >/dev/null || { echo "test.sh: a C compiler is needed (apt-get install gcc)" >&2; exit 1; }
 
 if cargo fmt --version >/dev/null 2>&1; then cargo fmt --all -- --check; fi
+# The layers import only downward, and no two files import each other in a circle.
+command -v python3 >/dev/null || { echo "test.sh: python3 is needed (apt-get install python3)" >&2; exit 1; }
+python3 scripts/check-layers.py
 if cargo clippy --version >/dev/null 2>&1; then cargo clippy --all-targets -- -D warnings; fi
 
 # The preload tests load target/debug/libcudapool.so, which `cargo test` alone does not build.

@@ -8,6 +8,8 @@
 //!
 //! The limit is exact under concurrency: bytes are charged with a compare-and-swap *before*
 //! the driver is asked, so `reserved` never exceeds the hard limit, whatever the threads do.
+//!
+//! Uses: `striped`.
 
 use crate::striped::Striped;
 

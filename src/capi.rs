@@ -1,11 +1,14 @@
 //! The `cudapool_*` C API (`include/cudapool.h`). Thread-safe; works preloaded or linked.
 //! Every function has a panic boundary and returns a CUDA result code (0 = success) where it
 //! returns an `int`.
+//!
+//! Uses: `state` (through its `View`), `report`, `hooks::boundary`, `budget`, `log`, `cu`.
 
 use crate::budget::{DeviceBudget, DeviceStats};
 use crate::cu::*;
 use crate::hooks::boundary;
-use crate::shim::Shim;
+use crate::report::REPORTING;
+use crate::state::{Shim, View};
 use std::ffi::{c_char, c_int, CStr};
 
 /// Mirrors `cudapool_stats` in `include/cudapool.h`. Append fields only, never reorder:
@@ -85,7 +88,7 @@ fn all_devices(shim: &Shim) -> DeviceStats {
 }
 
 fn valid_device(device: c_int) -> bool {
-    (-1..crate::shim::MAX_DEVICES as c_int).contains(&device)
+    (-1..crate::state::MAX_DEVICES as c_int).contains(&device)
 }
 
 /// Fills `*out` for `device` (-1: summed over devices). `out->struct_size` must be set by the
@@ -109,7 +112,7 @@ pub unsafe extern "C" fn cudapool_get_stats(device: c_int, out: *mut CudapoolSta
             return CUDA_ERROR_NOT_INITIALIZED as c_int;
         };
         // A query is a good moment to refresh what `cudapool stat` shows.
-        shim.publish_all();
+        REPORTING.publish(shim);
         let s = if device < 0 {
             all_devices(shim)
         } else {
@@ -232,9 +235,7 @@ pub unsafe extern "C" fn cudapool_snapshot(path: *const c_char) -> c_int {
         let Some(shim) = Shim::active() else {
             return CUDA_ERROR_NOT_INITIALIZED as c_int;
         };
-        if let Some(t) = &shim.trace {
-            t.write(shim.pool_kind().name());
-        }
+        REPORTING.write_trace(shim);
         match std::fs::write(path, crate::report::snapshot_json(shim)) {
             Ok(()) => CUDA_SUCCESS as c_int,
             Err(e) => {

@@ -3,6 +3,8 @@
 //! The environment is read once when the library loads. A bad value does not print anything at
 //! load time (a process that makes no CUDA call is never disturbed); it is kept as a
 //! [`ConfigError`] and the shim refuses allocations, loudly, at the first CUDA call it sees.
+//!
+//! Uses: nothing of the crate.
 
 use std::fmt;
 use std::path::PathBuf;

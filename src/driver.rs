@@ -3,6 +3,8 @@
 //!
 //! Every lookup here goes through the *real* `dlsym` on the real driver's handle, never through
 //! the overridden one (DESIGN.md trap 2), so loading the table cannot re-enter the shim.
+//!
+//! Uses: `cu`.
 
 use crate::cu::*;
 use std::cell::Cell;

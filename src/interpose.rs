@@ -9,11 +9,14 @@
 //! hook only when the answer is *exactly* the real function that hook replaces (pointer
 //! identity). So `cudaVersion`, `_ptsz`/`_ptds` flags and `symbolStatus` stay the driver's, and
 //! a lookup never returns NULL where the driver returned a function.
+//!
+//! Uses: `hooks` (the table of hooks, `work::HARMLESS_PER_THREAD`), `state`, `flags`, `driver`,
+//! `config`, `log`, `cu`.
 
 use crate::cu::*;
 use crate::driver::{self, call, Driver};
 use crate::hooks::boundary;
-use crate::shim::{Shim, State};
+use crate::state::{Shim, State};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -21,14 +24,21 @@ use std::sync::{Mutex, OnceLock};
 /// (real driver function, hook) address pairs, built once the driver is open.
 static SUBSTITUTES: OnceLock<Vec<(usize, usize)>> = OnceLock::new();
 
-/// Every hook and the driver name it replaces: memory and context hooks, then work hooks.
+/// Every hook and the driver name it replaces: the C ABI's (`hooks::table`) and this file's
+/// own `cuGetProcAddress` wrappers.
 fn hooks() -> &'static [(&'static CStr, usize)] {
     static ALL: OnceLock<Vec<(&'static CStr, usize)>> = OnceLock::new();
     ALL.get_or_init(|| {
         crate::hooks::table()
             .into_iter()
-            .chain(crate::work::table())
             .map(|(n, h)| (n, h as usize))
+            .chain([
+                (
+                    c"cuGetProcAddress_v2",
+                    cuGetProcAddress_v2 as *const () as usize,
+                ),
+                (c"cuGetProcAddress", cuGetProcAddress as *const () as usize),
+            ])
             .collect()
     })
 }
@@ -70,7 +80,7 @@ pub fn substitute(p: *mut c_void) -> *mut c_void {
 // `queues`). The work hooks (`work`) report it like any other; the per-thread entry points
 // that issue no work that matters are handed out as they are (`work::HARMLESS_PER_THREAD`).
 // Any other `_ptsz`/`_ptds` entry point, one cudapool does not know, might issue work it
-// cannot place: it is handed out behind a trampoline that sets `streams::UNWATCHED_WORK` (so
+// cannot place: it is handed out behind a trampoline that sets `flags::UNWATCHED_WORK` (so
 // reuse waits for fences from then on) and jumps on to the real function. The program obtains
 // those entry points by name (`dlsym`) or through `cuGetProcAddress` with the per-thread flag.
 // A trampoline is a few instructions of assembly, so one kind serves every signature.
@@ -97,7 +107,7 @@ core::arch::global_asm!(
     ".set cudapool_slot, cudapool_slot + 1",
     ".endr",
     ".popsection",
-    flag = sym crate::streams::UNWATCHED_WORK,
+    flag = sym crate::flags::UNWATCHED_WORK,
     targets = sym TRAMPOLINE_TARGETS,
 );
 
@@ -111,7 +121,7 @@ fn is_per_thread_name(name: &[u8]) -> bool {
 
 /// Whether a per-thread entry point of this name issues no work that matters to reuse.
 fn is_harmless(name: &[u8]) -> bool {
-    crate::work::HARMLESS_PER_THREAD
+    crate::hooks::work::HARMLESS_PER_THREAD
         .iter()
         .any(|h| h.as_bytes() == name)
 }
@@ -130,7 +140,7 @@ fn trampoline(real: *mut c_void) -> *mut c_void {
             i
         }
         None => {
-            crate::streams::UNWATCHED_WORK.store(true, Ordering::Release);
+            crate::flags::set_unwatched_work();
             return real;
         }
     };
@@ -253,7 +263,7 @@ unsafe fn substitute_out(
     let is_hook = |p: *mut c_void| hooks().iter().any(|&(_, h)| h == p as usize);
     if before == after
         && !is_hook(after)
-        && !crate::streams::UNWATCHED_WORK.load(Ordering::Relaxed)
+        && !crate::flags::unwatched_work()
         && !symbol.is_null()
         && crate::log::enabled(crate::config::LogLevel::Info)
     {

@@ -1,42 +1,49 @@
 //! cudapool: preloaded into an unmodified CUDA program, it routes every device allocation
 //! through a pool with per-device memory limits and statistics.
 //!
-//! Layers, top to bottom (each file may only use the ones below it):
-//! - [`interpose`]: how calls arrive (overridden `dlsym`, `cuGetProcAddress` wrappers);
-//! - [`hooks`]: the exported `cu*` C ABI, panic boundary, re-entry guard;
-//! - [`shim`]: process state: contexts, their pools, the live table, OOM handling;
-//! - [`streams`]: each context's streams and the events that fence reuse (driver side);
-//! - [`pool`]: pool kinds, pure Rust, generic over an upstream;
-//! - [`budget`]: per-device limits and counters;
-//! - [`driver`]: the real `libcuda.so.1`.
+//! Layers, top to bottom; each module uses only the layers below its own (checked in CI by
+//! `scripts/check-layers.py`):
+//! 1. the C ABI: [`interpose`] (how calls arrive: overridden `dlsym`, `cuGetProcAddress`
+//!    wrappers), [`hooks`] (the exported `cu*` entry points, by family), [`capi`]
+//!    (`cudapool_*`);
+//! 2. [`report`]: status text, snapshots, the exit report, the trace and the live page; it
+//!    reads the state through `state::View` and is its `state::Observer`;
+//! 3. [`state`]: the process state: contexts and their pools, the live table, the OOM policy,
+//!    pass-through accounting, the driver side of reuse safety;
+//! 4. the mechanisms: [`pool`] (pure Rust, generic over an upstream), [`queues`] (which
+//!    queues got work), [`budget`] (limits and counters), [`driver`] (the real
+//!    `libcuda.so.1`);
+//! 5. the base: [`config`], [`log`], [`flags`] (process-wide flags), [`cu`] (driver types),
+//!    [`addr_hash`], [`striped`].
 //!
-//! Beside them: [`config`] (environment), [`capi`] (`cudapool_*`), [`report`] (status text),
-//! [`log`] (stderr lines), [`cu`] (driver types and codes), [`publish`] (live stats for
-//! `cudapool stat`), [`trace`] (`CUDAPOOL_TRACE`).
+//! This file wires them together: the module tree, and the load-time constructor that reads
+//! the environment and installs reporting as the state's observer.
 
-pub mod addr_hash;
-pub mod budget;
+// 1. the C ABI
 pub mod capi;
-pub mod config;
-pub mod counted;
-pub mod cu;
-pub mod driver;
 pub mod hooks;
 pub mod interpose;
-pub mod log;
-pub mod pool;
-pub mod publish;
-pub mod queues;
+// 2. reporting
 pub mod report;
-pub mod shim;
-pub mod streams;
+// 3. the process state
+pub mod state;
+// 4. mechanisms
+pub mod budget;
+pub mod driver;
+pub mod pool;
+pub mod queues;
+// 5. the base
+pub mod addr_hash;
+pub mod config;
+pub mod cu;
+pub mod flags;
+pub mod log;
 pub mod striped;
-pub mod trace;
-pub mod work;
 
 /// Reads the environment when the library loads (SPEC.md: later changes have no effect).
 /// Prints nothing and touches no driver: a process that never calls CUDA is not disturbed.
 #[ctor::ctor]
 unsafe fn load() {
-    let _ = shim::config();
+    let _ = state::config();
+    state::set_observer(&report::REPORTING);
 }

@@ -2,6 +2,8 @@
 //!
 //! Writes go straight to fd 2 with one `write(2)`: no lock that a hook could re-enter, no
 //! panic if stderr is closed, no allocation of device memory.
+//!
+//! Uses: `config`.
 
 use crate::config::LogLevel;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -33,4 +35,19 @@ macro_rules! log_at {
             $crate::log::line(&format!($($arg)*));
         }
     };
+}
+
+/// Bytes for people: `512 B`, `1.50 KiB`, ... `2.00 GiB`.
+pub fn fmt_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if b < 1024 {
+        return format!("{b} B");
+    }
+    let mut v = b as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.2} {}", UNITS[unit])
 }

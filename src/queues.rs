@@ -25,6 +25,8 @@
 //! began before the probation has ended).
 //!
 //! Pure logic: the driver side (events, stream queries) is behind [`QueueDevice`].
+//!
+//! Uses: `striped`.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};

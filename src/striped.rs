@@ -1,6 +1,8 @@
 //! Counters that many threads bump at once: one cache line per stripe, a stripe per thread
 //! (by a per-thread number), summed when read. Bumping never touches a line another thread is
 //! writing, so the counters cost the hot path no cache-line traffic.
+//!
+//! Uses: nothing of the crate.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -1202,7 +1202,7 @@ fn stat_reads_a_running_process_and_it_leaves_nothing_behind() {
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let page = PathBuf::from(format!("{}{pid}", cudapool::publish::prefix()));
+    let page = PathBuf::from(format!("{}{pid}", cudapool::report::publish::prefix()));
     assert!(page.exists(), "{} published", page.display());
 
     let r = run_program(&cli, &["stat", &pid.to_string()], false, &[]);

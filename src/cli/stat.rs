@@ -1,8 +1,8 @@
 //! `cudapool stat [PID...]` and `cudapool top`: the live figures every cudapool process
-//! publishes (`cudapool::publish`), read from outside.
+//! publishes (`cudapool::report::publish`), read from outside.
 
-use cudapool::publish::{prefix, read, Snapshot};
 use cudapool::report::fmt_bytes;
+use cudapool::report::publish::{prefix, read, Snapshot};
 use std::path::PathBuf;
 
 /// Every page of this user: (pid, path). Pages of processes that died are removed.

@@ -1,6 +1,8 @@
 //! `none`: no cache. Every block is a segment of its own, straight from the upstream and back.
+//!
+//! Uses: `pool::types`, `config`, `cu`.
 
-use super::{Grant, Pool, Upstream};
+use super::types::{Grant, Pool, SegmentView, Upstream};
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -43,7 +45,7 @@ impl Pool for NonePool {
         0
     }
 
-    fn segments(&self) -> Vec<super::SegmentView> {
+    fn segments(&self) -> Vec<SegmentView> {
         Vec::new()
     }
 

@@ -34,9 +34,11 @@
 //! that a CPU far ahead of the GPU cannot pile up freed memory without bound), or when the
 //! limit leaves no room to grow. Under memory pressure ([`Pool::trim`]) it waits for every
 //! fence, then gives free segments back.
+//!
+//! Uses: `pool::core`, `pool::types`, `config`, `cu`.
 
 use super::core::{Core, Lane, READY};
-use super::{Grant, Pool, StreamKey, Upstream};
+use super::types::{BlockState, Grant, Pool, SegmentView, StreamKey, Upstream};
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr};
 use std::cell::RefCell;
@@ -540,7 +542,7 @@ impl Pool for CachingPool {
         self.lock().core.owns(ptr)
     }
 
-    fn segments(&self) -> Vec<super::SegmentView> {
+    fn segments(&self) -> Vec<SegmentView> {
         let st = self.lock();
         let mut waiting: std::collections::HashSet<DevPtr> = st
             .pending
@@ -560,7 +562,7 @@ impl Pool for CachingPool {
         let mut segs = st.core.segments();
         for b in segs.iter_mut().flat_map(|s| s.blocks.iter_mut()) {
             if waiting.contains(&b.ptr) {
-                b.state = super::BlockState::Pending;
+                b.state = BlockState::Pending;
             }
         }
         segs

@@ -1,5 +1,6 @@
 //! The driver side of reuse safety: each context's queues, the events that order a new queue
-//! after the others, and the events that fence freed blocks.
+//! after the others, and the events that fence freed blocks. Uses the queue tracker, the pool's
+//! `Clock` trait and the driver; nothing above them.
 //!
 //! [`ContextClock`] is the pool's [`Clock`] for one context. It owns the context's
 //! [`Queues`] (which queues received work, see `queues`) and answers the tracker's questions
@@ -20,30 +21,18 @@
 //! A safety net: on housekeeping ticks, a stream the program created and that has no work
 //! cudapool saw is asked whether it is idle; if it is not, work reached it through an entry
 //! point cudapool does not watch, and the context falls back to fences for good (one warning).
+//!
+//! Uses: `queues`, `pool` (its `Clock`), `driver`, `flags`, `config`, `addr_hash`, `striped`, `cu`.
 
 use crate::addr_hash::AddrMap as HashMap;
 use crate::config::Reuse;
 use crate::cu::*;
 use crate::driver::{call, Driver};
+use crate::flags::{capturing_somewhere, exiting, unwatched_work};
 use crate::pool::{Clock, FenceId, ReuseRule};
 use crate::queues::{QueueDevice, QueueKey, Queues};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::Mutex;
-
-/// Graph captures begun and not yet ended, process-wide.
-static CAPTURES: AtomicI64 = AtomicI64::new(0);
-
-pub fn capture_begun() {
-    CAPTURES.fetch_add(1, AcqRel);
-}
-
-pub fn capture_ended() {
-    let _ = CAPTURES.fetch_update(AcqRel, Acquire, |n| Some((n - 1).max(0)));
-}
-
-/// Set for good once per-thread default stream work went through an entry point cudapool does
-/// not watch (`interpose` hands those out behind a trampoline that sets it).
-pub static UNWATCHED_WORK: AtomicBool = AtomicBool::new(false);
 
 /// The stream a call means: the handle the program passed, with 0 made explicit (the
 /// per-thread default stream through a `_ptsz`/`_ptds` entry point, the legacy one otherwise).
@@ -73,7 +62,7 @@ fn is_per_thread(q: QueueKey) -> bool {
 /// Whether `stream` is capturing a graph now. Asks the driver only while some capture is under
 /// way in the process.
 pub fn capturing(driver: &Driver, stream: usize) -> bool {
-    if CAPTURES.load(Acquire) == 0 {
+    if !capturing_somewhere() {
         return false;
     }
     let mut status: std::ffi::c_int = 0;
@@ -152,7 +141,7 @@ impl ContextClock {
 
     /// Whether the queues can be trusted: no queue went unordered, no work went unwatched.
     fn trusted(&self) -> bool {
-        !self.queues.unordered() && !UNWATCHED_WORK.load(Acquire)
+        !self.queues.unordered() && !unwatched_work()
     }
 
     /// The stream to record on for work on `q` issued by any thread.
@@ -217,7 +206,7 @@ impl ContextClock {
     /// The safety net (see the module doc): a created stream with no work cudapool saw must be
     /// idle.
     fn check_unwatched(&self) {
-        if !self.trusted() || CAPTURES.load(Acquire) > 0 {
+        if !self.trusted() || capturing_somewhere() {
             return;
         }
         let active = self.queues.active();
@@ -256,7 +245,7 @@ impl QueueDevice for ContextClock {
         if sources.is_empty() && zombies.is_empty() {
             return true;
         }
-        if CAPTURES.load(Acquire) > 0 {
+        if capturing_somewhere() {
             return false;
         }
         let mut own = Vec::with_capacity(sources.len());
@@ -296,15 +285,13 @@ impl Clock for ContextClock {
     fn rule(&self) -> ReuseRule {
         match self.reuse {
             Reuse::Immediate => ReuseRule::Immediate,
-            Reuse::Auto if self.queues.one_queue() && !UNWATCHED_WORK.load(Acquire) => {
-                ReuseRule::OneQueue
-            }
+            Reuse::Auto if self.queues.one_queue() && !unwatched_work() => ReuseRule::OneQueue,
             Reuse::Auto => ReuseRule::Fenced,
         }
     }
 
     fn issue(&self) -> Option<FenceId> {
-        if CAPTURES.load(Acquire) > 0 || crate::shim::exiting() {
+        if capturing_somewhere() || exiting() {
             return None;
         }
         self.tick();
@@ -363,7 +350,7 @@ impl Clock for ContextClock {
     }
 
     fn tick(&self) {
-        if self.reuse == Reuse::Immediate || crate::shim::exiting() {
+        if self.reuse == Reuse::Immediate || exiting() {
             return;
         }
         if self.queues.tick(self) {

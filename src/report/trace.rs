@@ -3,6 +3,8 @@
 //! published (slow paths, and every few hundred allocations of a thread); instant events for
 //! OOMs, reclaims and limit changes. Memory is bounded: the newest [`MAX_EVENTS`] events are
 //! kept and the number dropped is written too. Written at exit and on `cudapool_snapshot`.
+//!
+//! Uses: `log`.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;

@@ -3,25 +3,18 @@
 //! 0600 (only the same user can read it), removed at exit. A crashed process's file is removed
 //! by the next `cudapool stat`.
 //!
-//! Publishing happens on slow paths (driver calls, OOMs, reclaims, teardown, limit changes) and
-//! every [`EVERY`]-th allocation of a thread, never on a cache hit otherwise: the hot path pays a
-//! thread-local counter. A seqlock keeps readers consistent: the writer makes `seq` odd, writes,
-//! makes it even; a reader retries if `seq` was odd or changed.
+//! The page is written when the state's observer is sampled (`report::Reporting`): on slow
+//! paths (driver calls, OOMs, reclaims, teardown, limit changes) and every few hundred
+//! allocations of a thread (`state::sample_due`), never on a cache hit otherwise. A seqlock
+//! keeps readers consistent: the writer makes `seq` odd, writes, makes it even; a reader
+//! retries if `seq` was odd or changed.
+//!
+//! Uses: `budget`.
 
 use crate::budget::DeviceStats;
-use std::cell::Cell;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-
-/// A thread publishes on every this many allocations and frees, and also every
-/// [`CHECK_EVERY`] of them when the page is older than [`STALE_NS`].
-pub const EVERY: u32 = 256;
-pub const CHECK_EVERY: u32 = 16;
-pub const STALE_NS: u64 = 100_000_000;
-
-/// When the page was last written (ns since the Unix epoch).
-static LAST_NS: AtomicU64 = AtomicU64::new(0);
 
 fn now_ns() -> u64 {
     std::time::SystemTime::now()
@@ -208,7 +201,6 @@ impl Publisher {
         }
         let now = now_ns();
         page.updated_ns.store(now, Ordering::Relaxed);
-        LAST_NS.store(now, Ordering::Relaxed);
         page.seq.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -219,24 +211,6 @@ impl Publisher {
             unsafe { libc::unlink(self.path.as_ptr()) };
         }
     }
-}
-
-thread_local! {
-    static ALLOCS: Cell<u32> = const { Cell::new(0) };
-}
-
-/// Counts an allocation or free of this thread; true when the page should be written: every
-/// [`EVERY`]-th, or when it is older than [`STALE_NS`] (looked at every [`CHECK_EVERY`]-th).
-pub fn due() -> bool {
-    ALLOCS
-        .try_with(|c| {
-            let n = c.get().wrapping_add(1);
-            c.set(n);
-            n % EVERY == 0
-                || (n % CHECK_EVERY == 0
-                    && now_ns().saturating_sub(LAST_NS.load(Ordering::Relaxed)) > STALE_NS)
-        })
-        .unwrap_or(false)
 }
 
 /// What `cudapool stat` reads of one process.

@@ -12,6 +12,8 @@
 //! already reported (plus `cuCtxGetCurrent` for the legacy and per-thread default streams,
 //! whose context is the caller's). Entry points that do not touch device memory a pool could
 //! hand out (host functions, array-only copies, external semaphores) are not hooked.
+//!
+//! Uses: `hooks::guard`, `state`, `queues` (the in-flight guard), `driver`, `cu`.
 #![allow(non_snake_case)]
 
 use crate::cu::*;
@@ -47,8 +49,8 @@ impl Queue {
 /// Reports work on `q` (see `Shim::work_on`); the returned guard must live until the driver
 /// has the work. Never panics, never fails.
 fn report(q: Queue) -> Option<crate::queues::Entered> {
-    crate::hooks::boundary(None, || {
-        let shim = crate::shim::Shim::active().filter(|s| s.watches_work())?;
+    super::guard::boundary(None, || {
+        let shim = crate::state::Shim::active().filter(|s| s.watches_work())?;
         let entered = crate::queues::Entered::new();
         let (stream, ptsz) = q.stream();
         shim.work_on(stream, ptsz);

@@ -1,68 +1,68 @@
-//! Device memory the shim does not pool but passes through to the driver and counts, so that
-//! no allocation API is a hole in the limit (SPEC.md, DESIGN.md trap 4):
-//! - driver memory pools (`cuMemAllocFromPoolAsync`): what the pool *reserves* is charged,
-//!   read from the driver after every call that can change it;
-//! - physical memory of the virtual memory API (`cuMemCreate`): charged from creation until it
-//!   is both released and unmapped everywhere, as the driver frees it;
-//! - arrays and mipmapped arrays: charged at their real footprint, asked of the driver.
+//! Pass-through accounting: what each counted allocation API charges against the limit and
+//! when it stops (the tables are in `counted`; what each API costs is documented there).
 //!
-//! Pointer-shaped pass-through allocations (managed, pitched, captured) live in the shim's live
-//! table instead (`Origin::Counted`, `Origin::DriverPool`). Host memory is never counted.
+//! Uses: the `Shim` and its parts (`state::counted`, `state::live`), `driver`, `cu`.
 
+use super::counted::{lock, ArrayRec, DriverPool, Phys};
+use super::{Live, Origin, Shim};
 use crate::addr_hash::AddrMap as HashMap;
 use crate::cu::*;
 use crate::driver::call;
-use crate::shim::{Live, Origin, Shim};
-use std::collections::BTreeMap;
 use std::ffi::c_void;
-use std::sync::{Mutex, MutexGuard};
-
-/// One driver pool the program allocated from.
-///
-/// Invariant: `charged` bytes of this pool are in the device's budget: the pool's reserved
-/// memory when last read (or, once destroyed, what its live allocations still hold).
-struct DriverPool {
-    /// `None`: the pool lives in host memory and is not counted.
-    device: Option<CUdevice>,
-    charged: u64,
-    /// Destroyed by the program while allocations of it were live (the driver defers that).
-    destroyed: bool,
-}
-
-/// Physical memory from `cuMemCreate`.
-///
-/// Invariant: its size is charged while `refs > 0` (creation and every
-/// `cuMemRetainAllocationHandle`, minus releases) or `maps > 0` (mappings not yet unmapped).
-struct Phys {
-    device: CUdevice,
-    size: u64,
-    refs: u32,
-    maps: u32,
-}
-
-/// An array or mipmapped array, charged at `size` until destroyed or its context dies.
-struct ArrayRec {
-    ctx: usize,
-    device: CUdevice,
-    size: u64,
-}
-
-/// The counted objects of the process, each table behind its own lock (none of them is on a
-/// hot path: each of these driver calls costs microseconds).
-#[derive(Default)]
-pub struct Counted {
-    pools: Mutex<HashMap<usize, DriverPool>>,
-    handles: Mutex<HashMap<MemHandle, Phys>>,
-    /// Mappings of counted handles: address -> (bytes, handle).
-    maps: Mutex<BTreeMap<DevPtr, (u64, MemHandle)>>,
-    arrays: Mutex<HashMap<usize, ArrayRec>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 impl Shim {
+    /// A counted pass-through allocation. `charge` is what is known before the call; `alloc`
+    /// returns the address and the real footprint; `release` undoes it if the footprint turns
+    /// out not to fit.
+    pub fn alloc_counted(
+        &self,
+        charge: u64,
+        alloc: impl FnOnce() -> Result<(DevPtr, u64), CUresult>,
+        release: impl FnOnce(DevPtr),
+    ) -> Result<DevPtr, CUresult> {
+        let (ctx, dev) = self.current()?;
+        let budget = self.budget(dev);
+        if !budget.try_charge(charge) {
+            if self.reclaim_context(ctx, dev, u64::MAX) == 0 || !budget.try_charge(charge) {
+                return Err(self.failed(dev, charge, CUDA_ERROR_OUT_OF_MEMORY));
+            }
+            budget.on_reclaim_retry();
+        }
+        let (ptr, footprint) = match alloc() {
+            Ok(r) => r,
+            Err(e) => {
+                budget.uncharge(charge);
+                return Err(self.failed(dev, charge, e));
+            }
+        };
+        if footprint > charge && !budget.try_charge(footprint - charge) {
+            release(ptr);
+            budget.uncharge(charge);
+            return Err(self.failed(dev, footprint, CUDA_ERROR_OUT_OF_MEMORY));
+        }
+        if footprint < charge {
+            budget.uncharge(charge - footprint);
+        }
+        budget.on_driver_alloc();
+        budget.on_alloc(footprint, false);
+        self.live.insert(
+            ptr,
+            Live {
+                ctx,
+                device: dev,
+                size: footprint,
+                origin: Origin::Counted,
+            },
+        );
+        self.observe(dev);
+        Ok(ptr)
+    }
+
+    /// Bytes of live allocations from the driver pool `pool`.
+    pub fn live_bytes_of_driver_pool(&self, pool: usize) -> u64 {
+        self.live.bytes_of_driver_pool(pool)
+    }
+
     /// Charges `bytes` on `dev` for a pass-through allocation, giving back cached pool memory
     /// first if they do not fit; `Err` is the out-of-memory answer (logged and counted).
     pub(crate) fn charge_counted(&self, dev: CUdevice, bytes: u64) -> Result<(), CUresult> {
@@ -212,7 +212,7 @@ impl Shim {
         }
         rec.charged = now.max(rec.charged);
         drop(pools);
-        self.remember(
+        self.live.insert(
             ptr,
             Live {
                 ctx: ctx_dev.0,

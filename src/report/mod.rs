@@ -1,24 +1,98 @@
-//! Human-readable figures: the memory status (`CUDAPOOL_REPORT`, `cudapool_memory_status`).
+//! Reporting: what the program and its user are shown of the state. The memory status
+//! (`CUDAPOOL_REPORT`, `cudapool_memory_status`), the JSON snapshot, the leak report, and
+//! [`Reporting`], the observer the crate root installs on the state: it keeps the trace
+//! ([`trace`], `CUDAPOOL_TRACE`) and the live page ([`publish`], `cudapool stat`), and writes
+//! the exit report. It reads the state through `state::View` only; the state never names it.
+//!
+//! Uses: `state` (its `View`; it is the state's `Observer`), `report::publish`, `report::trace`,
+//! `budget`, `config`, `log`, `cu`.
+
+pub mod publish;
+pub mod trace;
 
 use crate::budget::DeviceStats;
 use crate::config::ReportTarget;
-use crate::shim::Shim;
+use crate::cu::CUdevice;
+use crate::state::{Observer, View};
+use publish::Publisher;
 use std::fmt::Write as _;
+use std::sync::OnceLock;
+use trace::Trace;
+
+/// The observer of the state: the trace and the live page (each made on first use, from the
+/// configuration), and the exit report.
+pub struct Reporting {
+    trace: OnceLock<Option<Trace>>,
+    page: OnceLock<Option<Publisher>>,
+}
+
+/// The one [`Reporting`] of the process.
+pub static REPORTING: Reporting = Reporting {
+    trace: OnceLock::new(),
+    page: OnceLock::new(),
+};
+
+impl Reporting {
+    fn trace(&self, view: &dyn View) -> Option<&Trace> {
+        self.trace
+            .get_or_init(|| view.config().trace.clone().map(Trace::new))
+            .as_ref()
+    }
+
+    fn page(&self, view: &dyn View) -> Option<&Publisher> {
+        self.page
+            .get_or_init(|| Publisher::create(view.pool_kind().name()))
+            .as_ref()
+    }
+
+    /// Writes the figures of every device seen to the live page.
+    pub fn publish(&self, view: &dyn View) {
+        if let Some(p) = self.page(view) {
+            let devices: Vec<_> = view
+                .devices_seen()
+                .into_iter()
+                .map(|d| (d, view.device_stats(d)))
+                .collect();
+            p.write(&devices);
+        }
+    }
+
+    /// Writes the trace file (`CUDAPOOL_TRACE`), if one is configured.
+    pub fn write_trace(&self, view: &dyn View) {
+        if let Some(t) = self.trace(view) {
+            t.write(view.pool_kind().name());
+        }
+    }
+}
+
+impl Observer for Reporting {
+    fn sample(&self, view: &dyn View, dev: CUdevice) {
+        if let Some(t) = self.trace(view) {
+            let s = view.device_stats(dev);
+            t.counter(dev, s.allocated, s.reserved, s.hard_limit);
+        }
+        self.publish(view);
+    }
+
+    fn event(&self, view: &dyn View, dev: CUdevice, name: &'static str, bytes: u64) {
+        if let Some(t) = self.trace(view) {
+            t.instant(dev, name, bytes);
+        }
+        self.sample(view, dev);
+    }
+
+    fn at_exit(&self, view: &dyn View) {
+        write_exit_report(view);
+        self.publish(view);
+        self.write_trace(view);
+        if let Some(p) = self.page(view) {
+            p.remove();
+        }
+    }
+}
 
 /// `1536` -> `1.50 KiB`; exact bytes below 1 KiB.
-pub fn fmt_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if b < 1024 {
-        return format!("{b} B");
-    }
-    let mut v = b as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.2} {}", UNITS[unit])
-}
+pub use crate::log::fmt_bytes;
 
 fn limit(l: u64) -> String {
     if l == 0 {
@@ -66,7 +140,7 @@ pub fn device_status(dev: i32, s: &DeviceStats) -> String {
 }
 
 /// The whole status: a header line and one block per device the shim has seen.
-pub fn memory_status(shim: &Shim) -> String {
+pub fn memory_status(shim: &dyn View) -> String {
     let mut out = format!(
         "memory status (cudapool {}, pool {}, pid {})\n",
         env!("CARGO_PKG_VERSION"),
@@ -85,13 +159,13 @@ pub fn memory_status(shim: &Shim) -> String {
 
 /// At exit: the leak report (`CUDAPOOL_TRACK`) on stderr, and the status (with the leaks)
 /// where `CUDAPOOL_REPORT` says.
-pub fn write_exit_report(shim: &Shim) {
-    let leaks = if shim.config.track >= 1 {
+pub fn write_exit_report(shim: &dyn View) {
+    let leaks = if shim.config().track >= 1 {
         leak_report(shim)
     } else {
         String::new()
     };
-    let Some(target) = &shim.config.report else {
+    let Some(target) = &shim.config().report else {
         for line in leaks.lines() {
             crate::log::line(line);
         }
@@ -177,7 +251,7 @@ pub fn program_frames(bt: &std::backtrace::Backtrace, max: usize) -> Vec<String>
 }
 
 /// The whole state as JSON (schema in the README, "Snapshot").
-pub fn snapshot_json(shim: &Shim) -> String {
+pub fn snapshot_json(shim: &dyn View) -> String {
     let mut o = String::new();
     let _ = write!(
         o,
@@ -185,7 +259,7 @@ pub fn snapshot_json(shim: &Shim) -> String {
         json_str(env!("CARGO_PKG_VERSION")),
         std::process::id(),
         json_str(shim.pool_kind().name()),
-        shim.config.track
+        shim.config().track
     );
     let live = shim.live_allocations();
     for (i, dev) in shim.devices_seen().into_iter().enumerate() {
@@ -231,9 +305,9 @@ pub fn snapshot_json(shim: &Shim) -> String {
             }
             first = false;
             let origin = match l.origin {
-                crate::shim::Origin::Pool => "pool",
-                crate::shim::Origin::Counted => "counted",
-                crate::shim::Origin::DriverPool(_) => "driver_pool",
+                crate::state::Origin::Pool => "pool",
+                crate::state::Origin::Counted => "counted",
+                crate::state::Origin::DriverPool(_) => "driver_pool",
             };
             let _ = write!(
                 o,
@@ -255,7 +329,7 @@ pub fn snapshot_json(shim: &Shim) -> String {
 
 /// `CUDAPOOL_TRACK`: the allocations never freed, one line each (and where they were made at
 /// level 2). Empty when everything was freed.
-pub fn leak_report(shim: &Shim) -> String {
+pub fn leak_report(shim: &dyn View) -> String {
     let live = shim.live_allocations();
     if live.is_empty() {
         return String::new();

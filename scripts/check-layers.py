@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""The layers of src/ import only downward, and no two files import each other in a circle.
+
+Every reference to `crate::X` (X a top-level module) or `super::` in a file's code (comments and
+doc comments aside) is a dependency. A file may depend on its own layer's other modules and on
+the layers below, never above. Then, among files, the dependency graph must have no cycle (a
+parent module that declares its children with `mod x;` or re-exports them with `pub use` does
+not depend on them by that alone).
+
+usage: scripts/check-layers.py   (from anywhere; exits 1 and names the offence)
+"""
+import os
+import re
+import sys
+
+LAYERS = [
+    ("base", ["config", "log", "cu", "addr_hash", "striped", "flags"]),
+    ("mechanisms", ["driver", "budget", "queues", "pool"]),
+    ("state", ["state"]),
+    ("reporting", ["report"]),
+    ("C ABI", ["hooks", "interpose", "capi"]),
+]
+RANK = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+SKIP = {"lib.rs", "main.rs"}  # the crate root wires the layers together; main.rs is the CLI
+
+
+def module_files():
+    """(module path as a list, file path) for every library source file."""
+    for dirpath, _, files in os.walk(ROOT):
+        rel = os.path.relpath(dirpath, ROOT)
+        parts = [] if rel == "." else rel.split(os.sep)
+        if parts and parts[0] == "cli":
+            continue
+        for f in sorted(files):
+            if not f.endswith(".rs") or (not parts and f in SKIP):
+                continue
+            name = f[:-3]
+            yield (parts if name == "mod" else parts + [name]), os.path.join(dirpath, f)
+
+
+def code(path):
+    """The file's text with comments (line and doc comments) removed."""
+    out = []
+    for line in open(path, encoding="utf-8"):
+        stripped = line.lstrip()
+        if stripped.startswith("//"):
+            continue
+        out.append(re.sub(r"//.*$", "", line))
+    return "".join(out)
+
+
+def main():
+    files = dict((tuple(m), p) for m, p in module_files())
+    errors = []
+    deps = {m: set() for m in files}
+
+    def resolve(path):
+        """The longest module prefix of `path` that is a file of ours."""
+        for n in range(len(path), 0, -1):
+            if tuple(path[:n]) in files:
+                return tuple(path[:n])
+        return None
+
+    for mod, path in files.items():
+        text = code(path)
+        top = mod[0]
+        children = set()
+        for m in re.finditer(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", text, re.M):
+            children.add(mod + (m.group(1),))
+        # Re-exports of a module's own children declare, they do not depend.
+        declared = re.sub(r"^\s*pub\s+use\s+(\w+)::[^;]*;", "", text, flags=re.M)
+        for m in re.finditer(r"\bcrate::(\w+(?:::\w+)*)", declared):
+            target = m.group(1).split("::")
+            if target[0] not in RANK:
+                continue
+            if RANK[target[0]] > RANK.get(top, 99):
+                errors.append(f"{path}: uses crate::{m.group(1)}, a layer above ({LAYERS[RANK[target[0]]][0]} over {LAYERS[RANK[top]][0]})")
+            dep = resolve(target)
+            if dep and dep != mod:
+                deps[mod].add(dep)
+        parent = mod[:-1] if os.path.basename(path) != "mod.rs" else mod[:-1]
+        for m in re.finditer(r"\bsuper::((?:\w+::)*\w+)", declared):
+            target = list(parent) + [p for p in m.group(1).split("::") if p != "super"]
+            dep = resolve(target)
+            if dep and dep != mod and dep not in children:
+                deps[mod].add(dep)
+        for m in re.finditer(r"^\s*(?:pub(?:\([^)]*\))?\s+)?use\s+(\w+)::", declared, re.M):
+            child = mod + (m.group(1),)
+            if child in files:
+                deps[mod].add(child)
+
+    # Cycles, by depth-first search.
+    state, stack = {}, []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(deps[m]):
+            if state.get(d) == 1:
+                cycle = stack[stack.index(d):] + [d]
+                errors.append("import cycle: " + " -> ".join("::".join(c) for c in cycle))
+            elif d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(deps):
+        if m not in state:
+            visit(m)
+    for e in errors:
+        print(e)
+    print(f"check-layers: {len(files)} files, {sum(len(d) for d in deps.values())} dependencies, {len(errors)} problems")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

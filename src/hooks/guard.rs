@@ -1,0 +1,91 @@
+//! What every hook runs inside, in one place: [`hook`] is a panic boundary (no unwinding through
+//! C), a per-thread re-entry guard (a hook entered from inside a hook goes straight to the
+//! driver), and the process state (disabled, refused by a bad setting, or active). Plus the
+//! helpers hooks use to write out-pointers and result codes.
+//!
+//! Uses: `state` (its process state), `driver`, `cu`.
+
+use crate::cu::*;
+use crate::driver::Driver;
+use crate::state::{Shim, State};
+use std::cell::Cell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+thread_local! {
+    /// True while this thread runs a hook body.
+    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread as inside a hook until dropped.
+struct Reentry;
+
+impl Reentry {
+    /// `None` when this thread is already inside a hook.
+    fn enter() -> Option<Reentry> {
+        IN_HOOK.with(|f| (!f.replace(true)).then_some(Reentry))
+    }
+}
+
+impl Drop for Reentry {
+    fn drop(&mut self) {
+        IN_HOOK.with(|f| f.set(false));
+    }
+}
+
+/// Whether a hook refuses (allocations, memory queries) or forwards (frees, teardown) when a
+/// `CUDAPOOL_*` value was bad.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnBadConfig {
+    Refuse,
+    Forward,
+}
+
+/// Runs `body` against the active shim, or `real` against the driver when the shim is
+/// disabled, re-entered, or (for `Forward` hooks) refused. Never unwinds.
+pub(crate) fn hook(
+    on_bad: OnBadConfig,
+    real: impl FnOnce(&'static Driver) -> CUresult,
+    body: impl FnOnce(&'static Shim) -> CUresult,
+) -> CUresult {
+    catch_unwind(AssertUnwindSafe(|| {
+        let forward = || Driver::get().map_or(CUDA_ERROR_NOT_INITIALIZED, real);
+        let Some(_guard) = Reentry::enter() else {
+            return forward();
+        };
+        match Shim::state() {
+            State::Active(shim) => body(shim),
+            State::Refused if on_bad == OnBadConfig::Refuse => CUDA_ERROR_NOT_INITIALIZED,
+            _ => forward(),
+        }
+    }))
+    .unwrap_or(CUDA_ERROR_UNKNOWN)
+}
+
+/// A panic boundary for exported functions that are not driver hooks.
+pub fn boundary<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
+}
+
+/// Writes `v` through an out-pointer the hook checked to be non-null.
+///
+/// # Safety
+/// `p` must be non-null and valid for a write of `T` (the driver's contract with the caller).
+pub(crate) unsafe fn put<T>(p: *mut T, v: T) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { p.write(v) }
+}
+
+/// Writes `v` through `p` unless `p` is NULL.
+///
+/// # Safety
+/// `p` must be NULL or valid for a write of `T`.
+pub(crate) unsafe fn put_some<T>(p: *mut T, v: T) {
+    if !p.is_null() {
+        // SAFETY: non-null, and valid by the caller's contract.
+        unsafe { put(p, v) }
+    }
+}
+
+pub(crate) fn to_result(r: Result<(), CUresult>) -> CUresult {
+    r.err().unwrap_or(CUDA_SUCCESS)
+}

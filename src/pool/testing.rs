@@ -1,0 +1,329 @@
+//! An in-process upstream, controllable clocks, trace replay, and the contract every pool kind
+//! must meet: for tests and benchmarks, no device involved.
+//!
+//! Uses: the pool (`new_pool`, `reuse`, `types`), `config`, `cu`.
+
+use super::new_pool;
+use super::reuse::{Clock, FenceId, ReuseRule};
+use super::types::*;
+use crate::config::PoolKind;
+use crate::cu::CUDA_ERROR_OUT_OF_MEMORY;
+use crate::cu::{CUresult, DevPtr};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// Host-side fake: hands out addresses 256-aligned from a counter, remembers what is out,
+/// refuses beyond `capacity`.
+pub struct FakeUpstream {
+    pub capacity: u64,
+    /// Whether `capacity` is a limit the pool is told about (headroom), or only the device.
+    limited: bool,
+    /// (next address, segments out, bytes out)
+    state: Mutex<(u64, BTreeMap<DevPtr, u64>, u64)>,
+}
+
+impl FakeUpstream {
+    /// A device of `capacity` bytes under a limit of the same size.
+    pub fn new(capacity: u64) -> Self {
+        FakeUpstream {
+            capacity,
+            limited: true,
+            state: Mutex::new((1 << 20, BTreeMap::new(), 0)),
+        }
+    }
+    /// A device of `capacity` bytes with no limit.
+    pub fn unlimited(capacity: u64) -> Self {
+        FakeUpstream {
+            limited: false,
+            ..FakeUpstream::new(capacity)
+        }
+    }
+    pub fn outstanding(&self) -> (usize, u64) {
+        let s = self.state.lock().unwrap();
+        (s.1.len(), s.2)
+    }
+}
+
+/// A clock whose fences complete when the test says so.
+pub struct FakeClock {
+    pub rule: std::sync::Mutex<ReuseRule>,
+    next: std::sync::atomic::AtomicU64,
+    /// Fences up to this id are done.
+    done_upto: std::sync::atomic::AtomicU64,
+    pub issued: std::sync::atomic::AtomicU64,
+    pub waited: std::sync::atomic::AtomicU64,
+    /// Every fence is done as soon as it is issued (benchmarks of the bookkeeping alone).
+    pub instant: std::sync::atomic::AtomicBool,
+}
+
+impl FakeClock {
+    pub fn new(rule: ReuseRule) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(FakeClock {
+            rule: std::sync::Mutex::new(rule),
+            next: 1.into(),
+            done_upto: 0.into(),
+            issued: 0.into(),
+            waited: 0.into(),
+            instant: false.into(),
+        })
+    }
+    /// Every fence issued so far completes.
+    pub fn complete_all(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.done_upto.store(self.next.load(SeqCst) - 1, SeqCst);
+    }
+}
+
+impl Clock for FakeClock {
+    fn rule(&self) -> ReuseRule {
+        *self.rule.lock().unwrap()
+    }
+    fn issue(&self) -> Option<FenceId> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.issued.fetch_add(1, SeqCst);
+        Some(self.next.fetch_add(1, SeqCst))
+    }
+    fn is_done(&self, f: FenceId) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.instant.load(SeqCst) || f <= self.done_upto.load(SeqCst)
+    }
+    fn wait(&self, f: FenceId) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.waited.fetch_add(1, SeqCst);
+        self.done_upto.fetch_max(f, SeqCst);
+    }
+    fn retire(&self, _f: FenceId) {}
+}
+
+/// A clock for a GPU that lags by `lag` operations: a fence completes once `lag` more
+/// operations were issued after it ([`LagClock::op`]), or when the pool waits for it.
+pub struct LagClock {
+    pub rule: ReuseRule,
+    lag: u64,
+    now: std::sync::atomic::AtomicU64,
+    /// The op count at which each fence was issued, by fence id (ids count from 1).
+    issued_at: Mutex<Vec<u64>>,
+    done_upto: std::sync::atomic::AtomicU64,
+    pub waited: std::sync::atomic::AtomicU64,
+}
+
+impl LagClock {
+    pub fn new(rule: ReuseRule, lag: u64) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(LagClock {
+            rule,
+            lag,
+            now: 0.into(),
+            issued_at: Mutex::new(Vec::new()),
+            done_upto: 0.into(),
+            waited: 0.into(),
+        })
+    }
+    /// One more operation issued (the GPU moves on by one).
+    pub fn op(&self) {
+        self.now.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for LagClock {
+    fn rule(&self) -> ReuseRule {
+        self.rule
+    }
+    fn issue(&self) -> Option<FenceId> {
+        let mut v = self.issued_at.lock().unwrap();
+        v.push(self.now.load(std::sync::atomic::Ordering::SeqCst));
+        Some(v.len() as FenceId)
+    }
+    fn is_done(&self, f: FenceId) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        let at = self.issued_at.lock().unwrap()[f as usize - 1];
+        f <= self.done_upto.load(SeqCst) || at + self.lag <= self.now.load(SeqCst)
+    }
+    fn wait(&self, f: FenceId) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.waited.fetch_add(1, SeqCst);
+        self.done_upto.fetch_max(f, SeqCst);
+    }
+    fn retire(&self, _f: FenceId) {}
+}
+
+/// One allocation trace: `a ID SIZE` and `f ID` lines (`#` comments), as recorded by
+/// `scripts/gpu/record_trace.py`.
+pub enum Op {
+    Alloc(u64, u64),
+    Free(u64),
+}
+
+pub fn parse_trace(text: &str) -> Vec<Op> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            match f[0] {
+                "a" => Op::Alloc(f[1].parse().unwrap(), f[2].parse().unwrap()),
+                "f" => Op::Free(f[1].parse().unwrap()),
+                other => panic!("bad trace op {other}"),
+            }
+        })
+        .collect()
+}
+
+/// What replaying a trace cost.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Replay {
+    /// Peak bytes held from the upstream, and peak bytes the trace held.
+    pub peak_reserved: u64,
+    pub peak_requested: u64,
+    /// Upstream allocations in all, and after the first quarter of the trace.
+    pub driver_allocs: u64,
+    pub driver_allocs_late: u64,
+    /// Allocations after the first quarter.
+    pub allocs_late: u64,
+    pub ooms: u64,
+    /// Fences the pool waited for.
+    pub waits: u64,
+}
+
+/// Replays `ops` on a pool of `kind` under `rule`, on a GPU lagging by `lag` operations,
+/// under a hard limit of `limit` bytes (`u64::MAX`: none). An allocation the upstream
+/// refuses is retried once after a reclaim (as the shim does), then counted as an OOM.
+pub fn replay(kind: PoolKind, ops: &[Op], rule: ReuseRule, lag: u64, limit: u64) -> Replay {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    struct Counting(FakeUpstream, AtomicU64, AtomicU64);
+    impl Upstream for Counting {
+        fn alloc(&self, b: u64) -> Result<u64, u32> {
+            let p = self.0.alloc(b)?;
+            self.1.fetch_add(1, Relaxed);
+            self.2.fetch_max(self.0.outstanding().1, Relaxed);
+            Ok(p)
+        }
+        fn free(&self, p: u64, b: u64) -> Result<(), u32> {
+            self.0.free(p, b)
+        }
+        fn headroom(&self) -> u64 {
+            self.0.headroom()
+        }
+        fn limit(&self) -> u64 {
+            self.0.limit()
+        }
+    }
+    let up = Counting(
+        if limit == u64::MAX {
+            FakeUpstream::unlimited(1 << 42)
+        } else {
+            FakeUpstream::new(limit)
+        },
+        0.into(),
+        0.into(),
+    );
+    let clock = LagClock::new(rule, lag);
+    let pool = new_pool(kind, clock.clone());
+    let mut live: std::collections::HashMap<u64, (u64, u64)> = Default::default();
+    let mut r = Replay::default();
+    let (mut requested, quarter) = (0u64, ops.len() / 4);
+    for (i, op) in ops.iter().enumerate() {
+        clock.op();
+        match *op {
+            Op::Alloc(id, size) => {
+                let before = up.1.load(Relaxed);
+                let g = pool.alloc(size, &up).or_else(|_| {
+                    pool.trim(&up, size);
+                    pool.alloc(size, &up)
+                });
+                let Ok(g) = g else {
+                    r.ooms += 1;
+                    continue;
+                };
+                if i >= quarter {
+                    r.allocs_late += 1;
+                    r.driver_allocs_late += up.1.load(Relaxed) - before;
+                }
+                live.insert(id, (g.ptr, size));
+                requested += size;
+                r.peak_requested = r.peak_requested.max(requested);
+            }
+            Op::Free(id) => {
+                if let Some((ptr, size)) = live.remove(&id) {
+                    pool.free(ptr, size, &up).unwrap();
+                    requested -= size;
+                }
+            }
+        }
+    }
+    r.peak_reserved = up.2.load(Relaxed);
+    r.driver_allocs = up.1.load(Relaxed);
+    r.waits = clock.waited.load(Relaxed);
+    r
+}
+
+impl Upstream for FakeUpstream {
+    fn alloc(&self, bytes: u64) -> Result<DevPtr, CUresult> {
+        let mut s = self.state.lock().unwrap();
+        if s.2 + bytes > self.capacity {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        let p = s.0;
+        s.0 += bytes.div_ceil(256) * 256 + 256;
+        s.1.insert(p, bytes);
+        s.2 += bytes;
+        Ok(p)
+    }
+    fn free(&self, ptr: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        let mut s = self.state.lock().unwrap();
+        assert_eq!(s.1.remove(&ptr), Some(bytes), "upstream free of {ptr:#x}");
+        s.2 -= bytes;
+        Ok(())
+    }
+    fn headroom(&self) -> u64 {
+        if self.limited {
+            self.capacity - self.outstanding().1
+        } else {
+            u64::MAX
+        }
+    }
+    fn limit(&self) -> u64 {
+        if self.limited {
+            self.capacity
+        } else {
+            u64::MAX
+        }
+    }
+}
+
+#[cfg(test)]
+/// The contract: blocks never overlap, every byte comes back, reclaim empties the cache,
+/// the upstream's refusal reaches the caller, and forget_all accounts for everything.
+pub fn contract(make: fn() -> Box<dyn Pool>) {
+    let up = FakeUpstream::new(64 << 20);
+    let pool = make();
+    let sizes = [1u64, 255, 256, 4096, 1 << 20, 3 << 20, 100, 8 << 20];
+    let mut held: Vec<(DevPtr, u64)> = Vec::new();
+    for &s in &sizes {
+        let g = pool.alloc(s, &up).expect("fits");
+        for &(p, q) in &held {
+            assert!(
+                g.ptr + s <= p || p + q <= g.ptr,
+                "overlap {g:?}+{s} with {p:#x}+{q}"
+            );
+        }
+        held.push((g.ptr, s));
+    }
+    for (p, s) in held.drain(..) {
+        pool.free(p, s, &up).unwrap();
+    }
+    let cached = pool.cached_bytes();
+    assert_eq!(pool.reclaim(&up), cached);
+    assert_eq!(pool.cached_bytes(), 0);
+    assert_eq!(
+        up.outstanding(),
+        (0, 0),
+        "everything back upstream after reclaim"
+    );
+
+    // The upstream's refusal reaches the caller and leaves the pool usable.
+    assert_eq!(pool.alloc(65 << 20, &up), Err(CUDA_ERROR_OUT_OF_MEMORY));
+    let g = pool.alloc(8 << 20, &up).unwrap();
+    let (segments, bytes) = pool.forget_all();
+    assert!(segments >= 1 && bytes >= 8 << 20);
+    assert_eq!(pool.cached_bytes(), 0);
+    let _ = g;
+}

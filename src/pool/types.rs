@@ -1,0 +1,124 @@
+//! What a pool is and what it works with: the [`Upstream`] it gets segments from, the [`Pool`]
+//! trait every kind implements, and the views a snapshot shows. No behaviour here.
+//!
+//! Uses: `config`, `cu`.
+
+use crate::config::PoolKind;
+use crate::cu::{CUresult, DevPtr};
+
+/// Where a pool gets device memory.
+pub trait Upstream {
+    /// A new segment of exactly `bytes`, or the error to give the program
+    /// (`CUDA_ERROR_OUT_OF_MEMORY` when the limit or the device is full).
+    fn alloc(&self, bytes: u64) -> Result<DevPtr, CUresult>;
+    /// Gives back a segment obtained from [`alloc`](Self::alloc) with the same `bytes`; each once.
+    fn free(&self, ptr: DevPtr, bytes: u64) -> Result<(), CUresult>;
+    /// How much more [`alloc`](Self::alloc) could grant before the limit refuses (a hint: the
+    /// device itself may have less).
+    fn headroom(&self) -> u64 {
+        u64::MAX
+    }
+    /// The hard limit that [`alloc`](Self::alloc) enforces (`u64::MAX`: none).
+    fn limit(&self) -> u64 {
+        u64::MAX
+    }
+    /// Whether the memory held is above the soft limit: freed blocks should go back now.
+    fn over_soft_limit(&self) -> bool {
+        false
+    }
+}
+
+/// The stream a stream-ordered call (`cuMemAllocAsync`, `cuMemFreeAsync`) names, as the pool
+/// sees it: an opaque key, distinct per stream (and per thread for per-thread default streams).
+pub type StreamKey = u64;
+
+/// What [`Pool::alloc`] hands out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub ptr: DevPtr,
+    /// Served from cached memory, without asking the upstream.
+    pub from_cache: bool,
+}
+
+/// One block as a snapshot shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockView {
+    pub ptr: DevPtr,
+    pub size: u64,
+    pub state: BlockState,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockState {
+    /// Held by the program.
+    InUse,
+    /// Freed, waiting until no earlier device work can touch it (or in a thread's magazine).
+    Pending,
+    /// Cached, ready for reuse.
+    Free,
+}
+
+impl BlockState {
+    pub fn name(self) -> &'static str {
+        match self {
+            BlockState::InUse => "in_use",
+            BlockState::Pending => "pending",
+            BlockState::Free => "free",
+        }
+    }
+}
+
+/// One segment (driver allocation) and the blocks that tile it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentView {
+    pub ptr: DevPtr,
+    pub size: u64,
+    pub blocks: Vec<BlockView>,
+}
+
+/// A pool kind. Callers guarantee what the pool cannot check cheaply: `free` is called once per
+/// block returned by `alloc`, with the size it was asked for (the shim's live table makes sure).
+pub trait Pool: Send + Sync {
+    fn kind(&self) -> PoolKind;
+    /// A block of at least `size` (> 0) bytes.
+    fn alloc(&self, size: u64, up: &dyn Upstream) -> Result<Grant, CUresult>;
+    /// The program is done with a block. On `Err` the block is still the program's.
+    fn free(&self, ptr: DevPtr, size: u64, up: &dyn Upstream) -> Result<(), CUresult>;
+    /// A stream-ordered allocation on stream `on`: besides what [`alloc`](Self::alloc) may
+    /// hand out, it may take a block freed in order on `on` before that free's fence is done
+    /// (work on `on` after the allocation runs after the free), from inside the core.
+    fn alloc_on(&self, size: u64, on: StreamKey, up: &dyn Upstream) -> Result<Grant, CUresult> {
+        let _ = on;
+        self.alloc(size, up)
+    }
+    /// A stream-ordered free on stream `on`: the block may be reused at once by allocations
+    /// ordered on `on`, and by anything else after a fence (as for [`free`](Self::free)).
+    fn free_on(
+        &self,
+        ptr: DevPtr,
+        size: u64,
+        on: StreamKey,
+        up: &dyn Upstream,
+    ) -> Result<(), CUresult> {
+        let _ = on;
+        self.free(ptr, size, up)
+    }
+    /// Waits for every pending free, then gives free segments back to the upstream until at
+    /// least `need` bytes went back (`u64::MAX`: all of them); returns the bytes released.
+    fn trim(&self, up: &dyn Upstream, need: u64) -> u64;
+    /// Gives every cached segment back to the upstream; returns the bytes released.
+    fn reclaim(&self, up: &dyn Upstream) -> u64 {
+        self.trim(up, u64::MAX)
+    }
+    /// Bytes held for reuse.
+    fn cached_bytes(&self) -> u64;
+    /// Every segment the pool holds and its blocks, by address (`none` holds no list: its
+    /// blocks are the shim's live allocations).
+    fn segments(&self) -> Vec<SegmentView>;
+    /// Whether `ptr` lies inside memory this pool holds from the upstream (in use or cached).
+    /// Such a pointer must never reach the driver's free.
+    fn owns(&self, ptr: DevPtr) -> bool;
+    /// The context died, and its memory with it: forget every segment without calling the
+    /// upstream. Returns (segments, bytes) that were held.
+    fn forget_all(&self) -> (u64, u64);
+}

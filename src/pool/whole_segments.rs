@@ -1,0 +1,238 @@
+//! The kinds whose every block is a whole segment: `simple` (exact sizes) and `binned`
+//! (power-of-two classes), over one segment cache.
+//!
+//! Uses: `pool::core`, `pool::types`, `addr_hash`, `config`, `cu`.
+
+use super::core::{pick_releases, segment, within, Core, Lane, MIN_BLOCK, READY};
+use super::types::{BlockState, BlockView, SegmentView, Upstream};
+use crate::addr_hash::AddrMap as HashMap;
+use crate::config::PoolKind;
+use crate::cu::{CUresult, DevPtr};
+use std::collections::BTreeMap;
+
+/// Blocks that are whole segments, cached under a key (`simple`: the size; `binned`: the class).
+///
+/// Invariant: `sizes` holds every segment (cached or in use) and its size; `free` holds exactly
+/// the cached ones, under (lane, key); `lanes` holds (lane, epoch) of exactly the cached ones
+/// outside [`READY`]; `cached` is the sum of the cached sizes and `reserved` of all sizes.
+#[derive(Default)]
+struct SegmentCache {
+    sizes: BTreeMap<DevPtr, u64>,
+    free: HashMap<(Lane, u64), Vec<DevPtr>>,
+    lanes: HashMap<DevPtr, (Lane, u64)>,
+    cached: u64,
+    reserved: u64,
+}
+
+impl SegmentCache {
+    /// The most recently cached block under `key` that `fits`, ready or of `lane`.
+    fn take(&mut self, key: u64, lane: Lane, fits: impl Fn(u64) -> bool) -> Option<DevPtr> {
+        for l in [lane, READY] {
+            let Some(list) = self.free.get_mut(&(l, key)) else {
+                continue;
+            };
+            if let Some(i) = list.iter().rposition(|p| fits(self.sizes[p])) {
+                let p = list.swap_remove(i);
+                self.cached -= self.sizes[&p];
+                self.lanes.remove(&p);
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    fn insert(&mut self, ptr: DevPtr, size: u64) {
+        self.sizes.insert(ptr, size);
+        self.reserved += size;
+    }
+
+    fn put(&mut self, ptr: DevPtr, key: u64, lane: Lane, epoch: u64) {
+        self.free.entry((lane, key)).or_default().push(ptr);
+        if lane != READY {
+            self.lanes.insert(ptr, (lane, epoch));
+        }
+        self.cached += self.sizes[&ptr];
+    }
+
+    fn promote(&mut self, ptr: DevPtr, key: u64, lane: Lane, done: u64) {
+        match self.lanes.get(&ptr) {
+            Some(&(l, e)) if l == lane && e <= done => {}
+            _ => return,
+        }
+        self.lanes.remove(&ptr);
+        if let Some(list) = self.free.get_mut(&(lane, key)) {
+            list.retain(|&p| p != ptr);
+        }
+        self.free.entry((READY, key)).or_default().push(ptr);
+    }
+
+    fn size(&self, ptr: DevPtr) -> u64 {
+        self.sizes[&ptr]
+    }
+
+    fn owns(&self, ptr: DevPtr) -> bool {
+        within(&self.sizes, ptr, |&s| s)
+    }
+
+    /// Gives cached segments back (see [`Core::release_free_segments`]); one the upstream
+    /// refuses stays cached.
+    fn release(&mut self, up: &dyn Upstream, need: u64) -> u64 {
+        let free: Vec<(DevPtr, u64)> = self
+            .free
+            .values()
+            .flatten()
+            .map(|&p| (p, self.sizes[&p]))
+            .collect();
+        let mut released = 0;
+        for (p, size) in pick_releases(free, need) {
+            if up.free(p, size).is_err() {
+                continue;
+            }
+            for list in self.free.values_mut() {
+                list.retain(|&q| q != p);
+            }
+            self.lanes.remove(&p);
+            self.sizes.remove(&p);
+            self.cached -= size;
+            self.reserved -= size;
+            released += size;
+        }
+        self.free.retain(|_, list| !list.is_empty());
+        released
+    }
+
+    fn forget(&mut self) -> (u64, u64) {
+        let r = (self.sizes.len() as u64, self.reserved);
+        *self = SegmentCache::default();
+        r
+    }
+
+    fn segments(&self) -> Vec<SegmentView> {
+        let free: std::collections::HashSet<DevPtr> =
+            self.free.values().flatten().copied().collect();
+        self.sizes
+            .iter()
+            .map(|(&ptr, &size)| SegmentView {
+                ptr,
+                size,
+                blocks: vec![BlockView {
+                    ptr,
+                    size,
+                    state: if self.lanes.contains_key(&ptr) {
+                        BlockState::Pending
+                    } else if free.contains(&ptr) {
+                        BlockState::Free
+                    } else {
+                        BlockState::InUse
+                    },
+                }],
+            })
+            .collect()
+    }
+}
+
+/// The [`Core`] methods that `simple` and `binned` answer straight from their [`SegmentCache`].
+macro_rules! segment_cache_core {
+    () => {
+        fn block_size(&self, ptr: DevPtr) -> u64 {
+            self.0.size(ptr)
+        }
+        fn owns(&self, ptr: DevPtr) -> bool {
+            self.0.owns(ptr)
+        }
+        fn segments(&self) -> Vec<SegmentView> {
+            self.0.segments()
+        }
+        fn release_free_segments(&mut self, up: &dyn Upstream, need: u64) -> u64 {
+            self.0.release(up, need)
+        }
+        fn cached(&self) -> u64 {
+            self.0.cached
+        }
+        fn reserved(&self) -> u64 {
+            self.0.reserved
+        }
+        fn forget(&mut self) -> (u64, u64) {
+            self.0.forget()
+        }
+        fn put(&mut self, ptr: DevPtr, lane: Lane, epoch: u64) {
+            let key = self.key_of(ptr);
+            self.0.put(ptr, key, lane, epoch);
+        }
+        fn promote(&mut self, ptr: DevPtr, lane: Lane, done: u64) {
+            if self.0.sizes.contains_key(&ptr) {
+                let key = self.key_of(ptr);
+                self.0.promote(ptr, key, lane, done);
+            }
+        }
+    };
+}
+
+/// `simple`: every block is a segment of exactly the requested size; a request is served only
+/// by a cached block of the same size.
+#[derive(Default)]
+pub struct SimpleCore(SegmentCache);
+
+impl SimpleCore {
+    fn key_of(&self, ptr: DevPtr) -> u64 {
+        self.0.size(ptr)
+    }
+}
+
+impl Core for SimpleCore {
+    fn kind(&self) -> PoolKind {
+        PoolKind::Simple
+    }
+    fn round(&self, size: u64) -> u64 {
+        size
+    }
+    fn take(&mut self, size: u64, lane: Lane, _limit: u64) -> Option<DevPtr> {
+        self.0.take(size, lane, |_| true)
+    }
+    fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<DevPtr, CUresult> {
+        let p = up.alloc(size)?;
+        self.0.insert(p, size);
+        Ok(p)
+    }
+    segment_cache_core!();
+}
+
+/// `binned`: requests fall into power-of-two classes (at least [`MIN_BLOCK`]); a cached block
+/// serves any request of its class that it is large enough for. Without a limit every block is
+/// a segment of its class's full size, so any block serves any request of its class. Under a
+/// limit a segment is exactly the request, so that rounding never costs the program memory it
+/// asked for (SPEC.md).
+#[derive(Default)]
+pub struct BinnedCore(SegmentCache);
+
+impl BinnedCore {
+    fn class(size: u64) -> u64 {
+        size.max(MIN_BLOCK).next_power_of_two()
+    }
+    fn key_of(&self, ptr: DevPtr) -> u64 {
+        Self::class(self.0.size(ptr))
+    }
+}
+
+impl Core for BinnedCore {
+    fn kind(&self) -> PoolKind {
+        PoolKind::Binned
+    }
+    fn round(&self, size: u64) -> u64 {
+        Self::class(size)
+    }
+    fn take(&mut self, size: u64, lane: Lane, _limit: u64) -> Option<DevPtr> {
+        self.0.take(Self::class(size), lane, |block| block >= size)
+    }
+    fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<DevPtr, CUresult> {
+        let sizes: &[u64] = if up.headroom() == u64::MAX {
+            &[Self::class(size), size]
+        } else {
+            &[size]
+        };
+        let (p, got) = segment(up, sizes)?;
+        self.0.insert(p, got);
+        Ok(p)
+    }
+    segment_cache_core!();
+}

@@ -1,0 +1,76 @@
+//! The per-device budgets of the process: each device's limits (resolved from the
+//! configuration on first use) and counters.
+//!
+//! Uses: `budget`, `driver`, `config`, `log`, `cu`.
+
+use crate::budget::DeviceBudget;
+use crate::config::Config;
+use crate::config::LogLevel::{Error, Info, Warn};
+use crate::cu::CUdevice;
+use crate::driver::Driver;
+use crate::log::fmt_bytes;
+use crate::log_at;
+use std::sync::OnceLock;
+
+/// Device ordinals beyond this share one unlimited budget (and a warning says so).
+pub const MAX_DEVICES: usize = 64;
+
+/// Invariant: `slots[d]` is set from the first time device `d` is touched (an allocation, a
+/// query, the C API), with the limits the configuration gives it then.
+pub struct Budgets {
+    slots: [OnceLock<DeviceBudget>; MAX_DEVICES],
+    overflow: DeviceBudget,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets {
+            slots: std::array::from_fn(|_| OnceLock::new()),
+            overflow: DeviceBudget::new(0, 0),
+        }
+    }
+}
+
+impl Budgets {
+    /// The budget of `dev`, with its limits resolved on first use (a percentage asks the
+    /// driver for the device's total memory).
+    pub fn get(&self, dev: CUdevice, driver: &Driver, config: &Config) -> &DeviceBudget {
+        let Some(slot) = usize::try_from(dev).ok().and_then(|d| self.slots.get(d)) else {
+            log_at!(
+                Warn,
+                "device ordinal {dev} is beyond {MAX_DEVICES}: no limit applies to it"
+            );
+            return &self.overflow;
+        };
+        slot.get_or_init(|| {
+            let resolve = |what: &str, spec: Option<crate::config::Limit>| -> u64 {
+                let Some(spec) = spec else { return 0 };
+                if let crate::config::Limit::Bytes(b) = spec {
+                    return b;
+                }
+                match driver.device_total_mem(dev) {
+                    Ok(total) => spec.resolve(total),
+                    Err(e) => {
+                        // Fail closed: a limit we cannot compute allows nothing.
+                        log_at!(Error, "device {dev}: cannot read total memory (error {e}) to resolve the {what}; allowing no memory");
+                        1
+                    }
+                }
+            };
+            let hard = resolve("memory limit", config.memory_limit.for_device(dev as u32));
+            let soft = resolve("soft limit", config.soft_limit.for_device(dev as u32));
+            if hard != 0 {
+                log_at!(Info, "device {dev}: memory limit {}", fmt_bytes(hard));
+            }
+            DeviceBudget::new(hard, soft)
+        })
+    }
+
+    /// Devices whose budget exists.
+    pub fn seen(&self) -> Vec<CUdevice> {
+        (0..MAX_DEVICES)
+            .filter(|&d| self.slots[d].get().is_some())
+            .map(|d| d as CUdevice)
+            .collect()
+    }
+}

@@ -1,0 +1,128 @@
+//! Each CUDA context's pool and the clock that makes its reuse safe, and the per-thread cache
+//! the hot path finds them in.
+//!
+//! Uses: `state::clock`, `pool`, `addr_hash`, `cu`.
+
+use super::clock::ContextClock;
+use crate::addr_hash::AddrMap as HashMap;
+use crate::cu::*;
+use crate::pool::{Pool, SegmentView};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// The pool of one context, and the clock that makes its reuse safe. Its blocks, segments
+/// and events die with the context.
+pub struct ContextPool {
+    pub device: CUdevice,
+    pub clock: Arc<ContextClock>,
+    pub pool: Box<dyn Pool>,
+}
+
+/// Invariant: `map` holds, keyed by `CUcontext` address, an entry from the first pooled
+/// allocation, stream or work in that context until the context is destroyed.
+#[derive(Default)]
+pub struct Contexts {
+    map: RwLock<HashMap<usize, Arc<ContextPool>>>,
+}
+
+/// Bumped whenever a context's pool goes away, so per-thread caches of it are dropped.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The last (context, generation, pool) this thread used: the hot path finds its pool here
+    /// without the map's lock or a reference-count update.
+    static CURRENT: RefCell<Option<(usize, u64, Arc<ContextPool>)>> = const { RefCell::new(None) };
+}
+
+impl Contexts {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<usize, Arc<ContextPool>>> {
+        self.map.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The pool of `ctx`, if it has one.
+    pub fn get(&self, ctx: usize) -> Option<Arc<ContextPool>> {
+        self.read().get(&ctx).cloned()
+    }
+
+    /// The pool of `ctx` (on `device`), made with `make` on first use.
+    pub fn get_or_make(&self, ctx: usize, make: impl FnOnce() -> ContextPool) -> Arc<ContextPool> {
+        if let Some(c) = self.get(ctx) {
+            return c;
+        }
+        let mut w = self.map.write().unwrap_or_else(|e| e.into_inner());
+        w.entry(ctx).or_insert_with(|| Arc::new(make())).clone()
+    }
+
+    /// Removes the pool of `ctx` (its context is gone) and drops every thread's cache of it.
+    pub fn remove(&self, ctx: usize) -> Option<Arc<ContextPool>> {
+        let cp = self
+            .map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&ctx);
+        GENERATION.fetch_add(1, Ordering::AcqRel);
+        cp
+    }
+
+    /// Every pool (with its context), on `device` or (`-1`) on every device.
+    pub fn on_device(&self, device: CUdevice) -> Vec<(usize, Arc<ContextPool>)> {
+        self.read()
+            .iter()
+            .filter(|(_, c)| device < 0 || c.device == device)
+            .map(|(&ctx, c)| (ctx, c.clone()))
+            .collect()
+    }
+
+    /// Bytes cached by the pools of every context on `dev`.
+    pub fn cached_bytes(&self, dev: CUdevice) -> u64 {
+        self.read()
+            .values()
+            .filter(|c| c.device == dev)
+            .map(|c| c.pool.cached_bytes())
+            .sum()
+    }
+
+    /// Every context's pool segments on `dev`, with the context they belong to, by address.
+    pub fn segments(&self, dev: CUdevice) -> Vec<(usize, SegmentView)> {
+        let map = self.read();
+        let mut out: Vec<_> = map
+            .iter()
+            .filter(|(_, c)| c.device == dev)
+            .flat_map(|(&ctx, c)| c.pool.segments().into_iter().map(move |s| (ctx, s)))
+            .collect();
+        out.sort_by_key(|(_, s)| s.ptr);
+        out
+    }
+
+    /// Whether `ptr` lies inside memory some pool holds.
+    pub fn pool_owns(&self, ptr: DevPtr) -> bool {
+        self.read().values().any(|c| c.pool.owns(ptr))
+    }
+
+    /// The current generation (read it before a lookup whose result goes to
+    /// [`remember_for_thread`](Self::remember_for_thread)).
+    pub fn generation() -> u64 {
+        GENERATION.load(Ordering::Acquire)
+    }
+
+    /// Runs `f` on this thread's cached pool of `ctx`, if the cache holds it and no pool went
+    /// away since; gives `f` back otherwise. No lock, no reference count touched.
+    pub fn with_thread_cached<T, F: FnOnce(&ContextPool) -> T>(ctx: usize, f: F) -> Result<T, F> {
+        let generation = Self::generation();
+        let mut f = Some(f);
+        let hit = CURRENT.try_with(|c| match &*c.borrow() {
+            Some((cx, g, cp)) if *cx == ctx && *g == generation => f.take().map(|f| f(cp)),
+            _ => None,
+        });
+        match hit {
+            Ok(Some(r)) => Ok(r),
+            _ => Err(f.take().expect("f is given back only when it did not run")),
+        }
+    }
+
+    /// Caches `cp`, the pool of `ctx` as of `generation`, for this thread.
+    pub fn remember_for_thread(ctx: usize, generation: u64, cp: Arc<ContextPool>) {
+        let _ = CURRENT.try_with(|c| *c.borrow_mut() = Some((ctx, generation, cp)));
+    }
+}

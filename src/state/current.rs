@@ -1,0 +1,84 @@
+//! The calling thread's context and its pool: the hot path's way in (the per-thread cache,
+//! else the map, making the pool on first use), and running in a stream's context.
+//!
+//! Uses: the `Shim` and its parts (`state::contexts`, `state::clock`), `pool`, `driver`, `cu`.
+
+use super::clock::ContextClock;
+use super::contexts::{ContextPool, Contexts};
+use super::Shim;
+use crate::cu::*;
+use crate::pool::new_pool;
+use std::sync::Arc;
+
+impl Shim {
+    /// The pool of context `ctx` on `device`, made on first use.
+    pub(crate) fn context_pool(&self, ctx: usize, device: CUdevice) -> Arc<ContextPool> {
+        self.contexts.get_or_make(ctx, || {
+            let clock = Arc::new(ContextClock::new(self.driver, ctx, self.config.reuse));
+            ContextPool {
+                device,
+                pool: new_pool(self.config.pool, clock.clone()),
+                clock,
+            }
+        })
+    }
+
+    /// Runs `f` with the pool of the calling thread's current context: from the per-thread
+    /// cache when it is still valid, else from the map, creating the pool on first use. `f`
+    /// must not re-enter the shim.
+    pub(crate) fn with_current_pool<T>(
+        &self,
+        f: impl FnOnce(usize, &ContextPool) -> T,
+    ) -> Result<T, CUresult> {
+        let ctx = self
+            .driver
+            .current_context()?
+            .ok_or(CUDA_ERROR_INVALID_CONTEXT)? as usize;
+        let generation = Contexts::generation();
+        let f = match Contexts::with_thread_cached(ctx, |cp| f(ctx, cp)) {
+            Ok(r) => return Ok(r),
+            Err(f) => f,
+        };
+        let dev = self.driver.current_device()?;
+        let cp = self.context_pool(ctx, dev);
+        Contexts::remember_for_thread(ctx, generation, cp.clone());
+        Ok(f(&cp))
+    }
+
+    /// Runs `f` with the pool of context `ctx`, if it has one (from the per-thread cache when
+    /// it is `ctx`'s). `f` must not re-enter the shim.
+    pub(crate) fn with_pool_of<T>(
+        &self,
+        ctx: usize,
+        f: impl FnOnce(&ContextPool) -> T,
+    ) -> Option<T> {
+        match Contexts::with_thread_cached(ctx, f) {
+            Ok(r) => Some(r),
+            Err(f) => self.contexts.get(ctx).map(|cp| f(&cp)),
+        }
+    }
+
+    /// Runs `f` with the context of `stream` current (it is, unless the program passed a
+    /// stream of another context).
+    pub fn in_stream_context<T>(&self, stream: usize, f: impl FnOnce() -> T) -> T {
+        let s = stream;
+        if s == 0 || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD {
+            return f();
+        }
+        let mut ctx: CUcontext = std::ptr::null_mut();
+        let current = self.driver.current_context().ok().flatten();
+        if crate::driver::call!(self.driver, stream_get_ctx(s as CUstream, &mut ctx))
+            != CUDA_SUCCESS
+            || ctx.is_null()
+            || Some(ctx) == current
+        {
+            return f();
+        }
+        self.driver.in_context(ctx as usize, f)
+    }
+
+    /// The calling thread's context and device, for a pass-through allocation on `stream`.
+    pub fn stream_context(&self, stream: usize) -> Result<(usize, CUdevice), CUresult> {
+        self.in_stream_context(stream, || self.current())
+    }
+}

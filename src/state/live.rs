@@ -1,0 +1,115 @@
+//! The live table: every allocation the program holds through cudapool, pooled or counted,
+//! and (under `CUDAPOOL_TRACK=2`) where each was made.
+//!
+//! Uses: `addr_hash`, `cu`.
+
+use crate::addr_hash::AddrBuild;
+use crate::cu::*;
+use dashmap::DashMap;
+use std::backtrace::Backtrace;
+use std::sync::Arc;
+
+/// How an allocation reached the driver; decides how its free goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A block of the context's pool.
+    Pool,
+    /// Passed through to the driver and counted; the program's free goes to the driver.
+    Counted,
+    /// From a driver memory pool (`cuMemAllocFromPoolAsync`, the pool's handle): its free goes
+    /// to the driver, and the pool's reserved memory is what is charged (see `counted`).
+    DriverPool(usize),
+}
+
+/// One allocation the program holds. Keyed by its address in the [`LiveTable`].
+#[derive(Clone, Copy, Debug)]
+pub struct Live {
+    /// `CUcontext` it was made in, as an address.
+    pub ctx: usize,
+    pub device: CUdevice,
+    pub size: u64,
+    pub origin: Origin,
+}
+
+/// Invariant: `live` holds exactly the allocations handed to the program and not yet freed,
+/// with the size the program asked for (pooled) or the driver's real footprint (counted);
+/// `backtraces` holds an entry for some of them (`track >= 2`), never for anything else.
+pub struct LiveTable {
+    live: DashMap<DevPtr, Live, AddrBuild>,
+    backtraces: DashMap<DevPtr, Arc<Backtrace>, AddrBuild>,
+    /// `CUDAPOOL_TRACK`.
+    track: u8,
+}
+
+impl LiveTable {
+    pub fn new(track: u8) -> Self {
+        LiveTable {
+            live: DashMap::with_hasher(AddrBuild::default()),
+            backtraces: DashMap::with_hasher(AddrBuild::default()),
+            track,
+        }
+    }
+
+    /// Enters a new live allocation (and its backtrace under `CUDAPOOL_TRACK=2`: 5-9 µs).
+    pub fn insert(&self, ptr: DevPtr, live: Live) {
+        self.live.insert(ptr, live);
+        if self.track >= 2 {
+            self.backtraces
+                .insert(ptr, Arc::new(Backtrace::force_capture()));
+        }
+    }
+
+    /// Takes `ptr` out of the table (its free is under way); its backtrace stays until
+    /// [`freed`](Self::freed) or [`undo_remove`](Self::undo_remove).
+    pub fn remove(&self, ptr: DevPtr) -> Option<Live> {
+        self.live.remove(&ptr).map(|(_, l)| l)
+    }
+
+    /// The free of a removed allocation succeeded.
+    pub fn freed(&self, ptr: DevPtr) {
+        if self.track >= 2 {
+            self.backtraces.remove(&ptr);
+        }
+    }
+
+    /// The free of a removed allocation failed: the program still holds it.
+    pub fn undo_remove(&self, ptr: DevPtr, live: Live) {
+        self.live.insert(ptr, live);
+    }
+
+    /// Drops every allocation of context `ctx`, calling `dropped` for each.
+    pub fn drop_context(&self, ctx: usize, mut dropped: impl FnMut(&Live)) {
+        self.live.retain(|k, l| {
+            if l.ctx != ctx {
+                return true;
+            }
+            dropped(l);
+            self.backtraces.remove(k);
+            false
+        });
+    }
+
+    /// Bytes of live allocations from the driver pool `pool`.
+    pub fn bytes_of_driver_pool(&self, pool: usize) -> u64 {
+        self.live
+            .iter()
+            .filter(|e| e.origin == Origin::DriverPool(pool))
+            .map(|e| e.size)
+            .sum()
+    }
+
+    /// Every live allocation (address, what is known of it, its backtrace when tracked), by
+    /// address.
+    pub fn all(&self) -> Vec<(DevPtr, Live, Option<Arc<Backtrace>>)> {
+        let mut v: Vec<_> = self
+            .live
+            .iter()
+            .map(|e| {
+                let bt = self.backtraces.get(e.key()).map(|b| b.clone());
+                (*e.key(), *e.value(), bt)
+            })
+            .collect();
+        v.sort_by_key(|e| e.0);
+        v
+    }
+}

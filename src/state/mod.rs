@@ -1,0 +1,43 @@
+//! The process state the hooks act on: one [`Shim`] per process, made of parts that each own
+//! one concern, and the operations that span them.
+//!
+//! The parts (types only; none knows the `Shim`): [`budgets`], [`contexts`] (each context's
+//! pool), [`live`] (the live table), [`counted`] (the pass-through tables), [`clock`] (the
+//! driver side of reuse safety). The `Shim` and its set-up: [`shim`]. Its operations, by
+//! concern: [`current`] (the calling thread's pool), [`pooled`] (pooled allocations and the OOM
+//! policy), [`counting`] (pass-through accounting), [`streams`] (streams and the work the
+//! hooks report), [`teardown`] (contexts that die, reclaim).
+//!
+//! Data flow: `hooks` (raw pointers, C ABI) call the safe methods here; these find the calling
+//! thread's context and its pool, run the pool against an upstream that charges the device's
+//! budget before it asks the real driver, and keep the live table and the pass-through
+//! accounting.
+//!
+//! What this layer may use: the pool, the budget, the queue tracker, the driver, and the base
+//! (config, log, flags, types). Reporting sits above it: it reads the state through [`View`]
+//! and is told of what happens through the [`Observer`] the crate root installs; nothing here
+//! names it.
+//!
+//! Glossary:
+//! - *live table*: every allocation the program holds through the shim, pooled or counted.
+//! - *counted*: passed through to the driver (pitched, managed, legacy 32-bit, driver pools,
+//!   physical memory, arrays), but charged against the limit and in the stats like pooled
+//!   memory.
+//!
+//! Uses: its own files.
+
+pub mod budgets;
+pub mod clock;
+pub mod contexts;
+pub mod counted;
+mod counting;
+mod current;
+pub mod live;
+mod pooled;
+mod shim;
+mod streams;
+mod teardown;
+
+pub use budgets::MAX_DEVICES;
+pub use live::{Live, Origin};
+pub use shim::{config, set_observer, Observer, Shim, State, View};

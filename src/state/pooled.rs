@@ -1,0 +1,255 @@
+//! Pooled allocations (`cuMemAlloc`, `cuMemAllocAsync` and their frees): the calling thread's
+//! context pool against the device's budget, the out-of-memory policy, the live table; and
+//! `cuMemGetInfo` seen through the limit.
+//!
+//! Uses: the `Shim` and its parts, `state::clock`, `pool`, `budget`, `driver`, `flags`, `config`,
+//! `cu`.
+
+use super::clock;
+use super::contexts::ContextPool;
+use super::{Live, Origin, Shim};
+use crate::budget::DeviceBudget;
+use crate::config::LogLevel::Debug;
+use crate::cu::*;
+use crate::driver::Driver;
+use crate::log_at;
+use crate::pool::Upstream;
+
+impl Shim {
+    /// `cuMemAlloc`: a pooled block of `size` (> 0) bytes in the current context.
+    pub fn mem_alloc(&self, size: u64) -> Result<DevPtr, CUresult> {
+        self.with_current_pool(|ctx, cp| self.alloc_in(ctx, cp, size, None))?
+    }
+
+    /// `cuMemAllocAsync` of `size` (> 0) bytes on `stream` (as the program passed it; `ptsz`
+    /// for the per-thread-default-stream entry point). `driver_alloc` and `driver_free` are the
+    /// driver's own, for an allocation made while `stream` captures a graph: that one goes to
+    /// the driver (it becomes a node of the graph) and is counted.
+    pub fn mem_alloc_async(
+        &self,
+        size: u64,
+        stream: usize,
+        ptsz: bool,
+        driver_alloc: impl FnOnce() -> Result<DevPtr, CUresult>,
+        driver_free: impl FnOnce(DevPtr),
+    ) -> Result<DevPtr, CUresult> {
+        let stream = clock::resolve(stream, ptsz);
+        if clock::capturing(self.driver, stream) {
+            return self.alloc_counted(size, || driver_alloc().map(|p| (p, size)), driver_free);
+        }
+        let on = Some(clock::key(stream));
+        self.in_stream_context(stream, || {
+            self.with_current_pool(|ctx, cp| self.alloc_in(ctx, cp, size, on))?
+        })
+    }
+
+    fn alloc_in(
+        &self,
+        ctx: usize,
+        cp: &ContextPool,
+        size: u64,
+        on: Option<crate::pool::StreamKey>,
+    ) -> Result<DevPtr, CUresult> {
+        let dev = cp.device;
+        let budget = self.budget(dev);
+        let up = self.upstream(budget);
+        let pool_alloc = |up: &DriverUpstream| match on {
+            Some(s) => cp.pool.alloc_on(size, s, up),
+            None => cp.pool.alloc(size, up),
+        };
+        let grant = match pool_alloc(&up) {
+            Ok(g) => g,
+            Err(CUDA_ERROR_OUT_OF_MEMORY) => {
+                // Never report OOM while cached memory could have served the request: the pool
+                // has waited for its fences; give free segments back, as few as make room for
+                // this request first (the rest of the cache keeps serving), then all of them.
+                let mut retried = None;
+                for need in [size.next_multiple_of(2 << 20), u64::MAX] {
+                    if cp.pool.cached_bytes() == 0 {
+                        break;
+                    }
+                    if cp.pool.trim(&up, need) == 0 && need != u64::MAX {
+                        continue;
+                    }
+                    retried = Some(pool_alloc(&up));
+                    if matches!(retried, Some(Ok(_))) {
+                        break;
+                    }
+                }
+                if retried.is_some() {
+                    budget.on_reclaim_retry();
+                }
+                match retried {
+                    Some(Ok(g)) => g,
+                    Some(Err(e)) => return Err(self.failed(dev, size, e)),
+                    None => return Err(self.failed(dev, size, CUDA_ERROR_OUT_OF_MEMORY)),
+                }
+            }
+            Err(e) => return Err(self.failed(dev, size, e)),
+        };
+        self.live.insert(
+            grant.ptr,
+            Live {
+                ctx,
+                device: dev,
+                size,
+                origin: Origin::Pool,
+            },
+        );
+        budget.on_alloc(size, grant.from_cache);
+        log_at!(Debug, "alloc {size} -> {:#x} (device {dev})", grant.ptr);
+        if !grant.from_cache || super::shim::sample_due() {
+            self.observe(dev);
+        }
+        Ok(grant.ptr)
+    }
+
+    /// `cuMemFree`, and `cuMemFreeAsync` when `on` is the stream (as the program passed it,
+    /// and whether through a `_ptsz` entry point): gives a block back. A pointer the pool does
+    /// not own goes to `driver_free` (the driver's own free of the same kind), so that the
+    /// program gets the driver's own answer.
+    pub fn mem_free(
+        &self,
+        ptr: DevPtr,
+        on: Option<(usize, bool)>,
+        driver_free: impl FnOnce(DevPtr) -> CUresult,
+    ) -> CUresult {
+        let Some(live) = self.live.remove(ptr) else {
+            // Not a live allocation. Inside a pool's segment (a second free, an interior
+            // pointer) it must not reach the driver, which would free memory the pool owns.
+            if self.contexts.pool_owns(ptr) {
+                return CUDA_ERROR_INVALID_VALUE;
+            }
+            return driver_free(ptr);
+        };
+        let budget = self.budget(live.device);
+        budget.on_release(live.size);
+        let result = match live.origin {
+            Origin::Pool => {
+                // A free made while its stream captures a graph runs when the graph does: it
+                // gets no same-stream reuse, only a fence issued after the capture.
+                let on = on
+                    .map(|(s, ptsz)| clock::resolve(s, ptsz))
+                    .filter(|&s| !clock::capturing(self.driver, s))
+                    .map(clock::key);
+                let freed = self.with_pool_of(live.ctx, |cp| {
+                    let up = self.upstream(budget);
+                    match on {
+                        Some(s) => cp.pool.free_on(ptr, live.size, s, &up),
+                        None => cp.pool.free(ptr, live.size, &up),
+                    }
+                });
+                match freed {
+                    Some(r) => r.err().unwrap_or(CUDA_SUCCESS),
+                    // Its context is being torn down right now: the memory is gone with it.
+                    None => return CUDA_ERROR_INVALID_VALUE,
+                }
+            }
+            Origin::Counted => {
+                let r = driver_free(ptr);
+                if r == CUDA_SUCCESS {
+                    budget.uncharge(live.size);
+                    budget.on_driver_free();
+                }
+                r
+            }
+            Origin::DriverPool(pool) => {
+                let r = driver_free(ptr);
+                if r == CUDA_SUCCESS {
+                    self.driver_pool_freed(pool, live.size);
+                }
+                r
+            }
+        };
+        if result == CUDA_SUCCESS {
+            budget.on_free_call();
+            self.live.freed(ptr);
+            log_at!(Debug, "free {ptr:#x}");
+            if super::shim::sample_due() {
+                self.observe(live.device);
+            }
+        } else {
+            // The driver refused: the program still holds the block.
+            budget.on_release_undone(live.size);
+            self.live.undo_remove(ptr, live);
+        }
+        result
+    }
+
+    /// `cuMemGetInfo`: the driver's figures seen through the limit (SPEC.md).
+    pub fn mem_get_info(&self) -> Result<(u64, u64), CUresult> {
+        let (driver_free, driver_total) = self.driver.mem_get_info()?;
+        let dev = self.driver.current_device()?;
+        let budget = self.budget(dev);
+        let cached = self.cached_bytes(dev);
+        let free = driver_free.saturating_add(cached).min(driver_total);
+        let limit = budget.hard_limit();
+        if limit == 0 {
+            return Ok((free, driver_total));
+        }
+        let total = limit.min(driver_total);
+        let in_use = budget.reserved().saturating_sub(cached);
+        Ok((free.min(limit.saturating_sub(in_use)).min(total), total))
+    }
+
+    pub(crate) fn upstream<'a>(&'a self, budget: &'a DeviceBudget) -> DriverUpstream<'a> {
+        DriverUpstream {
+            driver: self.driver,
+            budget,
+        }
+    }
+}
+
+/// The upstream of every pool in the shim: the device's budget in front of the real driver.
+pub struct DriverUpstream<'a> {
+    driver: &'a Driver,
+    budget: &'a DeviceBudget,
+}
+
+impl Upstream for DriverUpstream<'_> {
+    fn alloc(&self, bytes: u64) -> Result<DevPtr, CUresult> {
+        if !self.budget.try_charge(bytes) {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        match self.driver.mem_alloc(bytes) {
+            Ok(p) => {
+                self.budget.on_driver_alloc();
+                Ok(p)
+            }
+            Err(e) => {
+                self.budget.uncharge(bytes);
+                Err(e)
+            }
+        }
+    }
+
+    fn headroom(&self) -> u64 {
+        match self.budget.hard_limit() {
+            0 => u64::MAX,
+            limit => limit.saturating_sub(self.budget.reserved()),
+        }
+    }
+
+    fn limit(&self) -> u64 {
+        match self.budget.hard_limit() {
+            0 => u64::MAX,
+            limit => limit,
+        }
+    }
+
+    fn over_soft_limit(&self) -> bool {
+        let soft = self.budget.soft_limit();
+        soft != 0 && self.budget.reserved() > soft
+    }
+
+    fn free(&self, ptr: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        if crate::flags::exiting() {
+            // Past exit() the driver may be torn down: leak rather than call it.
+            return Ok(());
+        }
+        self.driver.mem_free(ptr)?;
+        self.budget.uncharge(bytes);
+        self.budget.on_driver_free();
+        Ok(())
+    }
+}

@@ -1,0 +1,284 @@
+//! The [`Shim`]: the process state as one value, made of parts that each own one concern
+//! (budgets, contexts and their pools, the live table, pass-through accounting); its set-up;
+//! the read-only [`View`] reporting gets and the [`Observer`] it is told through; when to
+//! sample on the hot path. The operations live beside it, by concern (see `state`).
+//!
+//! Uses: its parts (`state::budgets`, `contexts`, `live`, `counted`), `pool`, `budget`, `driver`,
+//! `flags`, `config`, `log`, `cu`.
+
+use super::budgets::Budgets;
+use super::contexts::Contexts;
+use super::counted::Counted;
+use super::live::{Live, LiveTable};
+use crate::budget::{DeviceBudget, DeviceStats};
+use crate::config::LogLevel::{Info, Warn};
+use crate::config::{Config, ConfigError, PoolKind};
+use crate::cu::*;
+use crate::driver::Driver;
+use crate::log::fmt_bytes;
+use crate::pool::SegmentView;
+use crate::{log, log_at};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// Everything the shim knows. One per process, created at the first CUDA call.
+pub struct Shim {
+    pub config: Config,
+    pub driver: &'static Driver,
+    /// Per-device limits and counters.
+    pub(super) budgets: Budgets,
+    /// Each context's pool and the clock that makes its reuse safe.
+    pub(super) contexts: Contexts,
+    /// Every allocation the program holds.
+    pub(super) live: LiveTable,
+    /// Pass-through allocations that are not device pointers (arrays, physical memory) and the
+    /// driver pools.
+    pub(super) counted: Counted,
+}
+
+/// What the hooks should do, decided once per process.
+pub enum State {
+    /// Hook: pools, limits and stats apply.
+    Active(&'static Shim),
+    /// `CUDAPOOL_DISABLE=1`: forward everything untouched.
+    PassThrough,
+    /// A `CUDAPOOL_*` value was bad: allocations are refused (fail closed).
+    Refused,
+    /// The real driver could not be opened.
+    NoDriver,
+}
+
+/// A read-only view of the state: all that reporting (status text, snapshots, the exit report,
+/// the trace, the live page) may see.
+pub trait View {
+    fn config(&self) -> &Config;
+    fn pool_kind(&self) -> PoolKind;
+    /// Devices whose budget exists (touched by an allocation, a query or the C API).
+    fn devices_seen(&self) -> Vec<CUdevice>;
+    fn device_stats(&self, dev: CUdevice) -> DeviceStats;
+    /// Every context's pool segments on `dev`, with the context they belong to, by address.
+    fn segments(&self, dev: CUdevice) -> Vec<(usize, SegmentView)>;
+    /// Every live allocation (address, what is known of it, its backtrace when tracked), by
+    /// address.
+    fn live_allocations(&self) -> Vec<(DevPtr, Live, Option<Arc<std::backtrace::Backtrace>>)>;
+}
+
+/// Who is told what happens (reporting, installed by the crate root). Called on slow paths
+/// and every few hundred allocations of a thread; never from inside a pool's lock.
+pub trait Observer: Send + Sync {
+    /// The figures of `dev` may have changed.
+    fn sample(&self, view: &dyn View, dev: CUdevice);
+    /// Something happened on `dev`: `"oom"`, `"reclaim"`, `"limit"`, with its bytes.
+    fn event(&self, view: &dyn View, dev: CUdevice, name: &'static str, bytes: u64);
+    /// The process is exiting (the driver may already be gone).
+    fn at_exit(&self, view: &dyn View);
+}
+
+static CONFIG: OnceLock<Result<Config, ConfigError>> = OnceLock::new();
+static SHIM: OnceLock<Shim> = OnceLock::new();
+static OBSERVER: OnceLock<&'static dyn Observer> = OnceLock::new();
+static REFUSAL_SAID: AtomicBool = AtomicBool::new(false);
+
+/// Reads the environment once. Called from the load-time constructor, and lazily by anything
+/// that runs before it.
+pub fn config() -> &'static Result<Config, ConfigError> {
+    CONFIG.get_or_init(|| {
+        let c = Config::from_env();
+        if let Ok(c) = &c {
+            log::set_level(c.log);
+        }
+        c
+    })
+}
+
+/// Installs who is told what happens (once; the crate root does it when the library loads).
+pub fn set_observer(o: &'static dyn Observer) {
+    let _ = OBSERVER.set(o);
+}
+
+extern "C" fn at_exit() {
+    crate::flags::set_exiting();
+    if let (Some(shim), Some(o)) = (SHIM.get(), OBSERVER.get()) {
+        o.at_exit(shim);
+    }
+}
+
+// ---- when to sample on the hot path ----------------------------------------------------------
+
+/// Observers are sampled every this many allocations and frees of a thread...
+pub const SAMPLE_EVERY: u32 = 256;
+/// ... or, checked every this many, when the last sample is older than [`STALE_NS`].
+pub const CHECK_EVERY: u32 = 16;
+pub const STALE_NS: u64 = 100_000_000;
+/// When observers were last sampled (ns on the monotonic clock).
+static LAST_SAMPLE_NS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static OPS: Cell<u32> = const { Cell::new(0) };
+}
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Counts an allocation or free of this thread; true when observers should be sampled.
+pub(crate) fn sample_due() -> bool {
+    OPS.try_with(|c| {
+        let n = c.get().wrapping_add(1);
+        c.set(n);
+        n % SAMPLE_EVERY == 0
+            || (n % CHECK_EVERY == 0
+                && now_ns().saturating_sub(LAST_SAMPLE_NS.load(Ordering::Relaxed)) > STALE_NS)
+    })
+    .unwrap_or(false)
+}
+
+impl Shim {
+    /// The state for this process, setting it up on first use.
+    pub fn state() -> State {
+        if let Some(s) = SHIM.get() {
+            return State::Active(s);
+        }
+        let config = match config() {
+            Ok(c) => c,
+            Err(e) => {
+                if !REFUSAL_SAID.swap(true, Ordering::Relaxed) {
+                    log::line(&format!("{e}; refusing CUDA allocations"));
+                }
+                return State::Refused;
+            }
+        };
+        if config.disable {
+            return State::PassThrough;
+        }
+        let Some(driver) = Driver::get() else {
+            return State::NoDriver;
+        };
+        let mut fresh = false;
+        let shim = SHIM.get_or_init(|| {
+            fresh = true;
+            Shim {
+                budgets: Budgets::default(),
+                contexts: Contexts::default(),
+                live: LiveTable::new(config.track),
+                counted: Counted::default(),
+                config: config.clone(),
+                driver,
+            }
+        });
+        if fresh {
+            log_at!(Info, "active: pool {}", config.pool.name());
+            // SAFETY: registers a plain extern "C" function with no arguments.
+            unsafe { libc::atexit(at_exit) };
+        }
+        State::Active(shim)
+    }
+
+    /// The shim if it is active (not disabled, refused or driverless).
+    pub fn active() -> Option<&'static Shim> {
+        match Shim::state() {
+            State::Active(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The budget of `dev`, with its limits resolved on first use.
+    pub fn budget(&self, dev: CUdevice) -> &DeviceBudget {
+        self.budgets.get(dev, self.driver, &self.config)
+    }
+
+    /// Bytes cached by the pools of every context on `dev`.
+    pub fn cached_bytes(&self, dev: CUdevice) -> u64 {
+        self.contexts.cached_bytes(dev)
+    }
+
+    /// The calling thread's context and device; `Err` is the driver's answer (no context).
+    pub(super) fn current(&self) -> Result<(usize, CUdevice), CUresult> {
+        let ctx = self
+            .driver
+            .current_context()?
+            .ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        let dev = self.driver.current_device()?;
+        Ok((ctx as usize, dev))
+    }
+
+    /// Tells the observer the figures of `dev` may have changed. Called on slow paths, and
+    /// every few hundred allocations of a thread ([`sample_due`]).
+    pub fn observe(&self, dev: CUdevice) {
+        LAST_SAMPLE_NS.store(now_ns(), Ordering::Relaxed);
+        if let Some(o) = OBSERVER.get() {
+            o.sample(self, dev);
+        }
+    }
+
+    /// Tells the observer of an event ("oom", "reclaim", "limit").
+    pub fn event(&self, dev: CUdevice, name: &'static str, bytes: u64) {
+        LAST_SAMPLE_NS.store(now_ns(), Ordering::Relaxed);
+        if let Some(o) = OBSERVER.get() {
+            o.event(self, dev, name, bytes);
+        }
+    }
+
+    /// Counts and logs an out-of-memory answer (from the limit or from the driver); returns `err`
+    /// unchanged whatever it is.
+    pub(crate) fn failed(&self, dev: CUdevice, asked: u64, err: CUresult) -> CUresult {
+        if err != CUDA_ERROR_OUT_OF_MEMORY {
+            return err;
+        }
+        let budget = self.budget(dev);
+        budget.on_oom();
+        self.event(dev, "oom", asked);
+        if log::enabled(Warn) {
+            let s = self.device_stats(dev);
+            let device_free = self
+                .driver
+                .mem_get_info()
+                .map_or("unknown".to_string(), |(f, _)| fmt_bytes(f));
+            let limit = match s.hard_limit {
+                0 => "none".to_string(),
+                l => fmt_bytes(l),
+            };
+            log::line(&format!(
+                "out of memory on device {dev}: asked {}; limit {limit}, allocated {}, reserved {}, cached after reclaim {}, device free {device_free}",
+                fmt_bytes(asked),
+                fmt_bytes(s.allocated),
+                fmt_bytes(s.reserved),
+                fmt_bytes(s.cached),
+            ));
+        }
+        err
+    }
+}
+
+impl View for Shim {
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn pool_kind(&self) -> PoolKind {
+        self.config.pool
+    }
+
+    fn devices_seen(&self) -> Vec<CUdevice> {
+        self.budgets.seen()
+    }
+
+    fn device_stats(&self, dev: CUdevice) -> DeviceStats {
+        self.budget(dev).stats(self.cached_bytes(dev))
+    }
+
+    fn segments(&self, dev: CUdevice) -> Vec<(usize, SegmentView)> {
+        self.contexts.segments(dev)
+    }
+
+    fn live_allocations(&self) -> Vec<(DevPtr, Live, Option<Arc<std::backtrace::Backtrace>>)> {
+        self.live.all()
+    }
+}

@@ -1,0 +1,74 @@
+//! Contexts that die (their memory goes with them, the driver is not called) and giving
+//! cached memory back (before an out-of-memory answer, or when the program asks).
+//!
+//! Uses: the `Shim` and its parts, `config`, `log`, `cu`.
+
+use super::{Origin, Shim, View};
+use crate::config::LogLevel::Info;
+use crate::cu::*;
+use crate::log_at;
+
+impl Shim {
+    /// Gives back cached memory of the pool of `ctx` until `need` bytes went back
+    /// (`u64::MAX`: all of it); returns the bytes released.
+    pub(crate) fn reclaim_context(&self, ctx: usize, dev: CUdevice, need: u64) -> u64 {
+        self.contexts
+            .get(ctx)
+            .map_or(0, |cp| cp.pool.trim(&self.upstream(self.budget(dev)), need))
+    }
+
+    /// Gives back the cached memory of every context on `device` (-1: every device), each with
+    /// its context pushed while its pool waits for fences and frees (the C API's reclaim).
+    pub fn reclaim_device(&self, device: CUdevice) -> u64 {
+        self.contexts
+            .on_device(device)
+            .into_iter()
+            .map(|(ctx, cp)| {
+                let up = self.upstream(self.budget(cp.device));
+                let released = self.driver.in_context(ctx, || cp.pool.reclaim(&up));
+                self.event(cp.device, "reclaim", released);
+                released
+            })
+            .sum()
+    }
+
+    /// The context `ctx` is gone (destroyed or reset): its memory went with it. Drop every
+    /// record of it without calling the driver (DESIGN.md trap 5).
+    pub fn context_gone(&self, ctx: usize) {
+        let cp = self.contexts.remove(ctx);
+        let mut dropped = 0u64;
+        let mut driver_pools = Vec::new();
+        self.live.drop_context(ctx, |l| {
+            let budget = self.budget(l.device);
+            budget.on_release(l.size);
+            match l.origin {
+                Origin::Counted => budget.on_segments_dropped(1, l.size),
+                Origin::DriverPool(pool) => driver_pools.push((pool, l.size)),
+                Origin::Pool => {}
+            }
+            dropped += 1;
+        });
+        if let Some(cp) = cp {
+            let (segments, bytes) = cp.pool.forget_all();
+            self.budget(cp.device).on_segments_dropped(segments, bytes);
+        }
+        self.counted_context_gone(ctx);
+        for (pool, size) in driver_pools {
+            self.driver_pool_freed(pool, size);
+        }
+        if dropped > 0 {
+            log_at!(
+                Info,
+                "context {ctx:#x} gone with {dropped} live allocations"
+            );
+        }
+        for dev in self.devices_seen() {
+            self.observe(dev);
+        }
+    }
+
+    /// The primary context of `dev` if it is active (its address), before a reset or release.
+    pub fn primary_context(&self, dev: CUdevice) -> Option<usize> {
+        self.driver.active_primary_context(dev).map(|c| c as usize)
+    }
+}
