@@ -2,8 +2,8 @@
 //! - `cudapool run [--limit SIZE] [--pool KIND] [--report] -- program args...` sets `LD_PRELOAD`
 //!   and the `CUDAPOOL_*` variables, then execs the program (SPEC.md). Bad options are refused
 //!   before anything runs.
-//! - `cudapool stat [PID...]`, `cudapool top [-n N] [-d SECONDS] [PID...]`: live figures of
-//!   running cudapool processes (`cli/stat.rs`).
+//! - `cudapool stat [-v] [PID...]`, `cudapool top [-v] [-n N] [-d SECONDS] [PID...]`: live
+//!   figures of running cudapool processes (`cli/stat.rs`).
 //! - `cudapool plot TRACE -o memory.svg`: a picture of a `CUDAPOOL_TRACE` file (`cli/plot.rs`).
 
 mod cli {
@@ -25,7 +25,8 @@ Runs program with libcudapool.so preloaded.
   --pool KIND    split, binned, simple or none (CUDAPOOL_POOL)
   --report       print the memory status at exit (CUDAPOOL_REPORT=stderr)
 Other CUDAPOOL_* variables in the environment are passed on.
-stat: the live figures of running cudapool processes of this user; top: the same, refreshed.
+stat [-v] [PID...]: the live figures of running cudapool processes of this user (-v: say which
+  files in /dev/shm were skipped and why); top: the same, refreshed.
 plot: allocated, reserved and limit over time from a CUDAPOOL_TRACE file, as SVG.";
 
 struct Run {

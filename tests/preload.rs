@@ -1177,6 +1177,57 @@ print("snapshot: ok")
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
 }
 
+/// DESIGN.md trap 9: what sits at a live process's page path in /dev/shm is not trusted. A
+/// FIFO there (nobody writes it) must not make `cudapool stat` hang, and `-v` says what was
+/// skipped; a link there is not followed.
+#[test]
+fn stat_skips_what_is_not_a_page_and_never_blocks() {
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+    // This test process is alive and publishes nothing: plant things at its page path.
+    let page = PathBuf::from(format!(
+        "{}{}",
+        cudapool::report::publish::prefix(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&page);
+    let c = std::ffi::CString::new(page.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo of a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let mut child = Command::new(&cli)
+        .args(["stat", "-v"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let _ = std::fs::remove_file(&page);
+    let status = status.expect("cudapool stat hung on a FIFO at a page path");
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(status.success(), "{out}");
+    assert!(
+        out.contains(&format!("skipped {}: not a regular file", page.display())),
+        "{out}"
+    );
+    // A link to a page-sized file of ours: not followed either.
+    let target = std::env::temp_dir().join(format!("cudapool-link-target-{}", std::process::id()));
+    std::fs::write(&target, vec![0u8; 8192]).unwrap();
+    std::os::unix::fs::symlink(&target, &page).unwrap();
+    let r = run_program(&cli, &["stat", "-v"], false, &[]);
+    let _ = std::fs::remove_file(&page);
+    let _ = std::fs::remove_file(&target);
+    assert!(r.stdout.contains("cannot open"), "{}", r.stdout);
+}
+
 #[test]
 fn stat_reads_a_running_process_and_it_leaves_nothing_behind() {
     use std::io::{BufRead, BufReader};

@@ -2,10 +2,11 @@
 //! publishes (`cudapool::report::publish`), read from outside.
 
 use cudapool::report::fmt_bytes;
-use cudapool::report::publish::{prefix, read, Snapshot};
+use cudapool::report::publish::{is_page_file, prefix, read, Snapshot};
 use std::path::PathBuf;
 
-/// Every page of this user: (pid, path). Pages of processes that died are removed.
+/// Every page of this user: (pid, path). Pages of processes that died are removed (only a
+/// regular file of this user: anything else in /dev/shm is left alone and not read).
 fn pages() -> Vec<(u32, PathBuf)> {
     let prefix = prefix();
     let (dir, stem) = prefix.rsplit_once('/').expect("a path");
@@ -23,7 +24,7 @@ fn pages() -> Vec<(u32, PathBuf)> {
             || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
         if alive {
             out.push((pid, e.path()));
-        } else {
+        } else if is_page_file(&e.path()) {
             let _ = std::fs::remove_file(e.path());
         }
     }
@@ -68,9 +69,9 @@ fn render(s: &Snapshot) -> String {
     out
 }
 
-/// The text for `pids` (every cudapool process of this user when empty); `None` if a pid was
-/// asked for that publishes nothing.
-pub fn stat_text(pids: &[u32]) -> Result<String, String> {
+/// The text for `pids` (every cudapool process of this user when empty); `Err` if a pid was
+/// asked for that publishes nothing. With `verbose`, a note for each file skipped and why.
+pub fn stat_text(pids: &[u32], verbose: bool) -> Result<String, String> {
     let all = pages();
     let mut out = String::new();
     for &pid in pids {
@@ -83,9 +84,15 @@ pub fn stat_text(pids: &[u32]) -> Result<String, String> {
         if !pids.is_empty() && !pids.contains(&pid) {
             continue;
         }
-        if let Some(s) = read(&path) {
-            out.push_str(&render(&s));
-            n += 1;
+        match read(&path) {
+            Ok(s) => {
+                out.push_str(&render(&s));
+                n += 1;
+            }
+            Err(why) if verbose => {
+                out.push_str(&format!("(skipped {}: {why})\n", path.display()));
+            }
+            Err(_) => {}
         }
     }
     if n == 0 {
@@ -94,21 +101,25 @@ pub fn stat_text(pids: &[u32]) -> Result<String, String> {
     Ok(out)
 }
 
+/// `cudapool stat [-v] [PID...]`.
 pub fn stat(args: &[String]) -> Result<(), String> {
+    let verbose = args.iter().any(|a| a == "-v");
     let pids = args
         .iter()
+        .filter(|a| *a != "-v")
         .map(|a| a.parse::<u32>().map_err(|_| format!("not a pid: {a}")))
         .collect::<Result<Vec<_>, _>>()?;
-    print!("{}", stat_text(&pids)?);
+    print!("{}", stat_text(&pids, verbose)?);
     Ok(())
 }
 
-/// `cudapool top [-n COUNT] [-d SECONDS] [PID...]`: `stat` again and again, like top.
+/// `cudapool top [-v] [-n COUNT] [-d SECONDS] [PID...]`: `stat` again and again, like top.
 pub fn top(args: &[String]) -> Result<(), String> {
-    let (mut count, mut delay, mut pids) = (u64::MAX, 1.0f64, Vec::new());
+    let (mut count, mut delay, mut pids, mut verbose) = (u64::MAX, 1.0f64, Vec::new(), false);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
+            "-v" => verbose = true,
             "-n" => {
                 count = it
                     .next()
@@ -126,7 +137,7 @@ pub fn top(args: &[String]) -> Result<(), String> {
         }
     }
     for i in 0..count {
-        let text = stat_text(&pids)?;
+        let text = stat_text(&pids, verbose)?;
         // Clear the screen and go home, like top.
         print!("\x1b[H\x1b[2Jcudapool top (every {delay} s, Ctrl-C to quit)\n\n{text}");
         use std::io::Write;

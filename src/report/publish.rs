@@ -96,8 +96,7 @@ pub fn array_to_stats(a: &[u64; FIELDS]) -> DeviceStats {
 
 /// `/dev/shm/cudapool-<uid>-` (the prefix of every page of this user).
 pub fn prefix() -> String {
-    // SAFETY: getuid has no preconditions.
-    format!("/dev/shm/cudapool-{}-", unsafe { libc::getuid() })
+    format!("/dev/shm/cudapool-{}-", uid())
 }
 
 /// This process's page, while it is mapped.
@@ -115,25 +114,63 @@ unsafe impl Send for Publisher {}
 unsafe impl Sync for Publisher {}
 
 impl Publisher {
-    /// Creates and maps the page; `None` (and a debug line) if /dev/shm is unusable.
+    /// Creates and maps this process's page; `None` (and a debug line) if /dev/shm is unusable
+    /// or anything but a stale page of our own is at its path.
     pub fn create(pool: &str) -> Option<Publisher> {
+        let path = format!("{}{}", prefix(), std::process::id());
+        Self::create_at(std::path::Path::new(&path), pool)
+    }
+
+    /// Creates and maps a page at `path` (in a directory every user may write to: nothing
+    /// found there is trusted). The file is created new, never through a link, mode 0600. A
+    /// regular file of ours already there is a stale page (a dead process had our pid): it is
+    /// removed, once. Anything else there means no page, never a write through it.
+    pub fn create_at(path: &std::path::Path, pool: &str) -> Option<Publisher> {
         let pid = std::process::id();
-        let path = CString::new(format!("{}{pid}", prefix())).ok()?;
+        let cpath = CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
         let size = std::mem::size_of::<Page>();
-        // SAFETY: plain syscalls on a path we own; every result is checked before use, and the
-        // mapping is sized to the file.
-        unsafe {
-            let fd = libc::open(
-                path.as_ptr(),
-                libc::O_CREAT | libc::O_RDWR | libc::O_TRUNC | libc::O_CLOEXEC,
-                0o600,
-            );
-            if fd < 0 {
-                return None;
+        let mut fd = -1;
+        for _ in 0..2 {
+            // SAFETY: open(2) of a NUL-terminated path; O_EXCL | O_NOFOLLOW: it creates a new
+            // file or fails, and never follows a link.
+            fd = unsafe {
+                libc::open(
+                    cpath.as_ptr(),
+                    libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_RDWR
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC,
+                    0o600,
+                )
+            };
+            if fd >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+                break;
             }
+            match lstat(&cpath) {
+                Some(st) if is_regular(&st) && st.st_uid == uid() => {
+                    // SAFETY: unlink of a path we checked is a regular file of ours.
+                    unsafe { libc::unlink(cpath.as_ptr()) };
+                }
+                _ => {
+                    crate::log_at!(
+                        crate::config::LogLevel::Debug,
+                        "{} exists and is not a page of this user: no live stats for this process",
+                        path.display()
+                    );
+                    return None;
+                }
+            }
+        }
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: plain syscalls on the file we have just created; every result is checked
+        // before use, and the mapping is sized to the file.
+        unsafe {
             if libc::ftruncate(fd, size as libc::off_t) != 0 {
                 libc::close(fd);
-                libc::unlink(path.as_ptr());
+                libc::unlink(cpath.as_ptr());
                 return None;
             }
             let p = libc::mmap(
@@ -146,7 +183,7 @@ impl Publisher {
             );
             libc::close(fd);
             if p == libc::MAP_FAILED {
-                libc::unlink(path.as_ptr());
+                libc::unlink(cpath.as_ptr());
                 return None;
             }
             let page = p as *mut Page;
@@ -161,7 +198,7 @@ impl Publisher {
             std::ptr::write_volatile(&mut header.magic, MAGIC);
             Some(Publisher {
                 page,
-                path,
+                path: cpath,
                 owner: pid,
                 writing: Mutex::new(()),
             })
@@ -222,31 +259,116 @@ pub struct Snapshot {
     pub devices: Vec<(i32, DeviceStats)>,
 }
 
-/// Reads a page (consistently, through the seqlock); `None` if it is not a cudapool page.
-pub fn read(path: &std::path::Path) -> Option<Snapshot> {
-    let bytes = std::fs::read(path).ok()?;
-    if bytes.len() < std::mem::size_of::<Page>() {
-        return None;
+fn uid() -> libc::uid_t {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() }
+}
+
+fn is_regular(st: &libc::stat) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFREG
+}
+
+/// `lstat(2)`: what is at `path` itself (a link is not followed).
+fn lstat(path: &CString) -> Option<libc::stat> {
+    // SAFETY: a zeroed stat is a valid out-struct; lstat writes it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a valid out-pointer.
+    (unsafe { libc::lstat(path.as_ptr(), &mut st) } == 0).then_some(st)
+}
+
+/// Whether `path` holds something a page reader may look at: a regular file of this user (not
+/// a link). For removing stale pages.
+pub fn is_page_file(path: &std::path::Path) -> bool {
+    CString::new(path.as_os_str().as_encoded_bytes())
+        .ok()
+        .and_then(|c| lstat(&c))
+        .is_some_and(|st| is_regular(&st) && st.st_uid == uid())
+}
+
+/// An open file, closed when dropped.
+struct Fd(libc::c_int);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor is ours and closed once.
+        unsafe { libc::close(self.0) };
     }
-    for _ in 0..100 {
-        let bytes = std::fs::read(path).ok()?;
-        if bytes.len() < std::mem::size_of::<Page>() {
-            return None;
+}
+
+/// Reads `buf.len()` bytes at offset 0, or fails (a short read included).
+fn read_exact_at(fd: &Fd, buf: &mut [u8]) -> Result<(), String> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: pread into the unfilled rest of `buf`, whose length bounds the read.
+        let n = unsafe {
+            libc::pread(
+                fd.0,
+                buf[done..].as_mut_ptr().cast(),
+                buf.len() - done,
+                done as libc::off_t,
+            )
+        };
+        match n {
+            n if n > 0 => done += n as usize,
+            0 => return Err(format!("ended after {done} bytes (truncated while read)")),
+            _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => {}
+            _ => return Err(format!("read: {}", std::io::Error::last_os_error())),
         }
-        // SAFETY: the buffer is at least one Page long; Page is plain old data (atomics are
+    }
+    Ok(())
+}
+
+/// Reads a page (consistently, through the seqlock). `Err` says why `path` is not one: it is
+/// opened without following a link and without blocking (a FIFO), must be a regular file of
+/// this user exactly one page long, and no more than a page is ever read from it.
+pub fn read(path: &std::path::Path) -> Result<Snapshot, String> {
+    let cpath = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: open(2) of a NUL-terminated path, read-only, never through a link, never
+    // blocking (a FIFO opens at once and fails the checks below).
+    let fd = unsafe {
+        libc::open(
+            cpath.as_ptr(),
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(format!("cannot open: {}", std::io::Error::last_os_error()));
+    }
+    let fd = Fd(fd);
+    // SAFETY: a zeroed stat is a valid out-struct; fstat writes it for our descriptor.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a descriptor we hold and a valid out-pointer.
+    if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
+        return Err(format!("cannot stat: {}", std::io::Error::last_os_error()));
+    }
+    let size = std::mem::size_of::<Page>();
+    if !is_regular(&st) {
+        return Err("not a regular file".into());
+    }
+    if st.st_uid != uid() {
+        return Err(format!("owned by user {}, not by this user", st.st_uid));
+    }
+    if st.st_size as u64 != size as u64 {
+        return Err(format!("{} bytes, not one page ({size} bytes)", st.st_size));
+    }
+    let mut first = vec![0u8; size];
+    let mut again = vec![0u8; size];
+    for _ in 0..100 {
+        read_exact_at(&fd, &mut first)?;
+        // SAFETY: the buffer is exactly one Page long; Page is plain old data (atomics are
         // plain integers in memory); read_unaligned copes with the Vec's alignment.
-        let page: Page = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const Page) };
+        let page: Page = unsafe { std::ptr::read_unaligned(first.as_ptr() as *const Page) };
         if page.magic != MAGIC || page.version != LAYOUT_VERSION {
-            return None;
+            return Err("not a cudapool page (magic or layout version)".into());
         }
         let seq = page.seq.load(Ordering::Relaxed);
         if seq % 2 == 1 {
             std::thread::sleep(std::time::Duration::from_millis(1));
             continue;
         }
-        // A file read is one copy: if seq was even at both ends of the copy, it is whole.
-        let again = std::fs::read(path).ok()?;
-        // SAFETY: as above.
+        // A read is one copy: if seq was even and the same at both ends, it is whole.
+        read_exact_at(&fd, &mut again)?;
+        // SAFETY: as above; `again` is exactly one Page long too.
         let page2: Page = unsafe { std::ptr::read_unaligned(again.as_ptr() as *const Page) };
         if page2.seq.load(Ordering::Relaxed) != seq {
             continue;
@@ -260,14 +382,14 @@ pub fn read(path: &std::path::Path) -> Option<Snapshot> {
             .filter(|d| d.used == 1)
             .map(|d| (d.device, array_to_stats(&d.stats)))
             .collect();
-        return Some(Snapshot {
+        return Ok(Snapshot {
             pid: page.pid,
             pool,
             updated_ns: page.updated_ns.load(Ordering::Relaxed),
             devices,
         });
     }
-    None
+    Err("always being written".into())
 }
 
 #[cfg(test)]
@@ -300,5 +422,114 @@ mod tests {
         );
         p.remove();
         assert!(!path.exists());
+    }
+
+    /// A fresh directory for one test's files.
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("cudapool-publish-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// DESIGN.md trap 9: a link planted at the page's path is never followed (the file it
+    /// points to stays as it was) and means no page.
+    #[test]
+    fn a_link_at_the_page_path_is_never_written_through() {
+        let d = scratch("link");
+        let target = d.join("victim");
+        std::fs::write(&target, b"keep me").unwrap();
+        let page = d.join("page");
+        std::os::unix::fs::symlink(&target, &page).unwrap();
+        assert!(Publisher::create_at(&page, "split").is_none());
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep me");
+        assert!(std::fs::symlink_metadata(&page)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        // A dangling link too: nothing is created where it points.
+        let gone = d.join("gone");
+        let page2 = d.join("page2");
+        std::os::unix::fs::symlink(&gone, &page2).unwrap();
+        assert!(Publisher::create_at(&page2, "split").is_none());
+        assert!(!gone.exists());
+    }
+
+    /// A regular file of ours at the path is a stale page (a dead process had our pid): it is
+    /// replaced by a fresh one.
+    #[test]
+    fn a_stale_page_of_our_own_is_replaced() {
+        let d = scratch("stale");
+        let page = d.join("page");
+        std::fs::write(&page, b"old").unwrap();
+        let p = Publisher::create_at(&page, "binned").expect("replaced");
+        p.write(&[(0, DeviceStats::default())]);
+        assert_eq!(read(&page).unwrap().pool, "binned");
+    }
+
+    /// `read` never blocks: a FIFO at a page path (nobody writes it) is skipped at once.
+    #[test]
+    fn the_reader_never_blocks_on_a_fifo() {
+        let d = scratch("fifo");
+        let page = d.join("page");
+        let c = CString::new(page.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo of a NUL-terminated path in our own directory.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = page.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(read(&p));
+        });
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("read returned (a blocked open or read never does)");
+        assert_eq!(r.unwrap_err(), "not a regular file");
+    }
+
+    /// `read` never reads more than a page: a huge file is skipped by its size, unread.
+    #[test]
+    fn the_reader_never_reads_more_than_a_page() {
+        let d = scratch("huge");
+        let page = d.join("page");
+        let f = std::fs::File::create(&page).unwrap();
+        f.set_len(1 << 30).unwrap(); // sparse: costs no disk
+        let rss = || {
+            // SAFETY: a zeroed rusage is a valid out-struct for getrusage.
+            let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: RUSAGE_SELF and a valid out-pointer.
+            unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+            u.ru_maxrss as u64 * 1024
+        };
+        let before = rss();
+        let why = read(&page).unwrap_err();
+        assert!(why.contains("not one page"), "{why}");
+        assert!(rss() < before + (64 << 20), "read a 1 GiB file into memory");
+        // A short one (a page cut in half) too.
+        let p = Publisher::create_at(&d.join("full"), "split").unwrap();
+        p.write(&[(0, DeviceStats::default())]);
+        let bytes = std::fs::read(d.join("full")).unwrap();
+        std::fs::write(&page, &bytes[..bytes.len() / 2]).unwrap();
+        assert!(read(&page).unwrap_err().contains("not one page"));
+    }
+
+    /// A page of another user is skipped (the reader runs for the caller only). Creating a file
+    /// of another user needs root; elsewhere this test says it did not run.
+    #[test]
+    fn the_reader_skips_files_of_another_user() {
+        let d = scratch("owner");
+        let page = d.join("page");
+        let p = Publisher::create_at(&page, "split").unwrap();
+        p.write(&[(0, DeviceStats::default())]);
+        assert!(read(&page).is_ok());
+        if uid() != 0 {
+            eprintln!("not root: the file of another user could not be made; not checked");
+            return;
+        }
+        let c = CString::new(page.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: chown of our own file to the conventional `nobody`.
+        assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+        let why = read(&page).unwrap_err();
+        assert!(why.contains("owned by user 65534"), "{why}");
     }
 }
