@@ -17,8 +17,7 @@ fn destroy(shim: &Shim, ctx: CUcontext, r: CUresult) -> CUresult {
 }
 
 /// # Safety
-/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
-/// (NULL gets the driver's own answer).
+/// The driver's contract for this entry point (it takes no pointers).
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
     let real = move |d: &Driver| call!(d, ctx_destroy_v2(ctx));
@@ -28,8 +27,7 @@ pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
 }
 
 /// # Safety
-/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
-/// (NULL gets the driver's own answer).
+/// The driver's contract for this entry point (it takes no pointers).
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDestroy(ctx: CUcontext) -> CUresult {
     let real = move |d: &Driver| call!(d, ctx_destroy_v1(ctx));
@@ -61,8 +59,7 @@ fn primary_release(shim: &Shim, dev: CUdevice, real: impl FnOnce(&Driver) -> CUr
 }
 
 /// # Safety
-/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
-/// (NULL gets the driver's own answer).
+/// The driver's contract for this entry point (it takes no pointers).
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
     let real = move |d: &Driver| call!(d, primary_ctx_reset_v2(dev));
@@ -72,8 +69,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
 }
 
 /// # Safety
-/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
-/// (NULL gets the driver's own answer).
+/// The driver's contract for this entry point (it takes no pointers).
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
     let real = move |d: &Driver| call!(d, primary_ctx_reset_v1(dev));
@@ -83,8 +79,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
 }
 
 /// # Safety
-/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
-/// (NULL gets the driver's own answer).
+/// The driver's contract for this entry point (it takes no pointers).
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
     let real = move |d: &Driver| call!(d, primary_ctx_release_v2(dev));
@@ -94,8 +89,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
 }
 
 /// # Safety
-/// The driver's contract for this entry point: out-pointers are NULL or valid for writes
-/// (NULL gets the driver's own answer).
+/// The driver's contract for this entry point (it takes no pointers).
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
     let real = move |d: &Driver| call!(d, primary_ctx_release_v1(dev));

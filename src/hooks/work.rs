@@ -102,12 +102,7 @@ macro_rules! work_hooks {
             /// The driver's contract for this entry point; the arguments are passed on unchanged.
             #[no_mangle]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> CUresult {
-                const NAME: &CStr = match CStr::from_bytes_with_nul(
-                    concat!(stringify!($name), "\0").as_bytes()
-                ) {
-                    Ok(n) => n,
-                    Err(_) => panic!("a symbol name"),
-                };
+                const NAME: &CStr = super::symbol(concat!(stringify!($name), "\0"));
                 static REAL: AtomicUsize = AtomicUsize::new(0);
                 let _in_flight = report($queue);
                 let p = real(&REAL, NAME);
@@ -126,13 +121,7 @@ macro_rules! work_hooks {
         /// Every work hook and the driver name it replaces.
         pub fn table() -> Vec<(&'static CStr, *const c_void)> {
             vec![$(
-                (
-                    match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
-                        Ok(n) => n,
-                        Err(_) => panic!("a symbol name"),
-                    },
-                    $name as *const c_void,
-                ),
+                (super::symbol(concat!(stringify!($name), "\0")), $name as *const c_void),
             )*]
         }
     };
