@@ -14,7 +14,7 @@ import re
 import sys
 
 LAYERS = [
-    ("base", ["config", "log", "cu", "addr_hash", "striped", "flags"]),
+    ("base", ["config", "log", "cu", "addr_hash", "striped", "flags", "sync"]),
     ("mechanisms", ["driver", "budget", "queues", "pool"]),
     ("state", ["state"]),
     ("reporting", ["report"]),

@@ -11,7 +11,7 @@
 //! a lookup never returns NULL where the driver returned a function.
 //!
 //! Uses: `hooks` (the table of hooks, `work::HARMLESS_PER_THREAD`), `state`, `flags`, `driver`,
-//! `config`, `log`, `cu`.
+//! `config`, `log`, `sync`, `cu`.
 
 use crate::cu::*;
 use crate::driver::{self, call, Driver};
@@ -129,7 +129,7 @@ fn is_harmless(name: &[u8]) -> bool {
 /// The trampoline for the real per-thread entry point `real`. With every slot taken, the flag
 /// is set now (the safe side) and `real` is handed out as it is.
 fn trampoline(real: *mut c_void) -> *mut c_void {
-    let mut slots = TRAMPOLINE_SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut slots = crate::sync::lock(&TRAMPOLINE_SLOTS);
     let slot = match slots.iter().position(|&r| r == real as usize) {
         Some(i) => i,
         None if slots.len() < TRAMPOLINES => {

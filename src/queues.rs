@@ -26,7 +26,7 @@
 //!
 //! Pure logic: the driver side (events, stream queries) is behind [`QueueDevice`].
 //!
-//! Uses: `striped`.
+//! Uses: `striped`, `sync`.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
@@ -172,7 +172,7 @@ pub struct Queues {
 
 impl Queues {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     /// Whether all work so far went to at most one queue (and ordering never failed).
@@ -286,7 +286,7 @@ mod tests {
     /// The in-flight counters and the epoch are process-wide: these tests take turns.
     static SERIAL: Mutex<()> = Mutex::new(());
     fn serial() -> std::sync::MutexGuard<'static, ()> {
-        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&SERIAL)
     }
 
     /// A whole probation, with work on legacy during it (legacy stays active).

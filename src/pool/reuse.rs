@@ -35,12 +35,13 @@
 //! limit leaves no room to grow. Under memory pressure ([`Pool::trim`]) it waits for every
 //! fence, then gives free segments back.
 //!
-//! Uses: `pool::core`, `pool::types`, `config`, `cu`.
+//! Uses: `pool::core`, `pool::types`, `config`, `sync`, `cu`.
 
 use super::core::{Core, Lane, READY};
 use super::types::{BlockState, Grant, Pool, SegmentView, StreamKey, Upstream};
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr};
+use crate::sync::lock;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -176,10 +177,6 @@ thread_local! {
     static MAGAZINES: RefCell<Vec<(u64, SharedMagazine)>> = const { RefCell::new(Vec::new()) };
 }
 
-fn lock_magazine(m: &Mutex<Magazine>) -> MutexGuard<'_, Magazine> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// A freed block waiting for a fence: `lane` is [`READY`] for an unordered free (the block is
 /// outside the core until the fence is done) or the stream of a stream-ordered free (the block
 /// is in the core, in that lane, and becomes ready when the fence is done).
@@ -247,7 +244,7 @@ impl CachingPool {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
     /// Runs `f` on this thread's magazine in this pool, creating and registering it on first
@@ -260,16 +257,13 @@ impl CachingPool {
                     Some((_, m)) => m.clone(),
                     None => {
                         let m = SharedMagazine::default();
-                        self.magazines
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push(m.clone());
+                        lock(&self.magazines).push(m.clone());
                         mags.push((self.id, m.clone()));
                         m
                     }
                 };
                 drop(mags);
-                let mut guard = lock_magazine(&m);
+                let mut guard = lock(&m);
                 f(&mut guard)
             })
             .ok()
@@ -278,11 +272,11 @@ impl CachingPool {
     /// Moves magazine blocks into the core (they are ready): every thread's (`all`), or only
     /// those of threads that have exited.
     fn drain_magazines(&self, st: &mut State, all: bool) {
-        let mut mags = self.magazines.lock().unwrap_or_else(|e| e.into_inner());
+        let mut mags = lock(&self.magazines);
         mags.retain(|m| {
             let dead = Arc::strong_count(m) == 1;
             if all || dead {
-                for ptr in lock_magazine(m).take_all() {
+                for ptr in lock(m).take_all() {
                     st.core.put(ptr, READY, 0);
                 }
             }
@@ -525,13 +519,10 @@ impl Pool for CachingPool {
 
     fn cached_bytes(&self) -> u64 {
         let st = self.lock();
-        let in_magazines: u64 = self
-            .magazines
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let in_magazines: u64 = lock(&self.magazines)
             .iter()
             .map(|m| {
-                let g = lock_magazine(m);
+                let g = lock(m);
                 g.all().map(|p| st.core.block_size(p)).sum::<u64>()
             })
             .sum();
@@ -551,13 +542,8 @@ impl Pool for CachingPool {
             .filter(|w| w.lane == READY)
             .map(|w| w.ptr)
             .collect();
-        for m in self
-            .magazines
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            waiting.extend(lock_magazine(m).all());
+        for m in lock(&self.magazines).iter() {
+            waiting.extend(lock(m).all());
         }
         let mut segs = st.core.segments();
         for b in segs.iter_mut().flat_map(|s| s.blocks.iter_mut()) {
@@ -570,13 +556,8 @@ impl Pool for CachingPool {
 
     fn forget_all(&self) -> (u64, u64) {
         let mut st = self.lock();
-        for m in self
-            .magazines
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-        {
-            lock_magazine(&m).take_all();
+        for m in lock(&self.magazines).drain(..) {
+            lock(&m).take_all();
         }
         st.pending.clear();
         st.pending_bytes = 0;

@@ -4,7 +4,7 @@
 //! OOMs, reclaims and limit changes. Memory is bounded: the newest [`MAX_EVENTS`] events are
 //! kept and the number dropped is written too. Written at exit and on `cudapool_snapshot`.
 //!
-//! Uses: `log`.
+//! Uses: `log`, `sync`.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -47,7 +47,7 @@ impl Trace {
     }
 
     fn push(&self, e: Event) {
-        let mut g = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = crate::sync::lock(&self.events);
         if g.0.len() == MAX_EVENTS {
             g.0.pop_front();
             g.1 += 1;
@@ -83,7 +83,7 @@ impl Trace {
 
     pub fn json(&self, pool: &str) -> String {
         let pid = std::process::id();
-        let g = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        let g = crate::sync::lock(&self.events);
         let mut o = format!(
             "{{\"displayTimeUnit\":\"ms\",\"otherData\":{{\"cudapool\":\"{}\",\"pool\":\"{pool}\",\"dropped_events\":{}}},\"traceEvents\":[{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"args\":{{\"name\":\"cudapool pid {pid}\"}}}}",
             env!("CARGO_PKG_VERSION"),

@@ -22,7 +22,8 @@
 //! cudapool saw is asked whether it is idle; if it is not, work reached it through an entry
 //! point cudapool does not watch, and the context falls back to fences for good (one warning).
 //!
-//! Uses: `queues`, `pool` (its `Clock`), `driver`, `flags`, `config`, `addr_hash`, `striped`, `cu`.
+//! Uses: `queues`, `pool` (its `Clock`), `driver`, `flags`, `config`, `addr_hash`, `striped`,
+//! `sync`, `cu`.
 
 use crate::addr_hash::AddrMap as HashMap;
 use crate::config::Reuse;
@@ -31,6 +32,7 @@ use crate::driver::{call, Driver};
 use crate::flags::{capturing_somewhere, exiting, unwatched_work};
 use crate::pool::{Clock, FenceId, ReuseRule};
 use crate::queues::{QueueDevice, QueueKey, Queues};
+use crate::sync::lock;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::Mutex;
 
@@ -93,10 +95,6 @@ pub struct ContextClock {
     fences: Mutex<HashMap<FenceId, Fence>>,
     next: AtomicU64,
     spare: Mutex<Vec<usize>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl ContextClock {

@@ -16,7 +16,7 @@
 use crate::addr_hash::AddrMap as HashMap;
 use crate::cu::*;
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 /// One driver pool the program allocated from.
 ///
@@ -57,8 +57,4 @@ pub struct Counted {
     /// Mappings of counted handles: address -> (bytes, handle).
     pub(super) maps: Mutex<BTreeMap<DevPtr, (u64, MemHandle)>>,
     pub(super) arrays: Mutex<HashMap<usize, ArrayRec>>,
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -1,13 +1,14 @@
 //! Pass-through accounting: what each counted allocation API charges against the limit and
 //! when it stops (the tables are in `counted`; what each API costs is documented there).
 //!
-//! Uses: the `Shim` and its parts (`state::counted`, `state::live`), `driver`, `cu`.
+//! Uses: the `Shim` and its parts (`state::counted`, `state::live`), `driver`, `sync`, `cu`.
 
-use super::counted::{lock, ArrayRec, DriverPool, Phys};
+use super::counted::{ArrayRec, DriverPool, Phys};
 use super::{Live, Origin, Shim};
 use crate::addr_hash::AddrMap as HashMap;
 use crate::cu::*;
 use crate::driver::call;
+use crate::sync::lock;
 use std::ffi::c_void;
 
 impl Shim {
