@@ -179,6 +179,56 @@ framework jax 'RESOURCE_EXHAUSTED|Out of memory|out of memory' XLA_PYTHON_CLIENT
   "XLA_FLAGS=--xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true"
 framework numba 'CUDA_ERROR_OUT_OF_MEMORY|OUT_OF_MEMORY' NUMBA_DUMMY=1
 
+echo "=== address queries and IPC of pooled blocks"
+# A block is the program's allocation: sized from cuMemGetAddressRange, a memset of all of it
+# works and leaves the neighbour block alone. Memory cudapool never handed out (pinned host
+# memory mapped for the device) gets exactly the driver's answers.
+gcc -O2 -o "$W/ranges" tests/c/ranges.c -ldl
+"$W/ranges" dlsym host > "$W/ranges.plain" 2>&1
+for k in split binned; do
+  shim env CUDAPOOL_POOL=$k "$W/ranges" dlsym host > "$W/ranges.shim" 2>&1
+  check "cmp -s '$W/ranges.plain' '$W/ranges.shim'" "pinned host memory, the driver's answers ($k)" \
+    "$(grep host_memset "$W/ranges.shim")"
+  shim env CUDAPOOL_POOL=$k "$W/ranges" gpa blocks > "$W/ranges.blocks" 2>&1
+  check "grep -q 'memset a_rc=0 b_rc=0 a_ok=1 b_ok=1' '$W/ranges.blocks' && grep -q '^b range_rc=0 base_off=0 size=1000' '$W/ranges.blocks'" \
+    "a block sized by its address range ($k)" "$(grep -E '^(b|memset|ipc) ' "$W/ranges.blocks" | tr '\n' ';')"
+done
+# PyTorch's own IPC: a child process reads the parent's tensors, pieces of PyTorch's segments
+# that are blocks inside shared cudapool segments. (With PYTORCH_NO_CUDA_MEMORY_CACHING set,
+# PyTorch itself cannot share CUDA tensors: "invalid device pointer", with or without cudapool.)
+$T python3 scripts/gpu/ipc_torch.py > "$W/ipc.plain" 2>&1
+shim python3 scripts/gpu/ipc_torch.py > "$W/ipc.shim" 2>&1
+check "grep -q 'torch ipc ok' '$W/ipc.plain' && grep -q 'torch ipc ok' '$W/ipc.shim'" \
+  "PyTorch IPC between processes" "$(tail -1 "$W/ipc.shim")"
+
+echo "=== numba-cuda's own driver and IPC tests, with and without cudapool"
+# A real client's test suite as a regression gate: any test that passes without cudapool and
+# does not pass with it is a failure. Its test-only dependencies (filecheck, cffi) travel as
+# wheels in .whl (see the README's GPU suite section); without them the import errors are the
+# same on both sides and the comparison still holds for the rest.
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" .whl/*.whl &&
+    export PYTHONPATH="$W/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+suite() { # output file, then an optional prefix (env LD_PRELOAD=...)
+  local out=$1; shift
+  timeout 300 "$@" python3 scripts/gpu/suite.py "$out.outcomes" numba.cuda.tests.cudadrv \
+    numba.cuda.tests.cudapy.test_ipc > "$out" 2>&1
+  awk '$2 == "ok" { print $1 }' "$out.outcomes" | sort -u > "$out.passed"
+  tail -1 "$out"
+}
+echo "without: $(suite "$W/numba-suite.plain")"
+echo "with:    $(suite "$W/numba-suite.shim" env LD_PRELOAD="$LIB")"
+cp "$W/numba-suite.plain" "$OUT/numba-suite-plain.log"
+cp "$W/numba-suite.shim" "$OUT/numba-suite-cudapool.log"
+lost=$(comm -23 "$W/numba-suite.plain.passed" "$W/numba-suite.shim.passed")
+n_plain=$(wc -l < "$W/numba-suite.plain.passed")
+n_shim=$(wc -l < "$W/numba-suite.shim.passed")
+n_lost=$(echo "$lost" | grep -c .)
+[ "$n_lost" -gt 0 ] && printf 'passes without cudapool, not with it:\n%s\n' "$lost"
+check "[ $n_plain -gt 0 ] && [ $n_lost = 0 ]" "numba-cuda cudadrv suite, same passing set" \
+  "$n_plain passed without, $n_shim with; $n_lost lost"
+
 if [ "$NGPU" -ge 2 ]; then
   echo "=== two devices"
   shim env CUDAPOOL_MEMORY_LIMIT=0=1GiB,1=2GiB "$W/multi" > "$W/multi.out" 2>&1

@@ -7,7 +7,9 @@
 //! Uses: nothing of the crate (cudarc's types).
 
 use cudarc::driver::sys::cudaError_enum as E;
-pub use cudarc::driver::sys::{CUcontext, CUdevice, CUdeviceptr, CUevent, CUstream};
+pub use cudarc::driver::sys::{
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUipcMemHandle, CUstream,
+};
 
 /// A `CUresult` exactly as the driver returned it.
 pub type CUresult = std::ffi::c_uint;
@@ -23,6 +25,12 @@ pub const CUDA_ERROR_NOT_FOUND: CUresult = E::CUDA_ERROR_NOT_FOUND as CUresult;
 pub const CUDA_ERROR_UNKNOWN: CUresult = E::CUDA_ERROR_UNKNOWN as CUresult;
 
 pub const CUDA_ERROR_NOT_READY: CUresult = E::CUDA_ERROR_NOT_READY as CUresult;
+pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = E::CUDA_ERROR_NOT_SUPPORTED as CUresult;
+
+/// `CU_POINTER_ATTRIBUTE_RANGE_START_ADDR`: the start of the allocation holding a pointer.
+pub const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: std::ffi::c_int = 11;
+/// `CU_POINTER_ATTRIBUTE_RANGE_SIZE`: the size of the allocation holding a pointer.
+pub const CU_POINTER_ATTRIBUTE_RANGE_SIZE: std::ffi::c_int = 12;
 
 /// `CU_STREAM_LEGACY`: the legacy default stream, whatever the calling thread's default.
 pub const CU_STREAM_LEGACY: usize = 0x1;

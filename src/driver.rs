@@ -96,6 +96,12 @@ driver_table! {
     mem_get_info_v1 = c"cuMemGetInfo": fn(*mut c_uint, *mut c_uint);
     mem_get_address_range_v2 = c"cuMemGetAddressRange_v2": fn(*mut DevPtr, *mut usize, DevPtr);
     mem_get_address_range_v1 = c"cuMemGetAddressRange": fn(*mut u32, *mut c_uint, u32);
+    pointer_get_attribute = c"cuPointerGetAttribute": fn(*mut c_void, c_int, DevPtr);
+    pointer_get_attributes = c"cuPointerGetAttributes": fn(c_uint, *mut c_int, *mut *mut c_void, DevPtr);
+    ipc_get_mem_handle = c"cuIpcGetMemHandle": fn(*mut CUipcMemHandle, DevPtr);
+    ipc_open_mem_handle_v2 = c"cuIpcOpenMemHandle_v2": fn(*mut DevPtr, CUipcMemHandle, c_uint);
+    ipc_open_mem_handle_v1 = c"cuIpcOpenMemHandle": fn(*mut DevPtr, CUipcMemHandle, c_uint);
+    ipc_close_mem_handle = c"cuIpcCloseMemHandle": fn(DevPtr);
     ctx_destroy_v2 = c"cuCtxDestroy_v2": fn(CUcontext);
     ctx_destroy_v1 = c"cuCtxDestroy": fn(CUcontext);
     primary_ctx_reset_v2 = c"cuDevicePrimaryCtxReset_v2": fn(CUdevice);

@@ -74,6 +74,10 @@ fn fixture() -> &'static Fixture {
         let mut a = strict.to_vec();
         a.extend(["-o", "memapi", &memapi, "-ldl"]);
         cc(&a, &dir);
+        let ranges = src("tests/c/ranges.c");
+        let mut a = strict.to_vec();
+        a.extend(["-o", "ranges", &ranges, "-ldl"]);
+        cc(&a, &dir);
         let wrap = src("tests/c/next_wrap.c");
         let mut a = strict.to_vec();
         a.extend(["-shared", "-fPIC", "-o", "libnext_wrap.so", &wrap, "-ldl"]);
@@ -515,16 +519,114 @@ fn pitched_allocations_count_their_real_footprint() {
 }
 
 #[test]
-fn address_range_is_the_drivers_allocation() {
+fn address_range_is_the_allocation_the_program_made() {
     for mode in all_modes() {
-        let r = ok(client(mode, &["range"], &[("CUDAPOOL_POOL", "none")]));
-        assert_eq!(r.get("base_ok", "base_ok"), "1");
-        assert_eq!(r.num("base_ok", "size"), MIB);
-        // A sub-allocated block reports the segment that holds it (DESIGN.md trap 7): here the
-        // first 1 MiB block of a fresh 2 MiB segment.
-        let r = ok(client(mode, &["range"], &[("CUDAPOOL_POOL", "split")]));
-        assert_eq!(r.get("base_ok", "base_ok"), "1");
-        assert_eq!(r.num("base_ok", "size"), 2 * MIB);
+        for pool in ["none", "split", "binned", "simple"] {
+            // A 1 MiB block: under `split` the first piece of a fresh 2 MiB segment, yet the
+            // program's allocation is the 1 MiB it asked for.
+            let r = ok(client(mode, &["range"], &[("CUDAPOOL_POOL", pool)]));
+            assert_eq!(r.get("base_ok", "base_ok"), "1", "{mode} {pool}");
+            assert_eq!(r.num("base_ok", "size"), MIB, "{mode} {pool}");
+        }
+    }
+}
+
+fn ranges(mode: &str, scenario: &str, shim: bool, env: &[(&str, &str)]) -> Run {
+    let f = fixture();
+    ok(run_program(
+        &f.dir.join("ranges"),
+        &[mode, scenario],
+        shim,
+        env,
+    ))
+}
+
+/// Numba sizes a device array from `cuMemGetAddressRange` and sets all of it
+/// (`device_memset(a, 0, device_memory_size(a))`). Answered with the segment, that overran it
+/// (`CUDA_ERROR_INVALID_VALUE` from a block further in, the neighbours' bytes from the first).
+#[test]
+fn address_queries_describe_the_block_the_program_holds() {
+    for mode in ["dlsym", "gpa"] {
+        for pool in ["none", "split", "binned", "simple"] {
+            let r = ranges(mode, "blocks", true, &[("CUDAPOOL_POOL", pool)]);
+            let what = format!("{mode} {pool}:\n{}", r.stdout);
+            for tag in ["a", "b"] {
+                let l = r.line(tag);
+                for (k, v) in [
+                    ("range_rc", "0"),
+                    ("base_off", "0"),
+                    ("size", "1000"),
+                    ("attr_rc", "0,0"),
+                    ("attr_off", "0"),
+                    ("attr_size", "1000"),
+                    ("attrs_rc", "0"),
+                    ("attrs_off", "0"),
+                    ("attrs_size", "1000"),
+                    ("type", "2"),
+                ] {
+                    assert_eq!(l[k], v, "{tag} {k}: {what}");
+                }
+            }
+            let m = r.line("memset");
+            assert_eq!(
+                (&*m["a_rc"], &*m["b_rc"], &*m["a_ok"], &*m["b_ok"]),
+                ("0", "0", "1", "1"),
+                "{what}"
+            );
+            let ipc = r.line("ipc");
+            assert_eq!(
+                (&*ipc["a_rc"], &*ipc["b_rc"], &*ipc["a_interior_rc"]),
+                ("0", "0", "0"),
+                "{what}"
+            );
+            // A freed block is not an allocation, whether the pool keeps its memory or not:
+            // the range entries of cuPointerGetAttributes keep what they held (1).
+            let l = r.line("freed_b");
+            assert_eq!(l["range_rc"], "500", "{what}");
+            assert_eq!(l["attr_rc"], "1,1", "{what}");
+            assert_eq!((&*l["attrs_rc"], &*l["attrs_size"]), ("0", "1"), "{what}");
+        }
+    }
+}
+
+/// Legacy IPC of a block inside a shared segment: the importer gets the block's address (the
+/// exporter tags the driver's handle with the block's offset, the importer's cudapool takes it
+/// out before the driver sees it), every open and close reaches the driver once per segment.
+#[test]
+fn an_ipc_import_maps_the_block_not_its_segment() {
+    for mode in ["dlsym", "gpa"] {
+        for pool in ["none", "split", "binned", "simple"] {
+            let r = ranges(mode, "ipc", true, &[("CUDAPOOL_POOL", pool)]);
+            let what = format!("{mode} {pool}:\n{}\n{}", r.stdout, r.stderr);
+            let l = r.line("ipc");
+            for k in ["same_handle", "b_at_block", "a_at_block", "b2_at_block"] {
+                assert_eq!(l[k], "1", "{k}: {what}");
+            }
+            assert_eq!(l["value"], "0x5c", "{what}");
+            // Untagged handles go to the driver at each open (b's twice, a's once); under
+            // `split` b's tagged handle reaches it once for both.
+            let driver_opens = if pool == "split" { "2" } else { "3" };
+            assert_eq!(l["opens"], driver_opens, "{what}");
+            // Three opens, three closes; a fourth close is the driver's error.
+            let c = r.line("closed");
+            assert_eq!((&*c["rc"], &*c["opens"]), ("0,0,0,1", "0"), "{what}");
+        }
+    }
+}
+
+/// Pinned host memory mapped for the device (Numba's `test_host_alloc_pinned`): every answer,
+/// with cudapool, is exactly the driver's.
+#[test]
+fn memory_cudapool_never_handed_out_gets_the_drivers_answers() {
+    for mode in ["dlsym", "gpa"] {
+        let plain = ranges(mode, "host", false, &[]);
+        assert_eq!(plain.get("host", "range_rc"), "0", "{}", plain.stdout);
+        assert_eq!(plain.get("host", "size"), "40");
+        assert_eq!(plain.get("host_memset", "zeroed"), "1");
+        for pool in ["none", "split", "binned", "simple"] {
+            let shim = ranges(mode, "host", true, &[("CUDAPOOL_POOL", pool)]);
+            assert_eq!(shim.stdout, plain.stdout, "{mode} {pool}");
+        }
     }
 }
 

@@ -11,7 +11,8 @@
 //!   pools, virtual memory, arrays);
 //! - [`streams`]: stream creation and destruction, graph capture;
 //! - [`contexts`]: context teardown;
-//! - [`lookups`]: `cuMemGetInfo`, `cuMemGetAddressRange`;
+//! - [`lookups`]: `cuMemGetInfo` and the address queries (`cuMemGetAddressRange`,
+//!   `cuPointerGetAttribute(s)`) and legacy IPC (`cuIpc*MemHandle`);
 //! - [`work`]: the entry points that issue device work (they report their queue);
 //! - [`guard`]: the panic boundary and re-entry guard they all use.
 //!
@@ -92,6 +93,12 @@ pub fn table() -> Vec<(&'static CStr, *const c_void)> {
         lookups::cuMemGetInfo,
         lookups::cuMemGetAddressRange_v2,
         lookups::cuMemGetAddressRange,
+        lookups::cuPointerGetAttribute,
+        lookups::cuPointerGetAttributes,
+        lookups::cuIpcGetMemHandle,
+        lookups::cuIpcOpenMemHandle_v2,
+        lookups::cuIpcOpenMemHandle,
+        lookups::cuIpcCloseMemHandle,
         contexts::cuCtxDestroy_v2,
         contexts::cuCtxDestroy,
         contexts::cuDevicePrimaryCtxReset_v2,

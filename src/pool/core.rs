@@ -13,7 +13,7 @@
 //!
 //! Uses: `pool::types`, `config`, `cu`.
 
-use super::types::{SegmentView, Upstream};
+use super::types::{BlockSpan, SegmentView, Upstream};
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr, CUDA_ERROR_OUT_OF_MEMORY};
 use std::collections::BTreeMap;
@@ -50,6 +50,8 @@ pub trait Core: Send {
     fn block_size(&self, ptr: DevPtr) -> u64;
     /// Whether `ptr` lies inside a segment this core holds.
     fn owns(&self, ptr: DevPtr) -> bool;
+    /// The block holding `ptr` if it is not free in this core (see [`super::Pool::block_of`]).
+    fn block_of(&self, ptr: DevPtr) -> Option<BlockSpan>;
     /// Every segment and its blocks; blocks not free in the core show as in use, blocks of a
     /// queue's lane as pending.
     fn segments(&self) -> Vec<SegmentView>;

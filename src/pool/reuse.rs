@@ -38,7 +38,7 @@
 //! Uses: `pool::core`, `pool::types`, `config`, `sync`, `cu`.
 
 use super::core::{Core, Lane, READY};
-use super::types::{BlockState, Grant, Pool, SegmentView, StreamKey, Upstream};
+use super::types::{BlockSpan, BlockState, Grant, Pool, SegmentView, StreamKey, Upstream};
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr};
 use crate::sync::lock;
@@ -531,6 +531,10 @@ impl Pool for CachingPool {
 
     fn owns(&self, ptr: DevPtr) -> bool {
         self.lock().core.owns(ptr)
+    }
+
+    fn block_of(&self, ptr: DevPtr) -> Option<BlockSpan> {
+        self.lock().core.block_of(ptr)
     }
 
     fn segments(&self) -> Vec<SegmentView> {

@@ -3,7 +3,7 @@
 //! Uses: `pool::core`, `pool::types`, `addr_hash`, `config`, `cu`.
 
 use super::core::{pick_releases, round_up, segment, within, Core, Lane, MIB, MIN_BLOCK, READY};
-use super::types::{BlockState, BlockView, SegmentView, Upstream};
+use super::types::{BlockSpan, BlockState, BlockView, SegmentView, Upstream};
 use crate::addr_hash::AddrMap as HashMap;
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr};
@@ -324,6 +324,15 @@ impl Core for SplitCore {
 
     fn owns(&self, ptr: DevPtr) -> bool {
         within(&self.blocks, ptr, |b| b.size)
+    }
+
+    fn block_of(&self, ptr: DevPtr) -> Option<BlockSpan> {
+        let (&start, b) = self.blocks.range(..=ptr).next_back()?;
+        (ptr < start + b.size && !b.free).then_some(BlockSpan {
+            ptr: start,
+            size: b.size,
+            segment: b.segment,
+        })
     }
 
     fn segments(&self) -> Vec<SegmentView> {

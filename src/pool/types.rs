@@ -68,6 +68,16 @@ impl BlockState {
     }
 }
 
+/// Where a block lies: what address queries about a pointer inside it answer (the block is the
+/// program's allocation; the segment is the driver's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockSpan {
+    pub ptr: DevPtr,
+    pub size: u64,
+    /// The segment that holds it (equal to `ptr` when the block starts its segment).
+    pub segment: DevPtr,
+}
+
 /// One segment (driver allocation) and the blocks that tile it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SegmentView {
@@ -118,6 +128,13 @@ pub trait Pool: Send + Sync {
     /// Whether `ptr` lies inside memory this pool holds from the upstream (in use or cached).
     /// Such a pointer must never reach the driver's free.
     fn owns(&self, ptr: DevPtr) -> bool;
+    /// The block holding `ptr` that is not free in the cache (handed out, or freed and still
+    /// in a thread's magazine or waiting for its fence), if this pool holds one there. The
+    /// live table says which of these the program holds.
+    fn block_of(&self, ptr: DevPtr) -> Option<BlockSpan> {
+        let _ = ptr;
+        None
+    }
     /// The context died, and its memory with it: forget every segment without calling the
     /// upstream. Returns (segments, bytes) that were held.
     fn forget_all(&self) -> (u64, u64);

@@ -4,7 +4,7 @@
 //! Uses: `pool::core`, `pool::types`, `addr_hash`, `config`, `cu`.
 
 use super::core::{pick_releases, segment, within, Core, Lane, MIN_BLOCK, READY};
-use super::types::{BlockState, BlockView, SegmentView, Upstream};
+use super::types::{BlockSpan, BlockState, BlockView, SegmentView, Upstream};
 use crate::addr_hash::AddrMap as HashMap;
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr};
@@ -74,6 +74,17 @@ impl SegmentCache {
         within(&self.sizes, ptr, |&s| s)
     }
 
+    /// A segment is one block: it is the answer unless it is cached.
+    fn block_of(&self, ptr: DevPtr) -> Option<BlockSpan> {
+        let (&start, &size) = self.sizes.range(..=ptr).next_back()?;
+        let cached = |p: DevPtr| self.free.values().any(|list| list.contains(&p));
+        (ptr < start + size && !cached(start)).then_some(BlockSpan {
+            ptr: start,
+            size,
+            segment: start,
+        })
+    }
+
     /// Gives cached segments back (see [`Core::release_free_segments`]); one the upstream
     /// refuses stays cached.
     fn release(&mut self, up: &dyn Upstream, need: u64) -> u64 {
@@ -139,6 +150,9 @@ macro_rules! segment_cache_core {
         }
         fn owns(&self, ptr: DevPtr) -> bool {
             self.0.owns(ptr)
+        }
+        fn block_of(&self, ptr: DevPtr) -> Option<BlockSpan> {
+            self.0.block_of(ptr)
         }
         fn segments(&self) -> Vec<SegmentView> {
             self.0.segments()

@@ -6,7 +6,7 @@
 use super::clock::ContextClock;
 use crate::addr_hash::AddrMap as HashMap;
 use crate::cu::*;
-use crate::pool::{Pool, SegmentView};
+use crate::pool::{BlockSpan, Pool, SegmentView};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -93,6 +93,14 @@ impl Contexts {
             .collect();
         out.sort_by_key(|(_, s)| s.ptr);
         out
+    }
+
+    /// What the pools know of `ptr`: `None` when no pool holds memory there; else the block
+    /// holding it, `None` inside when that memory is cached (free in the pool).
+    pub fn block_of(&self, ptr: DevPtr) -> Option<Option<BlockSpan>> {
+        let map = self.read();
+        let cp = map.values().find(|c| c.pool.owns(ptr))?;
+        Some(cp.pool.block_of(ptr))
     }
 
     /// Whether `ptr` lies inside memory some pool holds.

@@ -59,6 +59,11 @@ impl LiveTable {
         }
     }
 
+    /// The live allocation at exactly `ptr`, if any.
+    pub fn get(&self, ptr: DevPtr) -> Option<Live> {
+        self.live.get(&ptr).map(|l| *l)
+    }
+
     /// Takes `ptr` out of the table (its free is under way); its backtrace stays until
     /// [`freed`](Self::freed) or [`undo_remove`](Self::undo_remove).
     pub fn remove(&self, ptr: DevPtr) -> Option<Live> {

@@ -5,7 +5,9 @@
 //! pool), [`live`] (the live table), [`counted`] (the pass-through tables), [`clock`] (the
 //! driver side of reuse safety). The `Shim` and its set-up: [`shim`]. Its operations, by
 //! concern: [`current`] (the calling thread's pool), [`pooled`] (pooled allocations and the OOM
-//! policy), [`counting`] (pass-through accounting), [`streams`] (streams and the work the
+//! policy), [`ranges`] (what address queries answer about pooled blocks), [`ipc`] (legacy IPC
+//! of pooled blocks), [`counting`]
+//! (pass-through accounting), [`streams`] (streams and the work the
 //! hooks report), [`teardown`] (contexts that die, reclaim).
 //!
 //! Data flow: `hooks` (raw pointers, C ABI) call the safe methods here; these find the calling
@@ -32,12 +34,15 @@ pub mod contexts;
 pub mod counted;
 mod counting;
 mod current;
+pub mod ipc;
 pub mod live;
 mod pooled;
+mod ranges;
 mod shim;
 mod streams;
 mod teardown;
 
 pub use budgets::MAX_DEVICES;
+pub use ipc::{Export as IpcExport, HandleBytes};
 pub use live::{Live, Origin};
 pub use shim::{config, set_observer, Observer, Shim, State, View};

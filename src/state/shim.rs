@@ -35,6 +35,8 @@ pub struct Shim {
     /// Pass-through allocations that are not device pointers (arrays, physical memory) and the
     /// driver pools.
     pub(super) counted: Counted,
+    /// Segments imported through tagged IPC handles.
+    pub(super) imports: super::ipc::Imports,
 }
 
 /// What the hooks should do, decided once per process.
@@ -169,6 +171,7 @@ impl Shim {
                 contexts: Contexts::default(),
                 live: LiveTable::new(config.track),
                 counted: Counted::default(),
+                imports: Default::default(),
                 config: config.clone(),
                 driver,
             }

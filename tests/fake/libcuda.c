@@ -29,6 +29,8 @@ enum {
   CUDA_ERROR_INVALID_DEVICE = 101,
   CUDA_ERROR_INVALID_CONTEXT = 201,
   CUDA_ERROR_NOT_FOUND = 500,
+  CUDA_ERROR_INVALID_HANDLE = 400,
+  CUDA_ERROR_NOT_SUPPORTED = 801,
 };
 
 #define MAX_DEV 8
@@ -400,20 +402,140 @@ CUresult cuMemGetInfo(unsigned *free_b, unsigned *total_b) {
   return r;
 }
 
-CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
-  count("cuMemGetAddressRange_v2");
-  pthread_mutex_lock(&mu);
-  for (struct alloc *a = allocs; a; a = a->next) {
+// Pinned host memory (cuMemHostAlloc): with unified addressing its device pointer is its host
+// address, and the driver's address queries describe it like any allocation.
+struct ipc_handle {
+  unsigned char bytes[64];
+};
+#define MAX_HOST 64
+static struct {
+  void *p;
+  size_t size;
+} host_allocs[MAX_HOST];
+
+// The allocation (device or pinned host) holding ptr: its start and size; 0 if none. Under mu.
+static int find_range(CUdeviceptr ptr, CUdeviceptr *base, size_t *size) {
+  for (struct alloc *a = allocs; a; a = a->next)
     if (ptr >= a->ptr && ptr < a->ptr + a->size) {
-      if (base) *base = a->ptr;
-      if (size) *size = a->size;
-      pthread_mutex_unlock(&mu);
-      return CUDA_SUCCESS;
+      *base = a->ptr, *size = a->size;
+      return 1;
+    }
+  for (int i = 0; i < MAX_HOST; i++) {
+    CUdeviceptr h = (CUdeviceptr)(uintptr_t)host_allocs[i].p;
+    if (h && ptr >= h && ptr < h + host_allocs[i].size) {
+      *base = h, *size = host_allocs[i].size;
+      return 2;
     }
   }
-  pthread_mutex_unlock(&mu);
-  return CUDA_ERROR_NOT_FOUND;
+  return 0;
 }
+
+// A memset or copy of n bytes at p that starts inside an allocation must end inside it, as the
+// real driver checks (CUDA_ERROR_INVALID_VALUE otherwise).
+static int overruns(CUdeviceptr p, size_t n) {
+  CUdeviceptr b;
+  size_t s;
+  pthread_mutex_lock(&mu);
+  int found = find_range(p, &b, &s);
+  pthread_mutex_unlock(&mu);
+  return found && p + n > b + s;
+}
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
+  count("cuMemGetAddressRange_v2");
+  CUdeviceptr b;
+  size_t s;
+  pthread_mutex_lock(&mu);
+  int found = find_range(ptr, &b, &s);
+  pthread_mutex_unlock(&mu);
+  if (!found) return CUDA_ERROR_NOT_FOUND;
+  if (base) *base = b;
+  if (size) *size = s;
+  return CUDA_SUCCESS;
+}
+
+// CU_POINTER_ATTRIBUTE_*: CONTEXT 1, MEMORY_TYPE 2 (host 1, device 2), RANGE_START_ADDR 11,
+// RANGE_SIZE 12. Others are not modelled.
+static CUresult pointer_attribute(void *data, int attr, CUdeviceptr ptr) {
+  CUdeviceptr b;
+  size_t s;
+  pthread_mutex_lock(&mu);
+  int found = find_range(ptr, &b, &s);
+  pthread_mutex_unlock(&mu);
+  if (!found) return CUDA_ERROR_INVALID_VALUE;
+  switch (attr) {
+  case 2: *(unsigned *)data = found == 1 ? 2 : 1; return CUDA_SUCCESS;
+  case 11: *(CUdeviceptr *)data = b; return CUDA_SUCCESS;
+  case 12: *(size_t *)data = s; return CUDA_SUCCESS;
+  default: return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr ptr) {
+  count("cuPointerGetAttribute");
+  if (!data) return CUDA_ERROR_INVALID_VALUE;
+  return pointer_attribute(data, attr, ptr);
+}
+// Unlike the singular form, an address that is not allocated gets success: its memory type
+// reads 0 and its range entries are left as they were (as the real driver does).
+CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, CUdeviceptr ptr) {
+  count("cuPointerGetAttributes");
+  if (!attrs || !data) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < n; i++) {
+    if (!data[i]) continue;
+    if (pointer_attribute(data[i], attrs[i], ptr) == CUDA_ERROR_INVALID_VALUE && attrs[i] == 2)
+      *(unsigned *)data[i] = 0;
+  }
+  return CUDA_SUCCESS;
+}
+// A legacy IPC handle names a whole device allocation: the importer maps it from its start.
+CUresult cuIpcGetMemHandle(void *handle, CUdeviceptr ptr) {
+  count("cuIpcGetMemHandle");
+  CUdeviceptr b;
+  size_t s;
+  pthread_mutex_lock(&mu);
+  int found = find_range(ptr, &b, &s);
+  pthread_mutex_unlock(&mu);
+  if (!handle || found != 1) return CUDA_ERROR_INVALID_VALUE;
+  memset(handle, 0, 64);
+  memcpy(handle, &b, sizeof b);
+  memcpy((char *)handle + 8, &s, sizeof s);
+  return CUDA_SUCCESS;
+}
+
+// Opening maps the whole allocation from its start. The fake shares one address space, so an
+// open (allowed here in the exporting process itself) returns the allocation's own address.
+// Stricter than the driver: a handle whose last 8 bytes are not zero is refused, so that a
+// shim that leaves its own bytes in a handle is caught.
+static int ipc_opens;
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, struct ipc_handle h, unsigned flags) {
+  (void)flags;
+  count("cuIpcOpenMemHandle_v2");
+  CUdeviceptr b, found_b;
+  size_t s, found_s;
+  memcpy(&b, h.bytes, sizeof b);
+  memcpy(&s, h.bytes + 8, sizeof s);
+  for (int i = 56; i < 64; i++)
+    if (h.bytes[i]) return CUDA_ERROR_INVALID_HANDLE;
+  pthread_mutex_lock(&mu);
+  int found = find_range(b, &found_b, &found_s);
+  if (found == 1 && found_b == b && found_s == s) ipc_opens++;
+  pthread_mutex_unlock(&mu);
+  if (!p || found != 1 || found_b != b || found_s != s) return CUDA_ERROR_INVALID_HANDLE;
+  *p = b;
+  return CUDA_SUCCESS;
+}
+CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+  count("cuIpcCloseMemHandle");
+  CUdeviceptr b;
+  size_t s;
+  pthread_mutex_lock(&mu);
+  int ok = find_range(p, &b, &s) == 1 && b == p && ipc_opens > 0;
+  if (ok) ipc_opens--;
+  pthread_mutex_unlock(&mu);
+  return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+// Opens not yet closed.
+int fakecu_ipc_opens(void) { return ipc_opens; }
 
 CUresult cuMemGetAddressRange(unsigned *base, unsigned *size, unsigned ptr) {
   count("cuMemGetAddressRange");
@@ -571,12 +693,14 @@ static CUresult work(void *s, int ptsz, ns_t dur, unsigned long long lo, size_t 
 #define MEMSET(name, T, ptsz, sync)                                                             \
   CUresult name(CUdeviceptr p, T v, size_t n) {                                               \
     count(#name);                                                                             \
+    if (overruns(p, n * sizeof(T))) return CUDA_ERROR_INVALID_VALUE;                          \
     for (size_t i = 0; i < n; i++) ((T *)(uintptr_t)p)[i] = v;                                \
     return work(NULL, ptsz, copy_ns(n * sizeof(T)), p, n * sizeof(T), sync);                  \
   }
 #define MEMSET_ASYNC(name, T, ptsz)                                                             \
   CUresult name(CUdeviceptr p, T v, size_t n, void *s) {                                      \
     count(#name);                                                                             \
+    if (overruns(p, n * sizeof(T))) return CUDA_ERROR_INVALID_VALUE;                          \
     for (size_t i = 0; i < n; i++) ((T *)(uintptr_t)p)[i] = v;                                \
     return work(s, ptsz, copy_ns(n * sizeof(T)), p, n * sizeof(T), 0);                        \
   }
@@ -1012,10 +1136,33 @@ CUresult cuMemHostAlloc(void **p, size_t size, unsigned flags) {
   count("cuMemHostAlloc");
   if (!p || !size) return CUDA_ERROR_INVALID_VALUE;
   *p = malloc(size);
-  return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  if (!*p) return CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAX_HOST; i++)
+    if (!host_allocs[i].p) {
+      host_allocs[i].p = *p, host_allocs[i].size = size;
+      break;
+    }
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned flags) {
+  count("cuMemHostGetDevicePointer_v2");
+  CUdeviceptr b;
+  size_t s;
+  pthread_mutex_lock(&mu);
+  int found = find_range((CUdeviceptr)(uintptr_t)p, &b, &s);
+  pthread_mutex_unlock(&mu);
+  if (!d || flags || found != 2) return CUDA_ERROR_INVALID_VALUE;
+  *d = (CUdeviceptr)(uintptr_t)p;
+  return CUDA_SUCCESS;
 }
 CUresult cuMemFreeHost(void *p) {
   count("cuMemFreeHost");
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAX_HOST; i++)
+    if (p && host_allocs[i].p == p) host_allocs[i].p = NULL;
+  pthread_mutex_unlock(&mu);
   free(p);
   return CUDA_SUCCESS;
 }
@@ -1373,6 +1520,12 @@ static const struct proc procs[] = {
     {"cuMemAllocManaged", 6000, 0, (void *)cuMemAllocManaged},
     {"cuMemHostAlloc", 2020, 0, (void *)cuMemHostAlloc},
     {"cuMemFreeHost", 2000, 0, (void *)cuMemFreeHost},
+    {"cuMemHostGetDevicePointer", 3020, 0, (void *)cuMemHostGetDevicePointer_v2},
+    {"cuPointerGetAttribute", 4000, 0, (void *)cuPointerGetAttribute},
+    {"cuPointerGetAttributes", 7000, 0, (void *)cuPointerGetAttributes},
+    {"cuIpcGetMemHandle", 4010, 0, (void *)cuIpcGetMemHandle},
+    {"cuIpcOpenMemHandle", 11000, 0, (void *)cuIpcOpenMemHandle_v2},
+    {"cuIpcCloseMemHandle", 4010, 0, (void *)cuIpcCloseMemHandle},
     {"cuMemCreate", 10020, 0, (void *)cuMemCreate},
     {"cuMemRelease", 10020, 0, (void *)cuMemRelease},
     {"cuMemAddressReserve", 10020, 0, (void *)cuMemAddressReserve},

@@ -1,0 +1,189 @@
+//! Legacy IPC of pooled blocks: `cuIpcGetMemHandle` in the exporting process,
+//! `cuIpcOpenMemHandle` and `cuIpcCloseMemHandle` in the importing one.
+//!
+//! A legacy handle names a whole driver allocation, and the importer's open maps it from its
+//! start. A pooled block is the program's allocation (`state::ranges`), often inside a segment
+//! it shares with other blocks. Programs export the block (Numba: the start that
+//! `cuMemGetAddressRange` gives; PyTorch: its own segment, here a block; vLLM: the
+//! `RANGE_START_ADDR` attribute) and add their offsets to what the importer's open returns, so
+//! the importer must get the block's address, not the segment's.
+//!
+//! So a block further into its segment is exported as the driver's handle of the segment with
+//! the block's offset written into the handle's last 8 bytes ([`TAG`] in the top 16 bits, the
+//! offset below). The driver leaves those bytes zero in every handle it makes and ignores them
+//! when opening (measured: H100, driver 580; an export whose bytes are not zero is refused
+//! rather than overwritten). The importer's cudapool takes the tag out, opens the driver's own
+//! handle once per segment and hands out the segment's address plus the offset; closes are
+//! counted per segment. A block that starts its segment exports the driver's handle unchanged.
+//! An importer that does not run cudapool maps the segment's start, so both sides must run
+//! under it (processes the program starts inherit `LD_PRELOAD`).
+//!
+//! Uses: the `Shim` and its parts (`state::contexts`, `state::live`), `pool`, `sync`, `config`,
+//! `log`, `cu`.
+
+use super::{Origin, Shim};
+use crate::config::LogLevel::Debug;
+use crate::cu::*;
+use crate::log_at;
+use crate::pool::BlockSpan;
+use crate::sync::lock;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// The top 16 bits of a tagged handle's last 8 bytes.
+const TAG: u64 = 0xc0de << 48;
+/// Offsets below this fit beside the tag.
+const MAX_OFFSET: u64 = 1 << 48;
+/// Where the tag lives in the handle's 64 bytes.
+const TAIL: std::ops::Range<usize> = 56..64;
+
+/// The 64 bytes of a `CUipcMemHandle`.
+pub type HandleBytes = [u8; 64];
+
+/// How an export goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Export {
+    /// Not inside a pooled block, or a block that starts its segment: the driver's handle.
+    Driver,
+    /// A block this far into its segment: the driver's handle of the segment, tagged.
+    Tagged(u64),
+    /// Pooled memory the program does not hold: the driver's answer for an address that is not
+    /// allocated.
+    NotAllocated,
+}
+
+/// The segments this process imported through tagged handles.
+///
+/// Invariant: `segments` holds each driver handle opened through a tagged handle, with the
+/// address the driver's one open gave and how many of the program's opens share it;
+/// `opened` holds each address handed to the program (segment address plus offset) with the
+/// driver handle behind it and how many opens returned it. The counts in `segments` are the
+/// sums of those in `opened` that name them.
+#[derive(Default)]
+pub struct Imports {
+    inner: Mutex<ImportTables>,
+}
+
+#[derive(Default)]
+struct ImportTables {
+    segments: HashMap<HandleBytes, (DevPtr, u32)>,
+    opened: HashMap<DevPtr, (HandleBytes, u32)>,
+}
+
+/// The driver's handle and the offset inside a tagged handle; `None` for any other handle.
+pub fn untag(handle: &HandleBytes) -> Option<(HandleBytes, u64)> {
+    let tail = u64::from_le_bytes(handle[TAIL].try_into().expect("8 bytes"));
+    if tail & !(MAX_OFFSET - 1) != TAG {
+        return None;
+    }
+    let mut clean = *handle;
+    clean[TAIL].fill(0);
+    Some((clean, tail & (MAX_OFFSET - 1)))
+}
+
+/// Writes `offset` into the driver's `handle`; `false` (nothing written) when its last bytes
+/// are not free or the offset does not fit.
+pub fn tag(handle: &mut HandleBytes, offset: u64) -> bool {
+    if handle[TAIL].iter().any(|&b| b != 0) || offset == 0 || offset >= MAX_OFFSET {
+        return false;
+    }
+    handle[TAIL].copy_from_slice(&(TAG | offset).to_le_bytes());
+    true
+}
+
+impl Shim {
+    /// How `cuIpcGetMemHandle(ptr)` goes (see the module's notes).
+    pub fn ipc_export(&self, ptr: DevPtr) -> Export {
+        let Some(span) = self.contexts.block_of(ptr) else {
+            return Export::Driver;
+        };
+        let held = |s: &BlockSpan| {
+            self.live
+                .get(s.ptr)
+                .is_some_and(|l| l.origin == Origin::Pool)
+        };
+        match span.filter(held) {
+            None => Export::NotAllocated,
+            Some(s) if s.ptr == s.segment => Export::Driver,
+            Some(s) => Export::Tagged(s.ptr - s.segment),
+        }
+    }
+
+    /// `cuIpcOpenMemHandle` of a tagged handle: `open` is the driver's open of the segment's
+    /// own handle, called only when this process has not opened it yet. Returns the block's
+    /// address.
+    pub fn ipc_open_tagged(
+        &self,
+        clean: HandleBytes,
+        offset: u64,
+        open: impl FnOnce(&HandleBytes) -> Result<DevPtr, CUresult>,
+    ) -> Result<DevPtr, CUresult> {
+        let mut t = lock(&self.imports.inner);
+        let base = match t.segments.get_mut(&clean) {
+            Some((base, refs)) => {
+                *refs += 1;
+                *base
+            }
+            None => {
+                let base = open(&clean)?;
+                t.segments.insert(clean, (base, 1));
+                base
+            }
+        };
+        let at = base + offset;
+        t.opened.entry(at).or_insert((clean, 0)).1 += 1;
+        log_at!(Debug, "ipc open: segment {base:#x} + {offset:#x}");
+        Ok(at)
+    }
+
+    /// `cuIpcCloseMemHandle(ptr)`: `None` when `ptr` did not come from a tagged open (the
+    /// driver closes it); else the result of closing it, with `close` (the driver's close of
+    /// the segment) called when the last open of the segment is closed.
+    pub fn ipc_close(
+        &self,
+        ptr: DevPtr,
+        close: impl FnOnce(DevPtr) -> CUresult,
+    ) -> Option<CUresult> {
+        let mut t = lock(&self.imports.inner);
+        let (clean, refs) = t.opened.get_mut(&ptr)?;
+        let clean = *clean;
+        *refs -= 1;
+        if *refs == 0 {
+            t.opened.remove(&ptr);
+        }
+        let (base, seg_refs) = t
+            .segments
+            .get_mut(&clean)
+            .expect("every open names a segment");
+        *seg_refs -= 1;
+        if *seg_refs > 0 {
+            return Some(CUDA_SUCCESS);
+        }
+        let base = *base;
+        t.segments.remove(&clean);
+        Some(close(base))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tag_round_trips_and_only_where_the_driver_left_zeros() {
+        let mut h = [7u8; 64];
+        h[TAIL].fill(0);
+        let driver = h;
+        assert!(untag(&driver).is_none());
+        assert!(tag(&mut h, 0x1234_5600));
+        assert_ne!(h, driver);
+        assert_eq!(untag(&h), Some((driver, 0x1234_5600)));
+        // Nothing is written over bytes the driver used, nor for an offset of 0 or too large.
+        let mut used = [1u8; 64];
+        assert!(!tag(&mut used, 512));
+        assert_eq!(used, [1u8; 64]);
+        let mut z = driver;
+        assert!(!tag(&mut z, 0) && !tag(&mut z, MAX_OFFSET));
+        assert_eq!(z, driver);
+    }
+}

@@ -1,0 +1,207 @@
+// What the driver's address queries answer about pooled blocks and about memory cudapool never
+// handed out (pinned host memory mapped for the device). Reaches the driver the way frameworks
+// do (dlsym on its handle, or cuGetProcAddress_v2 like the CUDA runtime) and prints key=value
+// lines the tests read. Run it with and without cudapool: for memory cudapool did not hand
+// out, the two outputs must be the same.
+//
+// usage: ranges dlsym|gpa blocks|host|ipc
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+enum { RANGE_START = 11, RANGE_SIZE = 12, MEMORY_TYPE = 2 };
+
+static void *driver;
+static const char *mode;
+
+typedef CUresult (*gpa_t)(const char *, void **, int, unsigned long long, int *);
+static void *get(const char *base, int version, const char *exported) {
+  if (!strcmp(mode, "dlsym")) {
+    void *p = dlsym(driver, exported);
+    if (!p) fprintf(stderr, "ranges: no %s\n", exported), exit(4);
+    return p;
+  }
+  static gpa_t gpa;
+  if (!gpa) gpa = (gpa_t)dlsym(driver, "cuGetProcAddress_v2");
+  void *p = NULL;
+  int status = -1;
+  if (gpa(base, &p, version, 0, &status) || status || !p)
+    fprintf(stderr, "ranges: no %s@%d\n", base, version), exit(4);
+  return p;
+}
+
+#define CHECK(call)                                                              \
+  do {                                                                           \
+    CUresult r_ = (call);                                                        \
+    if (r_) {                                                                    \
+      fprintf(stderr, "ranges: %s failed: %d (line %d)\n", #call, r_, __LINE__); \
+      exit(3);                                                                   \
+    }                                                                            \
+  } while (0)
+
+static CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+static CUresult (*MemFree)(CUdeviceptr);
+static CUresult (*Range)(CUdeviceptr *, size_t *, CUdeviceptr);
+static CUresult (*Attr)(void *, int, CUdeviceptr);
+static CUresult (*Attrs)(unsigned, int *, void **, CUdeviceptr);
+static CUresult (*Ipc)(void *, CUdeviceptr);
+struct handle {
+  unsigned char bytes[64];
+};
+static CUresult (*IpcOpen)(CUdeviceptr *, struct handle, unsigned);
+static CUresult (*IpcClose)(CUdeviceptr);
+static CUresult (*Memset)(CUdeviceptr, unsigned char, size_t);
+static CUresult (*DtoH)(void *, CUdeviceptr, size_t);
+
+static void setup(void) {
+  driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!driver) fprintf(stderr, "ranges: %s\n", dlerror()), exit(2);
+  CUresult (*Init)(unsigned) = get("cuInit", 2000, "cuInit");
+  CUresult (*Retain)(void **, int) = get("cuDevicePrimaryCtxRetain", 7000, "cuDevicePrimaryCtxRetain");
+  CUresult (*SetCurrent)(void *) = get("cuCtxSetCurrent", 4000, "cuCtxSetCurrent");
+  void *ctx;
+  CHECK(Init(0));
+  CHECK(Retain(&ctx, 0));
+  CHECK(SetCurrent(ctx));
+  MemAlloc = get("cuMemAlloc", 3020, "cuMemAlloc_v2");
+  MemFree = get("cuMemFree", 3020, "cuMemFree_v2");
+  Range = get("cuMemGetAddressRange", 3020, "cuMemGetAddressRange_v2");
+  Attr = get("cuPointerGetAttribute", 4000, "cuPointerGetAttribute");
+  Attrs = get("cuPointerGetAttributes", 7000, "cuPointerGetAttributes");
+  Ipc = get("cuIpcGetMemHandle", 4010, "cuIpcGetMemHandle");
+  IpcOpen = get("cuIpcOpenMemHandle", 11000, "cuIpcOpenMemHandle_v2");
+  IpcClose = get("cuIpcCloseMemHandle", 4010, "cuIpcCloseMemHandle");
+  Memset = get("cuMemsetD8", 3020, "cuMemsetD8_v2");
+  DtoH = get("cuMemcpyDtoH", 3020, "cuMemcpyDtoH_v2");
+}
+
+// Every query about the allocation holding p, relative to `start`, on one line.
+static void describe(const char *tag, CUdeviceptr p, CUdeviceptr start) {
+  CUdeviceptr base = 0, astart = 0;
+  size_t size = 0, asize = 0;
+  CUresult r = Range(&base, &size, p);
+  CUresult ra = Attr(&astart, RANGE_START, p);
+  CUresult rs = Attr(&asize, RANGE_SIZE, p);
+  int attrs[3] = {RANGE_START, RANGE_SIZE, MEMORY_TYPE};
+  CUdeviceptr mstart = 1;
+  size_t msize = 1;
+  unsigned type = 0;
+  void *data[3] = {&mstart, &msize, &type};
+  CUresult rm = Attrs(3, attrs, data, p);
+  printf("%s range_rc=%d base_off=%lld size=%zu attr_rc=%d,%d attr_off=%lld attr_size=%zu "
+         "attrs_rc=%d attrs_off=%lld attrs_size=%zu type=%u\n",
+         tag, r, r ? 0 : (long long)(base - start), size, ra, rs,
+         ra ? 0 : (long long)(astart - start), asize, rm,
+         mstart ? (long long)(mstart - start) : -1, msize, type);
+}
+
+// Two small blocks (under `split`, neighbours in one segment). The program sizes each from
+// the address queries and sets all of it, as Numba's device_memset(a, 0, device_memory_size(a))
+// does: that must work and must leave the other block's bytes alone.
+static int blocks(void) {
+  CUdeviceptr a, b;
+  CHECK(MemAlloc(&a, 1000));
+  CHECK(MemAlloc(&b, 1000));
+  CHECK(Memset(a, 0xaa, 1000));
+  CHECK(Memset(b, 0xbb, 1000));
+  describe("a", a + 100, a);
+  describe("b", b + 10, b);
+  size_t sa = 0, sb = 0;
+  CUdeviceptr base;
+  CHECK(Range(&base, &sa, a));
+  CHECK(Range(&base, &sb, b));
+  CUresult ma = Memset(a, 0, sa);
+  CUresult mb = Memset(b, 0x11, sb);
+  unsigned char ha[1000], hb[1000];
+  CHECK(DtoH(ha, a, sizeof ha));
+  CHECK(DtoH(hb, b, sizeof hb));
+  int a_ok = 1, b_ok = 1;
+  for (int i = 0; i < 1000; i++) {
+    a_ok &= ha[i] == 0;
+    b_ok &= hb[i] == (mb ? 0xbb : 0x11);
+  }
+  printf("memset a_rc=%d b_rc=%d a_ok=%d b_ok=%d\n", ma, mb, a_ok, b_ok);
+  unsigned char handle[64];
+  printf("ipc a_rc=%d b_rc=%d a_interior_rc=%d\n", Ipc(handle, a), Ipc(handle, b),
+         Ipc(handle, a + 100));
+  CHECK(MemFree(b));
+  describe("freed_b", b + 10, b);
+  CHECK(MemFree(a));
+  return 0;
+}
+
+// Pinned host memory mapped for the device: cudapool never handed it out, so every answer is
+// the driver's own; a memset of its whole range and a free through cuMemFree (the program's
+// mistake) get exactly what the driver gives.
+static int host(void) {
+  CUresult (*HostAlloc)(void **, size_t, unsigned) = get("cuMemHostAlloc", 2020, "cuMemHostAlloc");
+  CUresult (*HostPtr)(CUdeviceptr *, void *, unsigned) =
+      get("cuMemHostGetDevicePointer", 3020, "cuMemHostGetDevicePointer_v2");
+  CUresult (*FreeHost)(void *) = get("cuMemFreeHost", 2000, "cuMemFreeHost");
+  void *h;
+  CUdeviceptr d;
+  CHECK(HostAlloc(&h, 40, 0x2 /* CU_MEMHOSTALLOC_DEVICEMAP */));
+  memset(h, 123, 40);
+  CHECK(HostPtr(&d, h, 0));
+  describe("host", d + 4, d);
+  size_t size = 0;
+  CUdeviceptr base;
+  CHECK(Range(&base, &size, d));
+  CUresult m = Memset(d, 0, size);
+  int zero = 1;
+  for (int i = 0; i < 40; i++) zero &= ((unsigned char *)h)[i] == 0;
+  unsigned char handle[64];
+  printf("host_memset rc=%d zeroed=%d ipc_rc=%d free_rc=%d\n", m, zero, Ipc(handle, d),
+         MemFree(d));
+  CHECK(FreeHost(h));
+  return 0;
+}
+
+// Legacy IPC of two blocks (under `split`, the second lies inside the first one's segment), as
+// Numba does it: export the start cuMemGetAddressRange gives, send the pointer's offset from
+// it, and add that offset to what the importer's open returns. The fake driver lets a process
+// open its own handles and maps them at the same address, so the importer's address must be
+// the block's own.
+static int ipc(void) {
+  CUdeviceptr a, b;
+  CHECK(MemAlloc(&a, 1000));
+  CHECK(MemAlloc(&b, 1000));
+  CHECK(Memset(b, 0x5c, 1000));
+  struct handle ha, hb, hb2;
+  CUdeviceptr base;
+  size_t size;
+  CHECK(Range(&base, &size, b + 40));
+  CHECK(Ipc(&hb, base));
+  CHECK(Ipc(&hb2, b + 40));
+  CHECK(Ipc(&ha, a));
+  CUdeviceptr pa, pb, pb2;
+  CHECK(IpcOpen(&pb, hb, 1));
+  CHECK(IpcOpen(&pa, ha, 1));
+  CHECK(IpcOpen(&pb2, hb2, 1));
+  unsigned char v = 0;
+  CHECK(DtoH(&v, pb + (b + 40 - base), 1));
+  int (*opens)(void) = (int (*)(void))dlsym(driver, "fakecu_ipc_opens");
+  printf("ipc same_handle=%d b_at_block=%d a_at_block=%d b2_at_block=%d value=%#x opens=%d\n",
+         !memcmp(&hb, &hb2, sizeof hb), pb == b, pa == a, pb2 == b, v, opens ? opens() : -1);
+  CUresult c1 = IpcClose(pb), c2 = IpcClose(pb2), c3 = IpcClose(pa), c4 = IpcClose(pa);
+  printf("closed rc=%d,%d,%d,%d opens=%d\n", c1, c2, c3, c4, opens ? opens() : -1);
+  CHECK(MemFree(a));
+  CHECK(MemFree(b));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) return fprintf(stderr, "usage: ranges dlsym|gpa blocks|host|ipc\n"), 2;
+  mode = argv[1];
+  setup();
+  if (!strcmp(argv[2], "blocks")) return blocks();
+  if (!strcmp(argv[2], "host")) return host();
+  if (!strcmp(argv[2], "ipc")) return ipc();
+  fprintf(stderr, "ranges: unknown scenario %s\n", argv[2]);
+  return 2;
+}
