@@ -170,15 +170,20 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
         if attributes.is_null() || data.is_null() {
             return real(shim.driver);
         }
-        let Some(answer) = shim.pooled_range(ptr) else {
-            return real(shim.driver);
-        };
-        // The range entries (index, out-pointer), and what they hold before the call.
+        // The range entries (attribute, out-pointer). The runtime's `cudaPointerGetAttributes`
+        // asks for none: it goes straight to the driver, without looking at any pool.
         let entries: Vec<(c_int, *mut c_void)> = (0..count as usize)
             // SAFETY: i < count, within both arrays (the caller's contract).
             .map(|i| unsafe { (*attributes.add(i), *data.add(i)) })
             .filter(|&(a, out)| !out.is_null() && RANGE.contains(&a))
             .collect();
+        if entries.is_empty() {
+            return real(shim.driver);
+        }
+        let Some(answer) = shim.pooled_range(ptr) else {
+            return real(shim.driver);
+        };
+        // What the range entries hold before the call.
         let before: Vec<std::mem::MaybeUninit<u64>> = entries
             .iter()
             // SAFETY: each is valid for 8 bytes (a range attribute's type); copied as possibly
