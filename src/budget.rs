@@ -161,11 +161,9 @@ impl DeviceBudget {
 
     /// The program got `bytes`; `from_cache` when no driver call was needed.
     pub fn on_alloc(&self, bytes: u64, from_cache: bool) {
-        self.hot.add(ALLOCS, 1);
-        if from_cache {
-            self.hot.add(HITS, 1);
-        }
-        self.hot.add(LIVE, 1);
+        let mut n = [0; crate::striped::FIELDS];
+        (n[ALLOCS], n[HITS], n[LIVE]) = (1, from_cache as u64, 1);
+        self.hot.add_all(n);
         let now = self.allocated.fetch_add(bytes, Relaxed) + bytes;
         // Read first: the peak's line is written only when the peak really moves.
         if now > self.allocated_peak.load(Relaxed) {

@@ -57,6 +57,16 @@ impl Striped {
         self.line().0[field].fetch_add(n, Relaxed);
     }
 
+    /// Adds `n[i]` to field `i` for each non-zero `n[i]`, finding the thread's stripe once.
+    pub fn add_all(&self, n: [u64; FIELDS]) {
+        let line = self.line();
+        for (field, n) in line.0.iter().zip(n) {
+            if n != 0 {
+                field.fetch_add(n, Relaxed);
+            }
+        }
+    }
+
     pub fn sub(&self, field: usize, n: u64) {
         self.line().0[field].fetch_sub(n, Relaxed);
     }

@@ -16,19 +16,23 @@ thread_local! {
     static IN_HOOK: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Marks this thread as inside a hook until dropped.
-struct Reentry;
+/// Marks this thread as inside a hook until dropped. Holds the address of the thread's own
+/// flag, so that leaving costs no second thread-local lookup (the raw pointer also keeps the
+/// guard on its thread: it is neither `Send` nor `Sync`).
+struct Reentry(*const Cell<bool>);
 
 impl Reentry {
     /// `None` when this thread is already inside a hook.
     fn enter() -> Option<Reentry> {
-        IN_HOOK.with(|f| (!f.replace(true)).then_some(Reentry))
+        IN_HOOK.with(|f| (!f.replace(true)).then_some(Reentry(f)))
     }
 }
 
 impl Drop for Reentry {
     fn drop(&mut self) {
-        IN_HOOK.with(|f| f.set(false));
+        // SAFETY: the flag of this thread, which outlives the guard: the guard lives inside a
+        // hook call on this thread and cannot move to another.
+        unsafe { (*self.0).set(false) }
     }
 }
 

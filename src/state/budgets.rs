@@ -34,7 +34,20 @@ impl Default for Budgets {
 impl Budgets {
     /// The budget of `dev`, with its limits resolved on first use (a percentage asks the
     /// driver for the device's total memory).
+    #[inline]
     pub fn get(&self, dev: CUdevice, driver: &Driver, config: &Config) -> &DeviceBudget {
+        // Every call after the device's first: one bounds check and one load.
+        match usize::try_from(dev)
+            .ok()
+            .and_then(|d| self.slots.get(d)?.get())
+        {
+            Some(b) => b,
+            None => self.first_use(dev, driver, config),
+        }
+    }
+
+    #[cold]
+    fn first_use(&self, dev: CUdevice, driver: &Driver, config: &Config) -> &DeviceBudget {
         let Some(slot) = usize::try_from(dev).ok().and_then(|d| self.slots.get(d)) else {
             log_at!(
                 Warn,
