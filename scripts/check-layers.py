@@ -14,8 +14,8 @@ import re
 import sys
 
 LAYERS = [
-    ("base", ["config", "log", "cu", "addr_hash", "striped", "flags", "sync"]),
-    ("mechanisms", ["driver", "budget", "queues", "pool"]),
+    ("base", ["config", "log", "cu", "addr_hash", "striped", "flags", "sync", "frames"]),
+    ("mechanisms", ["driver", "nvtx", "budget", "queues", "pool"]),
     ("state", ["state"]),
     ("reporting", ["report"]),
     ("C ABI", ["hooks", "interpose", "capi"]),

@@ -229,6 +229,9 @@ n_lost=$(echo "$lost" | grep -c .)
 check "[ $n_plain -gt 0 ] && [ $n_lost = 0 ]" "numba-cuda cudadrv suite, same passing set" \
   "$n_plain passed without, $n_shim with; $n_lost lost"
 
+# compute-sanitizer sees pooled blocks (its own script; its PASS/FAIL lines join this table).
+RESULTS="$RESULTS" OUT="$OUT" bash scripts/gpu-sanitizer-check.sh
+
 if [ "$NGPU" -ge 2 ]; then
   echo "=== two devices"
   shim env CUDAPOOL_MEMORY_LIMIT=0=1GiB,1=2GiB "$W/multi" > "$W/multi.out" 2>&1

@@ -30,6 +30,7 @@ pub mod state;
 // 4. mechanisms
 pub mod budget;
 pub mod driver;
+pub mod nvtx;
 pub mod pool;
 pub mod queues;
 // 5. the base
@@ -37,6 +38,7 @@ pub mod addr_hash;
 pub mod config;
 pub mod cu;
 pub mod flags;
+pub mod frames;
 pub mod log;
 pub mod striped;
 pub mod sync;
@@ -46,5 +48,6 @@ pub mod sync;
 #[ctor::ctor]
 unsafe fn load() {
     let _ = state::config();
+    nvtx::init();
     state::set_observer(&report::REPORTING);
 }

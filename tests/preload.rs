@@ -78,6 +78,24 @@ fn fixture() -> &'static Fixture {
         let mut a = strict.to_vec();
         a.extend(["-o", "ranges", &ranges, "-ldl"]);
         cc(&a, &dir);
+        // The fake NVTX tool reads NVIDIA's NVTX headers (vendored) for its types.
+        let tool = src("tests/fake/nvtx_tool.c");
+        let nvtx_inc = format!("-I{}", src("third_party"));
+        let mut a = strict.to_vec();
+        a.extend([
+            "-shared",
+            "-fPIC",
+            &nvtx_inc,
+            "-o",
+            "libfakenvtx.so",
+            &tool,
+            "-lpthread",
+        ]);
+        cc(&a, &dir);
+        let nvtx = src("tests/c/nvtx.c");
+        let mut a = strict.to_vec();
+        a.extend(["-o", "nvtx", &nvtx, "-ldl"]);
+        cc(&a, &dir);
         let wrap = src("tests/c/next_wrap.c");
         let mut a = strict.to_vec();
         a.extend(["-shared", "-fPIC", "-o", "libnext_wrap.so", &wrap, "-ldl"]);
@@ -612,6 +630,63 @@ fn an_ipc_import_maps_the_block_not_its_segment() {
             assert_eq!((&*c["rc"], &*c["opens"]), ("0,0,0,1", "0"), "{what}");
         }
     }
+}
+
+/// Under an NVTX tool (as compute-sanitizer attaches one), each block the program holds is a
+/// region of its segment's heap, named; a freed block is none, whether it waits for its fence,
+/// sits in a magazine or is cached; segments that go back take their heaps. The fake tool
+/// counts every breach of the protocol (overlaps, regions outside their heap, double
+/// unregisters).
+#[test]
+fn an_nvtx_tool_sees_each_block_the_program_holds() {
+    let f = fixture();
+    let tool = f.dir.join("libfakenvtx.so");
+    let tool = tool.to_str().unwrap();
+    for pool in ["split", "binned", "simple"] {
+        let env = [("CUDAPOOL_POOL", pool), ("NVTX_INJECTION64_PATH", tool)];
+        let r = ok(run_program(&f.dir.join("nvtx"), &[], true, &env));
+        let what = format!("{pool}:\n{}\n{}", r.stdout, r.stderr);
+        for (tag, size, name) in [
+            ("a", "1000", "cuMemAlloc 1000 B"),
+            ("b", "1000", "cuMemAlloc 1000 B"),
+            ("c", "8388608", "cuMemAlloc 8388608 B"),
+            ("again_b", "1000", "cuMemAlloc 1000 B"),
+            ("async_e", "4096", "cuMemAllocAsync 4096 B"),
+            ("async_f", "4096", "cuMemAllocAsync 4096 B"),
+        ] {
+            let l = r.stdout.lines().find(|l| l.starts_with(&format!("{tag} ")));
+            let want = format!("{tag} size={size} name={name}");
+            assert_eq!(l, Some(want.as_str()), "{what}");
+        }
+        for tag in ["inside_a", "freed_b", "freed_e"] {
+            assert_eq!(r.get(tag, "size"), "0", "{tag}: {what}");
+        }
+        assert_eq!(r.num("held", "regions"), 4, "{what}");
+        assert_eq!(r.num("freed", "regions"), 0, "{what}");
+        let done = r.line("reclaimed");
+        assert_eq!(done["heaps"], "0", "{what}");
+        assert_eq!(done["heap_regs"], done["heap_unregs"], "{what}");
+        assert_eq!(done["region_regs"], "6", "{what}");
+        assert_eq!(done["violations"], "0", "{what}");
+        assert!(!r.stderr.contains("violation"), "{what}");
+    }
+    // Under CUDAPOOL_TRACK=2 a region's name also says where the program asked for it.
+    let env = [("CUDAPOOL_TRACK", "2"), ("NVTX_INJECTION64_PATH", tool)];
+    let r = ok(run_program(&f.dir.join("nvtx"), &[], true, &env));
+    let a = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("a "))
+        .unwrap_or_default();
+    assert!(
+        a.starts_with("a size=1000 name=cuMemAlloc 1000 B at ") && a.contains("main"),
+        "{a}"
+    );
+    // Under `none` every block is the driver's own allocation, seen by the tool itself: no
+    // NVTX call is made, so the tool is never even loaded. Nor is it without a tool.
+    let env = [("CUDAPOOL_POOL", "none"), ("NVTX_INJECTION64_PATH", tool)];
+    let r = ok(run_program(&f.dir.join("nvtx"), &[], true, &env));
+    assert_eq!(r.stdout.trim(), "tool=absent");
 }
 
 /// Pinned host memory mapped for the device (Numba's `test_host_alloc_pinned`): every answer,

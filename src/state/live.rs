@@ -64,6 +64,11 @@ impl LiveTable {
         self.live.get(&ptr).map(|l| *l)
     }
 
+    /// Where the live allocation at `ptr` was made (under `CUDAPOOL_TRACK=2`).
+    pub fn backtrace(&self, ptr: DevPtr) -> Option<Arc<Backtrace>> {
+        self.backtraces.get(&ptr).map(|b| b.clone())
+    }
+
     /// Takes `ptr` out of the table (its free is under way); its backtrace stays until
     /// [`freed`](Self::freed) or [`undo_remove`](Self::undo_remove).
     pub fn remove(&self, ptr: DevPtr) -> Option<Live> {

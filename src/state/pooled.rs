@@ -2,17 +2,19 @@
 //! context pool against the device's budget, the out-of-memory policy, the live table; and
 //! `cuMemGetInfo` seen through the limit.
 //!
-//! Uses: the `Shim` and its parts, `state::clock`, `pool`, `budget`, `driver`, `flags`, `config`,
-//! `cu`.
+//! Uses: the `Shim` and its parts, `state::clock`, `pool`, `budget`, `driver`, `nvtx`, `frames`,
+//! `flags`, `config`, `cu`.
 
 use super::clock;
 use super::contexts::ContextPool;
 use super::{Live, Origin, Shim};
 use crate::budget::DeviceBudget;
 use crate::config::LogLevel::Debug;
+use crate::config::PoolKind;
 use crate::cu::*;
 use crate::driver::Driver;
 use crate::log_at;
+use crate::nvtx;
 use crate::pool::Upstream;
 
 impl Shim {
@@ -96,6 +98,9 @@ impl Shim {
                 origin: Origin::Pool,
             },
         );
+        if self.tools_see_blocks() {
+            self.tell_tools(cp, grant.ptr, size, on.is_some());
+        }
         budget.on_alloc(size, grant.from_cache);
         log_at!(Debug, "alloc {size} -> {:#x} (device {dev})", grant.ptr);
         if !grant.from_cache || super::shim::sample_due() {
@@ -126,6 +131,9 @@ impl Shim {
         budget.on_release(live.size);
         let result = match live.origin {
             Origin::Pool => {
+                if self.tools_see_blocks() {
+                    nvtx::block_released(ptr);
+                }
                 // A free made while its stream captures a graph runs when the graph does: it
                 // gets no same-stream reuse, only a fence issued after the capture.
                 let on = on
@@ -176,6 +184,26 @@ impl Shim {
         result
     }
 
+    /// An NVTX tool learns of a block the program now holds, named by the API that made it,
+    /// its size and, under `CUDAPOOL_TRACK=2`, the first frame of the program that asked.
+    #[cold]
+    fn tell_tools(&self, cp: &ContextPool, ptr: DevPtr, size: u64, ordered: bool) {
+        let segment = cp.pool.block_of(ptr).map_or(ptr, |s| s.segment);
+        let api = if ordered {
+            "cuMemAllocAsync"
+        } else {
+            "cuMemAlloc"
+        };
+        let mut name = format!("{api} {size} B");
+        if let Some(bt) = self.live.backtrace(ptr) {
+            if let Some(frame) = crate::frames::program_frames(&bt, 1).first() {
+                name.push_str(" at ");
+                name.push_str(frame);
+            }
+        }
+        nvtx::block_held(ptr, size, segment, &name);
+    }
+
     /// `cuMemGetInfo`: the driver's figures seen through the limit (SPEC.md).
     pub fn mem_get_info(&self) -> Result<(u64, u64), CUresult> {
         let (driver_free, driver_total) = self.driver.mem_get_info()?;
@@ -196,14 +224,25 @@ impl Shim {
         DriverUpstream {
             driver: self.driver,
             budget,
+            tools: self.tools_see_blocks(),
         }
+    }
+
+    /// Whether an NVTX tool is told about segments and blocks: a tool is attached, and blocks
+    /// are pieces of segments (under `none` every block is the driver's own allocation, which
+    /// the tool sees by itself).
+    #[inline]
+    pub(crate) fn tools_see_blocks(&self) -> bool {
+        nvtx::active() && self.config.pool != PoolKind::None
     }
 }
 
-/// The upstream of every pool in the shim: the device's budget in front of the real driver.
+/// The upstream of every pool in the shim: the device's budget in front of the real driver
+/// (and, when `tools`, each segment registered with the NVTX tool as a heap).
 pub struct DriverUpstream<'a> {
     driver: &'a Driver,
     budget: &'a DeviceBudget,
+    tools: bool,
 }
 
 impl Upstream for DriverUpstream<'_> {
@@ -214,6 +253,9 @@ impl Upstream for DriverUpstream<'_> {
         match self.driver.mem_alloc(bytes) {
             Ok(p) => {
                 self.budget.on_driver_alloc();
+                if self.tools {
+                    nvtx::segment_added(p, bytes);
+                }
                 Ok(p)
             }
             Err(e) => {
@@ -246,6 +288,9 @@ impl Upstream for DriverUpstream<'_> {
         if crate::flags::exiting() {
             // Past exit() the driver may be torn down: leak rather than call it.
             return Ok(());
+        }
+        if self.tools {
+            nvtx::segment_removed(ptr);
         }
         self.driver.mem_free(ptr)?;
         self.budget.uncharge(bytes);

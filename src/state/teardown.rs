@@ -1,7 +1,7 @@
 //! Contexts that die (their memory goes with them, the driver is not called) and giving
 //! cached memory back (before an out-of-memory answer, or when the program asks).
 //!
-//! Uses: the `Shim` and its parts, `config`, `log`, `cu`.
+//! Uses: the `Shim` and its parts, `nvtx`, `config`, `log`, `cu`.
 
 use super::{Origin, Shim, View};
 use crate::config::LogLevel::Info;
@@ -49,6 +49,11 @@ impl Shim {
             dropped += 1;
         });
         if let Some(cp) = cp {
+            if self.tools_see_blocks() {
+                for s in cp.pool.segments() {
+                    crate::nvtx::segment_removed(s.ptr);
+                }
+            }
             let (segments, bytes) = cp.pool.forget_all();
             self.budget(cp.device).on_segments_dropped(segments, bytes);
         }
