@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test that needs no GPU: the pool and config unit tests, then the whole library under
 # LD_PRELOAD against the fake libcuda.so.1 with C clients (tests/preload.rs), plus fmt, clippy
-# and the layering check. Needs cargo, a C compiler (cc) and python3.
+# and the layering check; then the pip wheel, installed into a fresh venv
+# (scripts/test-wheel.sh). Needs cargo, a C compiler (cc) and python3 with venv and pip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -20,8 +21,12 @@ trap 'rm -f "$log"' EXIT
 set +e
 cargo test 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# The pip wheel, built and installed into a fresh virtual environment (fetches the Python
+# build tools from PyPI into a private venv the first time).
+bash scripts/test-wheel.sh 2>&1 | tee -a "$log"
+wheel_status=${PIPESTATUS[0]}
 set -e
-passed=$(awk '/^test result:/ {s += $4} END {print s + 0}' "$log")
-failed=$(awk '/^test result:/ {s += $6} END {print s + 0}' "$log")
+passed=$(awk '/^test result:/ {s += $4} /^wheel: / {s += $2} END {print s + 0}' "$log")
+failed=$(awk '/^test result:/ {s += $6} /^wheel: / {s += $4} END {print s + 0}' "$log")
 echo "$passed passed, $failed failed"
-exit "$status"
+[ "$status" = 0 ] && [ "$wheel_status" = 0 ]

@@ -84,7 +84,9 @@ fn parse_run(args: &[OsString]) -> Result<Run, String> {
     Ok(run)
 }
 
-/// `$CUDAPOOL_LIB`, else `libcudapool.so` beside this binary or in `../lib`.
+/// `$CUDAPOOL_LIB`, else `libcudapool.so` beside this binary, in `../lib`, or (installed by
+/// `pip`, this binary in a `bin/` folder) in the `cudapool` package of that prefix's Python
+/// (`../lib/python3.*/site-packages/cudapool/`, or `dist-packages` on Debian's Python).
 fn find_library() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("CUDAPOOL_LIB") {
         let p = PathBuf::from(p);
@@ -96,10 +98,12 @@ fn find_library() -> Result<PathBuf, String> {
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
     let dir = exe.parent().ok_or("binary has no folder")?;
-    for candidate in [
+    let mut candidates = vec![
         dir.join("libcudapool.so"),
         dir.join("../lib/libcudapool.so"),
-    ] {
+    ];
+    candidates.extend(pip_installed(&dir.join("../lib")));
+    for candidate in candidates {
         if candidate.is_file() {
             return candidate
                 .canonicalize()
@@ -107,9 +111,36 @@ fn find_library() -> Result<PathBuf, String> {
         }
     }
     Err(format!(
-        "libcudapool.so not found beside {} or in ../lib; set CUDAPOOL_LIB",
+        "libcudapool.so not found beside {} or in ../lib (nor in a pip-installed cudapool \
+         package there); set CUDAPOOL_LIB",
         exe.display()
     ))
+}
+
+/// `lib/python3.*/{site,dist}-packages/cudapool/libcudapool.so` under `lib`, newest Python
+/// first.
+fn pip_installed(lib: &std::path::Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(lib) else {
+        return Vec::new();
+    };
+    let mut pythons: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("python3"))
+        })
+        .collect();
+    pythons.sort();
+    pythons
+        .iter()
+        .rev()
+        .flat_map(|py| {
+            ["site-packages", "dist-packages"]
+                .map(|d| py.join(d).join("cudapool").join("libcudapool.so"))
+        })
+        .collect()
 }
 
 fn run(args: &[OsString]) -> Result<std::convert::Infallible, (u8, String)> {

@@ -10,13 +10,18 @@ too.
     cudapool.memory_allocated()      # bytes the program holds
     cudapool.empty_cache()           # give cached blocks back to the driver
     print(cudapool.memory_summary())
+
+Installed with pip, the package also holds the library itself (``library_path()``), and
+``python -m cudapool run -- prog`` runs a program under it.
 """
 
 import ctypes
+import os
 import re
 
 __all__ = [
     "CudapoolNotLoaded",
+    "library_path",
     "is_loaded",
     "version",
     "memory_stats",
@@ -60,6 +65,29 @@ class _Stats(ctypes.Structure):
 
 class CudapoolNotLoaded(RuntimeError):
     """Raised when the process does not run under cudapool."""
+
+
+def library_path():
+    """The path of ``libcudapool.so`` to preload: ``$CUDAPOOL_LIB`` if set, else the one installed
+    in this package (pip), else a build of the source tree this package sits in
+    (``target/release``). Raises FileNotFoundError naming the places it looked."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = os.environ.get("CUDAPOOL_LIB")
+    if env:
+        if os.path.isfile(env):
+            return os.path.abspath(env)
+        raise FileNotFoundError(f"CUDAPOOL_LIB={env} is not a file")
+    places = [
+        os.path.join(here, "libcudapool.so"),
+        os.path.join(here, "..", "..", "target", "release", "libcudapool.so"),
+    ]
+    for p in places:
+        if os.path.isfile(p):
+            return os.path.realpath(p)
+    raise FileNotFoundError(
+        "libcudapool.so not found in " + ", ".join(os.path.normpath(p) for p in places)
+        + "; install cudapool with pip, build it (cargo build --release), or set CUDAPOOL_LIB"
+    )
 
 
 _LIB = None

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The pip wheel, as a user gets it (issue 15): build it (scripts/build-wheel.sh), install it into
+# a fresh virtual environment, and run the `cudapool` command, `python -m cudapool` and the
+# Python package from there against the fake driver (tests/fake/libcuda.c). Prints
+# "wheel: N passed, M failed"; exits 1 on a failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+bash scripts/build-wheel.sh || { echo "wheel: the build failed"; exit 1; }
+wheel=$(ls -t dist/cudapool-*manylinux*.whl | head -1)
+python3 -m venv "$W/venv"
+"$W/venv/bin/python" -m pip install -q "$wheel" || { echo "wheel: pip install failed"; exit 1; }
+gcc -O2 -shared -fPIC -Wl,-Bsymbolic -o "$W/libcuda.so.1" tests/fake/libcuda.c -lpthread
+gcc -O2 -o "$W/ranges" tests/c/ranges.c -ldl
+export LD_LIBRARY_PATH="$W"
+cd "$W"  # nothing of the source tree on any path from here
+pass=0 fail=0
+check() { # what, command producing output, grep pattern
+  local out
+  out=$(eval "$2" 2>&1)
+  if grep -q -- "$3" <<< "$out"; then pass=$((pass + 1)); echo "PASS $1"; else fail=$((fail + 1)); echo "FAIL $1:"; echo "$out" | tail -5; fi
+}
+lib="$W/venv/lib/python3*/site-packages/cudapool/libcudapool.so"
+check "the library is in the package" "ls $lib" "libcudapool.so"
+check "cudapool.library_path() names it" "venv/bin/python -c 'import cudapool; print(cudapool.library_path())'" "site-packages/cudapool/libcudapool.so"
+check "the cudapool command runs a program under the library" \
+  "venv/bin/cudapool run --pool split --report -- ./ranges dlsym blocks" "cudapool: .*pool split"
+check "... and its address queries are cudapool's" \
+  "venv/bin/cudapool run --pool split -- ./ranges dlsym blocks" "memset a_rc=0 b_rc=0 a_ok=1 b_ok=1"
+check "python -m cudapool run loads the library into Python" \
+  "venv/bin/python -m cudapool run --limit 64MiB -- venv/bin/python -c 'import cudapool; print(\"loaded\", cudapool.is_loaded(), cudapool.memory_stats(0)[\"hard_limit\"])'" \
+  "loaded True 67108864"
+check "the package reports when the library is absent" \
+  "venv/bin/python -c 'import cudapool; print(cudapool.is_loaded())'" "False"
+check "a bad option is refused before anything runs" "venv/bin/cudapool run --pool nope -- true; echo rc=\$?" "rc=2"
+echo "wheel: $pass passed, $fail failed"
+[ "$fail" = 0 ]
