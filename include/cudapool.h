@@ -75,6 +75,11 @@ int cudapool_memory_status(char *buf, size_t len);
  * (CUDA_ERROR_OPERATING_SYSTEM) when the file cannot be written; 3 (not active). */
 int cudapool_snapshot(const char *path);
 
+/* The same state, and the CUDAPOOL_HISTORY events, as PyTorch's snapshot pickle (what
+ * torch.cuda.memory._snapshot() returns), for pytorch.org/memory_viz and
+ * `python -m torch.cuda._memory_viz`. Mapping in the README. Same return values. */
+int cudapool_snapshot_torch(const char *path);
+
 /* The library's version, "MAJOR.MINOR.PATCH". Static storage: do not free. */
 const char *cudapool_version(void);
 

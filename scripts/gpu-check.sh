@@ -229,6 +229,13 @@ n_lost=$(echo "$lost" | grep -c .)
 check "[ $n_plain -gt 0 ] && [ $n_lost = 0 ]" "numba-cuda cudadrv suite, same passing set" \
   "$n_plain passed without, $n_shim with; $n_lost lost"
 
+echo "=== PyTorch's memory viewer reads a cudapool snapshot"
+shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDAPOOL_HISTORY=100000 CUDAPOOL_TRACK=2 \
+  python3 scripts/gpu/torch_snapshot.py "$OUT" > "$W/viz.out" 2>&1
+cat "$W/viz.out"
+check "grep -q '^segments=' '$W/viz.out' && grep -q 'total_reserved' '$W/viz.out' && [ -s '$OUT/memory_viz_trace_plot.html' ] && [ -s '$OUT/memory_viz_segment_plot.html' ]" \
+  "torch.cuda._memory_viz on a snapshot of a training step" "$(head -1 "$W/viz.out")"
+
 # compute-sanitizer sees pooled blocks (its own script; its PASS/FAIL lines join this table).
 RESULTS="$RESULTS" OUT="$OUT" bash scripts/gpu-sanitizer-check.sh
 

@@ -216,6 +216,31 @@ pub unsafe extern "C" fn cudapool_memory_status(buf: *mut c_char, len: usize) ->
     })
 }
 
+/// Writes `bytes(shim)` to `path` (the snapshots' common part): 0, or the error code.
+fn write_snapshot(
+    path: *const c_char,
+    bytes: impl FnOnce(&Shim) -> Result<Vec<u8>, String>,
+) -> c_int {
+    if path.is_null() {
+        return CUDA_ERROR_INVALID_VALUE as c_int;
+    }
+    // SAFETY: non-null and NUL-terminated by the caller's contract.
+    let Ok(path) = unsafe { CStr::from_ptr(path) }.to_str() else {
+        return CUDA_ERROR_INVALID_VALUE as c_int;
+    };
+    let Some(shim) = Shim::active() else {
+        return CUDA_ERROR_NOT_INITIALIZED as c_int;
+    };
+    REPORTING.write_trace(shim);
+    match bytes(shim).and_then(|b| std::fs::write(path, b).map_err(|e| e.to_string())) {
+        Ok(()) => CUDA_SUCCESS as c_int,
+        Err(e) => {
+            crate::log::line(&format!("cannot write snapshot to {path}: {e}"));
+            304
+        }
+    }
+}
+
 /// Writes the snapshot JSON to `path`. 0 on success; 1 (`CUDA_ERROR_INVALID_VALUE`) for a NULL
 /// or non-UTF-8 path; 304 (`CUDA_ERROR_OPERATING_SYSTEM`) when the file cannot be written;
 /// 3 when the shim is not active.
@@ -225,24 +250,21 @@ pub unsafe extern "C" fn cudapool_memory_status(buf: *mut c_char, len: usize) ->
 #[no_mangle]
 pub unsafe extern "C" fn cudapool_snapshot(path: *const c_char) -> c_int {
     boundary(CUDA_ERROR_UNKNOWN as c_int, || {
-        if path.is_null() {
-            return CUDA_ERROR_INVALID_VALUE as c_int;
-        }
-        // SAFETY: non-null and NUL-terminated by the caller's contract.
-        let Ok(path) = unsafe { CStr::from_ptr(path) }.to_str() else {
-            return CUDA_ERROR_INVALID_VALUE as c_int;
-        };
-        let Some(shim) = Shim::active() else {
-            return CUDA_ERROR_NOT_INITIALIZED as c_int;
-        };
-        REPORTING.write_trace(shim);
-        match std::fs::write(path, crate::report::snapshot_json(shim)) {
-            Ok(()) => CUDA_SUCCESS as c_int,
-            Err(e) => {
-                crate::log::line(&format!("cannot write snapshot to {path}: {e}"));
-                304
-            }
-        }
+        write_snapshot(path, |shim| {
+            Ok(crate::report::snapshot_json(shim).into_bytes())
+        })
+    })
+}
+
+/// Writes the snapshot as PyTorch's snapshot pickle to `path` (`report::torch`). Returns as
+/// [`cudapool_snapshot`].
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn cudapool_snapshot_torch(path: *const c_char) -> c_int {
+    boundary(CUDA_ERROR_UNKNOWN as c_int, || {
+        write_snapshot(path, |shim| crate::report::torch::snapshot_torch(shim))
     })
 }
 

@@ -107,6 +107,9 @@ impl DeviceLimits {
 }
 
 /// Everything the environment says. `Default` is what an empty environment means.
+/// The most events `CUDAPOOL_HISTORY` keeps per device (about 1 GiB of host memory).
+pub const MAX_HISTORY: usize = 10_000_000;
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub pool: PoolKind,
@@ -115,6 +118,8 @@ pub struct Config {
     pub reuse: Reuse,
     pub report: Option<ReportTarget>,
     pub track: u8,
+    /// `CUDAPOOL_HISTORY`: allocator events kept per device (0: none).
+    pub history: usize,
     pub trace: Option<PathBuf>,
     pub log: LogLevel,
     pub disable: bool,
@@ -131,6 +136,7 @@ impl Default for Config {
             reuse: Reuse::Auto,
             report: None,
             track: 0,
+            history: 0,
             trace: None,
             log: LogLevel::Warn,
             disable: false,
@@ -222,6 +228,19 @@ impl Config {
                 "1" => 1,
                 "2" => 2,
                 _ => return Err(bad("CUDAPOOL_TRACK", &v, "unknown level", "0, 1 or 2")),
+            };
+        }
+        if let Some(v) = get("CUDAPOOL_HISTORY") {
+            c.history = match v.trim().parse::<usize>() {
+                Ok(n) if n <= MAX_HISTORY => n,
+                _ => {
+                    return Err(bad(
+                        "CUDAPOOL_HISTORY",
+                        &v,
+                        "not a count of events",
+                        "0 to 10000000",
+                    ))
+                }
             };
         }
         if let Some(v) = get("CUDAPOOL_TRACE") {
@@ -457,6 +476,8 @@ mod tests {
             ("CUDAPOOL_SOFT_LIMIT", "lots"),
             ("CUDAPOOL_REUSE", "never"),
             ("CUDAPOOL_TRACK", "3"),
+            ("CUDAPOOL_HISTORY", "-5"),
+            ("CUDAPOOL_HISTORY", "20000000"),
             ("CUDAPOOL_LOG", "loud"),
             ("CUDAPOOL_DISABLE", "maybe"),
         ] {

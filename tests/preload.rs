@@ -1294,6 +1294,27 @@ fn the_python_module_reads_and_drives_the_pool() {
     );
 }
 
+/// `cudapool_snapshot_torch` (through the Python package) writes PyTorch's snapshot pickle:
+/// Python's own pickle reads it, and its segments, blocks and trace agree with what the program
+/// did, under a caching kind and under `none` (every allocation a segment of its own).
+#[test]
+fn a_torch_snapshot_reads_back_with_its_blocks_and_history() {
+    let f = fixture();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/check_torch_snapshot.py");
+    for pool in ["split", "binned", "none"] {
+        let snap = f.dir.join(format!("torch_snapshot_{pool}.pickle"));
+        let (script, snap) = (script.to_str().unwrap(), snap.to_str().unwrap());
+        let env = [
+            ("CUDAPOOL_POOL", pool),
+            ("CUDAPOOL_HISTORY", "1000"),
+            ("CUDAPOOL_TRACK", "2"),
+        ];
+        let r = run_program(&python3(), &[script, snap], true, &env);
+        assert_eq!(r.code, 0, "{pool}: {}{}", r.stdout, r.stderr);
+        assert!(r.stdout.contains("torch snapshot: ok"), "{}", r.stdout);
+    }
+}
+
 #[test]
 fn tracking_reports_leaks_at_exit_with_backtraces_at_level_2() {
     let r = ok(client("dlsym", &["leak"], &[]));

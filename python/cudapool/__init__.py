@@ -116,6 +116,8 @@ def _lib():
         lib.cudapool_memory_status.restype = ctypes.c_int
         lib.cudapool_snapshot.argtypes = [ctypes.c_char_p]
         lib.cudapool_snapshot.restype = ctypes.c_int
+        lib.cudapool_snapshot_torch.argtypes = [ctypes.c_char_p]
+        lib.cudapool_snapshot_torch.restype = ctypes.c_int
         lib.cudapool_version.argtypes = []
         lib.cudapool_version.restype = ctypes.c_char_p
         _LIB = lib
@@ -221,9 +223,17 @@ def memory_summary(device=None, abbreviated=False):
     return buf.value.decode()
 
 
-def snapshot(path):
-    """Writes the JSON snapshot (devices, segments, blocks, live allocations) to `path`."""
-    code = _lib().cudapool_snapshot(str(path).encode())
+def snapshot(path, format="json"):
+    """Writes a snapshot to `path`: ``format="json"``, cudapool's own (devices, segments, blocks,
+    live allocations); ``format="torch"``, PyTorch's snapshot pickle (segments with their blocks,
+    and the ``CUDAPOOL_HISTORY`` events as ``device_traces``) for pytorch.org/memory_viz and
+    ``python -m torch.cuda._memory_viz``."""
+    if format == "json":
+        code = _lib().cudapool_snapshot(str(path).encode())
+    elif format == "torch":
+        code = _lib().cudapool_snapshot_torch(str(path).encode())
+    else:
+        raise ValueError(f"snapshot format {format!r}: json or torch")
     if code == 304:
         raise OSError(f"cudapool could not write {path}")
     _check(code, "snapshot")

@@ -8,6 +8,7 @@
 //! `budget`, `config`, `log`, `cu`.
 
 pub mod publish;
+pub mod torch;
 pub mod trace;
 
 use crate::budget::DeviceStats;

@@ -7,6 +7,7 @@
 
 use super::clock;
 use super::contexts::ContextPool;
+use super::history::{Action, History};
 use super::{Live, Origin, Shim};
 use crate::budget::DeviceBudget;
 use crate::config::LogLevel::Debug;
@@ -54,7 +55,7 @@ impl Shim {
     ) -> Result<DevPtr, CUresult> {
         let dev = cp.device;
         let budget = self.budget(dev);
-        let up = self.upstream(budget);
+        let up = self.upstream(dev);
         let pool_alloc = |up: &DriverUpstream| match on {
             Some(s) => cp.pool.alloc_on(size, s, up),
             None => cp.pool.alloc(size, up),
@@ -101,6 +102,12 @@ impl Shim {
         if self.tools_see_blocks() {
             self.tell_tools(cp, grant.ptr, size, on.is_some());
         }
+        if self.history.on() {
+            let frames = self.live.backtrace(grant.ptr);
+            let stream = on.unwrap_or(0);
+            self.history
+                .record(dev, Action::Alloc, grant.ptr, size, stream, frames);
+        }
         budget.on_alloc(size, grant.from_cache);
         log_at!(Debug, "alloc {size} -> {:#x} (device {dev})", grant.ptr);
         if !grant.from_cache || super::shim::sample_due() {
@@ -141,7 +148,7 @@ impl Shim {
                     .filter(|&s| !clock::capturing(self.driver, s))
                     .map(clock::key);
                 let freed = self.with_pool_of(live.ctx, |cp| {
-                    let up = self.upstream(budget);
+                    let up = self.upstream(live.device);
                     match on {
                         Some(s) => cp.pool.free_on(ptr, live.size, s, &up),
                         None => cp.pool.free(ptr, live.size, &up),
@@ -170,6 +177,13 @@ impl Shim {
             }
         };
         if result == CUDA_SUCCESS {
+            if self.history.on() {
+                let stream = on.map_or(0, |(s, ptsz)| clock::key(clock::resolve(s, ptsz)));
+                for action in [Action::FreeRequested, Action::FreeCompleted] {
+                    self.history
+                        .record(live.device, action, ptr, live.size, stream, None);
+                }
+            }
             budget.on_free_call();
             self.live.freed(ptr);
             log_at!(Debug, "free {ptr:#x}");
@@ -220,11 +234,12 @@ impl Shim {
         Ok((free.min(limit.saturating_sub(in_use)).min(total), total))
     }
 
-    pub(crate) fn upstream<'a>(&'a self, budget: &'a DeviceBudget) -> DriverUpstream<'a> {
+    pub(crate) fn upstream<'a>(&'a self, dev: CUdevice) -> DriverUpstream<'a> {
         DriverUpstream {
             driver: self.driver,
-            budget,
+            budget: self.budget(dev),
             tools: self.tools_see_blocks(),
+            history: self.history.on().then_some((&self.history, dev)),
         }
     }
 
@@ -243,6 +258,8 @@ pub struct DriverUpstream<'a> {
     driver: &'a Driver,
     budget: &'a DeviceBudget,
     tools: bool,
+    /// `CUDAPOOL_HISTORY` is on: segments are recorded for this device.
+    history: Option<(&'a History, CUdevice)>,
 }
 
 impl Upstream for DriverUpstream<'_> {
@@ -255,6 +272,9 @@ impl Upstream for DriverUpstream<'_> {
                 self.budget.on_driver_alloc();
                 if self.tools {
                     nvtx::segment_added(p, bytes);
+                }
+                if let Some((h, dev)) = self.history {
+                    h.record(dev, Action::SegmentAlloc, p, bytes, 0, None);
                 }
                 Ok(p)
             }
@@ -293,6 +313,9 @@ impl Upstream for DriverUpstream<'_> {
             nvtx::segment_removed(ptr);
         }
         self.driver.mem_free(ptr)?;
+        if let Some((h, dev)) = self.history {
+            h.record(dev, Action::SegmentFree, ptr, bytes, 0, None);
+        }
         self.budget.uncharge(bytes);
         self.budget.on_driver_free();
         Ok(())

@@ -37,6 +37,8 @@ pub struct Shim {
     pub(super) counted: Counted,
     /// Segments imported through tagged IPC handles.
     pub(super) imports: super::ipc::Imports,
+    /// `CUDAPOOL_HISTORY`: the last allocator events of each device.
+    pub(super) history: super::history::History,
 }
 
 /// What the hooks should do, decided once per process.
@@ -64,6 +66,8 @@ pub trait View {
     /// Every live allocation (address, what is known of it, its backtrace when tracked), by
     /// address.
     fn live_allocations(&self) -> Vec<(DevPtr, Live, Option<Arc<std::backtrace::Backtrace>>)>;
+    /// `CUDAPOOL_HISTORY`: the last allocator events of `dev`, oldest first.
+    fn history(&self, dev: CUdevice) -> Vec<super::history::Event>;
 }
 
 /// Who is told what happens (reporting, installed by the crate root). Called on slow paths
@@ -172,6 +176,7 @@ impl Shim {
                 live: LiveTable::new(config.track),
                 counted: Counted::default(),
                 imports: Default::default(),
+                history: super::history::History::new(config.history),
                 config: config.clone(),
                 driver,
             }
@@ -237,6 +242,8 @@ impl Shim {
         }
         let budget = self.budget(dev);
         budget.on_oom();
+        self.history
+            .record(dev, super::history::Action::Oom, 0, asked, 0, None);
         self.event(dev, "oom", asked);
         if log::enabled(Warn) {
             let s = self.device_stats(dev);
@@ -283,5 +290,9 @@ impl View for Shim {
 
     fn live_allocations(&self) -> Vec<(DevPtr, Live, Option<Arc<std::backtrace::Backtrace>>)> {
         self.live.all()
+    }
+
+    fn history(&self, dev: CUdevice) -> Vec<super::history::Event> {
+        self.history.events(dev)
     }
 }

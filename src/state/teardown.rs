@@ -14,7 +14,7 @@ impl Shim {
     pub(crate) fn reclaim_context(&self, ctx: usize, dev: CUdevice, need: u64) -> u64 {
         self.contexts
             .get(ctx)
-            .map_or(0, |cp| cp.pool.trim(&self.upstream(self.budget(dev)), need))
+            .map_or(0, |cp| cp.pool.trim(&self.upstream(dev), need))
     }
 
     /// Gives back the cached memory of every context on `device` (-1: every device), each with
@@ -24,7 +24,7 @@ impl Shim {
             .on_device(device)
             .into_iter()
             .map(|(ctx, cp)| {
-                let up = self.upstream(self.budget(cp.device));
+                let up = self.upstream(cp.device);
                 let released = self.driver.in_context(ctx, || cp.pool.reclaim(&up));
                 self.event(cp.device, "reclaim", released);
                 released
