@@ -229,6 +229,17 @@ n_lost=$(echo "$lost" | grep -c .)
 check "[ $n_plain -gt 0 ] && [ $n_lost = 0 ]" "numba-cuda cudadrv suite, same passing set" \
   "$n_plain passed without, $n_shim with; $n_lost lost"
 
+if ls dist/cudapool-*.whl > /dev/null 2>&1; then
+  echo "=== the pip wheel (dist/, from scripts/build-wheel.sh) on this machine"
+  # A fresh venv that still sees this machine's PyTorch; the wheel's command runs the training.
+  python3 -m venv --system-site-packages "$W/venv" &&
+    "$W/venv/bin/python" -m pip install -q --no-index --no-deps "$(ls -t dist/cudapool-*.whl | head -1)"
+  $T "$W/venv/bin/cudapool" run --pool split -- env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+    "$W/venv/bin/python" scripts/gpu/train_small.py > "$W/train.wheel" 2>&1
+  check "cmp -s '$W/train.plain' '$W/train.wheel' && '$W/venv/bin/python' -c 'import cudapool; print(cudapool.library_path())' | grep -q site-packages" \
+    "PyTorch training under the pip-installed cudapool, losses identical" "$(tail -1 "$W/train.wheel")"
+fi
+
 echo "=== PyTorch's memory viewer reads a cudapool snapshot"
 shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDAPOOL_HISTORY=100000 CUDAPOOL_TRACK=2 \
   python3 scripts/gpu/torch_snapshot.py "$OUT" > "$W/viz.out" 2>&1
