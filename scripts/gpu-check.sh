@@ -231,8 +231,11 @@ check "[ $n_plain -gt 0 ] && [ $n_lost = 0 ]" "numba-cuda cudadrv suite, same pa
 
 if ls dist/cudapool-*.whl > /dev/null 2>&1; then
   echo "=== the pip wheel (dist/, from scripts/build-wheel.sh) on this machine"
-  # A fresh venv that still sees this machine's PyTorch; the wheel's command runs the training.
-  python3 -m venv --system-site-packages "$W/venv" &&
+  # A fresh venv that still sees this machine's PyTorch (whose python3 may itself be a venv:
+  # a .pth file names its site-packages); the wheel's command runs the training.
+  python3 -m venv "$W/venv" &&
+    python3 -c 'import site; print(site.getsitepackages()[0])' > \
+      "$("$W/venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')/machine.pth" &&
     "$W/venv/bin/python" -m pip install -q --no-index --no-deps "$(ls -t dist/cudapool-*.whl | head -1)"
   $T "$W/venv/bin/cudapool" run --pool split -- env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
     "$W/venv/bin/python" scripts/gpu/train_small.py > "$W/train.wheel" 2>&1
