@@ -5,9 +5,12 @@
 //! - `cudapool stat [-v] [PID...]`, `cudapool top [-v] [-n N] [-d SECONDS] [PID...]`: live
 //!   figures of running cudapool processes (`cli/stat.rs`).
 //! - `cudapool plot TRACE -o memory.svg`: a picture of a `CUDAPOOL_TRACE` file (`cli/plot.rs`).
+//! - `cudapool snapshot PID [-o FILE] [--format json|torch]`: a running process's snapshot
+//!   (`cli/snapshot.rs`).
 
 mod cli {
     pub mod plot;
+    pub mod snapshot;
     pub mod stat;
 }
 
@@ -27,7 +30,10 @@ Runs program with libcudapool.so preloaded.
 Other CUDAPOOL_* variables in the environment are passed on.
 stat [-v] [PID...]: the live figures of running cudapool processes of this user (-v: say which
   files in /dev/shm were skipped and why); top: the same, refreshed.
-plot: allocated, reserved and limit over time from a CUDAPOOL_TRACE file, as SVG.";
+plot: allocated, reserved and limit over time from a CUDAPOOL_TRACE file, as SVG.
+snapshot PID [-o FILE] [--format json|torch]: a running cudapool process of this user writes
+  its snapshot (cudapool's JSON, or PyTorch's pickle for its memory viewer) to FILE, without
+  being stopped.";
 
 struct Run {
     limit: Option<String>,
@@ -188,7 +194,7 @@ fn main() -> ExitCode {
                 ExitCode::from(code)
             }
         },
-        Some(cmd @ ("stat" | "top" | "plot")) => {
+        Some(cmd @ ("stat" | "top" | "plot" | "snapshot")) => {
             let rest: Vec<String> = args[1..]
                 .iter()
                 .map(|a| a.to_string_lossy().into_owned())
@@ -196,6 +202,7 @@ fn main() -> ExitCode {
             let r = match cmd {
                 "stat" => cli::stat::stat(&rest),
                 "top" => cli::stat::top(&rest),
+                "snapshot" => cli::snapshot::snapshot(&rest),
                 _ => cli::plot::plot(&rest),
             };
             match r {

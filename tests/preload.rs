@@ -1315,6 +1315,78 @@ fn a_torch_snapshot_reads_back_with_its_blocks_and_history() {
     }
 }
 
+/// `cudapool snapshot PID` from outside: the process answers while it makes no allocator call
+/// (its snapshot thread), in both formats, without a signal; a pid without a page is a clear
+/// error.
+#[test]
+fn a_running_process_writes_its_snapshot_when_asked_from_outside() {
+    use std::io::BufRead;
+    let f = fixture();
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/idle_holder.py");
+    let mut cmd = Command::new(python3());
+    cmd.arg(&script).arg("20").current_dir(&f.dir);
+    cmd.env("LD_LIBRARY_PATH", &f.dir).env("LD_PRELOAD", &f.lib);
+    cmd.env("CUDAPOOL_HISTORY", "100")
+        .env_remove("CUDAPOOL_POOL");
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut ready = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let pid = child.id().to_string();
+    let json = f.dir.join("outside.json");
+    let pickle = f.dir.join("outside.pickle");
+    let asked = [
+        (json.to_str().unwrap(), "json"),
+        (pickle.to_str().unwrap(), "torch"),
+    ];
+    let mut outs = Vec::new();
+    for (out, format) in asked {
+        let _ = std::fs::remove_file(out);
+        let r = run_program(
+            &cli,
+            &["snapshot", &pid, "-o", out, "--format", format],
+            false,
+            &[],
+        );
+        outs.push(r);
+    }
+    let still_running = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(still_running, "the process was not stopped");
+    for r in &outs {
+        assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    }
+    let snap: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let mut sizes: Vec<u64> = snap["devices"][0]["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["size"].as_u64().unwrap())
+        .collect();
+    sizes.sort();
+    assert_eq!(sizes, vec![1000, 12345, 3 << 20]);
+    let check = "import pickle,sys; d=pickle.load(open(sys.argv[1],'rb')); \
+                 print(sorted(b['requested_size'] for s in d['segments'] for b in s['blocks'] \
+                 if b['state']=='active_allocated'), [e['action'] for e in d['device_traces'][0]].count('alloc'))";
+    let r = run_program(
+        &python3(),
+        &["-c", check, pickle.to_str().unwrap()],
+        false,
+        &[],
+    );
+    assert_eq!(r.stdout.trim(), "[1000, 12345, 3145728] 3", "{}", r.stderr);
+    let r = run_program(&cli, &["snapshot", "1"], false, &[]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("no cudapool process 1"), "{}", r.stderr);
+}
+
 #[test]
 fn tracking_reports_leaks_at_exit_with_backtraces_at_level_2() {
     let r = ok(client("dlsym", &["leak"], &[]));

@@ -42,7 +42,13 @@ impl Reporting {
 
     fn page(&self, view: &dyn View) -> Option<&Publisher> {
         self.page
-            .get_or_init(|| Publisher::create(view.pool_kind().name()))
+            .get_or_init(|| {
+                let page = Publisher::create(view.pool_kind().name());
+                if page.is_some() {
+                    start_snapshot_thread();
+                }
+                page
+            })
             .as_ref()
     }
 
@@ -90,6 +96,64 @@ impl Observer for Reporting {
             p.remove();
         }
     }
+}
+
+/// How often the snapshot thread looks for a request (`cudapool snapshot PID`).
+const SNAPSHOT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Answers `cudapool snapshot PID` within [`SNAPSHOT_POLL`], whatever the program is doing
+/// (no signal, no stop): a thread that sleeps, looks at the page's request counter, and writes
+/// the snapshot asked for. Started with the page; gone with the process.
+fn start_snapshot_thread() {
+    let watch = || loop {
+        std::thread::sleep(SNAPSHOT_POLL);
+        if crate::flags::exiting() {
+            return;
+        }
+        let Some(page) = REPORTING.page.get().and_then(|p| p.as_ref()) else {
+            continue;
+        };
+        let Some(req) = page.pending_request() else {
+            continue;
+        };
+        if let Err(e) = write_requested_snapshot(&req) {
+            crate::log::line(&format!(
+                "snapshot asked from outside: {}: {e}",
+                req.path.display()
+            ));
+        }
+        page.served(req.seq);
+    };
+    let spawned = std::thread::Builder::new()
+        .name("cudapool-snap".into())
+        .stack_size(256 << 10)
+        .spawn(watch);
+    if let Err(e) = spawned {
+        crate::log::line(&format!("no snapshot thread: {e}"));
+    }
+}
+
+/// Writes the snapshot `req` asks for: a new file (never through a link), mode 0600.
+fn write_requested_snapshot(req: &publish::SnapshotRequest) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let shim = crate::state::Shim::active().ok_or("cudapool is not active")?;
+    if !req.path.is_absolute() {
+        return Err("not an absolute path".into());
+    }
+    let bytes = if req.torch {
+        torch::snapshot_torch(shim)?
+    } else {
+        snapshot_json(shim).into_bytes()
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&req.path)
+        .map_err(|e| e.to_string())?;
+    f.write_all(&bytes).map_err(|e| e.to_string())
 }
 
 /// `1536` -> `1.50 KiB`; exact bytes below 1 KiB.

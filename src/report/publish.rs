@@ -13,6 +13,7 @@
 
 use crate::budget::DeviceStats;
 use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -22,7 +23,9 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CUDAPOOL");
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
+/// The longest path a snapshot request may name (with its NUL).
+pub const REQUEST_PATH: usize = 1024;
 pub const MAX_DEVICES: usize = 64;
 /// Counters per device, in [`DeviceStats`] order.
 pub const FIELDS: usize = 16;
@@ -50,6 +53,21 @@ pub struct Page {
     /// The pool kind's name, NUL-padded.
     pub pool: [u8; 8],
     pub devices: [PageDevice; MAX_DEVICES],
+    /// A snapshot asked from outside (`cudapool snapshot PID`): the asker writes `snap_format`
+    /// (0 JSON, 1 PyTorch's pickle) and `snap_path` (absolute, NUL-terminated), then bumps
+    /// `snap_request`; the process writes the file there, new, and sets `snap_served` to the
+    /// request it served.
+    pub snap_request: AtomicU64,
+    pub snap_served: AtomicU64,
+    pub snap_format: AtomicU64,
+    pub snap_path: [u8; REQUEST_PATH],
+}
+
+/// A snapshot asked for through the page.
+pub struct SnapshotRequest {
+    pub seq: u64,
+    pub torch: bool,
+    pub path: std::path::PathBuf,
 }
 
 pub fn stats_to_array(s: &DeviceStats) -> [u64; FIELDS] {
@@ -242,6 +260,34 @@ impl Publisher {
     }
 
     /// Removes the file (at exit). The mapping stays until the process ends.
+    /// The snapshot asked for and not yet served, if any.
+    pub fn pending_request(&self) -> Option<SnapshotRequest> {
+        // SAFETY: the page stays mapped for the life of the process; the request fields are
+        // read through atomics, the path as bytes (a torn path fails to open, harmlessly).
+        let page = unsafe { &*self.page };
+        let seq = page.snap_request.load(Ordering::Acquire);
+        if seq == page.snap_served.load(Ordering::Acquire) || std::process::id() != self.owner {
+            return None;
+        }
+        // SAFETY: as above; a copy of plain bytes.
+        let raw = unsafe { std::ptr::read_volatile(&page.snap_path) };
+        let len = raw.iter().position(|&b| b == 0).unwrap_or(0);
+        let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&raw[..len]));
+        Some(SnapshotRequest {
+            seq,
+            torch: page.snap_format.load(Ordering::Relaxed) == 1,
+            path,
+        })
+    }
+
+    /// The request `seq` was served (its file written, or failed for good).
+    pub fn served(&self, seq: u64) {
+        // SAFETY: as in `pending_request`.
+        unsafe { &*self.page }
+            .snap_served
+            .store(seq, Ordering::Release);
+    }
+
     pub fn remove(&self) {
         if std::process::id() == self.owner {
             // SAFETY: unlink of our own path.
@@ -390,6 +436,94 @@ pub fn read(path: &std::path::Path) -> Result<Snapshot, String> {
         });
     }
     Err("always being written".into())
+}
+
+/// Asks the process whose page is at `page_path` (checked as `read` checks it) to write a
+/// snapshot to `target` (absolute; created new by the process) and waits for it, at most
+/// `timeout`. The process answers from its snapshot thread within about 50 ms.
+pub fn ask_snapshot(
+    page_path: &std::path::Path,
+    target: &std::path::Path,
+    torch: bool,
+    timeout: std::time::Duration,
+) -> Result<(), String> {
+    let bytes = target.as_os_str().as_bytes();
+    if !target.is_absolute() || bytes.len() >= REQUEST_PATH || bytes.contains(&0) {
+        return Err(format!(
+            "{}: not an absolute path of fewer than {REQUEST_PATH} bytes",
+            target.display()
+        ));
+    }
+    let cpath = CString::new(page_path.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: open(2) of a NUL-terminated path, never through a link, never blocking.
+    let fd = unsafe {
+        libc::open(
+            cpath.as_ptr(),
+            libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(format!("cannot open: {}", std::io::Error::last_os_error()));
+    }
+    let fd = Fd(fd);
+    // SAFETY: a zeroed stat is a valid out-struct; fstat writes it for our descriptor.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a descriptor we hold and a valid out-pointer.
+    if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
+        return Err(format!("cannot stat: {}", std::io::Error::last_os_error()));
+    }
+    let size = std::mem::size_of::<Page>();
+    if !is_regular(&st) || st.st_uid != uid() || st.st_size as u64 != size as u64 {
+        return Err("not a cudapool page of this user".into());
+    }
+    // SAFETY: mapping `size` bytes of a regular file of exactly that size, shared, read-write.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.0,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(format!("cannot map: {}", std::io::Error::last_os_error()));
+    }
+    struct Mapping(*mut libc::c_void, usize);
+    impl Drop for Mapping {
+        fn drop(&mut self) {
+            // SAFETY: our own mapping, unmapped once.
+            unsafe { libc::munmap(self.0, self.1) };
+        }
+    }
+    let map = Mapping(p, size);
+    // SAFETY: the mapping is one whole Page, alive until `map` drops.
+    let page = unsafe { &mut *(map.0 as *mut Page) };
+    // SAFETY: plain loads from the mapping.
+    let (magic, version) = unsafe {
+        (
+            std::ptr::read_volatile(&page.magic),
+            std::ptr::read_volatile(&page.version),
+        )
+    };
+    if magic != MAGIC || version != LAYOUT_VERSION {
+        return Err("not a cudapool page of this version (magic or layout version)".into());
+    }
+    let mut path = [0u8; REQUEST_PATH];
+    path[..bytes.len()].copy_from_slice(bytes);
+    // SAFETY: plain stores into the mapping; the process reads them after `snap_request`.
+    unsafe { std::ptr::write_volatile(&mut page.snap_path, path) };
+    page.snap_format.store(torch as u64, Ordering::Relaxed);
+    let seq = page.snap_request.fetch_add(1, Ordering::AcqRel) + 1;
+    let deadline = std::time::Instant::now() + timeout;
+    while page.snap_served.load(Ordering::Acquire) < seq {
+        if std::time::Instant::now() > deadline {
+            return Err(format!("no answer within {} s", timeout.as_secs()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

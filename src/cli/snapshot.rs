@@ -1,0 +1,69 @@
+//! `cudapool snapshot PID [-o FILE] [--format json|torch]`: a running cudapool process of this
+//! user writes its snapshot, without being stopped and without a signal. The request goes
+//! through the process's live page (`cudapool::report::publish::ask_snapshot`); the process's
+//! snapshot thread writes a new file beside FILE, which is then renamed to FILE.
+
+use cudapool::report::publish::{ask_snapshot, prefix};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How long to wait for the process's answer (it looks every 50 ms).
+const WAIT: Duration = Duration::from_secs(10);
+
+pub fn snapshot(args: &[String]) -> Result<(), String> {
+    let mut pid = None;
+    let mut out = None;
+    let mut torch = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-o" | "--output" => out = Some(it.next().ok_or("-o needs a file")?.clone()),
+            "--format" => {
+                torch = match it.next().map(String::as_str) {
+                    Some("json") => false,
+                    Some("torch") => true,
+                    other => return Err(format!("--format {}: json or torch", other.unwrap_or("(missing)"))),
+                }
+            }
+            p if pid.is_none() && p.parse::<u32>().is_ok() => pid = p.parse().ok(),
+            other => return Err(format!("unexpected argument {other:?}; usage: cudapool snapshot PID [-o FILE] [--format json|torch]")),
+        }
+    }
+    let pid: u32 = pid.ok_or("usage: cudapool snapshot PID [-o FILE] [--format json|torch]")?;
+    let ext = if torch { "pickle" } else { "json" };
+    let target = PathBuf::from(out.unwrap_or_else(|| format!("cudapool-{pid}.{ext}")));
+    let target = std::path::absolute(&target).map_err(|e| format!("{}: {e}", target.display()))?;
+    let page = PathBuf::from(format!("{}{pid}", prefix()));
+    if !page.exists() {
+        return Err(format!(
+            "no cudapool process {pid} of this user (no {})",
+            page.display()
+        ));
+    }
+    // The process creates this file new; it becomes FILE once complete.
+    let part = target.with_file_name(format!(
+        "{}.part-{}",
+        target
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("snapshot"),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&part);
+    ask_snapshot(&page, &part, torch, WAIT).map_err(|e| format!("process {pid}: {e}"))?;
+    let bytes = std::fs::metadata(&part)
+        .map_err(|e| {
+            format!(
+                "process {pid} answered but wrote nothing to {}: {e} (see its stderr)",
+                part.display()
+            )
+        })?
+        .len();
+    std::fs::rename(&part, &target).map_err(|e| format!("{}: {e}", target.display()))?;
+    println!(
+        "{} ({bytes} bytes, {} format)",
+        target.display(),
+        if torch { "torch" } else { "json" }
+    );
+    Ok(())
+}
