@@ -261,6 +261,10 @@ if [ "$NGPU" -ge 2 ]; then
   check "grep -q 'dev0_mib=1024 dev1_mib=2048' '$W/multi.out'" "per-device limits 1 GiB, 2 GiB" "$(grep limits "$W/multi.out")"
   check "grep -q 'switching ok' '$W/multi.out'" "one thread switching devices" "$(grep switching "$W/multi.out")"
   check "[ $rc = 0 ] && grep -q 'peer ok' '$W/multi.out'" "peer copies between pool blocks" "$(grep peer "$W/multi.out")"
+  # NCCL's buffers in the snapshot PyTorch's viewer reads.
+  shim env CUDAPOOL_HISTORY=10000 torchrun --nproc_per_node 2 scripts/gpu/nccl_snapshot.py "$W" > "$W/nccl.out" 2>&1
+  cat "$W/nccl.out" | grep '^rank'
+  check "[ \$(grep -c 'rank .*ok$' '$W/nccl.out') = 2 ]" "NCCL all-reduce buffers in each rank's torch snapshot" "$(grep '^rank 0' "$W/nccl.out")"
 fi
 
 echo

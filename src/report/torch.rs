@@ -7,7 +7,8 @@
 //!   `active_pending_free`, a cached one `inactive`;
 //! - an allocation that is no piece of a pool segment (every block under `none`, and the
 //!   counted pass-through ones: pitched, managed, legacy, driver pools) is a segment of its own
-//!   with one active block, so the viewer shows the process's whole memory (`origin` says which);
+//!   with one active block, and so is each virtual-memory mapping (`cuMemMap`: NCCL's buffers)
+//!   and array, so the viewer shows the process's whole memory (`origin` says which);
 //! - `device_traces` is `CUDAPOOL_HISTORY` (empty lists without it).
 //!
 //! Uses: `state` (its view), `frames`, `pool`, `cu`.
@@ -191,6 +192,33 @@ pub fn snapshot_torch(view: &dyn View) -> Result<Vec<u8>, String> {
                 frames: frames(bt.as_deref()),
             }],
         });
+    }
+    // Counted memory that is no live allocation: virtual-memory mappings (NCCL's buffers,
+    // PyTorch's expandable segments, JAX) and arrays.
+    for &dev in &devices {
+        for (origin, addr, size) in view.counted_memory(dev) {
+            segments.push(Segment {
+                device: dev as i64,
+                address: addr,
+                total_size: size,
+                allocated_size: size,
+                active_size: size,
+                requested_size: size,
+                stream: 0,
+                segment_type: segment_type(size),
+                segment_pool_id: (0, 0),
+                is_expandable: origin == "vmm",
+                frames: Vec::new(),
+                origin,
+                blocks: vec![Block {
+                    address: addr,
+                    size,
+                    requested_size: size,
+                    state: "active_allocated",
+                    frames: Vec::new(),
+                }],
+            });
+        }
     }
     segments.sort_by_key(|s| (s.device, s.address));
     let max_dev = devices.iter().copied().max().unwrap_or(0).max(0) as usize;

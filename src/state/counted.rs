@@ -48,6 +48,26 @@ pub(super) struct ArrayRec {
     pub(super) size: u64,
 }
 
+impl Counted {
+    /// Virtual-memory mappings and arrays on `dev`: (kind, address, bytes).
+    pub fn memory_on(&self, dev: CUdevice) -> Vec<(&'static str, DevPtr, u64)> {
+        let handles = crate::sync::lock(&self.handles);
+        let mut out: Vec<_> = crate::sync::lock(&self.maps)
+            .iter()
+            .filter(|(_, (_, h))| handles.get(h).is_some_and(|p| p.device == dev))
+            .map(|(&va, &(bytes, _))| ("vmm", va, bytes))
+            .collect();
+        drop(handles);
+        out.extend(
+            crate::sync::lock(&self.arrays)
+                .iter()
+                .filter(|(_, a)| a.device == dev)
+                .map(|(&h, a)| ("array", h as DevPtr, a.size)),
+        );
+        out
+    }
+}
+
 /// The counted objects of the process, each table behind its own lock (none of them is on a
 /// hot path: each of these driver calls costs microseconds).
 #[derive(Default)]

@@ -68,6 +68,9 @@ pub trait View {
     fn live_allocations(&self) -> Vec<(DevPtr, Live, Option<Arc<std::backtrace::Backtrace>>)>;
     /// `CUDAPOOL_HISTORY`: the last allocator events of `dev`, oldest first.
     fn history(&self, dev: CUdevice) -> Vec<super::history::Event>;
+    /// Counted memory that is no live allocation, on `dev`: (kind, address, bytes) of every
+    /// virtual-memory mapping (`"vmm"`) and array (`"array"`, its handle as the address).
+    fn counted_memory(&self, dev: CUdevice) -> Vec<(&'static str, DevPtr, u64)>;
 }
 
 /// Who is told what happens (reporting, installed by the crate root). Called on slow paths
@@ -294,5 +297,9 @@ impl View for Shim {
 
     fn history(&self, dev: CUdevice) -> Vec<super::history::Event> {
         self.history.events(dev)
+    }
+
+    fn counted_memory(&self, dev: CUdevice) -> Vec<(&'static str, DevPtr, u64)> {
+        self.counted.memory_on(dev)
     }
 }

@@ -30,13 +30,28 @@ for s in sizes:
 assert cu.cuMemFree_v2(ptrs[1]) == 0
 held = {ptrs[i]: sizes[i] for i in (0, 2, 3)}
 
+
+# Virtual-memory mapped memory (as NCCL makes its buffers): counted, no live allocation.
+class Prop(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("handle_types", ctypes.c_int), ("location_type", ctypes.c_int),
+                ("location_id", ctypes.c_int), ("win32", ctypes.c_void_p), ("rest", ctypes.c_ubyte * 128)]
+
+
+VMM = 2 << 20
+handle, va = u64(), u64()
+assert cu.cuMemCreate(ctypes.byref(handle), size_t(VMM), ctypes.byref(Prop(kind=1, location_type=1)), u64(0)) == 0
+assert cu.cuMemAddressReserve(ctypes.byref(va), size_t(VMM), size_t(0), u64(0), u64(0)) == 0
+assert cu.cuMemMap(va, size_t(VMM), size_t(0), handle, u64(0)) == 0
+
 path = sys.argv[1]
 assert cudapool.snapshot(path, format="torch") == path
 data = pickle.load(open(path, "rb"))
 assert set(data) >= {"segments", "device_traces", "allocator_settings"}, data.keys()
 
+vmm = [s for s in data["segments"] if s["origin"] == "vmm"]
+assert [(s["address"], s["total_size"]) for s in vmm] == [(va.value, VMM)], vmm
 active = {}
-for seg in data["segments"]:
+for seg in [s for s in data["segments"] if s["origin"] != "vmm"]:
     assert seg["device"] == 0 and seg["stream"] == 0
     addr = seg["address"]
     for b in seg["blocks"]:
