@@ -54,6 +54,62 @@ fn pair_ns(kind: PoolKind, rule: ReuseRule, size: u64) -> f64 {
     median(runs)
 }
 
+/// ns per pair of `f` (run `iters` times), median of 7 runs.
+fn per_pair(iters: u64, mut f: impl FnMut(u64)) -> f64 {
+    let runs = (0..7)
+        .map(|_| {
+            let t = Instant::now();
+            for i in 0..iters {
+                f(i);
+            }
+            t.elapsed().as_nanos() as f64 / iters as f64
+        })
+        .collect();
+    median(runs)
+}
+
+/// The steps of a cached `cuMemAlloc`+`cuMemFree` pair through the shim, each alone (issue 14):
+/// the pool, the live table, the device counters, a thread-local lookup.
+fn step_costs() -> Vec<(&'static str, f64)> {
+    use cudapool::budget::DeviceBudget;
+    use cudapool::state::live::LiveTable;
+    use cudapool::state::{Live, Origin};
+    let n = 1_000_000;
+    let up = FakeUpstream::unlimited(1 << 40);
+    let pool = make(PoolKind::Split, ReuseRule::OneQueue);
+    let pool_pair = per_pair(n, |_| {
+        let g = pool.alloc(4096, &up).unwrap();
+        pool.free(g.ptr, 4096, &up).unwrap();
+    });
+    let live = LiveTable::new(0);
+    let entry = Live {
+        ctx: 1,
+        device: 0,
+        size: 4096,
+        origin: Origin::Pool,
+    };
+    let live_pair = per_pair(n, |i| {
+        let p = 0x7f00_0000_0000 + (i % 64) * 4096;
+        live.insert(p, entry);
+        std::hint::black_box(live.remove(p));
+    });
+    let budget = DeviceBudget::new(0, 0);
+    let counters = per_pair(n, |_| {
+        budget.on_alloc(4096, true);
+        budget.on_release(4096);
+        budget.on_free_call();
+    });
+    let tls = per_pair(n, |_| {
+        std::hint::black_box(cudapool::striped::thread_number());
+    });
+    vec![
+        ("pool alloc+free (split, 4 KiB, one queue)", pool_pair),
+        ("live table insert+remove", live_pair),
+        ("device counters (on_alloc, on_release, on_free_call)", counters),
+        ("one thread-local lookup here (in the preloaded library each goes through __tls_get_addr: about 10 a pair, callgrind)", tls),
+    ]
+}
+
 /// Million pairs per second with `threads` threads sharing one pool.
 fn throughput(kind: PoolKind, rule: ReuseRule, size: u64, threads: usize) -> f64 {
     let up = Arc::new(FakeUpstream::unlimited(1 << 40));
@@ -173,6 +229,13 @@ fn main() {
             print!(" {:.0} |", pair_ns(kind, ReuseRule::OneQueue, size));
         }
         println!();
+    }
+    println!();
+    println!("## what each step of a cached pair costs, ns per pair (one thread, median of 7)");
+    println!("(through the shim a pair also pays the driver's cuCtxGetCurrent, the hook's panic");
+    println!("boundary and re-entry guard, and the per-thread pool lookup)");
+    for (step, ns) in step_costs() {
+        println!("- {step}: {ns:.1}");
     }
     println!();
     println!("## one thread, 4 KiB pairs by reuse rule, ns");
