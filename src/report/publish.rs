@@ -364,17 +364,16 @@ fn read_exact_at(fd: &Fd, buf: &mut [u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads a page (consistently, through the seqlock). `Err` says why `path` is not one: it is
-/// opened without following a link and without blocking (a FIFO), must be a regular file of
-/// this user exactly one page long, and no more than a page is ever read from it.
-pub fn read(path: &std::path::Path) -> Result<Snapshot, String> {
+/// Opens a page found at `path` with `mode` (`O_RDONLY` or `O_RDWR`): never through a link,
+/// never blocking (a FIFO opens at once and fails the checks), and only a regular file of this
+/// user exactly one page long.
+fn open_page(path: &std::path::Path, mode: libc::c_int) -> Result<Fd, String> {
     let cpath = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-    // SAFETY: open(2) of a NUL-terminated path, read-only, never through a link, never
-    // blocking (a FIFO opens at once and fails the checks below).
+    // SAFETY: open(2) of a NUL-terminated path, never through a link, never blocking.
     let fd = unsafe {
         libc::open(
             cpath.as_ptr(),
-            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            mode | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
         )
     };
     if fd < 0 {
@@ -397,6 +396,15 @@ pub fn read(path: &std::path::Path) -> Result<Snapshot, String> {
     if st.st_size as u64 != size as u64 {
         return Err(format!("{} bytes, not one page ({size} bytes)", st.st_size));
     }
+    Ok(fd)
+}
+
+/// Reads a page (consistently, through the seqlock). `Err` says why `path` is not one: it is
+/// opened without following a link and without blocking (a FIFO), must be a regular file of
+/// this user exactly one page long, and no more than a page is ever read from it.
+pub fn read(path: &std::path::Path) -> Result<Snapshot, String> {
+    let fd = open_page(path, libc::O_RDONLY)?;
+    let size = std::mem::size_of::<Page>();
     let mut first = vec![0u8; size];
     let mut again = vec![0u8; size];
     for _ in 0..100 {
@@ -454,28 +462,8 @@ pub fn ask_snapshot(
             target.display()
         ));
     }
-    let cpath = CString::new(page_path.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
-    // SAFETY: open(2) of a NUL-terminated path, never through a link, never blocking.
-    let fd = unsafe {
-        libc::open(
-            cpath.as_ptr(),
-            libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(format!("cannot open: {}", std::io::Error::last_os_error()));
-    }
-    let fd = Fd(fd);
-    // SAFETY: a zeroed stat is a valid out-struct; fstat writes it for our descriptor.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a descriptor we hold and a valid out-pointer.
-    if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
-        return Err(format!("cannot stat: {}", std::io::Error::last_os_error()));
-    }
+    let fd = open_page(page_path, libc::O_RDWR)?;
     let size = std::mem::size_of::<Page>();
-    if !is_regular(&st) || st.st_uid != uid() || st.st_size as u64 != size as u64 {
-        return Err("not a cudapool page of this user".into());
-    }
     // SAFETY: mapping `size` bytes of a regular file of exactly that size, shared, read-write.
     let p = unsafe {
         libc::mmap(

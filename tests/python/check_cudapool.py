@@ -3,7 +3,6 @@
 usage: check_cudapool.py loaded SNAPSHOT_PATH | absent
 Allocates through ctypes the way CuPy and Numba reach the driver, then checks every function.
 """
-import ctypes
 import json
 import os
 import sys
@@ -20,21 +19,15 @@ if sys.argv[1] == "absent":
         sys.exit(0)
     sys.exit("no error without cudapool")
 
-cu = ctypes.CDLL("libcuda.so.1")
-u64, size_t = ctypes.c_uint64, ctypes.c_size_t
-alloc, free = cu.cuMemAlloc_v2, cu.cuMemFree_v2
-alloc.argtypes, free.argtypes = [ctypes.POINTER(u64), size_t], [u64]
-dev, ctx = ctypes.c_int(), ctypes.c_void_p()
-assert cu.cuInit(0) == 0
-assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
-assert cu.cuCtxSetCurrent(ctx) == 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fake_driver  # noqa: E402
+
+cu = fake_driver.driver()
+free = cu.cuMemFree_v2
 
 
 def allocate(size):
-    p = u64()
-    r = alloc(ctypes.byref(p), size)
-    return r, p.value
+    return fake_driver.allocate(cu, size)
 
 
 print("version", cudapool.version())

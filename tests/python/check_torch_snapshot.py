@@ -14,19 +14,16 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import cudapool  # noqa: E402
 
-cu = ctypes.CDLL("libcuda.so.1")
-u64, size_t = ctypes.c_uint64, ctypes.c_size_t
-cu.cuMemAlloc_v2.argtypes, cu.cuMemFree_v2.argtypes = [ctypes.POINTER(u64), size_t], [u64]
-dev, ctx = ctypes.c_int(), ctypes.c_void_p()
-assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cu.cuCtxSetCurrent(ctx) == 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fake_driver import allocate, driver, size_t, u64  # noqa: E402
 
+cu = driver()
 sizes = [1000, 5000, 3 << 20, 1000]
 ptrs = []
 for s in sizes:
-    p = u64()
-    assert cu.cuMemAlloc_v2(ctypes.byref(p), s) == 0
-    ptrs.append(p.value)
+    r, p = allocate(cu, s)
+    assert r == 0, r
+    ptrs.append(p)
 assert cu.cuMemFree_v2(ptrs[1]) == 0
 held = {ptrs[i]: sizes[i] for i in (0, 2, 3)}
 

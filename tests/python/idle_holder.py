@@ -3,14 +3,15 @@ SECONDS: the process `cudapool snapshot PID` must answer anyway (run by tests/pr
 
 usage: idle_holder.py SECONDS
 """
-import ctypes, sys, time
-cu = ctypes.CDLL("libcuda.so.1")
-u64 = ctypes.c_uint64
-cu.cuMemAlloc_v2.argtypes = [ctypes.POINTER(u64), ctypes.c_size_t]
-dev, ctx = ctypes.c_int(), ctypes.c_void_p()
-cu.cuInit(0); cu.cuDeviceGet(ctypes.byref(dev), 0); cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev); cu.cuCtxSetCurrent(ctx)
-ptrs = []
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fake_driver import allocate, driver  # noqa: E402
+
+cu = driver()
 for s in (1000, 3 << 20, 12345):
-    p = u64(); assert cu.cuMemAlloc_v2(ctypes.byref(p), s) == 0; ptrs.append(p.value)
+    assert allocate(cu, s)[0] == 0
 print("ready", flush=True)
 time.sleep(float(sys.argv[1]))
