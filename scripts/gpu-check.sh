@@ -20,13 +20,7 @@ RESULTS="$OUT/results.txt"
 : > "$RESULTS"
 START=$SECONDS
 
-result() { # PASS|FAIL, what, detail
-  printf '%s | %s | %s\n' "$1" "$2" "$3" >> "$RESULTS"
-  echo "$1 $2: $3"
-}
-check() { # condition (a shell test), what, detail
-  if eval "$1"; then result PASS "$2" "$3"; else result FAIL "$2" "$3"; fi
-}
+. scripts/gpu/checks.sh
 shim() { env LD_PRELOAD="$LIB" $T "$@"; }
 # Every program runs under a time limit: a hang is a failure, not the end of the suite.
 T="timeout 120"

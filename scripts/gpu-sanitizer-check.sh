@@ -15,9 +15,8 @@ RESULTS=${RESULTS:-$OUT/sanitizer-results.txt}
 LOG=$OUT/sanitizer.log
 CS=${COMPUTE_SANITIZER:-compute-sanitizer}
 T="timeout 300"
-fails=0
-result() { printf '%s | %s | %s\n' "$1" "$2" "$3" >> "$RESULTS"; echo "$1 $2: $3"; [ "$1" = FAIL ] && fails=$((fails + 1)); }
-check() { if eval "$1"; then result PASS "$2" "$3"; else result FAIL "$2" "$3"; fi; }
+FAILS=0
+. scripts/gpu/checks.sh
 # Errors memcheck (or another tool) reports for a run: N of "ERROR SUMMARY: N errors".
 errors() { sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$1" | head -1; }
 # The planted errors themselves: bad accesses by kernels and the refused free. (After a kernel
@@ -71,4 +70,4 @@ check "grep -q 'done clean' '$W/shim' && grep -q 'RACECHECK SUMMARY: 0 hazards' 
 run "$W/torch" memcheck env LD_PRELOAD="$LIB" PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 scripts/gpu/train_small.py
 check "grep -q 'step' '$W/torch' && [ '$(errors "$W/torch")' = 0 ]" "memcheck on a PyTorch step, caching off: 0 errors" \
   "$(grep -m1 step "$W/torch" | tail -c 80); $(grep 'ERROR SUMMARY' "$W/torch")"
-[ $fails = 0 ]
+[ "$FAILS" = 0 ]

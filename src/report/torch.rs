@@ -106,6 +106,37 @@ fn segment_type(size: u64) -> &'static str {
     }
 }
 
+/// A segment that is one allocation, wholly active: memory that is no piece of a pool segment.
+fn whole(
+    dev: CUdevice,
+    addr: DevPtr,
+    size: u64,
+    origin: &'static str,
+    frames: Vec<Frame>,
+) -> Segment {
+    Segment {
+        device: dev as i64,
+        address: addr,
+        total_size: size,
+        allocated_size: size,
+        active_size: size,
+        requested_size: size,
+        stream: 0,
+        segment_type: segment_type(size),
+        segment_pool_id: (0, 0),
+        is_expandable: origin == "vmm",
+        frames: Vec::new(),
+        origin,
+        blocks: vec![Block {
+            address: addr,
+            size,
+            requested_size: size,
+            state: "active_allocated",
+            frames,
+        }],
+    }
+}
+
 /// The process's memory as PyTorch's snapshot pickle.
 pub fn snapshot_torch(view: &dyn View) -> Result<Vec<u8>, String> {
     let live = view.live_allocations();
@@ -171,53 +202,13 @@ pub fn snapshot_torch(view: &dyn View) -> Result<Vec<u8>, String> {
             Origin::Counted => "counted",
             Origin::DriverPool(_) => "driver_pool",
         };
-        segments.push(Segment {
-            device: l.device as i64,
-            address: *ptr,
-            total_size: l.size,
-            allocated_size: l.size,
-            active_size: l.size,
-            requested_size: l.size,
-            stream: 0,
-            segment_type: segment_type(l.size),
-            segment_pool_id: (0, 0),
-            is_expandable: false,
-            frames: Vec::new(),
-            origin,
-            blocks: vec![Block {
-                address: *ptr,
-                size: l.size,
-                requested_size: l.size,
-                state: "active_allocated",
-                frames: frames(bt.as_deref()),
-            }],
-        });
+        segments.push(whole(l.device, *ptr, l.size, origin, frames(bt.as_deref())));
     }
     // Counted memory that is no live allocation: virtual-memory mappings (NCCL's buffers,
     // PyTorch's expandable segments, JAX) and arrays.
     for &dev in &devices {
         for (origin, addr, size) in view.counted_memory(dev) {
-            segments.push(Segment {
-                device: dev as i64,
-                address: addr,
-                total_size: size,
-                allocated_size: size,
-                active_size: size,
-                requested_size: size,
-                stream: 0,
-                segment_type: segment_type(size),
-                segment_pool_id: (0, 0),
-                is_expandable: origin == "vmm",
-                frames: Vec::new(),
-                origin,
-                blocks: vec![Block {
-                    address: addr,
-                    size,
-                    requested_size: size,
-                    state: "active_allocated",
-                    frames: Vec::new(),
-                }],
-            });
+            segments.push(whole(dev, addr, size, origin, Vec::new()));
         }
     }
     segments.sort_by_key(|s| (s.device, s.address));

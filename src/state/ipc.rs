@@ -18,14 +18,12 @@
 //! An importer that does not run cudapool maps the segment's start, so both sides must run
 //! under it (processes the program starts inherit `LD_PRELOAD`).
 //!
-//! Uses: the `Shim` and its parts (`state::contexts`, `state::live`), `pool`, `sync`, `config`,
-//! `log`, `cu`.
+//! Uses: the `Shim` and its parts (`state::ranges`), `sync`, `config`, `log`, `cu`.
 
-use super::{Origin, Shim};
+use super::Shim;
 use crate::config::LogLevel::Debug;
 use crate::cu::*;
 use crate::log_at;
-use crate::pool::BlockSpan;
 use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -94,18 +92,11 @@ pub fn tag(handle: &mut HandleBytes, offset: u64) -> bool {
 impl Shim {
     /// How `cuIpcGetMemHandle(ptr)` goes (see the module's notes).
     pub fn ipc_export(&self, ptr: DevPtr) -> Export {
-        let Some(span) = self.contexts.block_of(ptr) else {
-            return Export::Driver;
-        };
-        let held = |s: &BlockSpan| {
-            self.live
-                .get(s.ptr)
-                .is_some_and(|l| l.origin == Origin::Pool)
-        };
-        match span.filter(held) {
-            None => Export::NotAllocated,
-            Some(s) if s.ptr == s.segment => Export::Driver,
-            Some(s) => Export::Tagged(s.ptr - s.segment),
+        match self.held_block(ptr) {
+            None => Export::Driver,
+            Some(None) => Export::NotAllocated,
+            Some(Some((s, _))) if s.ptr == s.segment => Export::Driver,
+            Some(Some((s, _))) => Export::Tagged(s.ptr - s.segment),
         }
     }
 

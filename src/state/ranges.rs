@@ -18,17 +18,26 @@
 
 use super::{Origin, Shim};
 use crate::cu::*;
+use crate::pool::BlockSpan;
 
 impl Shim {
+    /// The pooled block holding `ptr` that the program holds, and the size it asked for:
+    /// `None` when no pool holds memory there; `Some(None)` inside pooled memory the program
+    /// does not hold (cached, pending, in a magazine).
+    pub(super) fn held_block(&self, ptr: DevPtr) -> Option<Option<(BlockSpan, u64)>> {
+        let held = self.contexts.block_of(ptr)?.and_then(|span| {
+            let live = self.live.get(span.ptr)?;
+            (live.origin == Origin::Pool).then_some((span, live.size))
+        });
+        Some(held)
+    }
+
     /// The allocation holding `ptr` as the program sees it: `None` when no pool holds memory
     /// there (the driver's answer is the truth); `Some(Some((start, size)))` inside a pooled
     /// block the program holds; `Some(None)` inside pooled memory the program does not hold
     /// (the hook answers as the driver does for memory that is not allocated).
     pub fn pooled_range(&self, ptr: DevPtr) -> Option<Option<(DevPtr, u64)>> {
-        let held = self.contexts.block_of(ptr)?.and_then(|span| {
-            let live = self.live.get(span.ptr)?;
-            (live.origin == Origin::Pool).then_some((span.ptr, live.size))
-        });
-        Some(held)
+        self.held_block(ptr)
+            .map(|held| held.map(|(span, size)| (span.ptr, size)))
     }
 }

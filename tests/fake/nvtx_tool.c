@@ -160,24 +160,20 @@ static void noop(nvtxDomainHandle_t d, const void *x) { (void)d, (void)x; }
 
 int InitializeInjectionNvtxExtension(nvtxExtModuleInfo_t *info) {
   if (info->moduleId != NVTX_EXT_MODULEID_MEM) return 1;
-  if (getenv("FAKENVTX_NOOP")) {
-    for (size_t s = 0; s < info->segmentsCount; s++) {
-      intptr_t *slot = info->segments[s].functionSlots;
-      slot[NVTX3EXT_CBID_nvtxMemHeapRegister] = (intptr_t)noop_heap;
-      slot[NVTX3EXT_CBID_nvtxMemHeapUnregister] = (intptr_t)noop;
-      slot[NVTX3EXT_CBID_nvtxMemRegionsRegister] = (intptr_t)noop;
-      slot[NVTX3EXT_CBID_nvtxMemRegionsUnregister] = (intptr_t)noop;
-      slot[NVTX3EXT_CBID_nvtxMemRegionsName] = (intptr_t)noop;
-    }
-    return 1;
-  }
-  for (size_t s = 0; s < info->segmentsCount; s++) {
-    intptr_t *slot = info->segments[s].functionSlots;
-    slot[NVTX3EXT_CBID_nvtxMemHeapRegister] = (intptr_t)heap_register;
-    slot[NVTX3EXT_CBID_nvtxMemHeapUnregister] = (intptr_t)heap_unregister;
-    slot[NVTX3EXT_CBID_nvtxMemRegionsRegister] = (intptr_t)regions_register;
-    slot[NVTX3EXT_CBID_nvtxMemRegionsUnregister] = (intptr_t)regions_unregister;
-    slot[NVTX3EXT_CBID_nvtxMemRegionsName] = (intptr_t)regions_name;
-  }
+  int quiet = getenv("FAKENVTX_NOOP") != NULL;
+  // The memory extension's calls this tool takes, recording or doing nothing.
+  const struct {
+    size_t cbid;
+    intptr_t take, noop;
+  } calls[] = {
+      {NVTX3EXT_CBID_nvtxMemHeapRegister, (intptr_t)heap_register, (intptr_t)noop_heap},
+      {NVTX3EXT_CBID_nvtxMemHeapUnregister, (intptr_t)heap_unregister, (intptr_t)noop},
+      {NVTX3EXT_CBID_nvtxMemRegionsRegister, (intptr_t)regions_register, (intptr_t)noop},
+      {NVTX3EXT_CBID_nvtxMemRegionsUnregister, (intptr_t)regions_unregister, (intptr_t)noop},
+      {NVTX3EXT_CBID_nvtxMemRegionsName, (intptr_t)regions_name, (intptr_t)noop},
+  };
+  for (size_t s = 0; s < info->segmentsCount; s++)
+    for (size_t c = 0; c < sizeof calls / sizeof calls[0]; c++)
+      info->segments[s].functionSlots[calls[c].cbid] = quiet ? calls[c].noop : calls[c].take;
   return 1;
 }
