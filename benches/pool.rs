@@ -87,6 +87,7 @@ fn step_costs() -> Vec<(&'static str, f64)> {
         device: 0,
         size: 4096,
         origin: Origin::Pool,
+        holder: cudapool::per_thread::LineId::SHARED,
     };
     let live_pair = per_pair(n, |i| {
         let p = 0x7f00_0000_0000 + (i % 64) * 4096;
@@ -95,12 +96,12 @@ fn step_costs() -> Vec<(&'static str, f64)> {
     });
     let budget = DeviceBudget::new(0, 0);
     let counters = per_pair(n, |_| {
-        budget.on_alloc(4096, true);
-        budget.on_release(4096);
+        let (holder, _) = budget.on_alloc(4096, true);
+        budget.on_release(4096, Some(holder));
         budget.on_free_call();
     });
     let tls = per_pair(n, |_| {
-        std::hint::black_box(cudapool::striped::thread_number());
+        std::hint::black_box(cudapool::per_thread::thread_number());
     });
     vec![
         ("pool alloc+free (split, 4 KiB, one queue)", pool_pair),

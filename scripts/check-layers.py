@@ -14,7 +14,7 @@ import re
 import sys
 
 LAYERS = [
-    ("base", ["config", "log", "cu", "addr_hash", "striped", "flags", "sync", "frames"]),
+    ("base", ["config", "log", "cu", "addr_hash", "per_thread", "flags", "sync", "frames"]),
     ("mechanisms", ["driver", "nvtx", "budget", "queues", "pool"]),
     ("state", ["state"]),
     ("reporting", ["report"]),

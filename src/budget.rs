@@ -8,35 +8,55 @@
 //!
 //! The limit is exact under concurrency: bytes are charged with a compare-and-swap *before*
 //! the driver is asked, so `reserved` never exceeds the hard limit, whatever the threads do.
+//! `reserved` moves only when the driver is called; the per-pair counters are the thread's own.
 //!
-//! Uses: `striped`.
+//! ## The allocated peak without a shared counter
+//! `allocated` is the sum of what each thread's line holds (`HELD`, written by that thread
+//! alone). Its peak is kept with *credit*: bytes under the peak that no allocation holds, kept
+//! on the threads' lines. Invariant (C): `allocated + every line's credit + unassigned <= peak`,
+//! where `unassigned` is credit no line holds.
+//! - An allocation of `b` bytes takes `b` of its own thread's credit (one uncontended atomic on
+//!   its own line): by (C), `allocated` stays under the peak, which does not move.
+//! - A free gives its bytes back as credit to the line of the thread that *allocated* them (the
+//!   caller keeps that [`LineId`]), so a thread that allocates what another frees keeps its
+//!   credit, and a thread's credit is what it freed of its own working set.
+//! - Only when a thread's credit is short does it settle, under a lock: it takes all of
+//!   `unassigned`, then from the other lines, largest first, what it still lacks, leaving each
+//!   line its first [`RESERVE`] bytes; the peak grows by whatever is still missing.
+//!
+//! So the peak is never below the true peak of `allocated`. It is exact when one thread
+//! allocates (PyTorch, JAX, CuPy allocate from the Python thread), and otherwise above it by at
+//! most [`RESERVE`] per other thread that holds credit: what those threads freed and will
+//! likely allocate again. Without the reserve, threads allocating side by side at the peak would
+//! take each other's credit in turn, each through the lock. It is read no higher than the
+//! reserved peak, which is exact and which `allocated` never passes.
+//!
+//! Uses: `per_thread`, `sync`.
 
-use crate::striped::Striped;
-
-/// An atomic alone on its cache line (no false sharing with its neighbours).
-#[repr(align(128))]
-#[derive(Debug, Default)]
-struct Alone(AtomicU64);
-
-impl std::ops::Deref for Alone {
-    type Target = AtomicU64;
-    fn deref(&self) -> &AtomicU64 {
-        &self.0
-    }
-}
-
-const LIVE: usize = 0;
-const ALLOCS: usize = 1;
-const FREES: usize = 2;
-const HITS: usize = 3;
+use crate::per_thread::{Line, LineId, Mode, PerThread};
+use crate::sync::lock;
 use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::Mutex;
 
-/// Limits and counters of one device. Every field is an atomic; no lock anywhere.
+/// The values of each thread's [`Line`]: bytes held (`allocated`'s share), live allocations,
+/// calls, cache hits.
+const HELD: usize = 0;
+const LIVE: usize = 1;
+const ALLOCS: usize = 2;
+const FREES: usize = 3;
+const HITS: usize = 4;
+
+/// Credit a settling thread leaves on each other line (see the module doc): bounds how far the
+/// peak can read above the truth with several threads allocating, per thread.
+pub const RESERVE: u64 = 1 << 20;
+
+/// Limits and counters of one device. Nothing on the path of a cached allocation writes a cache
+/// line that another thread writes too.
 ///
 /// Invariants: `reserved <= hard_limit` whenever `hard_limit != 0`, the limit was not
 /// lowered below the current use, and no driver pool grew past it on its own
-/// ([`force_charge`](Self::force_charge)); `reserved_peak >= reserved`;
-/// `allocated_peak >= allocated`.
+/// ([`force_charge`](Self::force_charge)); `reserved_peak >= reserved`; (C) of the module doc,
+/// with `allocated_peak` the peak and `unassigned` under the `settle` lock.
 #[derive(Debug, Default)]
 pub struct DeviceBudget {
     /// 0 = no limit.
@@ -45,13 +65,13 @@ pub struct DeviceBudget {
     soft_limit: AtomicU64,
     reserved: AtomicU64,
     reserved_peak: AtomicU64,
-    /// Exact and shared (the peak must be exact); written once per alloc and per free, so it
-    /// sits on a cache line of its own, away from the fields every call reads.
-    allocated: Alone,
+    /// Written only under `settle`.
     allocated_peak: AtomicU64,
-    /// Hot-path counters, striped per thread and summed when read: [`LIVE`], [`ALLOCS`],
-    /// [`FREES`], [`HITS`].
-    hot: Striped,
+    /// Credit no thread holds; taking the lock is what settling means.
+    settle: Mutex<u64>,
+    /// Each thread's own counters: [`HELD`], [`LIVE`], [`ALLOCS`], [`FREES`], [`HITS`], and
+    /// its credit under the peak.
+    lines: PerThread,
     segments: AtomicU64,
     driver_allocs: AtomicU64,
     driver_frees: AtomicU64,
@@ -159,36 +179,105 @@ impl DeviceBudget {
         self.uncharge(bytes);
     }
 
-    /// The program got `bytes`; `from_cache` when no driver call was needed.
-    pub fn on_alloc(&self, bytes: u64, from_cache: bool) {
-        let mut n = [0; crate::striped::FIELDS];
-        (n[ALLOCS], n[HITS], n[LIVE]) = (1, from_cache as u64, 1);
-        self.hot.add_all(n);
-        let now = self.allocated.fetch_add(bytes, Relaxed) + bytes;
-        // Read first: the peak's line is written only when the peak really moves.
-        if now > self.allocated_peak.load(Relaxed) {
-            self.allocated_peak.fetch_max(now, Relaxed);
-        }
+    /// The program got `bytes`; `from_cache` when no driver call was needed. Returns the line
+    /// that holds them, for [`on_release`](Self::on_release), and how many allocations and
+    /// frees that line has counted (to sample on every so many).
+    pub fn on_alloc(&self, bytes: u64, from_cache: bool) -> (LineId, u64) {
+        self.lines.with(|l, id, m| {
+            l.add(ALLOCS, 1, m);
+            l.add(LIVE, 1, m);
+            if from_cache {
+                l.add(HITS, 1, m);
+            }
+            self.hold(l, m, bytes);
+            (id, Self::ops(l))
+        })
     }
 
-    /// The program gives back `bytes` (a free, or its context died). Call *before* the bytes
-    /// return to the cache or the driver, so that `allocated <= reserved` holds at every moment
-    /// and another thread's allocation cannot push the peak past the limit.
-    pub fn on_release(&self, bytes: u64) {
-        self.hot.sub(LIVE, 1);
-        self.allocated.fetch_sub(bytes, Relaxed);
+    /// Allocations and frees counted on line `l`.
+    fn ops(l: &Line) -> u64 {
+        l.get(ALLOCS).wrapping_add(l.get(FREES))
+    }
+
+    /// `bytes` more are held: under the thread's credit, or by settling (the module doc).
+    #[inline]
+    fn hold(&self, l: &Line, m: Mode, bytes: u64) {
+        let spent = l
+            .credit
+            .fetch_update(Relaxed, Relaxed, |c| c.checked_sub(bytes))
+            .is_ok();
+        if !spent {
+            self.settle(l, bytes);
+        }
+        // After the credit is spent: (C) holds at every moment.
+        l.add(HELD, bytes, m);
+    }
+
+    /// Finds `bytes` of credit for `mine` (the settling thread's line, whose credit is short),
+    /// growing the peak by what cannot be found. See the module doc.
+    #[cold]
+    fn settle(&self, mine: &Line, bytes: u64) {
+        let mut unassigned = lock(&self.settle);
+        let mut need = bytes;
+        // Its own credit first, then what no line holds (all of it: it is nobody's).
+        *unassigned += mine.credit.swap(0, Relaxed);
+        let extra = unassigned.saturating_sub(need);
+        need = need.saturating_sub(std::mem::take(&mut *unassigned));
+        if need > 0 {
+            let mut others: Vec<&Line> = self
+                .lines
+                .lines()
+                .map(|(_, l)| l)
+                .filter(|l| !std::ptr::eq(*l, mine))
+                .collect();
+            others.sort_by_key(|l| std::cmp::Reverse(l.credit.load(Relaxed)));
+            for l in others {
+                let take = |c: u64| Some(c - need.min(c.saturating_sub(RESERVE)));
+                if let Ok(c) = l.credit.fetch_update(Relaxed, Relaxed, take) {
+                    need -= need.min(c.saturating_sub(RESERVE));
+                }
+                if need == 0 {
+                    break;
+                }
+            }
+        }
+        if need > 0 {
+            let peak = self.allocated_peak.load(Relaxed);
+            self.allocated_peak.store(peak + need, Relaxed);
+        }
+        mine.credit.fetch_add(extra, Relaxed);
+    }
+
+    /// The program gives back `bytes` held by line `holder` (from [`on_alloc`](Self::on_alloc);
+    /// `None`: the caller's own). Call *before* the bytes return to the cache or the driver, so
+    /// that `allocated <= reserved` holds at every moment.
+    pub fn on_release(&self, bytes: u64, holder: Option<LineId>) {
+        self.lines.with(|l, id, m| {
+            l.sub(LIVE, 1, m);
+            l.sub(HELD, bytes, m);
+            // After the bytes left `allocated`: (C) holds at every moment.
+            let to = holder.unwrap_or(id);
+            self.lines.line(to).credit.fetch_add(bytes, Relaxed);
+        });
     }
 
     /// The driver refused the free announced by [`on_release`](Self::on_release): the program
-    /// still holds the block.
-    pub fn on_release_undone(&self, bytes: u64) {
-        self.hot.add(LIVE, 1);
-        self.allocated.fetch_add(bytes, Relaxed);
+    /// still holds the block, now on the calling thread's line (returned).
+    pub fn on_release_undone(&self, bytes: u64) -> LineId {
+        self.lines.with(|l, id, m| {
+            l.add(LIVE, 1, m);
+            self.hold(l, m, bytes);
+            id
+        })
     }
 
-    /// A free call that succeeded.
-    pub fn on_free_call(&self) {
-        self.hot.add(FREES, 1);
+    /// A free call that succeeded; returns how many allocations and frees the calling
+    /// thread's line has counted.
+    pub fn on_free_call(&self) -> u64 {
+        self.lines.with(|l, _, m| {
+            l.add(FREES, 1, m);
+            Self::ops(l)
+        })
     }
 
     pub fn on_reclaim_retry(&self) {
@@ -199,27 +288,51 @@ impl DeviceBudget {
         self.ooms.fetch_add(1, Relaxed);
     }
 
-    /// Sets both peaks to the current values.
+    /// Bytes the program holds on this device: the sum of every thread's share (exact when no
+    /// allocation or free is under way).
+    pub fn allocated(&self) -> u64 {
+        self.lines.sum(HELD)
+    }
+
+    /// The peak of `allocated` (now `allocated`): the credit's figure, never above the reserved
+    /// peak. `allocated <= reserved` at every moment (the caller's order: held after the memory
+    /// is granted, released before it goes back), so the true peak is under the reserved one
+    /// too, which is exact: the bound only removes what the reserve may add (the module doc).
+    fn allocated_peak(&self, allocated: u64) -> u64 {
+        let credit = self.allocated_peak.load(Relaxed);
+        credit.min(self.reserved_peak.load(Relaxed)).max(allocated)
+    }
+
+    /// Sets both peaks to the current values: every credit is collected, so the peak comes down
+    /// to what is held.
     pub fn reset_peaks(&self) {
-        self.allocated_peak
-            .store(self.allocated.load(Relaxed), Relaxed);
+        let mut unassigned = lock(&self.settle);
+        for (_, l) in self.lines.lines() {
+            *unassigned += l.credit.swap(0, Relaxed);
+        }
+        let peak = self.allocated_peak.load(Relaxed);
+        self.allocated_peak.store(
+            peak.saturating_sub(std::mem::take(&mut *unassigned)),
+            Relaxed,
+        );
         self.reserved_peak
             .store(self.reserved.load(Relaxed), Relaxed);
     }
 
     /// The counters now; `cached` is supplied by the pools of this device.
     pub fn stats(&self, cached: u64) -> DeviceStats {
+        let allocated = self.allocated();
         DeviceStats {
-            allocated: self.allocated.load(Relaxed),
-            allocated_peak: self.allocated_peak.load(Relaxed),
+            allocated,
+            allocated_peak: self.allocated_peak(allocated),
             reserved: self.reserved.load(Relaxed),
             reserved_peak: self.reserved_peak.load(Relaxed),
             cached,
-            live_allocations: self.hot.get(LIVE),
+            live_allocations: self.lines.sum(LIVE),
             segments: self.segments.load(Relaxed),
-            alloc_calls: self.hot.get(ALLOCS),
-            free_calls: self.hot.get(FREES),
-            cache_hits: self.hot.get(HITS),
+            alloc_calls: self.lines.sum(ALLOCS),
+            free_calls: self.lines.sum(FREES),
+            cache_hits: self.lines.sum(HITS),
             driver_allocs: self.driver_allocs.load(Relaxed),
             driver_frees: self.driver_frees.load(Relaxed),
             reclaim_retries: self.reclaim_retries.load(Relaxed),
@@ -283,9 +396,11 @@ mod tests {
     #[test]
     fn counters_and_peaks() {
         let b = DeviceBudget::new(0, 5);
+        // The shim charges reserved memory before the program holds it.
+        assert!(b.try_charge(1000));
         b.on_alloc(100, false);
         b.on_alloc(50, true);
-        b.on_release(100);
+        b.on_release(100, None);
         b.on_free_call();
         let s = b.stats(7);
         assert_eq!((s.allocated, s.allocated_peak), (50, 150));
@@ -293,5 +408,144 @@ mod tests {
         assert_eq!((s.live_allocations, s.cached, s.soft_limit), (1, 7, 5));
         b.reset_peaks();
         assert_eq!(b.stats(0).allocated_peak, 50);
+    }
+
+    #[test]
+    fn one_thread_peak_is_exact_through_any_sequence() {
+        let b = DeviceBudget::new(0, 0);
+        assert!(b.try_charge(1 << 40));
+        let (mut held, mut peak, mut live) = (Vec::new(), 0u64, 0u64);
+        let mut x = 12345u64;
+        for step in 0..20_000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if held.is_empty() || !(x >> 33).is_multiple_of(3) {
+                let n = (x >> 40) % 5000 + 1;
+                b.on_alloc(n, false);
+                held.push(n);
+                live += n;
+                peak = peak.max(live);
+            } else {
+                let n = held.swap_remove((x >> 20) as usize % held.len());
+                b.on_release(n, None);
+                live -= n;
+            }
+            if step % 997 == 0 {
+                b.reset_peaks();
+                peak = live;
+            }
+            let s = b.stats(0);
+            assert_eq!((s.allocated, s.allocated_peak), (live, peak), "step {step}");
+        }
+    }
+
+    #[test]
+    fn the_peak_of_many_threads_is_what_they_held_together() {
+        // Each of 8 threads holds at most 64 KiB at a time, and all of them hold exactly that
+        // at one moment (a barrier), between rounds of allocations and frees that cross threads.
+        const T: usize = 8;
+        const X: u64 = 64 << 10;
+        let b = Arc::new(DeviceBudget::new(0, 0));
+        assert!(b.try_charge(1 << 40));
+        let barrier = Arc::new(std::sync::Barrier::new(T));
+        let hs: Vec<_> = (0..T)
+            .map(|i| {
+                let (b, barrier) = (b.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    for round in 0..200u64 {
+                        let piece = 512 << ((i as u64 + round) % 5);
+                        let n = X / piece;
+                        for _ in 0..n {
+                            b.on_alloc(piece, true);
+                        }
+                        if round == 100 {
+                            barrier.wait();
+                        }
+                        for _ in 0..n {
+                            b.on_release(piece, None);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        let s = b.stats(0);
+        assert_eq!(s.allocated, 0);
+        assert_eq!(s.live_allocations, 0);
+        assert_eq!(s.allocated_peak, T as u64 * X);
+        b.reset_peaks();
+        assert_eq!(b.stats(0).allocated_peak, 0);
+    }
+
+    #[test]
+    fn a_block_freed_on_another_thread_credits_the_thread_that_allocated_it() {
+        let b = Arc::new(DeviceBudget::new(0, 0));
+        assert!(b.try_charge(1 << 40));
+        let (holder, _) = b.on_alloc(1000, false);
+        b.on_alloc(24, true);
+        let b2 = b.clone();
+        std::thread::spawn(move || {
+            b2.on_release(1000, Some(holder));
+            b2.on_free_call();
+        })
+        .join()
+        .unwrap();
+        // The credit came back to this thread: its next allocation does not move the peak.
+        b.on_alloc(900, true);
+        let s = b.stats(0);
+        assert_eq!((s.allocated, s.allocated_peak), (924, 1024));
+        assert_eq!((s.live_allocations, s.alloc_calls, s.free_calls), (2, 3, 1));
+        assert_eq!(s.cache_hits, 2);
+    }
+
+    #[test]
+    fn settling_takes_other_threads_credit_beyond_their_reserve() {
+        let b = Arc::new(DeviceBudget::new(0, 0));
+        assert!(b.try_charge(1 << 40));
+        let big = 3 * RESERVE;
+        b.on_alloc(big, false);
+        b.on_release(big, None);
+        // This thread now holds `big` of credit; another thread allocating finds what lies
+        // beyond this line's reserve, and the peak does not move.
+        let b2 = b.clone();
+        std::thread::spawn(move || {
+            b2.on_alloc(2 * RESERVE, false);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(b.stats(0).allocated_peak, big);
+        // Past what others can give, the peak grows by exactly what was missing.
+        b.on_alloc(RESERVE, false);
+        let s = b.stats(0);
+        assert_eq!((s.allocated, s.allocated_peak), (big, big));
+        let b3 = b.clone();
+        std::thread::spawn(move || {
+            b3.on_alloc(5, false);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(b.stats(0).allocated_peak, big + 5);
+    }
+
+    #[test]
+    fn the_peak_never_reads_above_the_reserved_peak() {
+        // Two threads use the same 512 KiB one after the other. The second cannot take the
+        // first's credit (within its reserve), so the credit's peak reads 1 MiB; the reserved
+        // peak, 512 KiB, bounds it to the truth.
+        let b = Arc::new(DeviceBudget::new(0, 0));
+        assert!(b.try_charge(512 << 10));
+        b.on_alloc(512 << 10, false);
+        b.on_release(512 << 10, None);
+        let b2 = b.clone();
+        std::thread::spawn(move || {
+            b2.on_alloc(512 << 10, true);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(b.allocated_peak.load(Relaxed), 1 << 20);
+        assert_eq!(b.stats(0).allocated_peak, 512 << 10);
     }
 }

@@ -14,7 +14,7 @@
 //!    queues got work), [`budget`] (limits and counters), [`driver`] (the real
 //!    `libcuda.so.1`);
 //! 5. the base: [`config`], [`log`], [`flags`] (process-wide flags), [`cu`] (driver types),
-//!    [`addr_hash`], [`striped`], [`sync`] (locks that outlive a panic).
+//!    [`addr_hash`], [`per_thread`], [`sync`] (locks that outlive a panic).
 //!
 //! This file wires them together: the module tree, and the load-time constructor that reads
 //! the environment and installs reporting as the state's observer.
@@ -40,7 +40,7 @@ pub mod cu;
 pub mod flags;
 pub mod frames;
 pub mod log;
-pub mod striped;
+pub mod per_thread;
 pub mod sync;
 
 /// Reads the environment when the library loads (SPEC.md: later changes have no effect).

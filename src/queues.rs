@@ -26,7 +26,7 @@
 //!
 //! Pure logic: the driver side (events, stream queries) is behind [`QueueDevice`].
 //!
-//! Uses: `striped`, `sync`.
+//! Uses: `per_thread`, `sync`.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
@@ -85,7 +85,7 @@ pub struct Entered(&'static Stripe);
 
 impl Entered {
     pub fn new() -> Entered {
-        let s = &IN_FLIGHT[crate::striped::thread_number() as usize % STRIPES];
+        let s = &IN_FLIGHT[crate::per_thread::thread_number() as usize % STRIPES];
         // SeqCst: ordered before this call's read of the epoch (see `quiescent`).
         s.entered.fetch_add(1, SeqCst);
         Entered(s)

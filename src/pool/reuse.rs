@@ -252,17 +252,13 @@ impl CachingPool {
     fn with_magazine<T>(&self, f: impl FnOnce(&mut Magazine) -> T) -> Option<T> {
         MAGAZINES
             .try_with(|mags| {
-                let mut mags = mags.borrow_mut();
-                let m = match mags.iter().find(|(id, _)| *id == self.id) {
-                    Some((_, m)) => m.clone(),
-                    None => {
-                        let m = SharedMagazine::default();
-                        lock(&self.magazines).push(m.clone());
-                        mags.push((self.id, m.clone()));
-                        m
-                    }
-                };
-                drop(mags);
+                // Found: used in place, no reference count touched (f never re-enters).
+                if let Some((_, m)) = mags.borrow().iter().find(|(id, _)| *id == self.id) {
+                    return f(&mut lock(m));
+                }
+                let m = SharedMagazine::default();
+                lock(&self.magazines).push(m.clone());
+                mags.borrow_mut().push((self.id, m.clone()));
                 let mut guard = lock(&m);
                 f(&mut guard)
             })

@@ -5,7 +5,7 @@
 //!
 //! The page is written when the state's observer is sampled (`report::Reporting`): on slow
 //! paths (driver calls, OOMs, reclaims, teardown, limit changes) and every few hundred
-//! allocations of a thread (`state::sample_due`), never on a cache hit otherwise. A seqlock
+//! allocations and frees of a thread on a device (`state::sample_due`), never on a cache hit otherwise. A seqlock
 //! keeps readers consistent: the writer makes `seq` odd, writes, makes it even; a reader
 //! retries if `seq` was odd or changed.
 //!

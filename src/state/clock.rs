@@ -22,7 +22,7 @@
 //! cudapool saw is asked whether it is idle; if it is not, work reached it through an entry
 //! point cudapool does not watch, and the context falls back to fences for good (one warning).
 //!
-//! Uses: `queues`, `pool` (its `Clock`), `driver`, `flags`, `config`, `addr_hash`, `striped`,
+//! Uses: `queues`, `pool` (its `Clock`), `driver`, `flags`, `config`, `addr_hash`, `per_thread`,
 //! `sync`, `cu`.
 
 use crate::addr_hash::AddrMap as HashMap;
@@ -51,7 +51,7 @@ pub fn resolve(stream: usize, ptsz: bool) -> usize {
 /// pointers, so keys cannot clash).
 pub fn key(stream: usize) -> crate::pool::StreamKey {
     match stream {
-        CU_STREAM_PER_THREAD => (crate::striped::thread_number() << 3) | 2,
+        CU_STREAM_PER_THREAD => (crate::per_thread::thread_number() << 3) | 2,
         s => s as u64,
     }
 }

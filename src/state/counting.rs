@@ -45,7 +45,7 @@ impl Shim {
             budget.uncharge(charge - footprint);
         }
         budget.on_driver_alloc();
-        budget.on_alloc(footprint, false);
+        let (holder, _) = budget.on_alloc(footprint, false);
         self.live.insert(
             ptr,
             Live {
@@ -53,6 +53,7 @@ impl Shim {
                 device: dev,
                 size: footprint,
                 origin: Origin::Counted,
+                holder,
             },
         );
         self.observe(dev);
@@ -89,7 +90,7 @@ impl Shim {
     /// A counted object of `bytes` went back to the driver (or died with its context).
     fn counted_gone(&self, dev: CUdevice, bytes: u64) {
         let budget = self.budget(dev);
-        budget.on_release(bytes);
+        budget.on_release(bytes, None);
         budget.uncharge(bytes);
         budget.on_driver_free();
         budget.on_free_call();
@@ -213,6 +214,10 @@ impl Shim {
         }
         rec.charged = now.max(rec.charged);
         drop(pools);
+        if grown > 0 {
+            budget.on_driver_alloc();
+        }
+        let (holder, _) = budget.on_alloc(size, grown == 0);
         self.live.insert(
             ptr,
             Live {
@@ -220,12 +225,9 @@ impl Shim {
                 device: dev,
                 size,
                 origin: Origin::DriverPool(key),
+                holder,
             },
         );
-        if grown > 0 {
-            budget.on_driver_alloc();
-        }
-        budget.on_alloc(size, grown == 0);
         self.observe(dev);
         Ok(ptr)
     }

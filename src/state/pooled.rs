@@ -90,6 +90,7 @@ impl Shim {
             }
             Err(e) => return Err(self.failed(dev, size, e)),
         };
+        let (holder, ops) = budget.on_alloc(size, grant.from_cache);
         self.live.insert(
             grant.ptr,
             Live {
@@ -97,6 +98,7 @@ impl Shim {
                 device: dev,
                 size,
                 origin: Origin::Pool,
+                holder,
             },
         );
         if self.tools_see_blocks() {
@@ -108,9 +110,8 @@ impl Shim {
             self.history
                 .record(dev, Action::Alloc, grant.ptr, size, stream, frames);
         }
-        budget.on_alloc(size, grant.from_cache);
         log_at!(Debug, "alloc {size} -> {:#x} (device {dev})", grant.ptr);
-        if !grant.from_cache || super::shim::sample_due() {
+        if !grant.from_cache || super::shim::sample_due(ops) {
             self.observe(dev);
         }
         Ok(grant.ptr)
@@ -135,7 +136,7 @@ impl Shim {
             return driver_free(ptr);
         };
         let budget = self.budget(live.device);
-        budget.on_release(live.size);
+        budget.on_release(live.size, Some(live.holder));
         let result = match live.origin {
             Origin::Pool => {
                 if self.tools_see_blocks() {
@@ -184,16 +185,16 @@ impl Shim {
                         .record(live.device, action, ptr, live.size, stream, None);
                 }
             }
-            budget.on_free_call();
+            let ops = budget.on_free_call();
             self.live.freed(ptr);
             log_at!(Debug, "free {ptr:#x}");
-            if super::shim::sample_due() {
+            if super::shim::sample_due(ops) {
                 self.observe(live.device);
             }
         } else {
             // The driver refused: the program still holds the block.
-            budget.on_release_undone(live.size);
-            self.live.undo_remove(ptr, live);
+            let holder = budget.on_release_undone(live.size);
+            self.live.undo_remove(ptr, Live { holder, ..live });
         }
         result
     }

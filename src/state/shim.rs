@@ -18,7 +18,6 @@ use crate::driver::Driver;
 use crate::log::fmt_bytes;
 use crate::pool::SegmentView;
 use crate::{log, log_at};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -123,10 +122,6 @@ pub const STALE_NS: u64 = 100_000_000;
 /// When observers were last sampled (ns on the monotonic clock).
 static LAST_SAMPLE_NS: AtomicU64 = AtomicU64::new(0);
 
-thread_local! {
-    static OPS: Cell<u32> = const { Cell::new(0) };
-}
-
 fn now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -137,16 +132,12 @@ fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Counts an allocation or free of this thread; true when observers should be sampled.
-pub(crate) fn sample_due() -> bool {
-    OPS.try_with(|c| {
-        let n = c.get().wrapping_add(1);
-        c.set(n);
-        n % SAMPLE_EVERY == 0
-            || (n % CHECK_EVERY == 0
-                && now_ns().saturating_sub(LAST_SAMPLE_NS.load(Ordering::Relaxed)) > STALE_NS)
-    })
-    .unwrap_or(false)
+/// Whether observers should be sampled after a thread's `ops`-th allocation or free on a device
+/// (the count its budget line keeps: [`DeviceBudget::on_alloc`](crate::budget::DeviceBudget)).
+pub(crate) fn sample_due(ops: u64) -> bool {
+    ops.is_multiple_of(SAMPLE_EVERY as u64)
+        || (ops.is_multiple_of(CHECK_EVERY as u64)
+            && now_ns().saturating_sub(LAST_SAMPLE_NS.load(Ordering::Relaxed)) > STALE_NS)
 }
 
 impl Shim {
