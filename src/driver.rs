@@ -128,6 +128,15 @@ driver_table! {
     event_destroy = c"cuEventDestroy_v2": fn(CUevent);
     ctx_push_current = c"cuCtxPushCurrent_v2": fn(CUcontext);
     ctx_pop_current = c"cuCtxPopCurrent_v2": fn(*mut CUcontext);
+    ctx_push_current_v1 = c"cuCtxPushCurrent": fn(CUcontext);
+    ctx_pop_current_v1 = c"cuCtxPopCurrent": fn(*mut CUcontext);
+    ctx_set_current = c"cuCtxSetCurrent": fn(CUcontext);
+    ctx_create_v1 = c"cuCtxCreate": fn(*mut CUcontext, c_uint, CUdevice);
+    ctx_create_v2 = c"cuCtxCreate_v2": fn(*mut CUcontext, c_uint, CUdevice);
+    ctx_create_v3 = c"cuCtxCreate_v3": fn(*mut CUcontext, *mut c_void, c_int, c_uint, CUdevice);
+    ctx_create_v4 = c"cuCtxCreate_v4": fn(*mut CUcontext, *mut c_void, c_uint, CUdevice);
+    ctx_attach = c"cuCtxAttach": fn(*mut CUcontext, c_uint);
+    ctx_detach = c"cuCtxDetach": fn(CUcontext);
     stream_begin_capture_to_graph = c"cuStreamBeginCaptureToGraph": fn(CUstream, *mut c_void, *const c_void, *const c_void, usize, c_int);
     stream_begin_capture_to_graph_ptsz = c"cuStreamBeginCaptureToGraph_ptsz": fn(CUstream, *mut c_void, *const c_void, *const c_void, usize, c_int);
     stream_synchronize = c"cuStreamSynchronize": fn(CUstream);

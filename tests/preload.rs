@@ -492,6 +492,22 @@ fn threads_under_limit(pool: &str) {
     assert!(end["peak"].parse::<u64>().unwrap() <= 8 * MIB);
 }
 
+/// Every way a thread changes its current context (set, push, pop, create, destroy, none, another
+/// thread, a primary reset) is followed: each allocation lands on its context's device, though
+/// a thread that set its context through a hook no longer asks the driver (issue 14 part 1).
+#[test]
+fn allocations_follow_every_context_switch() {
+    for (mode, pool) in all_modes().flat_map(|m| POOLS.map(|p| (m, p))) {
+        let r = client(mode, &["ctxswitch"], &[("CUDAPOOL_POOL", pool)]);
+        assert!(
+            r.code == 0 && r.stdout.contains("switch ok"),
+            "{mode}/{pool}: {}{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+}
+
 #[test]
 fn blocks_die_with_their_context() {
     for (mode, pool) in all_modes().flat_map(|m| POOLS.map(|p| (m, p))) {

@@ -47,6 +47,12 @@ int main() {
     size_t elems = (size_t)(1 + i % 7) << 16;
     int *p;
     CK(cudaMalloc(&p, elems * sizeof(int)));
+    cudaPointerAttributes at;
+    CK(cudaPointerGetAttributes(&at, p));
+    if (at.device != d) {
+      printf("multi: block of switch %d is on device %d, not %d\n", i, at.device, d);
+      ok = false;
+    }
     fill<<<(unsigned)((elems + 255) / 256), 256>>>(p, elems, i);
     int last;
     CK(cudaMemcpy(&last, p + elems - 1, sizeof last, cudaMemcpyDeviceToHost));

@@ -10,7 +10,7 @@
 //! - [`counted`]: allocations passed through and counted (pitched, legacy, managed, driver
 //!   pools, virtual memory, arrays);
 //! - [`streams`]: stream creation and destruction, graph capture;
-//! - [`contexts`]: context teardown;
+//! - [`contexts`]: context teardown, and the calling thread's current context followed;
 //! - [`lookups`]: `cuMemGetInfo` and the address queries (`cuMemGetAddressRange`,
 //!   `cuPointerGetAttribute(s)`) and legacy IPC (`cuIpc*MemHandle`);
 //! - [`work`]: the entry points that issue device work (they report their queue);
@@ -105,6 +105,17 @@ pub fn table() -> Vec<(&'static CStr, *const c_void)> {
         contexts::cuDevicePrimaryCtxReset,
         contexts::cuDevicePrimaryCtxRelease_v2,
         contexts::cuDevicePrimaryCtxRelease,
+        contexts::cuCtxSetCurrent,
+        contexts::cuCtxPushCurrent_v2,
+        contexts::cuCtxPushCurrent,
+        contexts::cuCtxPopCurrent_v2,
+        contexts::cuCtxPopCurrent,
+        contexts::cuCtxCreate,
+        contexts::cuCtxCreate_v2,
+        contexts::cuCtxCreate_v3,
+        contexts::cuCtxCreate_v4,
+        contexts::cuCtxAttach,
+        contexts::cuCtxDetach,
     ];
     t.extend(work::table());
     t

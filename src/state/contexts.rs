@@ -7,7 +7,7 @@ use super::clock::ContextClock;
 use crate::addr_hash::AddrMap as HashMap;
 use crate::cu::*;
 use crate::pool::{BlockSpan, Pool, SegmentView};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -29,10 +29,26 @@ pub struct Contexts {
 /// Bumped whenever a context's pool goes away, so per-thread caches of it are dropped.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
+/// What a thread knows of its contexts, without asking the driver.
+///
+/// Invariant: `known` is `(ctx, generation)` when this thread last made `ctx` current through
+/// a hook (`cuCtxSetCurrent`, `cuCtxPushCurrent`), and nothing that could change its current
+/// context has happened since: every other way to change it through the hooks (pop, create,
+/// attach, detach) sets `known` to 0 (not known: the driver is asked), a context's teardown
+/// bumps the generation, and the shim's own switches (`Shim::in_context`) mark it not known
+/// while they last (the clock's and the teardown's run no code that reads it).
+/// `cached` is the last (context, generation, pool) this thread used.
+struct ThreadContexts {
+    known: Cell<(usize, u64)>,
+    cached: RefCell<Option<(usize, u64, Arc<ContextPool>)>>,
+}
+
 thread_local! {
-    /// The last (context, generation, pool) this thread used: the hot path finds its pool here
-    /// without the map's lock or a reference-count update.
-    static CURRENT: RefCell<Option<(usize, u64, Arc<ContextPool>)>> = const { RefCell::new(None) };
+    /// The hot path finds its context and pool here without the driver, the map's lock or a
+    /// reference-count update.
+    static CURRENT: ThreadContexts = const {
+        ThreadContexts { known: Cell::new((0, 0)), cached: RefCell::new(None) }
+    };
 }
 
 impl Contexts {
@@ -114,14 +130,29 @@ impl Contexts {
         GENERATION.load(Ordering::Acquire)
     }
 
-    /// Runs `f` on this thread's cached pool of `ctx`, if the cache holds it and no pool went
-    /// away since; gives `f` back otherwise. No lock, no reference count touched.
-    pub fn with_thread_cached<T, F: FnOnce(&ContextPool) -> T>(ctx: usize, f: F) -> Result<T, F> {
+    /// Runs `f` with a context and this thread's cached pool of it, if the cache holds it and
+    /// no pool went away since: context `ctx`, or (`None`) the thread's current context when it
+    /// knows it (see [`ThreadContexts`]). Gives `f` back otherwise. No driver call, no lock, no
+    /// reference count touched.
+    pub fn with_thread_cached<T, F: FnOnce(usize, &ContextPool) -> T>(
+        ctx: Option<usize>,
+        f: F,
+    ) -> Result<T, F> {
         let generation = Self::generation();
         let mut f = Some(f);
-        let hit = CURRENT.try_with(|c| match &*c.borrow() {
-            Some((cx, g, cp)) if *cx == ctx && *g == generation => f.take().map(|f| f(cp)),
-            _ => None,
+        let hit = CURRENT.try_with(|c| {
+            let known = c.known.get();
+            let want = match ctx {
+                Some(want) => want,
+                None if known.0 != 0 && known.1 == generation => known.0,
+                None => return None,
+            };
+            match &*c.cached.borrow() {
+                Some((cx, g, cp)) if *cx == want && *g == generation => {
+                    f.take().map(|f| f(want, cp))
+                }
+                _ => None,
+            }
         });
         match hit {
             Ok(Some(r)) => Ok(r),
@@ -131,6 +162,25 @@ impl Contexts {
 
     /// Caches `cp`, the pool of `ctx` as of `generation`, for this thread.
     pub fn remember_for_thread(ctx: usize, generation: u64, cp: Arc<ContextPool>) {
-        let _ = CURRENT.try_with(|c| *c.borrow_mut() = Some((ctx, generation, cp)));
+        let _ = CURRENT.try_with(|c| *c.cached.borrow_mut() = Some((ctx, generation, cp)));
+    }
+
+    /// The calling thread's current context, if it knows it without the driver.
+    pub fn known_current() -> Option<usize> {
+        let generation = Self::generation();
+        CURRENT
+            .try_with(|c| {
+                let (ctx, g) = c.known.get();
+                (ctx != 0 && g == generation).then_some(ctx)
+            })
+            .ok()
+            .flatten()
+    }
+
+    /// The calling thread made `ctx` current (`None`: it changed its context in a way the shim
+    /// does not follow; the driver is asked until it sets one again).
+    pub fn set_known_current(ctx: Option<usize>) {
+        let generation = Self::generation();
+        let _ = CURRENT.try_with(|c| c.known.set((ctx.unwrap_or(0), generation)));
     }
 }

@@ -24,25 +24,29 @@ impl Shim {
     }
 
     /// Runs `f` with the pool of the calling thread's current context: from the per-thread
-    /// cache when it is still valid, else from the map, creating the pool on first use. `f`
-    /// must not re-enter the shim.
+    /// cache when the thread knows its context (no driver call) or the driver names it, else
+    /// from the map, creating the pool on first use. `f` must not re-enter the shim.
     pub(crate) fn with_current_pool<T>(
         &self,
         f: impl FnOnce(usize, &ContextPool) -> T,
     ) -> Result<T, CUresult> {
+        let f = match Contexts::with_thread_cached(None, f) {
+            Ok(r) => return Ok(r),
+            Err(f) => f,
+        };
         let ctx = self
             .driver
             .current_context()?
             .ok_or(CUDA_ERROR_INVALID_CONTEXT)? as usize;
         let generation = Contexts::generation();
-        let f = match Contexts::with_thread_cached(ctx, |cp| f(ctx, cp)) {
+        let f = match Contexts::with_thread_cached(Some(ctx), f) {
             Ok(r) => return Ok(r),
             Err(f) => f,
         };
         let dev = self.driver.current_device()?;
         let cp = self.context_pool(ctx, dev);
         Contexts::remember_for_thread(ctx, generation, cp.clone());
-        Ok(f(&cp))
+        Ok(f(ctx, &cp))
     }
 
     /// Runs `f` with the pool of context `ctx`, if it has one (from the per-thread cache when
@@ -52,10 +56,23 @@ impl Shim {
         ctx: usize,
         f: impl FnOnce(&ContextPool) -> T,
     ) -> Option<T> {
-        match Contexts::with_thread_cached(ctx, f) {
+        match Contexts::with_thread_cached(Some(ctx), |_, cp| f(cp)) {
             Ok(r) => Some(r),
-            Err(f) => self.contexts.get(ctx).map(|cp| f(&cp)),
+            Err(f) => self.contexts.get(ctx).map(|cp| f(ctx, &cp)),
         }
+    }
+
+    /// Runs `f` with context `ctx` current on this thread (pushed and popped around it, if the
+    /// driver lets it). Inside `f` the thread does not know its context (the driver is asked);
+    /// after it, it knows what it knew before.
+    pub fn in_context<T>(&self, ctx: usize, f: impl FnOnce() -> T) -> T {
+        let before = Contexts::known_current();
+        self.driver.in_context(ctx, || {
+            Contexts::set_known_current(None);
+            let r = f();
+            Contexts::set_known_current(before);
+            r
+        })
     }
 
     /// Runs `f` with the context of `stream` current (it is, unless the program passed a
@@ -66,7 +83,10 @@ impl Shim {
             return f();
         }
         let mut ctx: CUcontext = std::ptr::null_mut();
-        let current = self.driver.current_context().ok().flatten();
+        let current = match Contexts::known_current() {
+            Some(c) => Some(c as CUcontext),
+            None => self.driver.current_context().ok().flatten(),
+        };
         if crate::driver::call!(self.driver, stream_get_ctx(s as CUstream, &mut ctx))
             != CUDA_SUCCESS
             || ctx.is_null()
@@ -74,7 +94,7 @@ impl Shim {
         {
             return f();
         }
-        self.driver.in_context(ctx as usize, f)
+        self.in_context(ctx as usize, f)
     }
 
     /// The calling thread's context and device, for a pass-through allocation on `stream`.

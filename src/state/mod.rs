@@ -44,6 +44,7 @@ mod streams;
 mod teardown;
 
 pub use budgets::MAX_DEVICES;
+pub use contexts::Contexts;
 pub use ipc::{Export as IpcExport, HandleBytes};
 pub use live::{Live, Origin};
 pub use shim::{config, set_observer, Observer, Shim, State, View};

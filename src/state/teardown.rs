@@ -25,7 +25,7 @@ impl Shim {
             .into_iter()
             .map(|(ctx, cp)| {
                 let up = self.upstream(cp.device);
-                let released = self.driver.in_context(ctx, || cp.pool.reclaim(&up));
+                let released = self.in_context(ctx, || cp.pool.reclaim(&up));
                 self.event(cp.device, "reclaim", released);
                 released
             })

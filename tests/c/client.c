@@ -49,7 +49,7 @@ static void load(void) {
 #ifdef LINKED
     cu = (struct api){cuInit, cuDeviceGet, cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease,
                       cuDevicePrimaryCtxReset, cuCtxCreate, cuCtxDestroy, cuCtxSetCurrent,
-                      cuMemAlloc, cuMemFree, cuMemAllocPitch, cuMemGetInfo, cuMemGetAddressRange,
+                      cuCtxPushCurrent, cuCtxPopCurrent, cuMemAlloc, cuMemFree, cuMemAllocPitch, cuMemGetInfo, cuMemGetAddressRange,
                       cuMemsetD8, cuMemcpyHtoD, cuMemcpyDtoH, cuMemAlloc_v1, cuMemFree_v1,
                       cuStreamCreate, cuStreamDestroy, cuStreamBeginCapture, cuStreamEndCapture,
                       cuLaunchKernel};
@@ -70,6 +70,8 @@ static void load(void) {
     cu.CtxCreate = dlsym(driver, "cuCtxCreate_v2");
     SYM(CtxDestroy, "cuCtxDestroy_v2");
     SYM(CtxSetCurrent, "cuCtxSetCurrent");
+    SYM(CtxPushCurrent, "cuCtxPushCurrent_v2");
+    SYM(CtxPopCurrent, "cuCtxPopCurrent_v2");
     SYM(MemAlloc, "cuMemAlloc_v2");
     SYM(MemFree, "cuMemFree_v2");
     SYM(MemAllocPitch, "cuMemAllocPitch_v2");
@@ -111,6 +113,8 @@ static void load(void) {
     cu.CtxCreate = by_gpa("cuCtxCreate", 3020);
     GPA(CtxDestroy, "cuCtxDestroy", 4000);
     GPA(CtxSetCurrent, "cuCtxSetCurrent", 4000);
+    GPA(CtxPushCurrent, "cuCtxPushCurrent", 4000);
+    GPA(CtxPopCurrent, "cuCtxPopCurrent", 4000);
     GPA(MemAlloc, "cuMemAlloc", 3020);
     GPA(MemFree, "cuMemFree", 3020);
     GPA(MemAllocPitch, "cuMemAllocPitch", 3020);
@@ -445,6 +449,88 @@ static int pairs(int argc, char **argv) {
   return 0;
 }
 
+// Every way a thread changes its current context, each followed by an allocation that must land
+// in the new context's device (the shim knows the context without asking the driver: issue 14).
+// Prints "switch ok", or "switch WRONG" with the step.
+static uint64_t allocated_on(int d) {
+  int (*get)(int, struct stats *) = dlsym(RTLD_DEFAULT, "cudapool_get_stats");
+  struct stats s = {.struct_size = sizeof s};
+  if (!get || get(d, &s) != 0) return 0;
+  return s.allocated;
+}
+// Allocates `size` in the current context: the device it landed on, or -1 - the error.
+static int alloc_lands(size_t size) {
+  uint64_t before[2] = {allocated_on(0), allocated_on(1)};
+  CUdeviceptr p;
+  CUresult r = cu.MemAlloc(&p, size);
+  if (r != CUDA_SUCCESS) return -1 - (int)r;
+  int d = allocated_on(0) == before[0] + size ? 0 : allocated_on(1) == before[1] + size ? 1 : 9;
+  CHECK(cu.MemFree(p));
+  return d;
+}
+static int switch_wrong;
+static void expect(const char *step, int got, int want) {
+  if (got != want) {
+    printf("switch WRONG at %s: got %d, want %d\n", step, got, want);
+    switch_wrong = 1;
+  }
+}
+static CUcontext thread_ctx;
+static int thread_got;
+static void *switch_thread(void *arg) {
+  (void)arg;
+  CHECK(cu.CtxSetCurrent(thread_ctx));
+  thread_got = alloc_lands(5000);
+  return NULL;
+}
+static int switch_scenario(void) {
+  CUcontext p0 = primary, p1, c, popped;
+  CHECK(cu.PrimaryCtxRetain(&p1, 1));
+  const int no_ctx = -1 - CUDA_ERROR_INVALID_CONTEXT;
+  CHECK(cu.CtxSetCurrent(p1));
+  expect("set p1", alloc_lands(1000), 1);
+  CHECK(cu.CtxSetCurrent(p0));
+  expect("set p0", alloc_lands(1100), 0);
+  CHECK(cu.CtxPushCurrent(p1));
+  expect("push p1", alloc_lands(1200), 1);
+  CHECK(cu.CtxPopCurrent(&popped));
+  expect("pop to p0", alloc_lands(1300), 0);
+  CHECK(cu.CtxSetCurrent(p1));
+  CHECK(cu.CtxPushCurrent(p0));
+  expect("push p0 on p1", alloc_lands(1400), 0);
+  CHECK(cu.CtxPopCurrent(&popped));
+  expect("pop to p1", alloc_lands(1500), 1);
+  // A failed set changes nothing, and the next allocation still knows where it is.
+  expect("failed push", cu.CtxPushCurrent(NULL) != CUDA_SUCCESS, 1);
+  expect("after failed push", alloc_lands(1600), 1);
+  if (cu.CtxCreate) {
+    // Created on device 0 while p1 is current: the new context is current.
+    CHECK(cu.CtxCreate(&c, 0, 0));
+    expect("create on 0", alloc_lands(1700), 0);
+    CHECK(cu.CtxDestroy(c));
+    expect("destroyed current", alloc_lands(1800), no_ctx);
+  }
+  CHECK(cu.CtxSetCurrent(p1));
+  expect("set p1 again", alloc_lands(1900), 1);
+  CHECK(cu.CtxSetCurrent(NULL));
+  expect("set none", alloc_lands(2000), no_ctx);
+  // Another thread's context is its own.
+  CHECK(cu.CtxSetCurrent(p1));
+  thread_ctx = p0;
+  pthread_t t;
+  pthread_create(&t, NULL, switch_thread, NULL);
+  pthread_join(t, NULL);
+  expect("other thread on p0", thread_got, 0);
+  expect("this thread still on p1", alloc_lands(2100), 1);
+  // A reset of the current primary context: the next allocation finds what the driver says.
+  CHECK(cu.PrimaryCtxReset(1));
+  CHECK(cu.PrimaryCtxRetain(&p1, 1));
+  CHECK(cu.CtxSetCurrent(p1));
+  expect("after reset", alloc_lands(2200), 1);
+  printf("switch %s\n", switch_wrong ? "WRONG" : "ok");
+  return switch_wrong;
+}
+
 // Leaves two allocations live at exit (CUDAPOOL_TRACK reports them) and writes a snapshot.
 static __attribute__((noinline)) CUdeviceptr leaky_helper(size_t size) {
   CUdeviceptr p;
@@ -528,6 +614,7 @@ int main(int argc, char **argv) {
   if (!strcmp(scenario, "legacy")) return legacy();
   if (!strcmp(scenario, "sample")) return sample();
   if (!strcmp(scenario, "pairs")) return pairs(argc - 3, argv + 3);
+  if (!strcmp(scenario, "ctxswitch")) return switch_scenario();
   if (!strcmp(scenario, "leak")) return leak(argc - 3, argv + 3);
   if (!strcmp(scenario, "hold")) return hold_memory(argc - 3, argv + 3);
   int r = reuse_scenario(scenario, argc - 3, argv + 3);

@@ -15,6 +15,8 @@ struct api {
   CUresult (*CtxCreate)(CUcontext *, unsigned, CUdevice);
   CUresult (*CtxDestroy)(CUcontext);
   CUresult (*CtxSetCurrent)(CUcontext);
+  CUresult (*CtxPushCurrent)(CUcontext);
+  CUresult (*CtxPopCurrent)(CUcontext *);
   CUresult (*MemAlloc)(CUdeviceptr *, size_t);
   CUresult (*MemFree)(CUdeviceptr);
   CUresult (*MemAllocPitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);

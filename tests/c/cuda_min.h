@@ -11,9 +11,12 @@ typedef struct CUctx_st *CUcontext;
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_INVALID_CONTEXT 201
 
 #define cuCtxCreate cuCtxCreate_v2
 #define cuCtxDestroy cuCtxDestroy_v2
+#define cuCtxPushCurrent cuCtxPushCurrent_v2
+#define cuCtxPopCurrent cuCtxPopCurrent_v2
 #define cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2
 #define cuDevicePrimaryCtxReset cuDevicePrimaryCtxReset_v2
 #define cuMemAlloc cuMemAlloc_v2
@@ -35,6 +38,8 @@ CUresult cuDevicePrimaryCtxReset(CUdevice dev);
 CUresult cuCtxCreate(CUcontext *ctx, unsigned flags, CUdevice dev);
 CUresult cuCtxDestroy(CUcontext ctx);
 CUresult cuCtxSetCurrent(CUcontext ctx);
+CUresult cuCtxPushCurrent(CUcontext ctx);
+CUresult cuCtxPopCurrent(CUcontext *ctx);
 CUresult cuMemAlloc(CUdeviceptr *p, size_t size);
 CUresult cuMemFree(CUdeviceptr p);
 CUresult cuMemAllocPitch(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned elem);
