@@ -8,6 +8,7 @@
 # million 4 KiB pairs per second by thread count. Then end to end (issue 5): PyTorch training
 # steps/s with its own allocator, caching off, and caching off under each cudapool kind; JAX with
 # its default allocator, `platform`, and `platform` under cudapool.
+#   bash scripts/bench-gpu.sh pairs      (only the pair, launch and thread tables: issue 14)
 #   bash scripts/bench-gpu.sh e2e        (only the end-to-end tables: speed, then memory)
 #   bash scripts/bench-gpu.sh mem        (only the memory table, issue 11; DDP rows with 2 GPUs)
 #   bash scripts/bench-gpu.sh ddp        (only the DDP rows of the memory table: 2 GPUs)
@@ -15,6 +16,8 @@
 # rows for a second build (say, the last release) to the memory table, side by side.
 set -u
 cd "$(dirname "$0")/.."
+# The memory rows read cudapool's figures through its Python package (python/cudapool).
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-/tmp/cudapool-bench}
 mkdir -p "$OUT"
 LIB=${CUDAPOOL_LIB:-$PWD/target/release/libcudapool.so}
@@ -22,8 +25,11 @@ MODE=${1:-all}
 W=$(mktemp -d)
 KINDS="none split binned simple"
 echo "device: $(nvidia-smi -L | wc -l) x $(nvidia-smi -i 0 --query-gpu=name,driver_version --format=csv,noheader), $(date -u +%F)"
-if [ "$MODE" = all ]; then
+if [ "$MODE" = all ] || [ "$MODE" = pairs ]; then
 nvcc -O2 -o "$W/bench" scripts/gpu/bench_alloc.cu -lcuda || exit 1
+# The floor (issue 14): a one-slot cache in front of the driver, nothing else. Its cudaMalloc
+# row minus its cuMemAlloc row is what the CUDA runtime itself adds to a pair.
+gcc -shared -fPIC -O2 -o "$W/stub.so" scripts/gpu/callcount.c -ldl -lpthread || exit 1
 row() { # name, command...
   local name=$1; shift
   local line="| $name |"
@@ -35,6 +41,8 @@ echo "| ns per alloc+free pair | 512 B | 4 KiB | 64 KiB | 1 MiB | 16 MiB | 256 M
 echo "| --- | --- | --- | --- | --- | --- | --- |"
 row "raw driver (cuMemAlloc)" "$W/bench" driver sizes
 row "CUDA stream-ordered pool (cuMemAllocAsync)" "$W/bench" async sizes
+row "floor: one-slot stub, cuMemAlloc" env STUB_POOL=1 LD_PRELOAD="$W/stub.so" "$W/bench" driver sizes
+row "floor: one-slot stub, cudaMalloc" env STUB_POOL=1 LD_PRELOAD="$W/stub.so" "$W/bench" runtime sizes
 for k in $KINDS; do
   row "cudapool $k, cuMemAlloc" env LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k "$W/bench" driver sizes
   row "cudapool $k, cudaMalloc" env LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k "$W/bench" runtime sizes
@@ -66,6 +74,7 @@ trow() {
   echo "$line $(awk -v a="$last" -v b="$first" 'BEGIN{printf "%.1fx", a/b}') |"
 }
 trow "CUDA stream-ordered pool" "$W/bench" async threads
+trow "floor: one-slot stub" env STUB_POOL=1 LD_PRELOAD="$W/stub.so" "$W/bench" driver threads
 for k in split binned simple; do
   trow "cudapool $k, cuMemAlloc" env LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k "$W/bench" driver threads
 done
@@ -102,6 +111,8 @@ for k in split none; do
   e2e "$REF" "JAX, platform, cudapool $k" env XLA_PYTHON_CLIENT_ALLOCATOR=platform LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k python3 scripts/gpu/jax_bench.py
 done
 fi
+
+[ "$MODE" = pairs ] && exit 0
 
 # ---- memory (issue 11): peak reserved beside steps/s, against PyTorch's own allocator -------
 # One run each. "own" is PyTorch's caching allocator in the same run; the limit rows run under
