@@ -97,8 +97,7 @@ fn step_costs() -> Vec<(&'static str, f64)> {
     let budget = DeviceBudget::new(0, 0);
     let counters = per_pair(n, |_| {
         let (holder, _) = budget.on_alloc(4096, true);
-        budget.on_release(4096, Some(holder));
-        budget.on_free_call();
+        budget.on_free(4096, Some(holder));
     });
     let tls = per_pair(n, |_| {
         std::hint::black_box(cudapool::per_thread::thread_number());
@@ -106,7 +105,7 @@ fn step_costs() -> Vec<(&'static str, f64)> {
     vec![
         ("pool alloc+free (split, 4 KiB, one queue)", pool_pair),
         ("live table insert+remove", live_pair),
-        ("device counters (on_alloc, on_release, on_free_call)", counters),
+        ("device counters (on_alloc, on_free)", counters),
         ("one thread-local lookup here (in the preloaded library each goes through __tls_get_addr: about 10 a pair, callgrind)", tls),
     ]
 }

@@ -248,35 +248,40 @@ impl DeviceBudget {
         mine.credit.fetch_add(extra, Relaxed);
     }
 
-    /// The program gives back `bytes` held by line `holder` (from [`on_alloc`](Self::on_alloc);
+    /// The program frees `bytes` held by line `holder` (from [`on_alloc`](Self::on_alloc);
     /// `None`: the caller's own). Call *before* the bytes return to the cache or the driver, so
-    /// that `allocated <= reserved` holds at every moment.
-    pub fn on_release(&self, bytes: u64, holder: Option<LineId>) {
+    /// that `allocated <= reserved` holds at every moment. Returns how many allocations and
+    /// frees the calling thread's line has counted.
+    pub fn on_free(&self, bytes: u64, holder: Option<LineId>) -> u64 {
         self.lines.with(|l, id, m| {
-            l.sub(LIVE, 1, m);
-            l.sub(HELD, bytes, m);
-            // After the bytes left `allocated`: (C) holds at every moment.
-            let to = holder.unwrap_or(id);
-            self.lines.line(to).credit.fetch_add(bytes, Relaxed);
-        });
-    }
-
-    /// The driver refused the free announced by [`on_release`](Self::on_release): the program
-    /// still holds the block, now on the calling thread's line (returned).
-    pub fn on_release_undone(&self, bytes: u64) -> LineId {
-        self.lines.with(|l, id, m| {
-            l.add(LIVE, 1, m);
-            self.hold(l, m, bytes);
-            id
+            l.add(FREES, 1, m);
+            self.release(l, id, m, bytes, holder);
+            Self::ops(l)
         })
     }
 
-    /// A free call that succeeded; returns how many allocations and frees the calling
-    /// thread's line has counted.
-    pub fn on_free_call(&self) -> u64 {
-        self.lines.with(|l, _, m| {
-            l.add(FREES, 1, m);
-            Self::ops(l)
+    /// The program no longer holds `bytes` of line `holder`, without a free (its context died).
+    pub fn on_release(&self, bytes: u64, holder: Option<LineId>) {
+        self.lines
+            .with(|l, id, m| self.release(l, id, m, bytes, holder));
+    }
+
+    fn release(&self, l: &Line, id: LineId, m: Mode, bytes: u64, holder: Option<LineId>) {
+        l.sub(LIVE, 1, m);
+        l.sub(HELD, bytes, m);
+        // After the bytes left `allocated`: (C) holds at every moment.
+        let to = holder.unwrap_or(id);
+        self.lines.line(to).credit.fetch_add(bytes, Relaxed);
+    }
+
+    /// The driver refused the free announced by [`on_free`](Self::on_free): the program still
+    /// holds the block, now on the calling thread's line (returned), and the free is uncounted.
+    pub fn on_free_undone(&self, bytes: u64) -> LineId {
+        self.lines.with(|l, id, m| {
+            l.sub(FREES, 1, m);
+            l.add(LIVE, 1, m);
+            self.hold(l, m, bytes);
+            id
         })
     }
 
@@ -400,8 +405,7 @@ mod tests {
         assert!(b.try_charge(1000));
         b.on_alloc(100, false);
         b.on_alloc(50, true);
-        b.on_release(100, None);
-        b.on_free_call();
+        b.on_free(100, None);
         let s = b.stats(7);
         assert_eq!((s.allocated, s.allocated_peak), (50, 150));
         assert_eq!((s.alloc_calls, s.free_calls, s.cache_hits), (2, 1, 1));
@@ -428,7 +432,7 @@ mod tests {
                 peak = peak.max(live);
             } else {
                 let n = held.swap_remove((x >> 20) as usize % held.len());
-                b.on_release(n, None);
+                b.on_free(n, None);
                 live -= n;
             }
             if step % 997 == 0 {
@@ -463,7 +467,7 @@ mod tests {
                             barrier.wait();
                         }
                         for _ in 0..n {
-                            b.on_release(piece, None);
+                            b.on_free(piece, None);
                         }
                     }
                 })
@@ -488,8 +492,7 @@ mod tests {
         b.on_alloc(24, true);
         let b2 = b.clone();
         std::thread::spawn(move || {
-            b2.on_release(1000, Some(holder));
-            b2.on_free_call();
+            b2.on_free(1000, Some(holder));
         })
         .join()
         .unwrap();
@@ -498,6 +501,11 @@ mod tests {
         let s = b.stats(0);
         assert_eq!((s.allocated, s.allocated_peak), (924, 1024));
         assert_eq!((s.live_allocations, s.alloc_calls, s.free_calls), (2, 3, 1));
+        // A free the driver refused: held again, and not counted as a call.
+        b.on_free(24, None);
+        b.on_free_undone(24);
+        let s = b.stats(0);
+        assert_eq!((s.allocated, s.live_allocations, s.free_calls), (924, 2, 1));
         assert_eq!(s.cache_hits, 2);
     }
 
@@ -507,7 +515,7 @@ mod tests {
         assert!(b.try_charge(1 << 40));
         let big = 3 * RESERVE;
         b.on_alloc(big, false);
-        b.on_release(big, None);
+        b.on_free(big, None);
         // This thread now holds `big` of credit; another thread allocating finds what lies
         // beyond this line's reserve, and the peak does not move.
         let b2 = b.clone();
@@ -538,7 +546,7 @@ mod tests {
         let b = Arc::new(DeviceBudget::new(0, 0));
         assert!(b.try_charge(512 << 10));
         b.on_alloc(512 << 10, false);
-        b.on_release(512 << 10, None);
+        b.on_free(512 << 10, None);
         let b2 = b.clone();
         std::thread::spawn(move || {
             b2.on_alloc(512 << 10, true);

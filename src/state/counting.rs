@@ -90,10 +90,9 @@ impl Shim {
     /// A counted object of `bytes` went back to the driver (or died with its context).
     fn counted_gone(&self, dev: CUdevice, bytes: u64) {
         let budget = self.budget(dev);
-        budget.on_release(bytes, None);
+        budget.on_free(bytes, None);
         budget.uncharge(bytes);
         budget.on_driver_free();
-        budget.on_free_call();
         self.observe(dev);
     }
 

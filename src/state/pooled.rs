@@ -136,7 +136,7 @@ impl Shim {
             return driver_free(ptr);
         };
         let budget = self.budget(live.device);
-        budget.on_release(live.size, Some(live.holder));
+        let ops = budget.on_free(live.size, Some(live.holder));
         let result = match live.origin {
             Origin::Pool => {
                 if self.tools_see_blocks() {
@@ -185,7 +185,6 @@ impl Shim {
                         .record(live.device, action, ptr, live.size, stream, None);
                 }
             }
-            let ops = budget.on_free_call();
             self.live.freed(ptr);
             log_at!(Debug, "free {ptr:#x}");
             if super::shim::sample_due(ops) {
@@ -193,7 +192,7 @@ impl Shim {
             }
         } else {
             // The driver refused: the program still holds the block.
-            let holder = budget.on_release_undone(live.size);
+            let holder = budget.on_free_undone(live.size);
             self.live.undo_remove(ptr, Live { holder, ..live });
         }
         result
