@@ -44,7 +44,7 @@ use crate::cu::{CUresult, DevPtr};
 use crate::sync::lock;
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -126,8 +126,8 @@ const MAGAZINE_BLOCK: u64 = 1 << 20;
 const MAGAZINE_BYTES: u64 = 256 << 20;
 
 /// One thread's freed blocks in one pool, reusable by that thread at once while the rule is
-/// not `Fenced`. Only its thread pushes and pops; others take it ([`MagazineSlot`]) only to
-/// drain or read it (a miss, reclaim, teardown, a dead thread's leftovers, a report).
+/// not `Fenced`. Only its thread pushes and pops; others lock it only to drain it (a miss,
+/// reclaim, teardown, a dead thread's leftovers), so its lock is uncontended on the fast path.
 /// Every block in it was freed under `OneQueue` or `Immediate`: it is ready for anyone.
 #[derive(Default)]
 struct Magazine {
@@ -170,94 +170,7 @@ impl Magazine {
     }
 }
 
-/// A thread's magazine, lent by swapping a pointer: one atomic to take it and a plain store to
-/// give it back, where a lock costs two atomics. Its thread takes it on every pop and push;
-/// other threads take it to drain or read it (a miss, reclaim, teardown, a report).
-///
-/// Invariant: `ptr` is null while someone holds the magazine, and otherwise the `Box` it was
-/// made as ([`MagazineSlot::default`]), owned by the slot.
-struct MagazineSlot {
-    ptr: AtomicPtr<Magazine>,
-}
-
-impl Default for MagazineSlot {
-    fn default() -> Self {
-        MagazineSlot {
-            ptr: AtomicPtr::new(Box::into_raw(Box::default())),
-        }
-    }
-}
-
-/// A magazine taken out of its slot; put back when dropped (also by a panic in its user).
-struct Taken<'a> {
-    slot: &'a MagazineSlot,
-    magazine: *mut Magazine,
-}
-
-impl Drop for Taken<'_> {
-    fn drop(&mut self) {
-        self.slot.ptr.store(self.magazine, Ordering::Release);
-    }
-}
-
-impl MagazineSlot {
-    /// The magazine, unless someone else holds it now.
-    fn try_take(&self) -> Option<Taken<'_>> {
-        // Acquire: this thread sees every change the last holder made.
-        let p = self.ptr.swap(std::ptr::null_mut(), Ordering::Acquire);
-        // (Not `then_some`: it would build a `Taken` of null even when the magazine is out, and
-        // dropping that would overwrite the magazine its holder puts back meanwhile.)
-        if p.is_null() {
-            return None;
-        }
-        Some(Taken {
-            slot: self,
-            magazine: p,
-        })
-    }
-
-    /// The magazine, waiting for its holder to put it back (holders keep it for a pop or a
-    /// push, or a drain that takes no other magazine's slot: never long, never in a cycle).
-    fn take(&self) -> Taken<'_> {
-        loop {
-            if let Some(t) = self.try_take() {
-                return t;
-            }
-            std::thread::yield_now();
-        }
-    }
-
-    /// Runs `f` on the magazine if no one else holds it now.
-    fn try_with<T>(&self, f: impl FnOnce(&mut Magazine) -> T) -> Option<T> {
-        let mut t = self.try_take()?;
-        Some(f(t.magazine_mut()))
-    }
-
-    /// Runs `f` on the magazine (see [`take`](Self::take)).
-    fn with<T>(&self, f: impl FnOnce(&mut Magazine) -> T) -> T {
-        f(self.take().magazine_mut())
-    }
-}
-
-impl Taken<'_> {
-    fn magazine_mut(&mut self) -> &mut Magazine {
-        // SAFETY: `magazine` is the slot's Box (its invariant), and the swap that took it left
-        // null in the slot: no other thread can reach it until this `Taken` puts it back.
-        unsafe { &mut *self.magazine }
-    }
-}
-
-impl Drop for MagazineSlot {
-    fn drop(&mut self) {
-        let p = *self.ptr.get_mut();
-        if !p.is_null() {
-            // SAFETY: the slot's own Box (its invariant); no `Taken` outlives the slot.
-            drop(unsafe { Box::from_raw(p) });
-        }
-    }
-}
-
-type SharedMagazine = Arc<MagazineSlot>;
+type SharedMagazine = Arc<Mutex<Magazine>>;
 
 thread_local! {
     /// This thread's magazine in each pool it used, by pool id.
@@ -335,22 +248,21 @@ impl CachingPool {
     }
 
     /// Runs `f` on this thread's magazine in this pool, creating and registering it on first
-    /// use. `None` while the thread is being torn down, or while another thread drains or reads
-    /// the magazine (the caller goes to the shared state instead).
+    /// use. `None` while the thread is being torn down.
     fn with_magazine<T>(&self, f: impl FnOnce(&mut Magazine) -> T) -> Option<T> {
         MAGAZINES
             .try_with(|mags| {
                 // Found: used in place, no reference count touched (f never re-enters).
                 if let Some((_, m)) = mags.borrow().iter().find(|(id, _)| *id == self.id) {
-                    return m.try_with(f);
+                    return f(&mut lock(m));
                 }
                 let m = SharedMagazine::default();
                 lock(&self.magazines).push(m.clone());
                 mags.borrow_mut().push((self.id, m.clone()));
-                m.try_with(f)
+                let mut guard = lock(&m);
+                f(&mut guard)
             })
             .ok()
-            .flatten()
     }
 
     /// Moves magazine blocks into the core (they are ready): every thread's (`all`), or only
@@ -360,7 +272,7 @@ impl CachingPool {
         mags.retain(|m| {
             let dead = Arc::strong_count(m) == 1;
             if all || dead {
-                for ptr in m.with(Magazine::take_all) {
+                for ptr in lock(m).take_all() {
                     st.core.put(ptr, READY, 0);
                 }
             }
@@ -605,7 +517,10 @@ impl Pool for CachingPool {
         let st = self.lock();
         let in_magazines: u64 = lock(&self.magazines)
             .iter()
-            .map(|m| m.with(|g| g.all().map(|p| st.core.block_size(p)).sum::<u64>()))
+            .map(|m| {
+                let g = lock(m);
+                g.all().map(|p| st.core.block_size(p)).sum::<u64>()
+            })
             .sum();
         st.core.cached() + st.held_back + in_magazines
     }
@@ -628,7 +543,7 @@ impl Pool for CachingPool {
             .map(|w| w.ptr)
             .collect();
         for m in lock(&self.magazines).iter() {
-            m.with(|g| waiting.extend(g.all()));
+            waiting.extend(lock(m).all());
         }
         let mut segs = st.core.segments();
         for b in segs.iter_mut().flat_map(|s| s.blocks.iter_mut()) {
@@ -642,7 +557,7 @@ impl Pool for CachingPool {
     fn forget_all(&self) -> (u64, u64) {
         let mut st = self.lock();
         for m in lock(&self.magazines).drain(..) {
-            m.with(Magazine::take_all);
+            lock(&m).take_all();
         }
         st.pending.clear();
         st.pending_bytes = 0;
@@ -650,52 +565,5 @@ impl Pool for CachingPool {
         st.sealed.clear();
         st.held_back = 0;
         st.core.forget()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_magazine_taken_by_turns_is_never_lost() {
-        // Four threads take one magazine in turns as fast as they can, and count what they put
-        // in and took out. A `try_take` that finds it out must leave the slot alone: the
-        // magazine is back in its slot at the end, holding exactly the difference.
-        let slot = Arc::new(MagazineSlot::default());
-        let hs: Vec<_> = (0..4)
-            .map(|t| {
-                let slot = slot.clone();
-                std::thread::spawn(move || {
-                    let (mut pushed, mut out) = (0u64, 0u64);
-                    for i in 0..500_000u64 {
-                        let r = slot.try_with(|m| {
-                            if i % 3 == 2 {
-                                (0, m.pop(8).is_some() as u64)
-                            } else {
-                                // Past its size the magazine spills its oldest half: out too.
-                                let p = 0x1000 * (t * 1_000_000 + i + 1);
-                                (1, m.push(p, 8).len() as u64)
-                            }
-                        });
-                        if let Some((p, o)) = r {
-                            pushed += p;
-                            out += o;
-                        }
-                    }
-                    (pushed, out)
-                })
-            })
-            .collect();
-        let (mut pushed, mut popped) = (0, 0);
-        for h in hs {
-            let (p, o) = h.join().unwrap();
-            pushed += p;
-            popped += o;
-        }
-        let left = slot
-            .try_with(|m| m.take_all().len() as u64)
-            .expect("the magazine is back in its slot");
-        assert_eq!(left, pushed - popped);
     }
 }
