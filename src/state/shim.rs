@@ -114,8 +114,11 @@ extern "C" fn at_exit() {
 
 // ---- when to sample on the hot path ----------------------------------------------------------
 
-/// Observers are sampled every this many allocations and frees of a thread...
+/// Observers are sampled every this many allocations and frees of a thread, unless another
+/// sample was taken less than [`MIN_GAP_NS`] ago (a sample reads every thread's counters and
+/// writes the shared page: with 16 threads sampling on their own, it cost more than the pairs)...
 pub const SAMPLE_EVERY: u32 = 256;
+pub const MIN_GAP_NS: u64 = 1_000_000;
 /// ... or, checked every this many, when the last sample is older than [`STALE_NS`].
 pub const CHECK_EVERY: u32 = 16;
 pub const STALE_NS: u64 = 100_000_000;
@@ -135,9 +138,11 @@ fn now_ns() -> u64 {
 /// Whether observers should be sampled after a thread's `ops`-th allocation or free on a device
 /// (the count its budget line keeps: [`DeviceBudget::on_alloc`](crate::budget::DeviceBudget)).
 pub(crate) fn sample_due(ops: u64) -> bool {
-    ops.is_multiple_of(SAMPLE_EVERY as u64)
-        || (ops.is_multiple_of(CHECK_EVERY as u64)
-            && now_ns().saturating_sub(LAST_SAMPLE_NS.load(Ordering::Relaxed)) > STALE_NS)
+    if !ops.is_multiple_of(CHECK_EVERY as u64) {
+        return false;
+    }
+    let age = now_ns().saturating_sub(LAST_SAMPLE_NS.load(Ordering::Relaxed));
+    age > STALE_NS || (ops.is_multiple_of(SAMPLE_EVERY as u64) && age >= MIN_GAP_NS)
 }
 
 impl Shim {
