@@ -43,6 +43,14 @@ struct ThreadContexts {
     cached: RefCell<Option<(usize, u64, Arc<ContextPool>)>>,
 }
 
+impl ThreadContexts {
+    /// The known context, unless a context went away since it was set (`generation`: now).
+    fn known(&self, generation: u64) -> Option<usize> {
+        let (ctx, g) = self.known.get();
+        (ctx != 0 && g == generation).then_some(ctx)
+    }
+}
+
 thread_local! {
     /// The hot path finds its context and pool here without the driver, the map's lock or a
     /// reference-count update.
@@ -141,12 +149,7 @@ impl Contexts {
         let generation = Self::generation();
         let mut f = Some(f);
         let hit = CURRENT.try_with(|c| {
-            let known = c.known.get();
-            let want = match ctx {
-                Some(want) => want,
-                None if known.0 != 0 && known.1 == generation => known.0,
-                None => return None,
-            };
+            let want = ctx.or_else(|| c.known(generation))?;
             match &*c.cached.borrow() {
                 Some((cx, g, cp)) if *cx == want && *g == generation => {
                     f.take().map(|f| f(want, cp))
@@ -168,13 +171,7 @@ impl Contexts {
     /// The calling thread's current context, if it knows it without the driver.
     pub fn known_current() -> Option<usize> {
         let generation = Self::generation();
-        CURRENT
-            .try_with(|c| {
-                let (ctx, g) = c.known.get();
-                (ctx != 0 && g == generation).then_some(ctx)
-            })
-            .ok()
-            .flatten()
+        CURRENT.try_with(|c| c.known(generation)).ok().flatten()
     }
 
     /// The calling thread made `ctx` current (`None`: it changed its context in a way the shim

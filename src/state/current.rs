@@ -34,10 +34,7 @@ impl Shim {
             Ok(r) => return Ok(r),
             Err(f) => f,
         };
-        let ctx = self
-            .driver
-            .current_context()?
-            .ok_or(CUDA_ERROR_INVALID_CONTEXT)? as usize;
+        let ctx = self.current_context()?.ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
         let generation = Contexts::generation();
         let f = match Contexts::with_thread_cached(Some(ctx), f) {
             Ok(r) => return Ok(r),
@@ -47,6 +44,15 @@ impl Shim {
         let cp = self.context_pool(ctx, dev);
         Contexts::remember_for_thread(ctx, generation, cp.clone());
         Ok(f(ctx, &cp))
+    }
+
+    /// The calling thread's current context: the one it is known to have set (see
+    /// `Contexts::known_current`), else the driver's answer.
+    fn current_context(&self) -> Result<Option<usize>, CUresult> {
+        match Contexts::known_current() {
+            Some(c) => Ok(Some(c)),
+            None => Ok(self.driver.current_context()?.map(|c| c as usize)),
+        }
     }
 
     /// Runs `f` with the pool of context `ctx`, if it has one (from the per-thread cache when
@@ -83,14 +89,11 @@ impl Shim {
             return f();
         }
         let mut ctx: CUcontext = std::ptr::null_mut();
-        let current = match Contexts::known_current() {
-            Some(c) => Some(c as CUcontext),
-            None => self.driver.current_context().ok().flatten(),
-        };
+        let current = self.current_context().ok().flatten();
         if crate::driver::call!(self.driver, stream_get_ctx(s as CUstream, &mut ctx))
             != CUDA_SUCCESS
             || ctx.is_null()
-            || Some(ctx) == current
+            || Some(ctx as usize) == current
         {
             return f();
         }
