@@ -9,7 +9,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 cargo build --release
 work=target/demo
 mkdir -p "$work"
-cc -O1 -Itests/c -o "$work/sample" tests/c/client.c tests/c/reuse.c -ldl -lpthread
+cc -O1 -Itests/c -o "$work/sample" tests/c/client.c tests/c/reuse.c tests/c/lifetimes.c -ldl -lpthread
 if nvidia-smi -L >/dev/null 2>&1 && ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
   echo "GPU found: the sample runs against the real driver"
 else

@@ -4,12 +4,16 @@
 //! Every lookup here goes through the *real* `dlsym` on the real driver's handle, never through
 //! the overridden one (DESIGN.md trap 2), so loading the table cannot re-enter the shim.
 //!
-//! Uses: `cu`.
+//! Every call through the table ([`call!`]) can be made to fail on purpose (`CUDAPOOL_FAULTS`,
+//! [`arm_faults`]): a debug setting for testing what cudapool does with the driver's errors.
+//! Unarmed, it costs one relaxed load per driver call.
+//!
+//! Uses: `config` (the faults' type), `log`, `cu`.
 
 use crate::cu::*;
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
@@ -59,6 +63,9 @@ macro_rules! driver_table {
             pub handle: usize,
             $( pub $field: Option<unsafe extern "C" fn($($arg),*) -> CUresult>, )*
         }
+
+        /// (table field, the driver's name) of every entry point the table holds.
+        pub const SYMBOLS: &[(&str, &CStr)] = &[$( (stringify!($field), $sym), )*];
 
         impl Driver {
             fn resolve(handle: *mut c_void) -> Driver {
@@ -179,18 +186,95 @@ thread_local! {
     static LOADING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Calls a table entry: `Err(CUDA_ERROR_NOT_FOUND)` when the driver lacks it, else its result.
+/// Calls a table entry: `CUDA_ERROR_NOT_FOUND` when the driver lacks it, an armed fault's
+/// error (`CUDAPOOL_FAULTS`), else its result.
 macro_rules! call {
     ($drv:expr, $field:ident ( $($arg:expr),* )) => {
         match $drv.$field {
-            // SAFETY: the pointer came from the real driver for this exact signature; the
-            // arguments are the caller's own (hooks) or point at locals of the caller.
-            Some(f) => unsafe { f($($arg),*) },
+            Some(f) => match $crate::driver::injected(stringify!($field)) {
+                Some(e) => e,
+                // SAFETY: the pointer came from the real driver for this exact signature; the
+                // arguments are the caller's own (hooks) or point at locals of the caller.
+                None => unsafe { f($($arg),*) },
+            },
             None => $crate::cu::CUDA_ERROR_NOT_FOUND,
         }
     };
 }
 pub(crate) use call;
+
+/// A `CUDAPOOL_FAULTS` entry, armed: the calls of table field `field` numbered `from..=to`
+/// fail with `code`; `calls` counts the calls made so far.
+struct Armed {
+    field: &'static str,
+    from: u64,
+    to: u64,
+    code: CUresult,
+    calls: AtomicU64,
+}
+
+static FAULTS: OnceLock<Vec<Armed>> = OnceLock::new();
+static ARMED: AtomicBool = AtomicBool::new(false);
+
+/// The table field of the driver's entry point `name`, if the table holds it.
+pub fn field_of(name: &str) -> Option<&'static str> {
+    SYMBOLS
+        .iter()
+        .find(|(_, sym)| sym.to_bytes() == name.as_bytes())
+        .map(|(field, _)| *field)
+}
+
+/// Arms the faults (once per process; the names were checked with [`field_of`]).
+pub fn arm_faults(faults: &[crate::config::Fault]) {
+    if faults.is_empty() {
+        return;
+    }
+    let armed = faults
+        .iter()
+        .filter_map(|f| {
+            Some(Armed {
+                field: field_of(&f.call)?,
+                from: f.from,
+                to: f.to,
+                code: f.code,
+                calls: AtomicU64::new(0),
+            })
+        })
+        .collect();
+    if FAULTS.set(armed).is_ok() {
+        ARMED.store(true, Ordering::Release);
+    }
+}
+
+/// The error an armed fault makes this call of table field `field` return, if any.
+#[inline]
+pub fn injected(field: &str) -> Option<CUresult> {
+    if !ARMED.load(Ordering::Relaxed) {
+        return None;
+    }
+    injected_slow(field)
+}
+
+#[cold]
+fn injected_slow(field: &str) -> Option<CUresult> {
+    let mut hit = None;
+    for f in FAULTS.get()?.iter().filter(|f| f.field == field) {
+        let n = f.calls.fetch_add(1, Ordering::AcqRel) + 1;
+        if (f.from..=f.to).contains(&n) && hit.is_none() {
+            hit = Some(f.code);
+            crate::log_at!(
+                crate::config::LogLevel::Info,
+                "injected fault: call {n} of {} returns {}",
+                SYMBOLS
+                    .iter()
+                    .find(|(fl, _)| *fl == field)
+                    .map_or(field.into(), |(_, sym)| sym.to_string_lossy()),
+                f.code
+            );
+        }
+    }
+    hit
+}
 
 fn check(r: CUresult) -> Result<(), CUresult> {
     if r == CUDA_SUCCESS {

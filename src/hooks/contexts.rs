@@ -13,11 +13,16 @@ use crate::driver::{call, Driver};
 use crate::state::{Contexts, Shim};
 use std::ffi::{c_int, c_uint, c_void};
 
-fn destroy(shim: &Shim, ctx: CUcontext, r: CUresult) -> CUresult {
-    if r == CUDA_SUCCESS && !ctx.is_null() {
-        shim.context_gone(ctx as usize);
+/// A destroy ends the context when it succeeds. The real call runs while no thread of
+/// cudapool uses the context (`Shim::context_ending`).
+fn destroy(shim: &Shim, ctx: CUcontext, real: impl FnOnce(&Driver) -> CUresult) -> CUresult {
+    if ctx.is_null() {
+        return real(shim.driver);
     }
-    r
+    shim.context_ending(ctx as usize, || {
+        let r = real(shim.driver);
+        (r, r == CUDA_SUCCESS)
+    })
 }
 
 /// # Safety
@@ -25,9 +30,7 @@ fn destroy(shim: &Shim, ctx: CUcontext, r: CUresult) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
     let real = move |d: &Driver| call!(d, ctx_destroy_v2(ctx));
-    hook(OnBadConfig::Forward, real, |shim| {
-        destroy(shim, ctx, real(shim.driver))
-    })
+    hook(OnBadConfig::Forward, real, |shim| destroy(shim, ctx, real))
 }
 
 /// # Safety
@@ -35,31 +38,32 @@ pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxDestroy(ctx: CUcontext) -> CUresult {
     let real = move |d: &Driver| call!(d, ctx_destroy_v1(ctx));
-    hook(OnBadConfig::Forward, real, |shim| {
-        destroy(shim, ctx, real(shim.driver))
-    })
+    hook(OnBadConfig::Forward, real, |shim| destroy(shim, ctx, real))
 }
 
 /// A reset destroys the primary context whatever its reference count.
 fn primary_reset(shim: &Shim, dev: CUdevice, real: impl FnOnce(&Driver) -> CUresult) -> CUresult {
-    let primary = shim.primary_context(dev);
-    let r = real(shim.driver);
-    if let (CUDA_SUCCESS, Some(ctx)) = (r, primary) {
-        shim.context_gone(ctx);
-    }
-    r
+    let Some(ctx) = shim.primary_context(dev) else {
+        return real(shim.driver);
+    };
+    shim.context_ending(ctx, || {
+        let r = real(shim.driver);
+        (r, r == CUDA_SUCCESS)
+    })
 }
 
 /// A release destroys the primary context when it drops the last reference.
 fn primary_release(shim: &Shim, dev: CUdevice, real: impl FnOnce(&Driver) -> CUresult) -> CUresult {
-    let primary = shim.primary_context(dev);
-    let r = real(shim.driver);
-    if let (CUDA_SUCCESS, Some(ctx)) = (r, primary) {
-        if !shim.driver.primary_context_active(dev) {
-            shim.context_gone(ctx);
-        }
-    }
-    r
+    let Some(ctx) = shim.primary_context(dev) else {
+        return real(shim.driver);
+    };
+    shim.context_ending(ctx, || {
+        let r = real(shim.driver);
+        (
+            r,
+            r == CUDA_SUCCESS && !shim.driver.primary_context_active(dev),
+        )
+    })
 }
 
 /// # Safety

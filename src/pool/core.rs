@@ -103,10 +103,13 @@ pub(super) fn segment(up: &dyn Upstream, sizes: &[u64]) -> Result<(DevPtr, u64),
     let last = *sizes.last().expect("at least one size");
     let headroom = up.headroom();
     let mut result = Err(CUDA_ERROR_OUT_OF_MEMORY);
+    let mut refused = None;
     for &size in sizes {
-        if size > headroom && size != last {
+        // A size the upstream just refused is not asked again.
+        if (size > headroom && size != last) || refused == Some(size) {
             continue;
         }
+        refused = Some(size);
         result = up.alloc(size).map(|p| (p, size));
         match result {
             Err(CUDA_ERROR_OUT_OF_MEMORY) => continue,

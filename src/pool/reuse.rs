@@ -40,7 +40,7 @@
 use super::core::{Core, Lane, READY};
 use super::types::{BlockSpan, BlockState, Grant, Pool, SegmentView, StreamKey, Upstream};
 use crate::config::PoolKind;
-use crate::cu::{CUresult, DevPtr};
+use crate::cu::{CUresult, DevPtr, CUDA_ERROR_INVALID_CONTEXT};
 use crate::sync::lock;
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -200,7 +200,8 @@ struct Sealed {
 /// them. `sealed` is oldest first, its epochs increase, and `done` is the epoch of the newest
 /// batch collected. `held_back` is the size of the [`READY`]-lane blocks of `pending` and
 /// `sealed`; `pending_bytes` the size of all of `pending`, which has waited since
-/// `pending_since`.
+/// `pending_since`. Once `forgotten` (the context died), the pool holds nothing and takes
+/// nothing: a free that raced with the teardown is dropped, an allocation refused.
 struct State {
     core: Box<dyn Core>,
     pending: Vec<Waiting>,
@@ -211,6 +212,7 @@ struct State {
     epoch: u64,
     done: u64,
     held_back: u64,
+    forgotten: bool,
 }
 
 /// A caching pool: a [`Core`] behind one lock, with reuse made safe by a [`Clock`], and a
@@ -239,6 +241,7 @@ impl CachingPool {
                 epoch: 1,
                 done: 0,
                 held_back: 0,
+                forgotten: false,
             }),
         }
     }
@@ -402,6 +405,9 @@ impl CachingPool {
         let lane = on.filter(|_| rule == ReuseRule::Fenced).unwrap_or(READY);
         let limit = up.limit();
         let mut st = self.lock();
+        if st.forgotten {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
         // While fences are still to bring blocks back, only a close fit: blocks come back in
         // fence order, not in the order the program will ask for them, and splitting the
         // first large one that fits fragments the pool (the recorded PyTorch trace on a
@@ -457,8 +463,10 @@ impl CachingPool {
                 Some(spill) if spill.is_empty() => return Ok(()),
                 Some(spill) => {
                     let mut st = self.lock();
-                    for (p, _) in spill {
-                        st.core.put(p, READY, 0);
+                    if !st.forgotten {
+                        for (p, _) in spill {
+                            st.core.put(p, READY, 0);
+                        }
                     }
                     return Ok(());
                 }
@@ -466,6 +474,9 @@ impl CachingPool {
             }
         }
         let mut st = self.lock();
+        if st.forgotten {
+            return Ok(()); // the block died with its context
+        }
         self.give_back(&mut st, ptr, rule, on);
         if up.over_soft_limit() {
             // Above the soft limit: whatever is safe to give back goes back now.
@@ -564,6 +575,7 @@ impl Pool for CachingPool {
         st.pending_since = None;
         st.sealed.clear();
         st.held_back = 0;
+        st.forgotten = true;
         st.core.forget()
     }
 }

@@ -22,6 +22,27 @@
 //! cudapool saw is asked whether it is idle; if it is not, work reached it through an entry
 //! point cudapool does not watch, and the context falls back to fences for good (one warning).
 //!
+//! **Handles the program owns are the program's** (DESIGN.md trap 10). The context, its
+//! streams, and the events cudapool makes in it can be destroyed by any thread of the program
+//! at any moment, and the driver does not check a dead handle: it crashes. So:
+//! - every call that passes this context, one of its streams or one of cudapool's events in it
+//!   to the driver runs inside a *use* of the context's [`Lifetime`] (an [`Alive`] proves it);
+//! - a stream reaches the driver only while it is listed (an active queue, or a created
+//!   stream), and the program's `cuStreamDestroy` unlists it inside an exclusive section of
+//!   the same lifetime, before the real destroy: no thread can be between "read the handle" and
+//!   "passed it to the driver" then, and none finds it afterwards. Its last work is recorded
+//!   there (a *zombie* event) so that the blocks it may touch stay fenced;
+//! - the context's teardown (`cuCtxDestroy`, primary reset, last primary release) runs the
+//!   real call inside an exclusive section and ends the lifetime when the context is gone:
+//!   every later use finds it ended and calls nothing (fences count as done: nothing runs in a
+//!   dead context);
+//! - a zombie event is shared by the fences sealed while it was pending, and destroyed only
+//!   once it has completed and no fence holds it (an event handle the driver reuses would
+//!   otherwise answer for another).
+//!
+//! The streams the program passes to the call it is making (its own launch, its own free) are
+//! alive for the length of that call by the program's contract; cudapool uses them directly.
+//!
 //! Uses: `queues`, `pool` (its `Clock`), `driver`, `flags`, `config`, `addr_hash`, `per_thread`,
 //! `sync`, `cu`.
 
@@ -32,9 +53,9 @@ use crate::driver::{call, Driver};
 use crate::flags::{capturing_somewhere, exiting, unwatched_work};
 use crate::pool::{Clock, FenceId, ReuseRule};
 use crate::queues::{QueueDevice, QueueKey, Queues};
-use crate::sync::lock;
+use crate::sync::{lock, Lifetime, Use};
 use std::sync::atomic::{AtomicU64, Ordering::*};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// The stream a call means: the handle the program passed, with 0 made explicit (the
 /// per-thread default stream through a `_ptsz`/`_ptds` entry point, the legacy one otherwise).
@@ -72,29 +93,44 @@ pub fn capturing(driver: &Driver, stream: usize) -> bool {
         && status == CU_STREAM_CAPTURE_STATUS_ACTIVE
 }
 
+/// An event recorded on a stream as the program destroyed it: the stream's last work. Shared
+/// (by reference count) with the fences sealed while it was pending.
+struct Zombie(usize);
+
 /// The events of one fence.
 struct Fence {
     /// Recorded for this fence; back to the spare list when it retires.
     own: Vec<usize>,
-    /// Shared with other fences; destroyed by the clock once complete.
-    zombies: Vec<usize>,
+    /// Shared with other fences; destroyed by the clock once complete and unshared.
+    zombies: Vec<Arc<Zombie>>,
 }
 
 /// The clock of one context (see the module doc).
 ///
 /// Invariants: `created` holds the live streams the program created in this context, with
 /// their flags; `zombies` the events recorded on destroyed streams that had work, not yet seen
-/// complete; every event in `fences` and `spare` belongs to this context.
+/// complete and unshared; every event in `fences`, `zombies` and `spare` belongs to this
+/// context. None of them is passed to the driver outside a use of `life` (or the exclusive
+/// section of a stream's destroy); once `life` has ended, none is passed at all.
 pub struct ContextClock {
     driver: &'static Driver,
     ctx: usize,
     reuse: Reuse,
+    life: Lifetime,
     queues: Queues,
     created: Mutex<Vec<(usize, u32)>>,
-    zombies: Mutex<Vec<usize>>,
+    zombies: Mutex<Vec<Arc<Zombie>>>,
     fences: Mutex<HashMap<FenceId, Fence>>,
     next: AtomicU64,
     spare: Mutex<Vec<usize>>,
+}
+
+/// The clock while its context is known to be alive: inside a use of its lifetime, or inside
+/// the exclusive section of a stream's destroy. Every driver call of the clock goes through
+/// one.
+struct Alive<'a> {
+    clock: &'a ContextClock,
+    _use: Option<Use<'a>>,
 }
 
 impl ContextClock {
@@ -103,6 +139,7 @@ impl ContextClock {
             driver,
             ctx,
             reuse,
+            life: Lifetime::default(),
             queues: Queues::default(),
             created: Mutex::new(Vec::new()),
             zombies: Mutex::new(Vec::new()),
@@ -112,9 +149,33 @@ impl ContextClock {
         }
     }
 
+    /// The clock inside a use of its context; `None` once the context is gone.
+    fn alive(&self) -> Option<Alive<'_>> {
+        Some(Alive {
+            clock: self,
+            _use: Some(self.life.enter()?),
+        })
+    }
+
+    /// A use of the context (see the module doc): while it lives, the context is not torn
+    /// down. `None` once it is gone. For whoever else passes the context to the driver from a
+    /// thread that may not have it current (reclaim).
+    pub fn enter(&self) -> Option<Use<'_>> {
+        self.life.enter()
+    }
+
+    /// Runs `end`, the program's call that may destroy the context, while no use is under way;
+    /// `end` says whether the context is gone, and then every later use finds it ended. `None`
+    /// (and `end` not run) when it was gone already.
+    pub fn ending<T>(&self, end: impl FnOnce() -> (T, bool)) -> Option<T> {
+        self.life.exclusive(end)
+    }
+
     /// Work is about to be issued on the queue `q` of this context.
     pub fn work_on(&self, q: QueueKey) {
-        self.queues.work_on(q, self);
+        if let Some(alive) = self.alive() {
+            self.queues.work_on(q, &alive);
+        }
     }
 
     /// The program created `stream` in this context.
@@ -122,18 +183,26 @@ impl ContextClock {
         lock(&self.created).push((stream, flags));
     }
 
-    /// The program is about to destroy `stream`: its last work is remembered (a zombie event)
-    /// for the fences and for ordering new queues, and its handle may come back for another
-    /// stream, so every thread reports its next work again.
+    /// The program is about to destroy `stream`: no thread is using it, and none will (it is
+    /// unlisted); its last work is remembered (a zombie event) for the fences and for ordering
+    /// new queues. Its handle may come back for another stream, so every thread reports its
+    /// next work again.
     pub fn stream_destroying(&self, stream: usize) {
-        lock(&self.created).retain(|&(s, _)| s != stream);
-        let q = key(stream);
-        if self.queues.active().contains(&q) {
-            if let Some(ev) = self.record_on(stream) {
-                lock(&self.zombies).push(ev);
+        self.life.exclusive(|| {
+            let alive = Alive {
+                clock: self,
+                _use: None,
+            };
+            lock(&self.created).retain(|&(s, _)| s != stream);
+            let q = key(stream);
+            if self.queues.active().contains(&q) {
+                if let Some(ev) = alive.record_on(stream) {
+                    lock(&self.zombies).push(Arc::new(Zombie(ev)));
+                }
+                self.queues.forget(q);
             }
-            self.queues.forget(q);
-        }
+            ((), false)
+        });
         crate::queues::bump_epoch();
     }
 
@@ -160,11 +229,24 @@ impl ContextClock {
         }
     }
 
-    /// An event recorded now on `stream`, in this context.
+    fn tick_alive(&self, alive: &Alive) {
+        if self.reuse == Reuse::Immediate || exiting() {
+            return;
+        }
+        if self.queues.tick(alive) {
+            alive.check_unwatched();
+        }
+    }
+}
+
+impl Alive<'_> {
+    /// An event recorded now on `stream` (listed, or the program's own in its current call).
     fn record_on(&self, stream: usize) -> Option<usize> {
-        let d = self.driver;
-        d.in_context(self.ctx, || {
-            let ev = match lock(&self.spare).pop() {
+        let c = self.clock;
+        let d = c.driver;
+        d.in_context(c.ctx, || {
+            let spare = lock(&c.spare).pop();
+            let ev = match spare {
                 Some(ev) => ev,
                 None => {
                     let mut ev: CUevent = std::ptr::null_mut();
@@ -177,47 +259,48 @@ impl ContextClock {
             if call!(d, event_record(ev as CUevent, stream as CUstream)) == CUDA_SUCCESS {
                 Some(ev)
             } else {
-                lock(&self.spare).push(ev);
+                lock(&c.spare).push(ev);
                 None
             }
         })
     }
 
-    /// Complete, or unknowable (an error: the event or its context is gone).
+    /// Whether the work before `ev` has completed. An error (the context hit a sticky error,
+    /// or an injected fault) is not completion: the fence stays pending, and a wait ends it.
     fn complete(&self, ev: usize) -> bool {
-        call!(self.driver, event_query(ev as CUevent)) != CUDA_ERROR_NOT_READY
+        call!(self.clock.driver, event_query(ev as CUevent)) == CUDA_SUCCESS
     }
 
-    /// Destroys the zombie events that have completed.
+    /// Destroys the zombie events that have completed and that no fence holds.
     fn prune_zombies(&self) {
-        let mut z = lock(&self.zombies);
-        let d = self.driver;
-        z.retain(|&ev| {
-            let done = self.complete(ev);
-            if done {
-                call!(d, event_destroy(ev as CUevent));
+        let d = self.clock.driver;
+        lock(&self.clock.zombies).retain(|z| {
+            let gone = Arc::strong_count(z) == 1 && self.complete(z.0);
+            if gone {
+                call!(d, event_destroy(z.0 as CUevent));
             }
-            !done
+            !gone
         });
     }
 
     /// The safety net (see the module doc): a created stream with no work cudapool saw must be
     /// idle.
     fn check_unwatched(&self) {
-        if !self.trusted() || capturing_somewhere() {
+        let c = self.clock;
+        if !c.trusted() || capturing_somewhere() {
             return;
         }
-        let active = self.queues.active();
-        let quiet: Vec<usize> = lock(&self.created)
+        let active = c.queues.active();
+        let quiet: Vec<usize> = lock(&c.created)
             .iter()
             .map(|&(s, _)| s)
             .filter(|&s| !active.contains(&key(s)))
             .collect();
-        let d = self.driver;
-        let busy = d.in_context(self.ctx, || {
+        let d = c.driver;
+        let busy = d.in_context(c.ctx, || {
             quiet.into_iter().find(|&s| {
                 call!(d, stream_query(s as CUstream)) == CUDA_ERROR_NOT_READY
-                    && !self.queues.active().contains(&key(s))
+                    && !c.queues.active().contains(&key(s))
             })
         });
         if let Some(s) = busy {
@@ -225,16 +308,17 @@ impl ContextClock {
                 crate::config::LogLevel::Warn,
                 "stream {s:#x} runs device work that reached the driver through an entry point cudapool does not watch; freed memory now waits for fences in this context"
             );
-            self.queues.mark_unordered();
+            c.queues.mark_unordered();
         }
     }
 }
 
-impl QueueDevice for ContextClock {
+impl QueueDevice for Alive<'_> {
     fn order_after(&self, new: QueueKey, others: &[QueueKey]) -> bool {
-        let zombies = lock(&self.zombies).clone();
-        let target = Self::target(new);
-        let mut sources: Vec<usize> = others.iter().map(|&q| Self::source(q)).collect();
+        let c = self.clock;
+        let zombies = lock(&c.zombies).clone();
+        let target = ContextClock::target(new);
+        let mut sources: Vec<usize> = others.iter().map(|&q| ContextClock::source(q)).collect();
         sources.sort_unstable();
         sources.dedup();
         // A queue follows its own earlier work, and the legacy stream follows every blocking
@@ -251,19 +335,21 @@ impl QueueDevice for ContextClock {
             match self.record_on(s) {
                 Some(ev) => own.push(ev),
                 None => {
-                    lock(&self.spare).extend(own);
+                    lock(&c.spare).extend(own);
                     return false;
                 }
             }
         }
-        let d = self.driver;
-        let ok = d.in_context(self.ctx, || {
-            own.iter().chain(&zombies).all(|&ev| {
+        let d = c.driver;
+        let ok = d.in_context(c.ctx, || {
+            own.iter().chain(zombies.iter().map(|z| &z.0)).all(|&ev| {
                 call!(d, stream_wait_event(target as CUstream, ev as CUevent, 0)) == CUDA_SUCCESS
+                    // The device could not be told to wait: the host waits instead.
+                    || call!(d, event_synchronize(ev as CUevent)) == CUDA_SUCCESS
             })
         });
         // The waits took the events' state: they may be recorded again at once.
-        lock(&self.spare).extend(own);
+        lock(&c.spare).extend(own);
         ok
     }
 
@@ -272,8 +358,8 @@ impl QueueDevice for ContextClock {
             // Only its own thread can name it; it never retires.
             return false;
         }
-        let d = self.driver;
-        d.in_context(self.ctx, || {
+        let d = self.clock.driver;
+        d.in_context(self.clock.ctx, || {
             call!(d, stream_query(q as usize as CUstream)) == CUDA_SUCCESS
         })
     }
@@ -292,8 +378,9 @@ impl Clock for ContextClock {
         if capturing_somewhere() || exiting() {
             return None;
         }
-        self.tick();
-        self.prune_zombies();
+        let alive = self.alive()?;
+        self.tick_alive(&alive);
+        alive.prune_zombies();
         let mut streams: Vec<usize> = if self.trusted() {
             self.queues.active().into_iter().map(Self::source).collect()
         } else {
@@ -305,7 +392,7 @@ impl Clock for ContextClock {
         streams.dedup();
         let mut own = Vec::with_capacity(streams.len());
         for s in streams {
-            match self.record_on(s) {
+            match alive.record_on(s) {
                 Some(ev) => own.push(ev),
                 None => {
                     lock(&self.spare).extend(own);
@@ -320,6 +407,10 @@ impl Clock for ContextClock {
     }
 
     fn is_done(&self, f: FenceId) -> bool {
+        // A dead context runs nothing: its fences are done.
+        let Some(alive) = self.alive() else {
+            return true;
+        };
         let fences = lock(&self.fences);
         let Some(fence) = fences.get(&f) else {
             return true;
@@ -327,16 +418,26 @@ impl Clock for ContextClock {
         fence
             .own
             .iter()
-            .chain(&fence.zombies)
-            .all(|&ev| self.complete(ev))
+            .chain(fence.zombies.iter().map(|z| &z.0))
+            .all(|&ev| alive.complete(ev))
     }
 
     fn wait(&self, f: FenceId) {
+        let Some(_alive) = self.alive() else {
+            return;
+        };
         let events: Vec<usize> = match lock(&self.fences).get(&f) {
-            Some(fence) => fence.own.iter().chain(&fence.zombies).copied().collect(),
+            Some(fence) => fence
+                .own
+                .iter()
+                .chain(fence.zombies.iter().map(|z| &z.0))
+                .copied()
+                .collect(),
             None => return,
         };
         for ev in events {
+            // An error here is a sticky one of the context (nothing will run in it again) or
+            // an injected fault: either way the wait is over.
             call!(self.driver, event_synchronize(ev as CUevent));
         }
     }
@@ -348,11 +449,8 @@ impl Clock for ContextClock {
     }
 
     fn tick(&self) {
-        if self.reuse == Reuse::Immediate || exiting() {
-            return;
-        }
-        if self.queues.tick(self) {
-            self.check_unwatched();
+        if let Some(alive) = self.alive() {
+            self.tick_alive(&alive);
         }
     }
 }

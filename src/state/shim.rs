@@ -92,7 +92,22 @@ static REFUSAL_SAID: AtomicBool = AtomicBool::new(false);
 /// that runs before it.
 pub fn config() -> &'static Result<Config, ConfigError> {
     CONFIG.get_or_init(|| {
-        let c = Config::from_env();
+        let c = Config::from_env().and_then(|c| {
+            // CUDAPOOL_FAULTS names entry points of the driver's table.
+            match c
+                .faults
+                .iter()
+                .find(|f| crate::driver::field_of(&f.call).is_none())
+            {
+                Some(f) => Err(ConfigError {
+                    var: "CUDAPOOL_FAULTS",
+                    value: std::env::var("CUDAPOOL_FAULTS").unwrap_or_default(),
+                    why: format!("cudapool never calls {}", f.call),
+                    accepted: crate::config::Fault::ACCEPTED,
+                }),
+                None => Ok(c),
+            }
+        });
         if let Ok(c) = &c {
             log::set_level(c.log);
         }
@@ -181,6 +196,7 @@ impl Shim {
             }
         });
         if fresh {
+            crate::driver::arm_faults(&config.faults);
             log_at!(Info, "active: pool {}", config.pool.name());
             // SAFETY: registers a plain extern "C" function with no arguments.
             unsafe { libc::atexit(at_exit) };

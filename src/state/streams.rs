@@ -58,6 +58,9 @@ impl Shim {
 
     /// The program is about to destroy `stream` (a handle, as an address).
     pub fn stream_destroying(&self, stream: usize) {
+        if stream == 0 || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD {
+            return; // not a stream anyone can destroy: the driver refuses it
+        }
         let mut ctx: CUcontext = std::ptr::null_mut();
         let handle = stream as CUstream;
         if crate::driver::call!(self.driver, stream_get_ctx(handle, &mut ctx)) != CUDA_SUCCESS {

@@ -12,9 +12,14 @@ impl Shim {
     /// Gives back cached memory of the pool of `ctx` until `need` bytes went back
     /// (`u64::MAX`: all of it); returns the bytes released.
     pub(crate) fn reclaim_context(&self, ctx: usize, dev: CUdevice, need: u64) -> u64 {
-        self.contexts
-            .get(ctx)
-            .map_or(0, |cp| cp.pool.trim(&self.upstream(dev), need))
+        let Some(cp) = self.contexts.get(ctx) else {
+            return 0;
+        };
+        // Its segments go back to the driver only while the context lives (see `clock`).
+        let Some(_alive) = cp.clock.enter() else {
+            return 0;
+        };
+        cp.pool.trim(&self.upstream(dev), need)
     }
 
     /// Gives back the cached memory of every context on `device` (-1: every device), each with
@@ -24,12 +29,44 @@ impl Shim {
             .on_device(device)
             .into_iter()
             .map(|(ctx, cp)| {
+                // Another thread of the program may be destroying this context: it is pushed,
+                // and its fences waited for, only inside a use of it (see `clock`).
+                let Some(_alive) = cp.clock.enter() else {
+                    return 0;
+                };
                 let up = self.upstream(cp.device);
                 let released = self.in_context(ctx, || cp.pool.reclaim(&up));
                 self.event(cp.device, "reclaim", released);
                 released
             })
             .sum()
+    }
+
+    /// Runs `end`, the program's call that may destroy the context `ctx` (`cuCtxDestroy`, a
+    /// primary context's reset or release), while no thread of cudapool passes `ctx`, its
+    /// streams or its events to the driver; `end` returns the driver's answer and whether the
+    /// context is gone. If it is, every later use of it in cudapool finds it ended, and its
+    /// records are dropped ([`context_gone`](Self::context_gone)).
+    pub fn context_ending(&self, ctx: usize, end: impl FnOnce() -> (CUresult, bool)) -> CUresult {
+        let (r, gone) = match self.contexts.get(ctx) {
+            Some(cp) => {
+                let mut end = Some(end);
+                let mut result = None;
+                cp.clock.ending(|| {
+                    let (r, gone) = (end.take().expect("runs once"))();
+                    result = Some((r, gone));
+                    ((), gone)
+                });
+                // Already ended: a context of the same address died before; this call is the
+                // driver's to answer.
+                result.unwrap_or_else(|| (end.take().expect("not run"))())
+            }
+            None => end(),
+        };
+        if gone {
+            self.context_gone(ctx);
+        }
+        r
     }
 
     /// The context `ctx` is gone (destroyed or reset): its memory went with it. Drop every

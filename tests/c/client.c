@@ -52,7 +52,7 @@ static void load(void) {
                       cuCtxPushCurrent, cuCtxPopCurrent, cuMemAlloc, cuMemFree, cuMemAllocPitch, cuMemGetInfo, cuMemGetAddressRange,
                       cuMemsetD8, cuMemcpyHtoD, cuMemcpyDtoH, cuMemAlloc_v1, cuMemFree_v1,
                       cuStreamCreate, cuStreamDestroy, cuStreamBeginCapture, cuStreamEndCapture,
-                      cuLaunchKernel};
+                      cuLaunchKernel, cuLaunchHostFunc, cuStreamAddCallback};
     return;
 #else
     fprintf(stderr, "client: built without -DLINKED\n");
@@ -87,6 +87,8 @@ static void load(void) {
     cu.BeginCapture = dlsym(driver, "cuStreamBeginCapture_v2");
     cu.EndCapture = dlsym(driver, "cuStreamEndCapture");
     cu.LaunchKernel = dlsym(driver, "cuLaunchKernel");
+    cu.LaunchHostFunc = dlsym(driver, "cuLaunchHostFunc");
+    cu.StreamAddCallback = dlsym(driver, "cuStreamAddCallback");
     return;
   }
   if (!strncmp(mode, "gpa", 3)) {
@@ -130,6 +132,8 @@ static void load(void) {
     cu.BeginCapture = by_gpa("cuStreamBeginCapture", 10010);
     cu.EndCapture = by_gpa("cuStreamEndCapture", 10000);
     cu.LaunchKernel = by_gpa("cuLaunchKernel", 12000);
+    cu.LaunchHostFunc = by_gpa("cuLaunchHostFunc", 12000);
+    cu.StreamAddCallback = by_gpa("cuStreamAddCallback", 12000);
     // A name the driver lacks: NOT_FOUND with status 1, unchanged by any shim.
     void *none = (void *)1;
     int status = -1;
@@ -618,6 +622,8 @@ int main(int argc, char **argv) {
   if (!strcmp(scenario, "leak")) return leak(argc - 3, argv + 3);
   if (!strcmp(scenario, "hold")) return hold_memory(argc - 3, argv + 3);
   int r = reuse_scenario(scenario, argc - 3, argv + 3);
+  if (r >= 0) return r;
+  r = lifetime_scenario(scenario, argc - 3, argv + 3);
   if (r >= 0) return r;
   fprintf(stderr, "client: unknown scenario %s\n", scenario);
   return 2;

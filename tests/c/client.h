@@ -34,6 +34,8 @@ struct api {
   // cuLaunchKernel (its _ptsz variant in gpa-ptsz mode).
   CUresult (*LaunchKernel)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, void *, void **, void **);
+  CUresult (*LaunchHostFunc)(void *, void (*)(void *), void *);
+  CUresult (*StreamAddCallback)(void *, void (*)(void *, CUresult, void *), void *, unsigned);
 };
 
 extern struct api cu;
@@ -58,3 +60,11 @@ void *fake_fn(const char *name);
 long fake_calls(const char *name);
 // The reuse-safety scenarios (reuse.c): the scenario's exit status, or -1 if it is not one.
 int reuse_scenario(const char *name, int argc, char **argv);
+// The lifetime and fault-injection scenarios (lifetimes.c), the same way.
+int lifetime_scenario(const char *name, int argc, char **argv);
+// A kernel of the fake driver on `s` that runs `us` microseconds of device time and touches
+// [p, p + n) (reuse.c).
+void touch(void *s, CUdeviceptr p, size_t n, unsigned us);
+// The fake's race count, the kernel that holds its stream until finished (reuse.c).
+long races(void);
+long launch_hold(void *s);

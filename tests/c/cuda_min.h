@@ -54,6 +54,9 @@ CUresult cuStreamBeginCapture(void *stream, int mode);
 CUresult cuStreamEndCapture(void *stream, void **graph);
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned shmem, void *stream, void **params, void **extra);
+CUresult cuLaunchHostFunc(void *stream, void (*fn)(void *), void *data);
+CUresult cuStreamAddCallback(void *stream, void (*cb)(void *, CUresult, void *), void *data,
+                             unsigned flags);
 // The legacy 32-bit entry points, bound to their real symbol names.
 CUresult cuMemAlloc_v1(unsigned *p, unsigned size) __asm__("cuMemAlloc");
 CUresult cuMemFree_v1(unsigned p) __asm__("cuMemFree");

@@ -20,18 +20,18 @@
 #define TOUCH_KERNEL ((void *)0x402)
 
 // A kernel on `s` that runs until the test finishes it; returns its hold.
-static long launch_hold(void *s) {
+long launch_hold(void *s) {
   CHECK(cu.LaunchKernel(HOLD_KERNEL, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
   return ((long (*)(void))fake_fn("fakecu_last_hold"))();
 }
 
 // A kernel on `s` that runs for `us` microseconds of device time and touches [p, p + n).
-static void touch(void *s, CUdeviceptr p, size_t n, unsigned us) {
+void touch(void *s, CUdeviceptr p, size_t n, unsigned us) {
   void *params[] = {&p, &n};
   CHECK(cu.LaunchKernel(TOUCH_KERNEL, us, 1, 1, 1, 1, 1, 0, s, params, NULL));
 }
 
-static long races(void) { return ((long (*)(void))fake_fn("fakecu_races"))(); }
+long races(void) { return ((long (*)(void))fake_fn("fakecu_races"))(); }
 
 struct other {
   CUdeviceptr got;

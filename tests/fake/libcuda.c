@@ -3,6 +3,8 @@
 // Device memory is host memory. Devices: FAKECU_DEVICES (default 2), each with
 // FAKECU_TOTAL_MEM bytes (default 1 GiB). Contexts are real objects with a per-thread current
 // one, primary contexts with reference counts, and allocations that die with their context.
+// Lifetimes are checked: a destroyed stream, event or context passed to any entry point aborts
+// the process, naming the call (the real driver crashes; see "lifetimes" below).
 // cuGetProcAddress/_v2 answer by base name, cudaVersion and flags the way the real driver does.
 // Every entry point counts its calls: fakecu_calls("cuMemAlloc_v2").
 //
@@ -34,7 +36,6 @@ enum {
 };
 
 #define MAX_DEV 8
-#define MAX_CTX 256
 #define MAX_COUNTED 128
 
 struct fake_ctx {
@@ -60,7 +61,6 @@ static int initialized;
 static int ndev = 2;
 static size_t total_mem = (size_t)1 << 30;
 static size_t used[MAX_DEV], peak[MAX_DEV];
-static struct fake_ctx ctxs[MAX_CTX];
 static struct fake_ctx *primary[MAX_DEV];
 static int primary_refs[MAX_DEV];
 static struct alloc *allocs;
@@ -149,16 +149,30 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
+// ---- lifetimes ----------------------------------------------------------------------------
+// The real driver does not check a handle the program destroyed (a stream, an event, a
+// context): it crashes, or worse. The fake never frees or reuses the objects behind its
+// handles, so a destroyed one stays recognisable, and aborts, naming the call, when one comes
+// back. Streams and events die with their context. A primary context keeps its handle across a
+// reset (as on the real driver): used while inactive, it gets an error, not an abort.
+static void destroyed(const char *api, const char *what, const void *h) {
+  fprintf(stderr, "fakecu: %s was passed a destroyed %s (%p)\n", api, what, h);
+  fflush(stderr);
+  abort();
+}
+#define CTX_ALIVE(c, api) \
+  do { if ((c) && !(c)->primary && !(c)->live) destroyed(api, "context", (c)); } while (0)
+
 static struct fake_ctx *new_ctx(int dev, int is_primary) {
-  for (int i = 0; i < MAX_CTX; i++)
-    if (!ctxs[i].live) {
-      ctxs[i] = (struct fake_ctx){1, dev, is_primary};
-      return &ctxs[i];
-    }
-  return NULL;
+  struct fake_ctx *c = calloc(1, sizeof *c);
+  if (c) *c = (struct fake_ctx){1, dev, is_primary};
+  return c;
 }
 
-// Frees every allocation of ctx and the context itself. Caller holds mu.
+static void kill_objects_of(struct fake_ctx *ctx);
+static ns_t all_end(void);
+// Frees every allocation of ctx, its streams and events, and the context itself. Caller holds
+// mu.
 static void kill_ctx(struct fake_ctx *ctx) {
   struct alloc **pp = &allocs;
   while (*pp) {
@@ -172,7 +186,11 @@ static void kill_ctx(struct fake_ctx *ctx) {
       pp = &a->next;
     }
   }
+  kill_objects_of(ctx);
   ctx->live = 0;
+  // A context's teardown waits for its work (the device's time moves past it): its memory may
+  // come back in a new allocation at once without overlapping the dead context's work.
+  dev_now = max2(dev_now, all_end());
 }
 
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned flags, CUdevice dev) {
@@ -190,7 +208,8 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned flags, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-static CUresult ctx_destroy(CUcontext ctx) {
+static CUresult ctx_destroy(CUcontext ctx, const char *api) {
+  CTX_ALIVE(ctx, api);
   if (!ctx || !ctx->live || ctx->primary) return CUDA_ERROR_INVALID_CONTEXT;
   pthread_mutex_lock(&mu);
   kill_ctx(ctx);
@@ -198,11 +217,12 @@ static CUresult ctx_destroy(CUcontext ctx) {
   if (current == ctx) current = NULL;
   return CUDA_SUCCESS;
 }
-CUresult cuCtxDestroy_v2(CUcontext ctx) { count("cuCtxDestroy_v2"); return ctx_destroy(ctx); }
-CUresult cuCtxDestroy(CUcontext ctx) { count("cuCtxDestroy"); return ctx_destroy(ctx); }
+CUresult cuCtxDestroy_v2(CUcontext ctx) { count("cuCtxDestroy_v2"); return ctx_destroy(ctx, "cuCtxDestroy_v2"); }
+CUresult cuCtxDestroy(CUcontext ctx) { count("cuCtxDestroy"); return ctx_destroy(ctx, "cuCtxDestroy"); }
 
 CUresult cuCtxSetCurrent(CUcontext ctx) {
   count("cuCtxSetCurrent");
+  CTX_ALIVE(ctx, "cuCtxSetCurrent");
   if (ctx && !ctx->live) return CUDA_ERROR_INVALID_CONTEXT;
   current = ctx;
   return CUDA_SUCCESS;
@@ -229,7 +249,8 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
   if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
   pthread_mutex_lock(&mu);
-  if (!primary[dev] || !primary[dev]->live) primary[dev] = new_ctx(dev, 1);
+  if (!primary[dev]) primary[dev] = new_ctx(dev, 1);
+  primary[dev]->live = 1; // the same handle, active again after a reset
   primary_refs[dev]++;
   *pctx = primary[dev];
   pthread_mutex_unlock(&mu);
@@ -550,7 +571,7 @@ CUresult cuMemGetAddressRange(unsigned *base, unsigned *size, unsigned ptr) {
 }
 
 // ---- streams, events, modelled device work, graph capture --------------------------------
-// CUstream: NULL or 0x1 = legacy, 0x2 = per-thread default, else &streams[i].
+// CUstream: NULL or 0x1 = legacy, 0x2 = per-thread default, else a struct fake_stream.
 //
 // A GPU that lags the CPU. Device time (ns) is modelled: every work submission costs the CPU
 // FAKECU_HOST_NS of it (default 1000), so device time passes as the program issues work; a
@@ -573,9 +594,7 @@ CUresult cuMemGetAddressRange(unsigned *base, unsigned *size, unsigned ptr) {
 // events and stream queries wait for the holds their stream must wait for.
 #define CUDA_ERROR_NOT_READY 600
 #define CUDA_ERROR_STREAM_CAPTURE_IMPLICIT 906
-#define MAX_STREAMS 256
 #define MAX_HOLDS 1024
-#define MAX_EVENTS 1024
 #define EVENT_HOLDS 64
 #define FAKECU_HOLD ((void *)0x401)
 #define FAKECU_TOUCH ((void *)0x402)
@@ -589,6 +608,7 @@ struct fake_stream {
   int waits[EVENT_HOLDS]; // holds this stream's later work waits for (cuStreamWaitEvent)
   ns_t busy;              // when its last work ends
   ns_t wait_until;        // its next work starts no earlier (cuStreamWaitEvent)
+  struct fake_stream *next; // every stream ever made (never freed: see "lifetimes")
 };
 struct fake_hold {
   int live;
@@ -597,13 +617,30 @@ struct fake_hold {
 };
 struct fake_event {
   int live;
+  struct fake_ctx *ctx; // the context it was created in
   int n;
   int holds[EVENT_HOLDS];
   ns_t at; // complete at this device time
+  struct fake_event *next; // every event ever made (never freed)
 };
-static struct fake_stream streams[MAX_STREAMS];
+static struct fake_stream *all_streams;
 static struct fake_hold holds[MAX_HOLDS];
-static struct fake_event events[MAX_EVENTS];
+static struct fake_event *all_events;
+
+// A stream or event the program destroyed (or whose context died) aborts the process.
+static void stream_alive(void *s, const char *api) {
+  if ((uintptr_t)s > 2 && !((struct fake_stream *)s)->live) destroyed(api, "stream", s);
+}
+static void event_alive(void *e, const char *api) {
+  if (e && !((struct fake_event *)e)->live) destroyed(api, "event", e);
+}
+// Called with mu held, as a context dies.
+static void kill_objects_of(struct fake_ctx *ctx) {
+  for (struct fake_stream *st = all_streams; st; st = st->next)
+    if (st->ctx == ctx) st->live = 0;
+  for (struct fake_event *ev = all_events; ev; ev = ev->next)
+    if (ev->ctx == ctx) ev->live = 0;
+}
 static int capturing_now;
 static long capture_violations;
 static long last_hold = -1;
@@ -680,6 +717,7 @@ static void init_time(void) {
 }
 
 static CUresult work(void *s, int ptsz, ns_t dur, unsigned long long lo, size_t bytes, int sync) {
+  stream_alive(s, "a work call");
   pthread_mutex_lock(&mu);
   init_time();
   ns_t end = submit(s, ptsz, dur, lo, bytes);
@@ -755,16 +793,15 @@ CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, uns
 static CUresult stream_create(void **ps, unsigned flags) {
   if (!ps) return CUDA_ERROR_INVALID_VALUE;
   if (!current || !current->live) return CUDA_ERROR_INVALID_CONTEXT;
+  struct fake_stream *st = calloc(1, sizeof *st);
+  if (!st) return CUDA_ERROR_OUT_OF_MEMORY;
+  st->live = 1, st->flags = flags, st->ctx = current;
   pthread_mutex_lock(&mu);
-  for (int i = 0; i < MAX_STREAMS; i++)
-    if (!streams[i].live) {
-      streams[i] = (struct fake_stream){1, flags, current, 0, 0, {0}, 0, 0};
-      *ps = &streams[i];
-      pthread_mutex_unlock(&mu);
-      return CUDA_SUCCESS;
-    }
+  st->next = all_streams;
+  all_streams = st;
   pthread_mutex_unlock(&mu);
-  return CUDA_ERROR_OUT_OF_MEMORY;
+  *ps = st;
+  return CUDA_SUCCESS;
 }
 CUresult cuStreamCreate(void **ps, unsigned flags) { count("cuStreamCreate"); return stream_create(ps, flags); }
 CUresult cuStreamCreateWithPriority(void **ps, unsigned flags, int prio) {
@@ -772,15 +809,17 @@ CUresult cuStreamCreateWithPriority(void **ps, unsigned flags, int prio) {
   count("cuStreamCreateWithPriority");
   return stream_create(ps, flags);
 }
-static CUresult stream_destroy(void *s) {
-  if ((uintptr_t)s <= 2 || !((struct fake_stream *)s)->live) return CUDA_ERROR_INVALID_VALUE;
+static CUresult stream_destroy(void *s, const char *api) {
+  stream_alive(s, api);
+  if ((uintptr_t)s <= 2) return CUDA_ERROR_INVALID_VALUE;
   ((struct fake_stream *)s)->live = 0; // its work keeps running, as on a real device
   return CUDA_SUCCESS;
 }
-CUresult cuStreamDestroy_v2(void *s) { count("cuStreamDestroy_v2"); return stream_destroy(s); }
-CUresult cuStreamDestroy(void *s) { count("cuStreamDestroy"); return stream_destroy(s); }
+CUresult cuStreamDestroy_v2(void *s) { count("cuStreamDestroy_v2"); return stream_destroy(s, "cuStreamDestroy_v2"); }
+CUresult cuStreamDestroy(void *s) { count("cuStreamDestroy"); return stream_destroy(s, "cuStreamDestroy"); }
 CUresult cuStreamGetCtx(void *s, CUcontext *pctx) {
   count("cuStreamGetCtx");
+  stream_alive(s, "cuStreamGetCtx");
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
   if ((uintptr_t)s <= 2) {
     *pctx = current;
@@ -790,6 +829,7 @@ CUresult cuStreamGetCtx(void *s, CUcontext *pctx) {
   return CUDA_SUCCESS;
 }
 static CUresult begin_capture(void *s) {
+  stream_alive(s, "cuStreamBeginCapture");
   if ((uintptr_t)s <= 2) return CUDA_ERROR_INVALID_VALUE; // legacy cannot capture
   pthread_mutex_lock(&mu);
   ((struct fake_stream *)s)->capturing = 1;
@@ -800,6 +840,7 @@ static CUresult begin_capture(void *s) {
 CUresult cuStreamBeginCapture_v2(void *s, int mode) { (void)mode; count("cuStreamBeginCapture_v2"); return begin_capture(s); }
 CUresult cuStreamBeginCapture_v2_ptsz(void *s, int mode) { (void)mode; count("cuStreamBeginCapture_v2_ptsz"); return begin_capture(s); }
 static CUresult end_capture(void *s, void **graph) {
+  stream_alive(s, "cuStreamEndCapture");
   if ((uintptr_t)s <= 2 || !((struct fake_stream *)s)->capturing) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mu);
   ((struct fake_stream *)s)->capturing = 0;
@@ -812,6 +853,7 @@ CUresult cuStreamEndCapture(void *s, void **graph) { count("cuStreamEndCapture")
 CUresult cuStreamEndCapture_ptsz(void *s, void **graph) { count("cuStreamEndCapture_ptsz"); return end_capture(s, graph); }
 CUresult cuStreamIsCapturing(void *s, int *status) {
   count("cuStreamIsCapturing");
+  stream_alive(s, "cuStreamIsCapturing");
   if (!status) return CUDA_ERROR_INVALID_VALUE;
   *status = (uintptr_t)s > 2 && ((struct fake_stream *)s)->capturing ? 1 : 0;
   return CUDA_SUCCESS;
@@ -821,20 +863,26 @@ CUresult cuEventCreate(void **pe, unsigned flags) {
   (void)flags;
   count("cuEventCreate");
   if (!pe) return CUDA_ERROR_INVALID_VALUE;
+  if (!current || !current->live) return CUDA_ERROR_INVALID_CONTEXT;
+  struct fake_event *ev = calloc(1, sizeof *ev);
+  if (!ev) return CUDA_ERROR_OUT_OF_MEMORY;
+  ev->live = 1, ev->ctx = current;
   pthread_mutex_lock(&mu);
-  for (int i = 0; i < MAX_EVENTS; i++)
-    if (!events[i].live) {
-      events[i] = (struct fake_event){1, 0, {0}, 0};
-      *pe = &events[i];
-      pthread_mutex_unlock(&mu);
-      return CUDA_SUCCESS;
-    }
+  ev->next = all_events;
+  all_events = ev;
   pthread_mutex_unlock(&mu);
-  return CUDA_ERROR_OUT_OF_MEMORY;
+  *pe = ev;
+  return CUDA_SUCCESS;
 }
 static CUresult event_record(void *e, void *s, int ptsz) {
   struct fake_event *ev = e;
-  if (!ev || !ev->live) return CUDA_ERROR_INVALID_VALUE;
+  event_alive(e, "cuEventRecord");
+  stream_alive(s, "cuEventRecord");
+  if (!ev) return CUDA_ERROR_INVALID_VALUE;
+  // As the real driver: the event and the stream must be of one context.
+  struct fake_ctx *sctx = (uintptr_t)s > 2 ? ((struct fake_stream *)s)->ctx : current;
+  if (!sctx || !sctx->live) return CUDA_ERROR_INVALID_CONTEXT;
+  if (sctx != ev->ctx) return CUDA_ERROR_INVALID_HANDLE;
   pthread_mutex_lock(&mu);
   if (capturing_now && is_legacy(s, ptsz)) {
     // The real driver refuses, and the capture elsewhere is ruined.
@@ -861,7 +909,9 @@ static int event_done(struct fake_event *ev) {
 }
 static CUresult stream_wait_event(void *s, void *e, int ptsz) {
   struct fake_event *ev = e;
-  if (!ev || !ev->live) return CUDA_ERROR_INVALID_VALUE;
+  event_alive(e, "cuStreamWaitEvent");
+  stream_alive(s, "cuStreamWaitEvent");
+  if (!ev) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mu);
   if (is_legacy(s, ptsz)) {
     legacy_wait = max2(legacy_wait, ev->at);
@@ -898,7 +948,8 @@ int fakecu_stream_waits_for(void *s, long h) {
 CUresult cuEventQuery(void *e) {
   count("cuEventQuery");
   struct fake_event *ev = e;
-  if (!ev || !ev->live) return CUDA_ERROR_INVALID_VALUE;
+  event_alive(e, "cuEventQuery");
+  if (!ev) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mu);
   int done = event_done(ev);
   pthread_mutex_unlock(&mu);
@@ -907,7 +958,8 @@ CUresult cuEventQuery(void *e) {
 CUresult cuEventSynchronize(void *e) {
   count("cuEventSynchronize");
   struct fake_event *ev = e;
-  if (!ev || !ev->live) return CUDA_ERROR_INVALID_VALUE;
+  event_alive(e, "cuEventSynchronize");
+  if (!ev) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mu); // waiting: the device finishes what the event waits for
   for (int i = 0; i < ev->n; i++) holds[ev->holds[i]].live = 0;
   dev_now = max2(dev_now, ev->at);
@@ -917,7 +969,8 @@ CUresult cuEventSynchronize(void *e) {
 CUresult cuEventDestroy_v2(void *e) {
   count("cuEventDestroy_v2");
   struct fake_event *ev = e;
-  if (!ev || !ev->live) return CUDA_ERROR_INVALID_VALUE;
+  event_alive(e, "cuEventDestroy_v2");
+  if (!ev) return CUDA_ERROR_INVALID_VALUE;
   ev->live = 0;
   return CUDA_SUCCESS;
 }
@@ -925,7 +978,7 @@ CUresult cuEventDestroy_v2(void *e) {
 // The end of all work issued so far on every stream (mu held).
 static ns_t all_end(void) {
   ns_t t = max2(blocking_busy, ptsz_busy);
-  for (int i = 0; i < MAX_STREAMS; i++) t = max2(t, streams[i].busy);
+  for (struct fake_stream *st = all_streams; st; st = st->next) t = max2(t, st->busy);
   return t;
 }
 CUresult cuCtxSynchronize(void) {
@@ -936,6 +989,7 @@ CUresult cuCtxSynchronize(void) {
   return CUDA_SUCCESS;
 }
 static CUresult stream_query(void *s, int ptsz) {
+  stream_alive(s, "cuStreamQuery");
   pthread_mutex_lock(&mu);
   int busy = stream_end(s, ptsz) > dev_now;
   int nb = is_nonblocking(s);
@@ -963,6 +1017,7 @@ static __thread struct fake_ctx *ctx_stack[16];
 static __thread int ctx_depth;
 CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
   count("cuCtxPushCurrent_v2");
+  CTX_ALIVE(ctx, "cuCtxPushCurrent_v2");
   if (!ctx || !ctx->live || ctx_depth == 16) return CUDA_ERROR_INVALID_CONTEXT;
   ctx_stack[ctx_depth++] = current;
   current = ctx;
@@ -1029,6 +1084,7 @@ static CUresult pool_alloc(CUdeviceptr *out, size_t size, struct fake_pool *pool
 }
 
 static CUresult alloc_async(CUdeviceptr *p, size_t size, void *s) {
+  stream_alive(s, "cuMemAllocAsync");
   struct fake_ctx *ctx = current;
   if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
   (void)s;
@@ -1036,8 +1092,8 @@ static CUresult alloc_async(CUdeviceptr *p, size_t size, void *s) {
 }
 CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, void *s) { count("cuMemAllocAsync"); return alloc_async(p, size, s); }
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, void *s) { count("cuMemAllocAsync_ptsz"); return alloc_async(p, size, s); }
-CUresult cuMemFreeAsync(CUdeviceptr p, void *s) { (void)s; count("cuMemFreeAsync"); return do_free(p); }
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, void *s) { (void)s; count("cuMemFreeAsync_ptsz"); return do_free(p); }
+CUresult cuMemFreeAsync(CUdeviceptr p, void *s) { count("cuMemFreeAsync"); stream_alive(s, "cuMemFreeAsync"); return do_free(p); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, void *s) { count("cuMemFreeAsync_ptsz"); stream_alive(s, "cuMemFreeAsync_ptsz"); return do_free(p); }
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, void *pool, void *s) {
   (void)s;
   count("cuMemAllocFromPoolAsync");
@@ -1110,6 +1166,7 @@ size_t fakecu_pool_reserved(void *pool) { return ((struct fake_pool *)pool)->res
 
 CUresult cuStreamSynchronize(void *s) {
   count("cuStreamSynchronize");
+  stream_alive(s, "cuStreamSynchronize");
   pthread_mutex_lock(&mu);
   int nb = is_nonblocking(s);
   for (int i = 0; i < MAX_HOLDS; i++)
@@ -1118,6 +1175,84 @@ CUresult cuStreamSynchronize(void *s) {
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
 }
+// ---- host functions ----------------------------------------------------------------------
+// cuLaunchHostFunc and cuStreamAddCallback: the function runs on the driver's own callback
+// thread, one for the process, in the order they were enqueued, once the work its stream had
+// before it has run (device time moves to it). Unlike the real driver, the fake lets a
+// callback call the driver (free, destroy its stream), as the tests need.
+struct host_call {
+  void (*fn)(void *);                   // cuLaunchHostFunc
+  void (*cb)(void *, CUresult, void *); // cuStreamAddCallback
+  void *stream, *data;
+  ns_t at;
+  struct host_call *next;
+};
+static pthread_mutex_t host_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t host_cv = PTHREAD_COND_INITIALIZER;
+static struct host_call *host_head, *host_tail;
+static int host_thread_started;
+
+static void *host_thread(void *arg) {
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&host_mu);
+    while (!host_head) pthread_cond_wait(&host_cv, &host_mu);
+    struct host_call *c = host_head;
+    host_head = c->next;
+    if (!host_head) host_tail = NULL;
+    pthread_mutex_unlock(&host_mu);
+    pthread_mutex_lock(&mu);
+    dev_now = max2(dev_now, c->at);
+    pthread_mutex_unlock(&mu);
+    if (c->fn) c->fn(c->data);
+    else c->cb(c->stream, CUDA_SUCCESS, c->data);
+    free(c);
+  }
+  return NULL;
+}
+
+static CUresult host_enqueue(void *s, void (*fn)(void *), void (*cb)(void *, CUresult, void *),
+                             void *data, const char *api) {
+  stream_alive(s, api);
+  if (!fn && !cb) return CUDA_ERROR_INVALID_VALUE;
+  struct host_call *c = calloc(1, sizeof *c);
+  if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
+  c->fn = fn, c->cb = cb, c->stream = s, c->data = data;
+  pthread_mutex_lock(&mu);
+  init_time();
+  c->at = stream_end(s, 0);
+  pthread_mutex_unlock(&mu);
+  pthread_mutex_lock(&host_mu);
+  if (!host_thread_started) {
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &a, host_thread, NULL)) {
+      pthread_mutex_unlock(&host_mu);
+      free(c);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    host_thread_started = 1;
+  }
+  if (host_tail) host_tail->next = c;
+  else host_head = c;
+  host_tail = c;
+  pthread_cond_signal(&host_cv);
+  pthread_mutex_unlock(&host_mu);
+  return CUDA_SUCCESS;
+}
+CUresult cuLaunchHostFunc(void *s, void (*fn)(void *), void *data) {
+  count("cuLaunchHostFunc");
+  return host_enqueue(s, fn, NULL, data, "cuLaunchHostFunc");
+}
+CUresult cuStreamAddCallback(void *s, void (*cb)(void *, CUresult, void *), void *data,
+                             unsigned flags) {
+  count("cuStreamAddCallback");
+  if (flags) return CUDA_ERROR_INVALID_VALUE;
+  return host_enqueue(s, NULL, cb, data, "cuStreamAddCallback");
+}
+
 CUresult cuStreamBeginCaptureToGraph(void *s, void *g, const void *d, const void *e, size_t n,
                                      int mode) {
   (void)g, (void)d, (void)e, (void)n, (void)mode;
@@ -1516,6 +1651,8 @@ static const struct proc procs[] = {
     {"cuMemPoolGetAttribute", 11020, 0, (void *)cuMemPoolGetAttribute},
     {"cuDeviceGetDefaultMemPool", 11020, 0, (void *)cuDeviceGetDefaultMemPool},
     {"cuStreamSynchronize", 2000, 0, (void *)cuStreamSynchronize},
+    {"cuLaunchHostFunc", 10000, 0, (void *)cuLaunchHostFunc},
+    {"cuStreamAddCallback", 5000, 0, (void *)cuStreamAddCallback},
     {"cuStreamBeginCaptureToGraph", 12030, 0, (void *)cuStreamBeginCaptureToGraph},
     {"cuMemAllocManaged", 6000, 0, (void *)cuMemAllocManaged},
     {"cuMemHostAlloc", 2020, 0, (void *)cuMemHostAlloc},
