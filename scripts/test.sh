@@ -26,7 +26,9 @@ status=${PIPESTATUS[0]}
 bash scripts/test-wheel.sh 2>&1 | tee -a "$log"
 wheel_status=${PIPESTATUS[0]}
 set -e
-passed=$(awk '/^test result:/ {s += $4} /^wheel: / {s += $2} END {print s + 0}' "$log")
-failed=$(awk '/^test result:/ {s += $6} /^wheel: / {s += $4} END {print s + 0}' "$log")
+passed=$(awk '/^test result:/ {s += $4} /^wheel: [0-9]/ {s += $2} END {print s + 0}' "$log")
+failed=$(awk '/^test result:/ {s += $6} /^wheel: [0-9]/ {s += $4} END {print s + 0}' "$log")
+# A wheel that did not build or install is a failure too, though it ran no check.
+[ "$wheel_status" = 0 ] || grep -q '^wheel: [0-9]' "$log" || failed=$((failed + 1))
 echo "$passed passed, $failed failed"
 [ "$status" = 0 ] && [ "$wheel_status" = 0 ]
