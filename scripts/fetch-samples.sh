@@ -26,7 +26,7 @@ git --git-dir="$gitdir" archive "$commit" -- $dirs ':(exclude,glob)**/doc/**' \
   ':(exclude)Samples/4_CUDA_Libraries/randomFog' | tar -x -C .samples/src
 # The samples that need a display stack or a library the GPU machine lacks cannot be built
 # there: they do not travel.
-grep -rlE '#include\s*[<"](GL/|GLFW|EGL|vulkan|mpi\.h|nvscibuf|nvscisync|X11|FreeImage|helper_gl\.h|cuda_gl_interop|cudaEGL|d3d)' \
+grep -rlE '#include\s*[<"](GL/|GLFW|EGL|vulkan|mpi\.h|nvscibuf|nvscisync|X11|FreeImage|ImageIO\.h|helper_gl\.h|cuda_gl_interop|cudaEGL|d3d)' \
   .samples/src/Samples --include='*.cu' --include='*.cpp' --include='*.h' --include='*.cuh' |
   cut -d/ -f1-5 | sort -u | xargs -r rm -rf
 rm -rf .samples/src/Common/GL

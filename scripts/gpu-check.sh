@@ -3,7 +3,9 @@
 # outside with nvidia-smi. For the device tool: build here first (cargo build --release), carry
 # target/release/libcudapool.so, then on the device:
 #   bash scripts/gpu-check.sh              (log and results under $OUT)
-# On a machine with two GPUs (nvidia-h200-x2) it adds the multi-device tests. Ends with a table
+# On a machine with two GPUs (nvidia-h200-x2) it adds the multi-device tests. With NVIDIA's CUDA
+# samples fetched (scripts/fetch-samples.sh; carry .samples) it runs them with and without
+# cudapool (SKIP_SAMPLES=1 leaves them out; scripts/gpu/samples.sh runs them alone). Ends with a table
 # of PASS/FAIL lines and "N passed, M failed"; exits 1 if anything failed.
 #
 # "Holds from outside": a process's peak GPU memory as nvidia-smi reports it stays at or under
@@ -259,6 +261,19 @@ if [ "$NGPU" -ge 2 ]; then
   shim env CUDAPOOL_HISTORY=10000 torchrun --nproc_per_node 2 scripts/gpu/nccl_snapshot.py "$W" > "$W/nccl.out" 2>&1
   cat "$W/nccl.out" | grep '^rank'
   check "[ \$(grep -c 'rank .*ok$' '$W/nccl.out') = 2 ]" "NCCL all-reduce buffers in each rank's torch snapshot" "$(grep '^rank 0' "$W/nccl.out")"
+fi
+
+echo "=== NVIDIA's CUDA samples, with and without cudapool (scripts/gpu/samples.sh)"
+if [ -n "${SKIP_SAMPLES:-}" ]; then
+  echo "skipped (SKIP_SAMPLES is set; run scripts/gpu/samples.sh on its own)"
+elif [ -d .samples/src/Samples ]; then
+  here=$PWD
+  . scripts/gpu/samples.sh
+  build
+  run
+  cd "$here"
+else
+  result FAIL "NVIDIA CUDA samples" "not here: run scripts/fetch-samples.sh before, and carry .samples"
 fi
 
 echo

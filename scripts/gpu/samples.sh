@@ -22,9 +22,10 @@ mkdir -p "$OUT/samples"
 : "${RESULTS:=$OUT/results.txt}"
 . scripts/gpu/checks.sh
 
-# The sample folders (one program each).
+# The sample folders (one program each); ONLY=name,name keeps those.
 sample_dirs() {
-  find "$S/Samples" -mindepth 2 -maxdepth 2 -type d | sort
+  find "$S/Samples" -mindepth 2 -maxdepth 2 -type d | sort |
+    if [ -n "${ONLY:-}" ]; then grep -E "/($(echo "$ONLY" | tr ',' '|'))$"; else cat; fi
 }
 
 # Builds the sample in $1 as $1/<name>; prints "built NAME" or "not built NAME: reason".
@@ -47,17 +48,22 @@ build_one() {
       *.ptx) nvcc -ptx -arch=sm_90 -I"$S/Common" -o "$d/$lit" "$src" 2>>"$d/build.log" || { echo "not built $n: ptx $lit"; return; } ;;
     esac
   done
-  for f in "$d"/*.cu "$d"/*.cpp "$d"/*.c; do
+  for f in "$d"/*.cu "$d"/*.cpp "$d"/*.c "$d"/src/*.cu "$d"/src/*.cpp "$d"/src/*.c; do
     [ -f "$f" ] || continue
     case " ${skip[*]:-} " in *" $f "*) continue ;; esac
     # A file another one #includes is not a unit of its own.
-    grep -qE "#include\s*\"$(basename "$f")\"" "$d"/*.cu "$d"/*.cpp "$d"/*.cuh "$d"/*.h 2>/dev/null && continue
+    grep -qE "#include\s*\"$(basename "$f")\"" "$d"/*.cu "$d"/*.cpp "$d"/*.cuh "$d"/*.h \
+      "$d"/src/* "$d"/inc/* 2>/dev/null && continue
     srcs+=("$f")
   done
   [ ${#srcs[@]} -gt 0 ] || { echo "not built $n: no sources"; return; }
-  grep -qs 'helper_multiprocess.h' "${srcs[@]}" "$d"/*.h && srcs+=("$S/Common/helper_multiprocess.cpp")
-  grep -qs '"multithreading.h"' "${srcs[@]}" "$d"/*.h && srcs+=("$S/Common/multithreading.cpp")
-  local flags=(-O2 -std=c++17 -rdc=true -arch=sm_90 -Wno-deprecated-gpu-targets -I"$S/Common" -I"$d")
+  # Common's helper sources, unless the sample has its own copy.
+  for f in helper_multiprocess multithreading; do
+    [ -f "$d/$f.cpp" ] && continue
+    grep -qs "\"$f.h\"" "${srcs[@]}" "$d"/*.h && srcs+=("$S/Common/$f.cpp")
+  done
+  local flags=(-O2 -std=c++17 -rdc=true -arch=sm_90 -Wno-deprecated-gpu-targets -I"$S/Common"
+    -I"$S/Common/UtilNPP" -I"$d" -I"$d/inc")
   grep -qs '#include <omp.h>\|#pragma omp' "${srcs[@]}" && flags+=(-Xcompiler -fopenmp -lgomp)
   for f in cuda nvrtc cublas cublasLt cufft curand cusolver cusparse nvJitLink nvjpeg \
     nppc nppial nppicc nppidei nppif nppig nppim nppist nppisu nppitc npps; do
