@@ -16,8 +16,8 @@
 # rows for a second build (say, the last release) to the memory table, side by side.
 set -u
 cd "$(dirname "$0")/.."
-# The memory rows read cudapool's figures through its Python package (python/cudapool).
-export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+# The memory rows read cudapool's figures through its Python package (cbindings/python/cudapool).
+export PYTHONPATH="$PWD/cbindings/python${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-/tmp/cudapool-bench}
 mkdir -p "$OUT"
 LIB=${CUDAPOOL_LIB:-$PWD/target/release/libcudapool.so}

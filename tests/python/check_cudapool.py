@@ -1,4 +1,4 @@
-"""The cudapool Python package (python/cudapool) against the fake driver (run by tests/preload.rs).
+"""The cudapool Python package (cbindings/python/cudapool) against the fake driver (run by tests/preload.rs).
 
 usage: check_cudapool.py loaded SNAPSHOT_PATH | absent
 Allocates through ctypes the way CuPy and Numba reach the driver, then checks every function.
@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cbindings", "python"))
 import cudapool  # noqa: E402
 
 if sys.argv[1] == "absent":

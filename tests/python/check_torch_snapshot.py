@@ -11,7 +11,7 @@ import os
 import pickle
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cbindings", "python"))
 import cudapool  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
