@@ -263,6 +263,16 @@ if [ "$NGPU" -ge 2 ]; then
   check "[ \$(grep -c 'rank .*ok$' '$W/nccl.out') = 2 ]" "NCCL all-reduce buffers in each rank's torch snapshot" "$(grep '^rank 0' "$W/nccl.out")"
 fi
 
+echo "=== cudapool exporter: a PyTorch run scraped while it trains"
+if [ -x target/release/cudapool ]; then
+  $T python3 scripts/gpu/exporter_check.py "$PWD/target/release/cudapool" "$LIB" > "$W/exporter.out" 2>&1
+  cat "$W/exporter.out"
+  check "grep -q 'exporter check ok' '$W/exporter.out'" "exporter figures beside torch.cuda and nvidia-smi" \
+    "$(grep '^| 2 ' "$W/exporter.out")"
+else
+  result FAIL "exporter" "carry target/release/cudapool too"
+fi
+
 echo "=== NVIDIA's CUDA samples, with and without cudapool (scripts/gpu/samples.sh)"
 if [ -n "${SKIP_SAMPLES:-}" ]; then
   echo "skipped (SKIP_SAMPLES is set; run scripts/gpu/samples.sh on its own)"

@@ -125,6 +125,33 @@ pub struct Config {
     pub disable: bool,
     /// `CUDAPOOL_FAULTS` (a debug setting, README): driver calls made to fail.
     pub faults: Vec<Fault>,
+    /// `CUDAPOOL_GROUP`: the group this process joins (processes of the same user and name
+    /// share one budget per GPU).
+    pub group: Option<String>,
+    /// `CUDAPOOL_GROUP_LIMIT`: the group's hard limit, as this process names it.
+    pub group_limit: DeviceLimits,
+}
+
+/// The characters a group name may use (`CUDAPOOL_GROUP`), and its longest length.
+pub const GROUP_CHARS: &str = "1 to 64 of A-Z a-z 0-9 . _ - (not . or .. alone)";
+pub const GROUP_MAX: usize = 64;
+
+/// Checks a group name: 1 to 64 of `[A-Za-z0-9._-]`, not `.` or `..` (it names a file).
+pub fn parse_group(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.is_empty() || s.len() > GROUP_MAX {
+        return Err(format!("{} characters", s.len()));
+    }
+    if let Some(c) = s
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!("{c:?} is not allowed"));
+    }
+    if s == "." || s == ".." {
+        return Err("not a name".into());
+    }
+    Ok(s.to_string())
 }
 
 /// One `CUDAPOOL_FAULTS` entry: the `from`-th to the `to`-th call (counted from 1, both
@@ -219,6 +246,8 @@ impl Default for Config {
             log: LogLevel::Warn,
             disable: false,
             faults: Vec::new(),
+            group: None,
+            group_limit: DeviceLimits::default(),
         }
     }
 }
@@ -324,6 +353,14 @@ impl Config {
         }
         if let Some(v) = get("CUDAPOOL_TRACE") {
             c.trace = Some(PathBuf::from(v.trim()));
+        }
+        if let Some(v) = get("CUDAPOOL_GROUP") {
+            c.group =
+                Some(parse_group(&v).map_err(|why| bad("CUDAPOOL_GROUP", &v, &why, GROUP_CHARS))?);
+        }
+        if let Some(v) = get("CUDAPOOL_GROUP_LIMIT") {
+            c.group_limit = parse_device_limits(&v)
+                .map_err(|why| bad("CUDAPOOL_GROUP_LIMIT", &v, &why, SIZE_FORMS))?;
         }
         if let Some(v) = get("CUDAPOOL_FAULTS") {
             c.faults = parse_faults(&v)
@@ -434,6 +471,35 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn group_names_are_safe_file_names() {
+        for good in ["job", "a.b_c-9", &"x".repeat(64)] {
+            assert_eq!(parse_group(good).as_deref(), Ok(good));
+        }
+        for bad in [
+            "",
+            "a/b",
+            "..",
+            ".",
+            "a b",
+            "naïve",
+            &"x".repeat(65),
+            "../etc",
+        ] {
+            assert!(parse_group(bad).is_err(), "{bad:?} accepted");
+        }
+        let e = Config::from_lookup(|n| (n == "CUDAPOOL_GROUP").then(|| "a/b".to_string()));
+        assert_eq!(e.unwrap_err().var, "CUDAPOOL_GROUP");
+        let c = Config::from_lookup(|n| match n {
+            "CUDAPOOL_GROUP" => Some("job-1".to_string()),
+            "CUDAPOOL_GROUP_LIMIT" => Some("0=1GiB,1=50%".to_string()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(c.group.as_deref(), Some("job-1"));
+        assert!(c.group_limit.is_set());
+    }
 
     #[test]
     fn faults_name_a_call_and_which_of_its_calls_fail() {

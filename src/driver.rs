@@ -89,6 +89,8 @@ driver_table! {
     ctx_get_current = c"cuCtxGetCurrent": fn(*mut CUcontext);
     ctx_get_device = c"cuCtxGetDevice": fn(*mut CUdevice);
     device_total_mem = c"cuDeviceTotalMem_v2": fn(*mut usize, CUdevice);
+    device_get_uuid_v2 = c"cuDeviceGetUuid_v2": fn(*mut [u8; 16], CUdevice);
+    device_get_uuid_v1 = c"cuDeviceGetUuid": fn(*mut [u8; 16], CUdevice);
     primary_ctx_get_state = c"cuDevicePrimaryCtxGetState": fn(CUdevice, *mut c_uint, *mut c_int);
     primary_ctx_retain = c"cuDevicePrimaryCtxRetain": fn(*mut CUcontext, CUdevice);
     primary_ctx_release_raw = c"cuDevicePrimaryCtxRelease_v2": fn(CUdevice);
@@ -329,6 +331,15 @@ impl Driver {
         let mut bytes = 0usize;
         check(call!(self, device_total_mem(&mut bytes, dev)))?;
         Ok(bytes as u64)
+    }
+
+    /// The device's UUID (`nvidia-smi -L` shows it as `GPU-` and hex), the same whatever
+    /// `CUDA_VISIBLE_DEVICES` says.
+    pub fn device_uuid(&self, dev: CUdevice) -> Option<[u8; 16]> {
+        let mut uuid = [0u8; 16];
+        (call!(self, device_get_uuid_v2(&mut uuid, dev)) == CUDA_SUCCESS
+            || call!(self, device_get_uuid_v1(&mut uuid, dev)) == CUDA_SUCCESS)
+            .then_some(uuid)
     }
 
     pub fn mem_get_info(&self) -> Result<(u64, u64), CUresult> {

@@ -7,8 +7,11 @@
 //! - `cudapool plot TRACE -o memory.svg`: a picture of a `CUDAPOOL_TRACE` file (`cli/plot.rs`).
 //! - `cudapool snapshot PID [-o FILE] [--format json|torch]`: a running process's snapshot
 //!   (`cli/snapshot.rs`).
+//! - `cudapool exporter [--listen ADDR:PORT] [--interval SECONDS]`: Prometheus `/metrics` for
+//!   every cudapool process of the user (`cli/exporter.rs`).
 
 mod cli {
+    pub mod exporter;
     pub mod plot;
     pub mod snapshot;
     pub mod stat;
@@ -33,7 +36,12 @@ stat [-v] [PID...]: the live figures of running cudapool processes of this user 
 plot: allocated, reserved and limit over time from a CUDAPOOL_TRACE file, as SVG.
 snapshot PID [-o FILE] [--format json|torch]: a running cudapool process of this user writes
   its snapshot (cudapool's JSON, or PyTorch's pickle for its memory viewer) to FILE, without
-  being stopped.";
+  being stopped.
+exporter [--listen ADDR:PORT] [--interval SECONDS]: Prometheus /metrics for every cudapool
+  process of this user (of every user as root), on 127.0.0.1:9489 unless told.
+Groups: CUDAPOOL_GROUP=NAME joins group NAME (processes of this user on this machine with the
+  same NAME share one budget per GPU); CUDAPOOL_GROUP_LIMIT=SIZE (or a per-device list) is the
+  group's hard limit (the first member fixes it). stat and top show each process's group.";
 
 struct Run {
     limit: Option<String>,
@@ -194,6 +202,13 @@ fn main() -> ExitCode {
                 ExitCode::from(code)
             }
         },
+        Some("exporter") => {
+            let rest: Vec<String> = args[1..]
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            cli::exporter::exporter(&rest)
+        }
         Some(cmd @ ("stat" | "top" | "plot" | "snapshot")) => {
             let rest: Vec<String> = args[1..]
                 .iter()

@@ -2,46 +2,27 @@
 //! publishes (`cudapool::report::publish`), read from outside.
 
 use cudapool::report::fmt_bytes;
-use cudapool::report::publish::{is_page_file, prefix, read, Snapshot};
+use cudapool::report::publish::{fmt_uuid, pages, read, Snapshot};
 use std::path::PathBuf;
-
-/// Every page of this user: (pid, path). Pages of processes that died are removed (only a
-/// regular file of this user: anything else in /dev/shm is left alone and not read).
-fn pages() -> Vec<(u32, PathBuf)> {
-    let prefix = prefix();
-    let (dir, stem) = prefix.rsplit_once('/').expect("a path");
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix(stem).and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        // SAFETY: kill with signal 0 only checks that the process exists.
-        let alive = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-        if alive {
-            out.push((pid, e.path()));
-        } else if is_page_file(&e.path()) {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
-    out.sort();
-    out
-}
 
 fn render(s: &Snapshot) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     let age = now.saturating_sub(s.updated_ns) as f64 / 1e9;
-    let mut out = format!("pid {}  pool {}  updated {age:.1} s ago\n", s.pid, s.pool);
+    let group = s
+        .group
+        .as_ref()
+        .map_or(String::new(), |g| format!("  group {g}"));
+    let mut out = format!(
+        "pid {}  pool {}{group}  updated {age:.1} s ago\n",
+        s.pid, s.pool
+    );
     if s.devices.is_empty() {
         out.push_str("  no device memory used yet\n");
     }
-    for (dev, d) in &s.devices {
+    for f in &s.devices {
+        let (dev, d) = (f.device, &f.stats);
         let limit = if d.hard_limit == 0 {
             "none".to_string()
         } else {
@@ -53,7 +34,8 @@ fn render(s: &Snapshot) -> String {
             100.0 * d.cache_hits as f64 / d.alloc_calls as f64
         };
         out.push_str(&format!(
-            "  device {dev}: limit {limit}  allocated {} (peak {})  reserved {} (peak {})  cached {}\n            {} live  {} allocs  {} frees  {hits:.1}% hits  {} driver allocs  {} OOMs\n",
+            "  device {dev}{}: limit {limit}  allocated {} (peak {})  reserved {} (peak {})  cached {}\n            {} live  {} allocs  {} frees  {hits:.1}% hits  {} driver allocs  {} OOMs\n",
+            f.uuid.map_or(String::new(), |u| format!(" ({})", fmt_uuid(&u))),
             fmt_bytes(d.allocated),
             fmt_bytes(d.allocated_peak),
             fmt_bytes(d.reserved),
@@ -72,7 +54,7 @@ fn render(s: &Snapshot) -> String {
 /// The text for `pids` (every cudapool process of this user when empty); `Err` if a pid was
 /// asked for that publishes nothing. With `verbose`, a note for each file skipped and why.
 pub fn stat_text(pids: &[u32], verbose: bool) -> Result<String, String> {
-    let all = pages();
+    let all: Vec<(u32, PathBuf)> = pages(false).into_iter().map(|p| (p.pid, p.path)).collect();
     let mut out = String::new();
     for &pid in pids {
         if !all.iter().any(|(p, _)| *p == pid) {

@@ -43,9 +43,10 @@ impl Reporting {
     fn page(&self, view: &dyn View) -> Option<&Publisher> {
         self.page
             .get_or_init(|| {
-                let page = Publisher::create(view.pool_kind().name());
+                let page =
+                    Publisher::create(view.pool_kind().name(), view.config().group.as_deref());
                 if page.is_some() {
-                    start_snapshot_thread();
+                    start_page_thread();
                 }
                 page
             })
@@ -55,12 +56,14 @@ impl Reporting {
     /// Writes the figures of every device seen to the live page.
     pub fn publish(&self, view: &dyn View) {
         if let Some(p) = self.page(view) {
-            let devices: Vec<_> = view
-                .devices_seen()
-                .into_iter()
-                .map(|d| (d, view.device_stats(d)))
-                .collect();
-            p.write(&devices);
+            p.write(&figures(view));
+        }
+    }
+
+    /// Writes them if they changed since they were last written (or a second went by).
+    fn refresh(&self, view: &dyn View) {
+        if let Some(p) = self.page.get().and_then(|p| p.as_ref()) {
+            p.refresh(&figures(view), PAGE_HEARTBEAT);
         }
     }
 
@@ -98,21 +101,40 @@ impl Observer for Reporting {
     }
 }
 
-/// How often the snapshot thread looks for a request (`cudapool snapshot PID`).
-const SNAPSHOT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+/// The figures of every device seen.
+fn figures(view: &dyn View) -> Vec<publish::DeviceFigures> {
+    view.devices_seen()
+        .into_iter()
+        .map(|d| publish::DeviceFigures {
+            device: d,
+            uuid: view.device_uuid(d),
+            stats: view.device_stats(d),
+        })
+        .collect()
+}
 
-/// Answers `cudapool snapshot PID` within [`SNAPSHOT_POLL`], whatever the program is doing
-/// (no signal, no stop): a thread that sleeps, looks at the page's request counter, and writes
-/// the snapshot asked for. Started with the page; gone with the process.
-fn start_snapshot_thread() {
+/// How often the page's thread looks for a snapshot request (`cudapool snapshot PID`) and for
+/// figures that changed since the page was last written.
+const PAGE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+/// The page is written at least this often, changed or not.
+const PAGE_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The page's thread, started with it and gone with the process: it answers `cudapool
+/// snapshot PID` within [`PAGE_POLL`], whatever the program is doing (no signal, no stop), and
+/// keeps the page's figures at most [`PAGE_POLL`] behind (the hooks write it only on slow paths
+/// and every few hundred operations: a program that stops allocating would show old figures).
+fn start_page_thread() {
     let watch = || loop {
-        std::thread::sleep(SNAPSHOT_POLL);
+        std::thread::sleep(PAGE_POLL);
         if crate::flags::exiting() {
             return;
         }
         let Some(page) = REPORTING.page.get().and_then(|p| p.as_ref()) else {
             continue;
         };
+        if let Some(shim) = crate::state::Shim::active() {
+            REPORTING.refresh(shim);
+        }
         let Some(req) = page.pending_request() else {
             continue;
         };
@@ -125,11 +147,11 @@ fn start_snapshot_thread() {
         page.served(req.seq);
     };
     let spawned = std::thread::Builder::new()
-        .name("cudapool-snap".into())
+        .name("cudapool-page".into())
         .stack_size(256 << 10)
         .spawn(watch);
     if let Err(e) = spawned {
-        crate::log::line(&format!("no snapshot thread: {e}"));
+        crate::log::line(&format!("no page thread (no snapshots from outside): {e}"));
     }
 }
 

@@ -23,12 +23,15 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CUDAPOOL");
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// The longest path a snapshot request may name (with its NUL).
 pub const REQUEST_PATH: usize = 1024;
 pub const MAX_DEVICES: usize = 64;
 /// Counters per device, in [`DeviceStats`] order.
 pub const FIELDS: usize = 16;
+
+/// The longest group name (`CUDAPOOL_GROUP`), NUL-padded in the page.
+pub const GROUP_NAME: usize = 64;
 
 /// One device in the page.
 #[repr(C)]
@@ -37,7 +40,30 @@ pub struct PageDevice {
     pub device: i32,
     /// 1 if the device was used.
     pub used: u32,
+    /// Its UUID (all zero if the driver did not say).
+    pub uuid: [u8; 16],
     pub stats: [u64; FIELDS],
+}
+
+/// What the page says of one device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceFigures {
+    pub device: i32,
+    pub uuid: Option<[u8; 16]>,
+    pub stats: DeviceStats,
+}
+
+/// A UUID as `nvidia-smi -L` prints it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+pub fn fmt_uuid(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 /// The shared page. Readers map it read-only.
@@ -52,6 +78,8 @@ pub struct Page {
     pub updated_ns: AtomicU64,
     /// The pool kind's name, NUL-padded.
     pub pool: [u8; 8],
+    /// The process's group (`CUDAPOOL_GROUP`), NUL-padded; empty when it is in none.
+    pub group: [u8; GROUP_NAME],
     pub devices: [PageDevice; MAX_DEVICES],
     /// A snapshot asked from outside (`cudapool snapshot PID`): the asker writes `snap_format`
     /// (0 JSON, 1 PyTorch's pickle) and `snap_path` (absolute, NUL-terminated), then bumps
@@ -122,7 +150,8 @@ pub struct Publisher {
     page: *mut Page,
     path: CString,
     owner: u32,
-    writing: Mutex<()>,
+    /// What was written last, and when (ns since the epoch).
+    writing: Mutex<(Vec<DeviceFigures>, u64)>,
 }
 
 // SAFETY: the page is shared memory written under `writing` and read through atomics and the
@@ -134,16 +163,16 @@ unsafe impl Sync for Publisher {}
 impl Publisher {
     /// Creates and maps this process's page; `None` (and a debug line) if /dev/shm is unusable
     /// or anything but a stale page of our own is at its path.
-    pub fn create(pool: &str) -> Option<Publisher> {
+    pub fn create(pool: &str, group: Option<&str>) -> Option<Publisher> {
         let path = format!("{}{}", prefix(), std::process::id());
-        Self::create_at(std::path::Path::new(&path), pool)
+        Self::create_at(std::path::Path::new(&path), pool, group)
     }
 
     /// Creates and maps a page at `path` (in a directory every user may write to: nothing
     /// found there is trusted). The file is created new, never through a link, mode 0600. A
     /// regular file of ours already there is a stale page (a dead process had our pid): it is
     /// removed, once. Anything else there means no page, never a write through it.
-    pub fn create_at(path: &std::path::Path, pool: &str) -> Option<Publisher> {
+    pub fn create_at(path: &std::path::Path, pool: &str, group: Option<&str>) -> Option<Publisher> {
         let pid = std::process::id();
         let cpath = CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
         let size = std::mem::size_of::<Page>();
@@ -212,43 +241,62 @@ impl Publisher {
             header.version = LAYOUT_VERSION;
             header.pid = pid;
             header.pool = name;
+            let group = group.unwrap_or("").as_bytes();
+            let n = group.len().min(GROUP_NAME);
+            header.group[..n].copy_from_slice(&group[..n]);
             // The magic last: a reader that sees it sees a filled header.
             std::ptr::write_volatile(&mut header.magic, MAGIC);
             Some(Publisher {
                 page,
                 path: cpath,
                 owner: pid,
-                writing: Mutex::new(()),
+                writing: Mutex::new((Vec::new(), 0)),
             })
         }
     }
 
     /// Writes the figures of `devices`. Skips if another thread is writing right now, or in a
     /// forked child (the page is the parent's).
-    pub fn write(&self, devices: &[(i32, DeviceStats)]) {
+    pub fn write(&self, devices: &[DeviceFigures]) {
+        self.write_if(devices, |_, _| true);
+    }
+
+    /// Writes `devices` if they differ from what was written last, or that is older than
+    /// `heartbeat` (so an idle process's page stays fresh, and its `updated` age says it lives).
+    pub fn refresh(&self, devices: &[DeviceFigures], heartbeat: std::time::Duration) {
+        self.write_if(devices, |last, at| {
+            last != devices || now_ns().saturating_sub(at) >= heartbeat.as_nanos() as u64
+        });
+    }
+
+    fn write_if(&self, devices: &[DeviceFigures], due: impl FnOnce(&[DeviceFigures], u64) -> bool) {
         if std::process::id() != self.owner {
             return;
         }
-        let Ok(_w) = self.writing.try_lock() else {
+        let Ok(mut last) = self.writing.try_lock() else {
             return;
         };
+        if !due(&last.0, last.1) {
+            return;
+        }
         // SAFETY: the page is mapped read-write for the life of the process (until `remove`);
         // only this writer (under `writing`) stores into it.
         let page = unsafe { &mut *self.page };
         page.seq.fetch_add(1, Ordering::AcqRel);
-        for &(dev, ref s) in devices {
-            if let Some(slot) = usize::try_from(dev)
+        for d in devices {
+            if let Some(slot) = usize::try_from(d.device)
                 .ok()
-                .and_then(|d| page.devices.get_mut(d))
+                .and_then(|i| page.devices.get_mut(i))
             {
                 // SAFETY: a plain store into our mapping; readers retry on a torn read.
                 unsafe {
                     std::ptr::write_volatile(
                         slot,
                         PageDevice {
-                            device: dev,
+                            device: d.device,
                             used: 1,
-                            stats: stats_to_array(s),
+                            uuid: d.uuid.unwrap_or_default(),
+                            stats: stats_to_array(&d.stats),
                         },
                     )
                 };
@@ -257,6 +305,7 @@ impl Publisher {
         let now = now_ns();
         page.updated_ns.store(now, Ordering::Relaxed);
         page.seq.fetch_add(1, Ordering::AcqRel);
+        *last = (devices.to_vec(), now);
     }
 
     /// Removes the file (at exit). The mapping stays until the process ends.
@@ -301,8 +350,10 @@ impl Publisher {
 pub struct Snapshot {
     pub pid: u32,
     pub pool: String,
+    /// Its group, when it is in one.
+    pub group: Option<String>,
     pub updated_ns: u64,
-    pub devices: Vec<(i32, DeviceStats)>,
+    pub devices: Vec<DeviceFigures>,
 }
 
 fn uid() -> libc::uid_t {
@@ -329,6 +380,52 @@ pub fn is_page_file(path: &std::path::Path) -> bool {
         .ok()
         .and_then(|c| lstat(&c))
         .is_some_and(|st| is_regular(&st) && st.st_uid == uid())
+}
+
+/// A page found in `/dev/shm`: its path, the process and the user its name says.
+#[derive(Clone, Debug)]
+pub struct PageFile {
+    pub path: std::path::PathBuf,
+    pub pid: u32,
+    pub uid: u32,
+}
+
+/// Every page in `/dev/shm` named for a process that is alive: of this user, or (`all_users`,
+/// for root) of every user. A page of this user whose process died is removed (only a regular
+/// file of ours: nothing else there is touched or read).
+pub fn pages(all_users: bool) -> Vec<PageFile> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/dev/shm") else {
+        return out;
+    };
+    let me = uid();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some((owner, pid)) = name
+            .strip_prefix("cudapool-")
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(u, p)| Some((u.parse::<u32>().ok()?, p.parse::<u32>().ok()?)))
+        else {
+            continue;
+        };
+        if owner != me && !all_users {
+            continue;
+        }
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        let alive = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if alive {
+            out.push(PageFile {
+                path: e.path(),
+                pid,
+                uid: owner,
+            });
+        } else if owner == me && is_page_file(&e.path()) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    out.sort_by_key(|p| (p.pid, p.uid));
+    out
 }
 
 /// An open file, closed when dropped.
@@ -365,9 +462,9 @@ fn read_exact_at(fd: &Fd, buf: &mut [u8]) -> Result<(), String> {
 }
 
 /// Opens a page found at `path` with `mode` (`O_RDONLY` or `O_RDWR`): never through a link,
-/// never blocking (a FIFO opens at once and fails the checks), and only a regular file of this
-/// user exactly one page long.
-fn open_page(path: &std::path::Path, mode: libc::c_int) -> Result<Fd, String> {
+/// never blocking (a FIFO opens at once and fails the checks), and only a regular file of
+/// `owner` exactly one page long.
+fn open_page(path: &std::path::Path, mode: libc::c_int, owner: u32) -> Result<Fd, String> {
     let cpath = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
     // SAFETY: open(2) of a NUL-terminated path, never through a link, never blocking.
     let fd = unsafe {
@@ -390,8 +487,8 @@ fn open_page(path: &std::path::Path, mode: libc::c_int) -> Result<Fd, String> {
     if !is_regular(&st) {
         return Err("not a regular file".into());
     }
-    if st.st_uid != uid() {
-        return Err(format!("owned by user {}, not by this user", st.st_uid));
+    if st.st_uid != owner {
+        return Err(format!("owned by user {}, not by user {owner}", st.st_uid));
     }
     if st.st_size as u64 != size as u64 {
         return Err(format!("{} bytes, not one page ({size} bytes)", st.st_size));
@@ -403,7 +500,12 @@ fn open_page(path: &std::path::Path, mode: libc::c_int) -> Result<Fd, String> {
 /// opened without following a link and without blocking (a FIFO), must be a regular file of
 /// this user exactly one page long, and no more than a page is ever read from it.
 pub fn read(path: &std::path::Path) -> Result<Snapshot, String> {
-    let fd = open_page(path, libc::O_RDONLY)?;
+    read_owned(path, uid())
+}
+
+/// [`read`], for a page that must belong to user `owner` (root reading every user's pages).
+pub fn read_owned(path: &std::path::Path, owner: u32) -> Result<Snapshot, String> {
+    let fd = open_page(path, libc::O_RDONLY, owner)?;
     let size = std::mem::size_of::<Page>();
     let mut first = vec![0u8; size];
     let mut again = vec![0u8; size];
@@ -434,11 +536,19 @@ pub fn read(path: &std::path::Path) -> Result<Snapshot, String> {
             .devices
             .iter()
             .filter(|d| d.used == 1)
-            .map(|d| (d.device, array_to_stats(&d.stats)))
+            .map(|d| DeviceFigures {
+                device: d.device,
+                uuid: (d.uuid != [0; 16]).then_some(d.uuid),
+                stats: array_to_stats(&d.stats),
+            })
             .collect();
+        let group = String::from_utf8_lossy(&page.group)
+            .trim_end_matches('\0')
+            .to_string();
         return Ok(Snapshot {
             pid: page.pid,
             pool,
+            group: (!group.is_empty()).then_some(group),
             updated_ns: page.updated_ns.load(Ordering::Relaxed),
             devices,
         });
@@ -462,7 +572,7 @@ pub fn ask_snapshot(
             target.display()
         ));
     }
-    let fd = open_page(page_path, libc::O_RDWR)?;
+    let fd = open_page(page_path, libc::O_RDWR, uid())?;
     let size = std::mem::size_of::<Page>();
     // SAFETY: mapping `size` bytes of a regular file of exactly that size, shared, read-write.
     let p = unsafe {
@@ -520,7 +630,7 @@ mod tests {
 
     #[test]
     fn a_page_round_trips_through_the_file() {
-        let p = Publisher::create("split").expect("/dev/shm usable");
+        let p = Publisher::create("split", Some("job-7")).expect("/dev/shm usable");
         let s = DeviceStats {
             allocated: 7,
             reserved: 9,
@@ -528,13 +638,31 @@ mod tests {
             ooms: 2,
             ..Default::default()
         };
-        p.write(&[(0, s), (3, DeviceStats::default())]);
+        let uuid = [
+            0xb1, 0x30, 0xed, 0x9d, 0xf6, 0x0d, 0x86, 0x09, 0xa9, 0x2c, 0x84, 0xec, 0x86, 0xed,
+            0x66, 0xfb,
+        ];
+        let first = DeviceFigures {
+            device: 0,
+            uuid: Some(uuid),
+            stats: s,
+        };
+        let other = DeviceFigures {
+            device: 3,
+            uuid: None,
+            stats: DeviceStats::default(),
+        };
+        p.write(&[first.clone(), other.clone()]);
         let path = std::path::PathBuf::from(format!("{}{}", prefix(), std::process::id()));
         let r = read(&path).expect("readable");
         assert_eq!(r.pid, std::process::id());
         assert_eq!(r.pool, "split");
-        assert_eq!(r.devices.len(), 2);
-        assert_eq!(r.devices[0], (0, s));
+        assert_eq!(r.group.as_deref(), Some("job-7"));
+        assert_eq!(r.devices, vec![first, other]);
+        assert_eq!(fmt_uuid(&uuid), "GPU-b130ed9d-f60d-8609-a92c-84ec86ed66fb");
+        assert!(pages(false)
+            .iter()
+            .any(|f| f.path == path && f.pid == std::process::id()));
         assert!(r.updated_ns > 0);
         let mode = std::fs::metadata(&path).unwrap().permissions();
         assert_eq!(
@@ -564,7 +692,7 @@ mod tests {
         std::fs::write(&target, b"keep me").unwrap();
         let page = d.join("page");
         std::os::unix::fs::symlink(&target, &page).unwrap();
-        assert!(Publisher::create_at(&page, "split").is_none());
+        assert!(Publisher::create_at(&page, "split", None).is_none());
         assert_eq!(std::fs::read(&target).unwrap(), b"keep me");
         assert!(std::fs::symlink_metadata(&page)
             .unwrap()
@@ -574,7 +702,7 @@ mod tests {
         let gone = d.join("gone");
         let page2 = d.join("page2");
         std::os::unix::fs::symlink(&gone, &page2).unwrap();
-        assert!(Publisher::create_at(&page2, "split").is_none());
+        assert!(Publisher::create_at(&page2, "split", None).is_none());
         assert!(!gone.exists());
     }
 
@@ -585,8 +713,12 @@ mod tests {
         let d = scratch("stale");
         let page = d.join("page");
         std::fs::write(&page, b"old").unwrap();
-        let p = Publisher::create_at(&page, "binned").expect("replaced");
-        p.write(&[(0, DeviceStats::default())]);
+        let p = Publisher::create_at(&page, "binned", None).expect("replaced");
+        p.write(&[DeviceFigures {
+            device: 0,
+            uuid: None,
+            stats: DeviceStats::default(),
+        }]);
         assert_eq!(read(&page).unwrap().pool, "binned");
     }
 
@@ -628,8 +760,12 @@ mod tests {
         assert!(why.contains("not one page"), "{why}");
         assert!(rss() < before + (64 << 20), "read a 1 GiB file into memory");
         // A short one (a page cut in half) too.
-        let p = Publisher::create_at(&d.join("full"), "split").unwrap();
-        p.write(&[(0, DeviceStats::default())]);
+        let p = Publisher::create_at(&d.join("full"), "split", None).unwrap();
+        p.write(&[DeviceFigures {
+            device: 0,
+            uuid: None,
+            stats: DeviceStats::default(),
+        }]);
         let bytes = std::fs::read(d.join("full")).unwrap();
         std::fs::write(&page, &bytes[..bytes.len() / 2]).unwrap();
         assert!(read(&page).unwrap_err().contains("not one page"));
@@ -641,8 +777,12 @@ mod tests {
     fn the_reader_skips_files_of_another_user() {
         let d = scratch("owner");
         let page = d.join("page");
-        let p = Publisher::create_at(&page, "split").unwrap();
-        p.write(&[(0, DeviceStats::default())]);
+        let p = Publisher::create_at(&page, "split", None).unwrap();
+        p.write(&[DeviceFigures {
+            device: 0,
+            uuid: None,
+            stats: DeviceStats::default(),
+        }]);
         assert!(read(&page).is_ok());
         if uid() != 0 {
             eprintln!("not root: the file of another user could not be made; not checked");

@@ -15,11 +15,13 @@ use std::sync::OnceLock;
 /// Device ordinals beyond this share one unlimited budget (and a warning says so).
 pub const MAX_DEVICES: usize = 64;
 
-/// Invariant: `slots[d]` is set from the first time device `d` is touched (an allocation, a
+/// Invariants: `slots[d]` is set from the first time device `d` is touched (an allocation, a
 /// query, the C API), with the limits the configuration gives it then.
+/// `uuids[d]` is device `d`'s UUID once asked (`None`: the driver could not say).
 pub struct Budgets {
     slots: [OnceLock<DeviceBudget>; MAX_DEVICES],
     overflow: DeviceBudget,
+    uuids: [OnceLock<Option<[u8; 16]>>; MAX_DEVICES],
 }
 
 impl Default for Budgets {
@@ -27,6 +29,7 @@ impl Default for Budgets {
         Budgets {
             slots: std::array::from_fn(|_| OnceLock::new()),
             overflow: DeviceBudget::new(0, 0),
+            uuids: std::array::from_fn(|_| OnceLock::new()),
         }
     }
 }
@@ -77,6 +80,12 @@ impl Budgets {
             }
             DeviceBudget::new(hard, soft)
         })
+    }
+
+    /// Device `dev`'s UUID, asked of the driver once.
+    pub fn uuid(&self, dev: CUdevice, driver: &Driver) -> Option<[u8; 16]> {
+        let slot = self.uuids.get(usize::try_from(dev).ok()?)?;
+        *slot.get_or_init(|| driver.device_uuid(dev))
     }
 
     /// Devices whose budget exists.

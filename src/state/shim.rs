@@ -60,6 +60,8 @@ pub trait View {
     /// Devices whose budget exists (touched by an allocation, a query or the C API).
     fn devices_seen(&self) -> Vec<CUdevice>;
     fn device_stats(&self, dev: CUdevice) -> DeviceStats;
+    /// The device's UUID, if the driver says.
+    fn device_uuid(&self, dev: CUdevice) -> Option<[u8; 16]>;
     /// Every context's pool segments on `dev`, with the context they belong to, by address.
     fn segments(&self, dev: CUdevice) -> Vec<(usize, SegmentView)>;
     /// Every live allocation (address, what is known of it, its backtrace when tracked), by
@@ -297,6 +299,10 @@ impl View for Shim {
 
     fn device_stats(&self, dev: CUdevice) -> DeviceStats {
         self.budget(dev).stats(self.cached_bytes(dev))
+    }
+
+    fn device_uuid(&self, dev: CUdevice) -> Option<[u8; 16]> {
+        self.budgets.uuid(dev, self.driver)
     }
 
     fn segments(&self, dev: CUdevice) -> Vec<(usize, SegmentView)> {

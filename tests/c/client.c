@@ -568,6 +568,28 @@ static int hold_memory(int argc, char **argv) {
   return 0;
 }
 
+// park N SIZE [oom]: holds N blocks of SIZE bytes (and, with "oom", first asks for one block
+// more than the limit allows: one out-of-memory answer), prints "parked", then waits until its
+// standard input closes, and frees them.
+static int park(int argc, char **argv) {
+  int n = argc > 0 ? atoi(argv[0]) : 1;
+  size_t size = argc > 1 ? strtoull(argv[1], NULL, 10) : (1 << 20);
+  CUdeviceptr p[256];
+  if (n > 256) n = 256;
+  if (argc > 2 && !strcmp(argv[2], "oom")) {
+    CUdeviceptr big;
+    printf("oom_rc=%d\n", cu.MemAlloc(&big, (size_t)1 << 40));
+  }
+  for (int i = 0; i < n; i++) CHECK(cu.MemAlloc(&p[i], size));
+  printf("parked n=%d size=%zu\n", n, size);
+  fflush(stdout);
+  char buf[64];
+  while (fread(buf, 1, sizeof buf, stdin) > 0) {
+  }
+  for (int i = 0; i < n; i++) CHECK(cu.MemFree(p[i]));
+  return 0;
+}
+
 // The bundled sample workload (README): a few buffers, a round trip through the device,
 // then as many 64 MiB buffers as the limit allows.
 static int sample(void) {
@@ -621,6 +643,7 @@ int main(int argc, char **argv) {
   if (!strcmp(scenario, "ctxswitch")) return switch_scenario();
   if (!strcmp(scenario, "leak")) return leak(argc - 3, argv + 3);
   if (!strcmp(scenario, "hold")) return hold_memory(argc - 3, argv + 3);
+  if (!strcmp(scenario, "park")) return park(argc - 3, argv + 3);
   int r = reuse_scenario(scenario, argc - 3, argv + 3);
   if (r >= 0) return r;
   r = lifetime_scenario(scenario, argc - 3, argv + 3);

@@ -163,6 +163,27 @@ static void destroyed(const char *api, const char *what, const void *h) {
 #define CTX_ALIVE(c, api) \
   do { if ((c) && !(c)->primary && !(c)->live) destroyed(api, "context", (c)); } while (0)
 
+// Each device's UUID: fa ce 00 <physical index> ... . FAKECU_DEVICE_ORDER=1,0 makes ordinal 0
+// the physical device 1 (as CUDA_VISIBLE_DEVICES reorders a real machine's GPUs).
+CUresult cuDeviceGetUuid_v2(unsigned char *uuid, CUdevice dev) {
+  count("cuDeviceGetUuid_v2");
+  if (!uuid) return CUDA_ERROR_INVALID_VALUE;
+  if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+  int physical = dev;
+  const char *order = getenv("FAKECU_DEVICE_ORDER");
+  for (int i = 0; order && *order; i++) {
+    int p = atoi(order);
+    if (i == dev) physical = p;
+    order = strchr(order, ',');
+    if (order) order++;
+  }
+  memset(uuid, 0, 16);
+  uuid[0] = 0xfa, uuid[1] = 0xce, uuid[3] = (unsigned char)physical;
+  for (int i = 4; i < 16; i++) uuid[i] = (unsigned char)(0x11 * (i - 3) + physical);
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetUuid(unsigned char *uuid, CUdevice dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+
 static struct fake_ctx *new_ctx(int dev, int is_primary) {
   struct fake_ctx *c = calloc(1, sizeof *c);
   if (c) *c = (struct fake_ctx){1, dev, is_primary};
@@ -1584,6 +1605,8 @@ static const struct proc procs[] = {
     {"cuDeviceGet", 2000, 0, (void *)cuDeviceGet},
     {"cuDeviceGetCount", 2000, 0, (void *)cuDeviceGetCount},
     {"cuDeviceTotalMem", 3020, 0, (void *)cuDeviceTotalMem_v2},
+    {"cuDeviceGetUuid", 9020, 0, (void *)cuDeviceGetUuid},
+    {"cuDeviceGetUuid", 11040, 0, (void *)cuDeviceGetUuid_v2},
     {"cuCtxCreate", 3020, 0, (void *)cuCtxCreate_v2},
     {"cuCtxDestroy", 2000, 0, (void *)cuCtxDestroy},
     {"cuCtxDestroy", 4000, 0, (void *)cuCtxDestroy_v2},

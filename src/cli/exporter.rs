@@ -1,0 +1,508 @@
+//! `cudapool exporter [--listen ADDR:PORT] [--interval SECONDS]`: every cudapool process of this
+//! user (of every user, run as root) in Prometheus, over HTTP.
+//!
+//! `GET /metrics` reads the live pages the processes publish (`report::publish`, the same ones
+//! `cudapool stat` reads, each checked the same way) at most every `--interval` seconds and
+//! answers in the Prometheus text format, or in OpenMetrics when the scraper's `Accept` prefers
+//! it (Prometheus itself does). `GET /` is a one-line page naming `/metrics`. Anything else gets
+//! 404 or 405.
+//!
+//! The formats come from one registry type of the `fastmetrics` crate (it writes both; the
+//! Prometheus project's `prometheus-client` writes only OpenMetrics). The server is hyper's
+//! HTTP/1.1 on a tokio runtime of one thread: each connection is a task of its own, a client
+//! has 10 s to send a request's headers and 60 s in all, and at most [`MAX_CONNECTIONS`] are
+//! open at once, so a slow, half-open or flooding client stalls no other scraper.
+
+use cudapool::budget::DeviceStats;
+use cudapool::report::publish::{fmt_uuid, pages, read_owned, Snapshot};
+use fastmetrics::encoder::{EncodeLabelSet, LabelSetEncoder};
+use fastmetrics::format::text::{self, EscapingScheme, TextProfile};
+use fastmetrics::metrics::{counter::Counter, family::Family, gauge::Gauge};
+use fastmetrics::raw::{metadata::Unit, LabelSetSchema};
+use fastmetrics::registry::Registry;
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{header, Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Where it listens unless told: this machine only, and a port of its own.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9489";
+const MAX_CONNECTIONS: usize = 256;
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub const USAGE: &str = "usage: cudapool exporter [--listen ADDR:PORT] [--interval SECONDS]
+
+Serves the figures of every cudapool process of this user (of every user, run as root) for
+Prometheus: GET /metrics (Prometheus text, or OpenMetrics when asked by Accept).
+  --listen ADDR:PORT   where to listen (default 127.0.0.1:9489; port 0: any free port)
+  --interval SECONDS   read the processes' pages at most this often (default 1; 0: every scrape)";
+
+struct Options {
+    listen: SocketAddr,
+    interval: Duration,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut listen = DEFAULT_LISTEN.to_string();
+    let mut interval = 1.0f64;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) => (f, Some(v.to_string())),
+            None => (a.as_str(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or(format!("{flag} needs a value"))
+        };
+        match flag {
+            "--listen" => listen = value()?,
+            "--interval" => {
+                let v = value()?;
+                interval = v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s >= 0.0)
+                    .ok_or(format!("--interval {v:?}: seconds, 0 or more"))?;
+            }
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unexpected argument {other:?}")),
+        }
+    }
+    let listen = listen
+        .parse::<SocketAddr>()
+        .map_err(|_| format!("--listen {listen:?}: not ADDR:PORT (127.0.0.1:9489, [::1]:9489)"))?;
+    Ok(Options {
+        listen,
+        interval: Duration::from_secs_f64(interval),
+    })
+}
+
+/// `cudapool exporter ...`: runs until killed. 2 for bad options, 1 if it cannot listen.
+pub fn exporter(args: &[String]) -> ExitCode {
+    let opts = match parse(args) {
+        Ok(o) => o,
+        Err(e) if e.is_empty() => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("cudapool exporter: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let listener = match std::net::TcpListener::bind(opts.listen) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cudapool exporter: cannot listen on {}: {e}", opts.listen);
+            return ExitCode::from(1);
+        }
+    };
+    let addr = listener.local_addr().unwrap_or(opts.listen);
+    // SAFETY: geteuid has no preconditions.
+    let all_users = unsafe { libc::geteuid() } == 0;
+    eprintln!(
+        "cudapool exporter: serving http://{addr}/metrics for {} (pages read at most every {} s)",
+        if all_users {
+            "every user's cudapool processes"
+        } else {
+            "this user's cudapool processes"
+        },
+        opts.interval.as_secs_f64()
+    );
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cudapool exporter: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let state = Arc::new(Scraper {
+        all_users,
+        interval: opts.interval,
+        cache: Mutex::new(None),
+    });
+    match runtime.block_on(serve(listener, state)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cudapool exporter: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn serve(listener: std::net::TcpListener, scraper: Arc<Scraper>) -> std::io::Result<()> {
+    listener.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let open = Arc::new(AtomicUsize::new(0));
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            // Out of descriptors or a connection reset before it was taken: keep serving.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+            open.fetch_sub(1, Ordering::AcqRel);
+            drop(stream);
+            continue;
+        }
+        let (scraper, open) = (scraper.clone(), open.clone());
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let scraper = scraper.clone();
+                async move { Ok::<_, std::convert::Infallible>(scraper.answer(&req)) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
+            open.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+}
+
+/// One process as a scrape sees it.
+struct Process {
+    snap: Snapshot,
+    comm: String,
+}
+
+struct Scraper {
+    all_users: bool,
+    interval: Duration,
+    /// The processes read last, and when.
+    cache: Mutex<Option<(Instant, Arc<Vec<Process>>)>>,
+}
+
+impl Scraper {
+    fn answer(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+        let head = req.method() == Method::HEAD;
+        if req.method() != Method::GET && !head {
+            let mut r = reply(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "text/plain; charset=utf-8",
+                "only GET and HEAD\n".into(),
+            );
+            r.headers_mut()
+                .insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD"));
+            return r;
+        }
+        let mut r = match req.uri().path() {
+            "/metrics" => {
+                let accept = req
+                    .headers()
+                    .get(header::ACCEPT)
+                    .and_then(|v| v.to_str().ok());
+                let openmetrics = prefers_openmetrics(accept.unwrap_or(""));
+                let (text, kind) = render(&self.processes(), openmetrics);
+                reply(StatusCode::OK, kind, text)
+            }
+            "/" => reply(
+                StatusCode::OK,
+                "text/html; charset=utf-8",
+                "<html><body>cudapool exporter: <a href=\"/metrics\">/metrics</a></body></html>\n"
+                    .into(),
+            ),
+            _ => reply(
+                StatusCode::NOT_FOUND,
+                "text/plain; charset=utf-8",
+                "not found: the metrics are at /metrics\n".into(),
+            ),
+        };
+        if head {
+            *r.body_mut() = Full::new(Bytes::new());
+        }
+        r
+    }
+
+    /// The processes, read again if the last read is older than the interval.
+    fn processes(&self) -> Arc<Vec<Process>> {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, procs)) = &*cache {
+            if at.elapsed() < self.interval {
+                return procs.clone();
+            }
+        }
+        let procs = Arc::new(collect(self.all_users));
+        *cache = Some((Instant::now(), procs.clone()));
+        procs
+    }
+}
+
+fn reply(status: StatusCode, kind: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, header::HeaderValue::from_static(kind));
+    h.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    r
+}
+
+/// Whether `Accept` prefers OpenMetrics to the Prometheus text format (a q-value above
+/// `text/plain`'s and above 0). Prometheus asks `application/openmetrics-text;...;q=0.5,
+/// ...text/plain;version=0.0.4;q=0.3,*/*;q=0.2`.
+fn prefers_openmetrics(accept: &str) -> bool {
+    let (mut om, mut plain) = (0.0f32, 0.0f32);
+    for range in accept.split(',') {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let q = parts
+            .filter_map(|p| p.trim().strip_prefix("q="))
+            .find_map(|q| q.trim().parse::<f32>().ok())
+            .unwrap_or(1.0);
+        match media.as_str() {
+            "application/openmetrics-text" => om = om.max(q),
+            "text/plain" => plain = plain.max(q),
+            _ => {}
+        }
+    }
+    om > 0.0 && om > plain
+}
+
+/// Every page of the processes this exporter may read, with each process's name.
+fn collect(all_users: bool) -> Vec<Process> {
+    pages(all_users)
+        .into_iter()
+        .filter_map(|p| {
+            let snap = read_owned(&p.path, p.uid).ok()?;
+            let comm = std::fs::read_to_string(format!("/proc/{}/comm", p.pid))
+                .map(|c| c.trim_end().to_string())
+                .unwrap_or_default();
+            Some(Process { snap, comm })
+        })
+        .collect()
+}
+
+/// The labels of one process's device.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct DeviceLabels {
+    pid: u32,
+    comm: String,
+    device: i32,
+    uuid: String,
+    group: Option<String>,
+}
+
+impl LabelSetSchema for DeviceLabels {
+    fn names() -> Option<&'static [&'static str]> {
+        Some(&["pid", "comm", "device", "uuid", "group"])
+    }
+}
+
+impl EncodeLabelSet for DeviceLabels {
+    fn encode(&self, e: &mut dyn LabelSetEncoder) -> fastmetrics::error::Result<()> {
+        e.encode(&("pid", self.pid))?;
+        e.encode(&("comm", self.comm.as_str()))?;
+        e.encode(&("device", self.device))?;
+        e.encode(&("uuid", self.uuid.as_str()))?;
+        if let Some(g) = &self.group {
+            e.encode(&("group", g.as_str()))?;
+        }
+        Ok(())
+    }
+}
+
+type Gauges = Family<DeviceLabels, Gauge<i64>>;
+type Counters = Family<DeviceLabels, Counter<u64>>;
+/// One figure of a device's stats.
+type Field = fn(&DeviceStats) -> u64;
+/// A metric: name, help, the figure.
+type Metric = (&'static str, &'static str, Field);
+
+/// The gauges (in bytes, then plain) and counters of a device, by name, help and field.
+const BYTES: &[Metric] = &[
+    (
+        "allocated",
+        "Bytes of device memory the program holds through cudapool",
+        |s| s.allocated,
+    ),
+    (
+        "reserved",
+        "Bytes cudapool holds from the driver, cached memory included",
+        |s| s.reserved,
+    ),
+    ("cached", "Bytes reserved and free for reuse", |s| s.cached),
+    (
+        "peak_allocated",
+        "The most bytes the program held at once",
+        |s| s.allocated_peak,
+    ),
+    (
+        "peak_reserved",
+        "The most bytes cudapool held from the driver at once",
+        |s| s.reserved_peak,
+    ),
+    (
+        "hard_limit",
+        "The hard limit on the process's device memory (0: none)",
+        |s| s.hard_limit,
+    ),
+    (
+        "soft_limit",
+        "Above this much reserved memory, freed blocks go back to the driver (0: none)",
+        |s| s.soft_limit,
+    ),
+];
+const COUNTS: &[Metric] = &[
+    ("live_allocations", "Allocations the program holds", |s| {
+        s.live_allocations
+    }),
+    ("segments", "Driver allocations cudapool holds", |s| {
+        s.segments
+    }),
+];
+const COUNTERS: &[Metric] = &[
+    ("alloc_calls", "Allocation calls", |s| s.alloc_calls),
+    ("free_calls", "Free calls", |s| s.free_calls),
+    ("cache_hits", "Allocations served from the cache", |s| {
+        s.cache_hits
+    }),
+    (
+        "driver_allocs",
+        "Allocations cudapool asked the driver for",
+        |s| s.driver_allocs,
+    ),
+    ("driver_frees", "Frees cudapool made to the driver", |s| {
+        s.driver_frees
+    }),
+    (
+        "reclaims",
+        "Times cached memory was given back and an allocation retried",
+        |s| s.reclaim_retries,
+    ),
+    ("ooms", "Out-of-memory answers to the program", |s| s.ooms),
+];
+
+/// The exposition of `procs`: OpenMetrics or the Prometheus text format, with its content
+/// type. Counters are named `..._total` in both (OpenMetrics adds the suffix itself).
+fn render(procs: &[Process], openmetrics: bool) -> (String, &'static str) {
+    let build = || -> fastmetrics::error::Result<String> {
+        let mut reg = Registry::builder().with_namespace("cudapool").build()?;
+        let count = Gauge::<i64>::new(procs.len() as i64);
+        reg.register("processes", "cudapool processes publishing figures", count)?;
+        let mut families: Vec<(Gauges, Field)> = Vec::new();
+        for &(name, help, field) in BYTES {
+            let f = Gauges::default();
+            reg.register_with_unit(name, help, Unit::Bytes, f.clone())?;
+            families.push((f, field));
+        }
+        for &(name, help, field) in COUNTS {
+            let f = Gauges::default();
+            reg.register(name, help, f.clone())?;
+            families.push((f, field));
+        }
+        let mut counters: Vec<(Counters, Field)> = Vec::new();
+        for &(name, help, field) in COUNTERS {
+            let f = Counters::default();
+            let name = if openmetrics {
+                name.to_string()
+            } else {
+                format!("{name}_total")
+            };
+            reg.register(name, help, f.clone())?;
+            counters.push((f, field));
+        }
+        let updated = Family::<DeviceLabels, Gauge<f64>>::default();
+        reg.register_with_unit(
+            "last_update_timestamp",
+            "When the process last published its figures (Unix time)",
+            Unit::Seconds,
+            updated.clone(),
+        )?;
+        for p in procs {
+            for d in &p.snap.devices {
+                let labels = DeviceLabels {
+                    pid: p.snap.pid,
+                    comm: p.comm.clone(),
+                    device: d.device,
+                    uuid: d.uuid.as_ref().map_or(String::new(), fmt_uuid),
+                    group: p.snap.group.clone(),
+                };
+                for (f, field) in &families {
+                    let v = i64::try_from(field(&d.stats)).unwrap_or(i64::MAX);
+                    f.with_or_new(&labels, |g| g.set(v));
+                }
+                for (f, field) in &counters {
+                    f.with_or_new(&labels, |c| c.set(field(&d.stats)));
+                }
+                updated.with_or_new(&labels, |g| g.set(p.snap.updated_ns as f64 / 1e9));
+            }
+        }
+        let profile = if openmetrics {
+            TextProfile::OpenMetricsV1_0_0 {
+                escaping_scheme: EscapingScheme::Underscores,
+            }
+        } else {
+            TextProfile::PrometheusV0_0_4
+        };
+        let mut out = String::new();
+        text::encode(&mut out, &reg, profile)?;
+        Ok(out)
+    };
+    let kind = if openmetrics {
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    } else {
+        "text/plain; version=0.0.4; charset=utf-8"
+    };
+    match build() {
+        Ok(text) => (text, kind),
+        Err(e) => (format!("# cudapool exporter: {e}\n"), kind),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_picks_the_format() {
+        let prometheus = "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+        assert!(prefers_openmetrics(prometheus));
+        assert!(!prefers_openmetrics(""));
+        assert!(!prefers_openmetrics("*/*"));
+        assert!(!prefers_openmetrics("text/plain"));
+        assert!(!prefers_openmetrics("application/openmetrics-text;q=0"));
+        assert!(prefers_openmetrics("application/openmetrics-text"));
+    }
+
+    #[test]
+    fn options_are_checked() {
+        assert!(parse(&[]).is_ok());
+        let o = parse(&[
+            "--listen=127.0.0.1:0".into(),
+            "--interval".into(),
+            "0".into(),
+        ])
+        .unwrap();
+        assert_eq!(o.listen.port(), 0);
+        assert_eq!(o.interval, Duration::ZERO);
+        for bad in [
+            vec!["--listen", "nowhere"],
+            vec!["--listen"],
+            vec!["--interval", "-1"],
+            vec!["--interval", "soon"],
+            vec!["--port", "1"],
+        ] {
+            let args: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
+            assert!(parse(&args).is_err(), "{bad:?}");
+        }
+    }
+}
