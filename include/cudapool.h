@@ -83,6 +83,24 @@ int cudapool_snapshot_torch(const char *path);
 /* The library's version, "MAJOR.MINOR.PATCH". Static storage: do not free. */
 const char *cudapool_version(void);
 
+/* The process's group (CUDAPOOL_GROUP) on one GPU. Set struct_size = sizeof(cudapool_group_stats)
+ * first, as for cudapool_stats. */
+typedef struct cudapool_group_stats {
+  size_t struct_size;
+  int32_t device;
+  uint32_t reserved_padding;
+  uint64_t members;                /* processes in the group now */
+  uint64_t reserved_bytes;         /* every member's driver memory on this GPU */
+  uint64_t limit;                  /* the group's hard limit on this GPU; 0 = none */
+  uint64_t process_reserved_bytes; /* this process's part of reserved_bytes */
+  char name[72];                   /* the group's name, NUL-terminated */
+} cudapool_group_stats;
+
+/* Fills *out for `device` (a CUDA ordinal). Returns 0; 1 for a NULL out, a bad device or a
+ * struct_size too small; 3 (not active); 801 (CUDA_ERROR_NOT_SUPPORTED) when the process is in
+ * no group. */
+int cudapool_get_group_stats(int device, cudapool_group_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,7 +15,7 @@ import sys
 
 LAYERS = [
     ("base", ["config", "log", "cu", "addr_hash", "per_thread", "flags", "sync", "frames"]),
-    ("mechanisms", ["driver", "nvtx", "budget", "queues", "pool"]),
+    ("mechanisms", ["driver", "nvtx", "budget", "queues", "pool", "group"]),
     ("state", ["state"]),
     ("reporting", ["report"]),
     ("C ABI", ["hooks", "interpose", "capi"]),

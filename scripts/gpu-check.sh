@@ -273,6 +273,12 @@ else
   result FAIL "exporter" "carry target/release/cudapool too"
 fi
 
+echo "=== a group of two PyTorch processes under one limit; one killed, the other grows"
+$T python3 scripts/gpu/group_check.py "$LIB" > "$W/group.out" 2>&1
+cat "$W/group.out"
+check "grep -q 'group check ok' '$W/group.out'" "two processes in one group: nvidia-smi within the group limit, a killed member's share back" \
+  "$(grep -A2 '^| group limit' "$W/group.out" | tail -1)"
+
 echo "=== NVIDIA's CUDA samples, with and without cudapool (scripts/gpu/samples.sh)"
 if [ -n "${SKIP_SAMPLES:-}" ]; then
   echo "skipped (SKIP_SAMPLES is set; run scripts/gpu/samples.sh on its own)"

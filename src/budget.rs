@@ -31,12 +31,38 @@
 //! take each other's credit in turn, each through the lock. It is read no higher than the
 //! reserved peak, which is exact and which `allocated` never passes.
 //!
+//! ## A budget shared with other processes
+//! A device's budget may also draw on a [`Shared`] one (a group's ledger: `group`). A charge
+//! takes this process's bytes first, then the shared ones, and gives back its own if the shared
+//! budget refuses; what goes back to the driver goes back to both. Cache hits never reach it.
+//!
 //! Uses: `per_thread`, `sync`.
 
 use crate::per_thread::{Line, LineId, Mode, PerThread};
 use crate::sync::lock;
 use std::sync::atomic::{AtomicU64, Ordering::*};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
+
+/// A budget this device shares with other processes: driver memory is reserved from it before
+/// the driver is asked and given back after the driver frees.
+pub trait Shared: Send + Sync + std::fmt::Debug {
+    /// Reserves `bytes` if they fit under the shared limit.
+    fn try_reserve(&self, bytes: u64) -> bool;
+    /// Reserves `bytes` the driver already handed out, fitting or not.
+    fn force_reserve(&self, bytes: u64);
+    /// Gives back `bytes` reserved earlier.
+    fn release(&self, bytes: u64);
+    /// What the shared limit still lets anyone reserve (`u64::MAX`: no limit).
+    fn room(&self) -> u64;
+    /// The shared limit (0: none).
+    fn limit(&self) -> u64;
+    /// Asks the others who share it to give back idle memory until `bytes` fit, waiting a
+    /// bounded time; whether they fit now (the caller charges again). None to ask by default.
+    fn borrow(&self, bytes: u64) -> bool {
+        let _ = bytes;
+        false
+    }
+}
 
 /// The values of each thread's [`Line`]: bytes held (`allocated`'s share), live allocations,
 /// calls, cache hits.
@@ -77,6 +103,8 @@ pub struct DeviceBudget {
     driver_frees: AtomicU64,
     reclaim_retries: AtomicU64,
     ooms: AtomicU64,
+    /// The budget this device shares with other processes, if any (set once, at first use).
+    shared: OnceLock<Box<dyn Shared>>,
 }
 
 /// A copy of one device's figures at one moment.
@@ -124,26 +152,47 @@ impl DeviceBudget {
         self.reserved.load(Relaxed)
     }
 
-    /// Charges `bytes` of driver memory if it fits under the hard limit. Call before asking the
-    /// driver; on the driver's failure, [`uncharge`](Self::uncharge) the same amount.
+    /// Makes this device's budget draw on `shared` too (once; later calls are ignored).
+    pub fn share(&self, shared: Box<dyn Shared>) {
+        let _ = self.shared.set(shared);
+    }
+
+    /// The shared budget, if this device has one.
+    pub fn shared(&self) -> Option<&dyn Shared> {
+        self.shared.get().map(|s| &**s)
+    }
+
+    /// Charges `bytes` of driver memory if they fit under the hard limit and the shared one.
+    /// Call before asking the driver; on the driver's failure, [`uncharge`](Self::uncharge) the
+    /// same amount.
     pub fn try_charge(&self, bytes: u64) -> bool {
+        let Some(new) = self.try_charge_own(bytes) else {
+            return false;
+        };
+        if let Some(s) = self.shared.get() {
+            if !s.try_reserve(bytes) {
+                self.reserved.fetch_sub(bytes, AcqRel);
+                return false;
+            }
+        }
+        self.reserved_peak.fetch_max(new, Relaxed);
+        true
+    }
+
+    /// Charges this process's own budget; the new reserved figure, if it fit.
+    fn try_charge_own(&self, bytes: u64) -> Option<u64> {
         let limit = self.hard_limit.load(Relaxed);
         let mut cur = self.reserved.load(Relaxed);
         loop {
-            let Some(new) = cur.checked_add(bytes) else {
-                return false;
-            };
+            let new = cur.checked_add(bytes)?;
             if limit != 0 && new > limit {
-                return false;
+                return None;
             }
             match self
                 .reserved
                 .compare_exchange_weak(cur, new, AcqRel, Relaxed)
             {
-                Ok(_) => {
-                    self.reserved_peak.fetch_max(new, Relaxed);
-                    return true;
-                }
+                Ok(_) => return Some(new),
                 Err(seen) => cur = seen,
             }
         }
@@ -154,11 +203,27 @@ impl DeviceBudget {
     pub fn force_charge(&self, bytes: u64) {
         let new = self.reserved.fetch_add(bytes, AcqRel) + bytes;
         self.reserved_peak.fetch_max(new, Relaxed);
+        if let Some(s) = self.shared.get() {
+            s.force_reserve(bytes);
+        }
     }
 
     /// Returns `bytes` charged earlier (memory given back to the driver, or never obtained).
     pub fn uncharge(&self, bytes: u64) {
         self.reserved.fetch_sub(bytes, AcqRel);
+        if let Some(s) = self.shared.get() {
+            s.release(bytes);
+        }
+    }
+
+    /// What this process may still reserve on this device: the room under its own hard limit
+    /// and under the shared one, whichever is smaller (`u64::MAX`: no limit).
+    pub fn room(&self) -> u64 {
+        let own = match self.hard_limit() {
+            0 => u64::MAX,
+            limit => limit.saturating_sub(self.reserved()),
+        };
+        own.min(self.shared.get().map_or(u64::MAX, |s| s.room()))
     }
 
     /// Memory the driver actually handed out (one segment or pass-through allocation).
@@ -352,6 +417,74 @@ impl DeviceBudget {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    /// A shared budget in memory: what `group` keeps in its ledger.
+    #[derive(Debug, Default)]
+    struct Pot {
+        limit: u64,
+        total: Mutex<u64>,
+    }
+
+    #[derive(Debug)]
+    struct Share(Arc<Pot>);
+
+    impl Shared for Share {
+        fn try_reserve(&self, bytes: u64) -> bool {
+            let mut t = lock(&self.0.total);
+            if *t + bytes > self.0.limit {
+                return false;
+            }
+            *t += bytes;
+            true
+        }
+        fn force_reserve(&self, bytes: u64) {
+            *lock(&self.0.total) += bytes;
+        }
+        fn release(&self, bytes: u64) {
+            *lock(&self.0.total) -= bytes;
+        }
+        fn room(&self) -> u64 {
+            self.0.limit - *lock(&self.0.total)
+        }
+        fn limit(&self) -> u64 {
+            self.0.limit
+        }
+    }
+
+    #[test]
+    fn two_budgets_sharing_one_limit_never_pass_it_and_a_refusal_costs_nothing() {
+        let pot = Arc::new(Pot {
+            limit: 64 << 20,
+            ..Pot::default()
+        });
+        let (a, b) = (DeviceBudget::new(48 << 20, 0), DeviceBudget::new(0, 0));
+        a.share(Box::new(Share(pot.clone())));
+        b.share(Box::new(Share(pot.clone())));
+        let granted = std::thread::scope(|s| {
+            let ta = s.spawn(|| (0..10).filter(|_| a.try_charge(8 << 20)).count());
+            let tb = s.spawn(|| (0..10).filter(|_| b.try_charge(8 << 20)).count());
+            ta.join().unwrap() + tb.join().unwrap()
+        });
+        assert_eq!(granted, 8, "64 MiB shared: eight 8 MiB charges in all");
+        assert!(a.reserved() <= 48 << 20, "a's own limit holds too");
+        assert_eq!(a.reserved() + b.reserved(), *lock(&pot.total));
+        let peak = b.stats(0).reserved_peak;
+        assert!(!b.try_charge(1), "full");
+        assert_eq!(
+            b.stats(0).reserved_peak,
+            peak,
+            "a refused charge leaves no peak"
+        );
+        assert_eq!(a.room(), 0);
+        b.uncharge(8 << 20);
+        assert_eq!(
+            a.room(),
+            ((48 << 20) - a.reserved()).min(8 << 20),
+            "room is the smaller of its own and the shared one"
+        );
+        let fits = a.reserved() < 48 << 20;
+        assert_eq!(a.try_charge(8 << 20), fits);
+    }
 
     #[test]
     fn a_64_mib_limit_takes_exactly_eight_8_mib_charges() {

@@ -134,6 +134,73 @@ pub unsafe extern "C" fn cudapool_get_stats(device: c_int, out: *mut CudapoolSta
     })
 }
 
+/// `cudapool_group_stats` of `include/cudapool.h`: the process's group on one GPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CudapoolGroupStats {
+    pub struct_size: usize,
+    pub device: i32,
+    pub reserved_padding: u32,
+    pub members: u64,
+    pub reserved_bytes: u64,
+    pub limit: u64,
+    pub process_reserved_bytes: u64,
+    pub name: [u8; 72],
+}
+
+/// Fills `*out` with the group's figures on `device`, as `cudapool_get_stats` does (struct
+/// size first). `CUDA_ERROR_NOT_SUPPORTED` when the process is in no group.
+///
+/// # Safety
+/// Pointers are NULL or valid for the sizes the header documents.
+#[no_mangle]
+pub unsafe extern "C" fn cudapool_get_group_stats(
+    device: c_int,
+    out: *mut CudapoolGroupStats,
+) -> c_int {
+    boundary(CUDA_ERROR_UNKNOWN as c_int, || {
+        const HEADER: usize = std::mem::size_of::<usize>() + 8;
+        if out.is_null() || !(0..crate::state::MAX_DEVICES as c_int).contains(&device) {
+            return CUDA_ERROR_INVALID_VALUE as c_int;
+        }
+        // SAFETY: non-null; the caller provides at least a struct_size field.
+        let theirs = unsafe { (*out).struct_size };
+        if theirs < HEADER {
+            return CUDA_ERROR_INVALID_VALUE as c_int;
+        }
+        let Some(shim) = Shim::active() else {
+            return CUDA_ERROR_NOT_INITIALIZED as c_int;
+        };
+        let (Some(name), Some(g)) = (shim.group_name(), shim.group_figures(device)) else {
+            return CUDA_ERROR_NOT_SUPPORTED as c_int;
+        };
+        let mut ours = CudapoolGroupStats {
+            struct_size: 0,
+            device,
+            reserved_padding: 0,
+            members: g.members,
+            reserved_bytes: g.reserved,
+            limit: g.limit,
+            process_reserved_bytes: shim.device_stats(device).reserved,
+            name: [0; 72],
+        };
+        let n = name.len().min(71);
+        ours.name[..n].copy_from_slice(&name.as_bytes()[..n]);
+        let n = theirs.min(std::mem::size_of::<CudapoolGroupStats>());
+        ours.struct_size = n;
+        // SAFETY: the caller owns `theirs` >= n writable bytes at `out`; `ours` is a local
+        // repr(C) value of at least n bytes; the two cannot overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&ours as *const CudapoolGroupStats).cast::<u8>(),
+                out.cast::<u8>(),
+                n,
+            )
+        };
+        CUDA_SUCCESS as c_int
+    })
+}
+
 /// Gives every cached block on `device` (-1: every device) back to the driver, after waiting
 /// for the device work that may still touch them; returns the bytes released.
 #[no_mangle]

@@ -30,6 +30,7 @@ pub mod state;
 // 4. mechanisms
 pub mod budget;
 pub mod driver;
+pub mod group;
 pub mod nvtx;
 pub mod pool;
 pub mod queues;

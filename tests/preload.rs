@@ -788,6 +788,33 @@ fn the_header_matches_the_library() {
     assert_eq!((c["reset"].as_str(), c["limit"].as_str()), ("0", "0"));
     assert_eq!((c["bad_device"].as_str(), c["null"].as_str()), ("1", "1"));
     assert_eq!(r.get("too_small", "too_small"), "1");
+    use cudapool::capi::CudapoolGroupStats;
+    let g = r.line("group_offsets");
+    macro_rules! same_group_offsets {
+        ($($field:ident),*) => {
+            $( assert_eq!(
+                g[stringify!($field)],
+                offset_of!(CudapoolGroupStats, $field).to_string(),
+                "offset of {}", stringify!($field)
+            ); )*
+            assert_eq!(g.len(), [$(stringify!($field)),*].len(), "every field is checked");
+        };
+    }
+    same_group_offsets!(
+        struct_size,
+        device,
+        members,
+        reserved_bytes,
+        limit,
+        process_reserved_bytes,
+        name
+    );
+    assert_eq!(
+        r.num("group", "sizeof"),
+        size_of::<CudapoolGroupStats>() as u64
+    );
+    assert_eq!(r.get("group", "no_group"), "801", "in no group");
+    assert_eq!(r.get("group", "null"), "1");
 }
 
 #[test]

@@ -182,11 +182,17 @@ struct Process {
     comm: String,
 }
 
+/// What a scrape reads: the processes and the groups.
+struct Seen {
+    procs: Vec<Process>,
+    groups: Vec<cudapool::group::LedgerView>,
+}
+
 struct Scraper {
     all_users: bool,
     interval: Duration,
-    /// The processes read last, and when.
-    cache: Mutex<Option<(Instant, Arc<Vec<Process>>)>>,
+    /// What was read last, and when.
+    cache: Mutex<Option<(Instant, Arc<Seen>)>>,
 }
 
 impl Scraper {
@@ -209,7 +215,7 @@ impl Scraper {
                     .get(header::ACCEPT)
                     .and_then(|v| v.to_str().ok());
                 let openmetrics = prefers_openmetrics(accept.unwrap_or(""));
-                let (text, kind) = render(&self.processes(), openmetrics);
+                let (text, kind) = render(&self.seen(), openmetrics);
                 reply(StatusCode::OK, kind, text)
             }
             "/" => reply(
@@ -230,17 +236,23 @@ impl Scraper {
         r
     }
 
-    /// The processes, read again if the last read is older than the interval.
-    fn processes(&self) -> Arc<Vec<Process>> {
+    /// The processes and groups, read again if the last read is older than the interval.
+    fn seen(&self) -> Arc<Seen> {
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((at, procs)) = &*cache {
+        if let Some((at, seen)) = &*cache {
             if at.elapsed() < self.interval {
-                return procs.clone();
+                return seen.clone();
             }
         }
-        let procs = Arc::new(collect(self.all_users));
-        *cache = Some((Instant::now(), procs.clone()));
-        procs
+        let seen = Arc::new(Seen {
+            procs: collect(self.all_users),
+            groups: cudapool::group::ledgers(self.all_users)
+                .into_iter()
+                .flatten()
+                .collect(),
+        });
+        *cache = Some((Instant::now(), seen.clone()));
+        seen
     }
 }
 
@@ -320,6 +332,26 @@ impl EncodeLabelSet for DeviceLabels {
     }
 }
 
+/// The labels of one group's GPU.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct GroupLabels {
+    group: String,
+    uuid: String,
+}
+
+impl LabelSetSchema for GroupLabels {
+    fn names() -> Option<&'static [&'static str]> {
+        Some(&["group", "uuid"])
+    }
+}
+
+impl EncodeLabelSet for GroupLabels {
+    fn encode(&self, e: &mut dyn LabelSetEncoder) -> fastmetrics::error::Result<()> {
+        e.encode(&("group", self.group.as_str()))?;
+        e.encode(&("uuid", self.uuid.as_str()))
+    }
+}
+
 type Gauges = Family<DeviceLabels, Gauge<i64>>;
 type Counters = Family<DeviceLabels, Counter<u64>>;
 /// One figure of a device's stats.
@@ -391,9 +423,10 @@ const COUNTERS: &[Metric] = &[
     ("ooms", "Out-of-memory answers to the program", |s| s.ooms),
 ];
 
-/// The exposition of `procs`: OpenMetrics or the Prometheus text format, with its content
-/// type. Counters are named `..._total` in both (OpenMetrics adds the suffix itself).
-fn render(procs: &[Process], openmetrics: bool) -> (String, &'static str) {
+/// The exposition of what was seen: OpenMetrics or the Prometheus text format, with its
+/// content type. Counters are named `..._total` in both (OpenMetrics adds the suffix itself).
+fn render(seen: &Seen, openmetrics: bool) -> (String, &'static str) {
+    let procs = &seen.procs;
     let build = || -> fastmetrics::error::Result<String> {
         let mut reg = Registry::builder().with_namespace("cudapool").build()?;
         let count = Gauge::<i64>::new(procs.len() as i64);
@@ -444,6 +477,38 @@ fn render(procs: &[Process], openmetrics: bool) -> (String, &'static str) {
                     f.with_or_new(&labels, |c| c.set(field(&d.stats)));
                 }
                 updated.with_or_new(&labels, |g| g.set(p.snap.updated_ns as f64 / 1e9));
+            }
+        }
+        if !seen.groups.is_empty() {
+            let members = Family::<GroupLabels, Gauge<i64>>::default();
+            let reserved = Family::<GroupLabels, Gauge<i64>>::default();
+            let limit = Family::<GroupLabels, Gauge<i64>>::default();
+            reg.register("group_members", "Processes in the group", members.clone())?;
+            reg.register_with_unit(
+                "group_reserved",
+                "Bytes every member of the group holds from the driver on the GPU",
+                Unit::Bytes,
+                reserved.clone(),
+            )?;
+            reg.register_with_unit(
+                "group_limit",
+                "The group's hard limit on the GPU (0: none)",
+                Unit::Bytes,
+                limit.clone(),
+            )?;
+            for g in &seen.groups {
+                for (uuid, l, total) in &g.devices {
+                    let labels = GroupLabels {
+                        group: g.name.clone(),
+                        uuid: fmt_uuid(uuid),
+                    };
+                    let n = g.members.len() as i64;
+                    members.with_or_new(&labels, |m| m.set(n));
+                    reserved.with_or_new(&labels, |m| {
+                        m.set(i64::try_from(*total).unwrap_or(i64::MAX))
+                    });
+                    limit.with_or_new(&labels, |m| m.set(i64::try_from(*l).unwrap_or(i64::MAX)));
+                }
             }
         }
         let profile = if openmetrics {

@@ -80,7 +80,45 @@ pub fn stat_text(pids: &[u32], verbose: bool) -> Result<String, String> {
     if n == 0 {
         out.push_str("no cudapool process is running for this user\n");
     }
+    if pids.is_empty() {
+        out.push_str(&groups_text(verbose));
+    }
     Ok(out)
+}
+
+/// Every group of this user: per GPU its limit, its total and each live member's part.
+fn groups_text(verbose: bool) -> String {
+    let mut out = String::new();
+    for g in cudapool::group::ledgers(false) {
+        let g = match g {
+            Ok(g) => g,
+            Err(why) if verbose => {
+                out.push_str(&format!("(skipped a group ledger: {why})\n"));
+                continue;
+            }
+            Err(_) => continue,
+        };
+        out.push_str(&format!("group {}: {} members\n", g.name, g.members.len()));
+        for (i, (uuid, limit, total)) in g.devices.iter().enumerate() {
+            let limit = if *limit == 0 {
+                "none".to_string()
+            } else {
+                fmt_bytes(*limit)
+            };
+            let parts: Vec<String> = g
+                .members
+                .iter()
+                .map(|(pid, r)| format!("pid {pid} {}", fmt_bytes(r[i])))
+                .collect();
+            out.push_str(&format!(
+                "  {}: limit {limit}  reserved {}  ({})\n",
+                fmt_uuid(uuid),
+                fmt_bytes(*total),
+                parts.join(", ")
+            ));
+        }
+    }
+    out
 }
 
 /// `cudapool stat [-v] [PID...]`.

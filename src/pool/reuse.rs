@@ -524,6 +524,13 @@ impl Pool for CachingPool {
         st.core.release_free_segments(up, need)
     }
 
+    fn release_ready(&self, up: &dyn Upstream, need: u64) -> u64 {
+        let mut st = self.lock();
+        self.drain_magazines(&mut st, true);
+        self.collect(&mut st, false);
+        st.core.release_free_segments(up, need)
+    }
+
     fn cached_bytes(&self) -> u64 {
         let st = self.lock();
         let in_magazines: u64 = lock(&self.magazines)

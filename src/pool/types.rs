@@ -120,6 +120,13 @@ pub trait Pool: Send + Sync {
     fn reclaim(&self, up: &dyn Upstream) -> u64 {
         self.trim(up, u64::MAX)
     }
+    /// Gives back free segments that are ready now (no waiting for a fence, nor for the
+    /// device) until at least `need` bytes went back; returns the bytes released. For lending
+    /// idle cache to another process of a group.
+    fn release_ready(&self, up: &dyn Upstream, need: u64) -> u64 {
+        let _ = (up, need);
+        0
+    }
     /// Bytes held for reuse.
     fn cached_bytes(&self) -> u64;
     /// Every segment the pool holds and its blocks, by address (`none` holds no list: its

@@ -1,40 +1,57 @@
 //! The per-device budgets of the process: each device's limits (resolved from the
-//! configuration on first use) and counters.
+//! configuration on first use) and counters, and its share of the group's budget when the
+//! process is in a group (the GPU found in the ledger by its UUID).
 //!
-//! Uses: `budget`, `driver`, `config`, `log`, `cu`.
+//! Uses: `budget`, `group`, `driver`, `config`, `log`, `cu`.
 
 use crate::budget::DeviceBudget;
 use crate::config::Config;
 use crate::config::LogLevel::{Error, Info, Warn};
 use crate::cu::CUdevice;
 use crate::driver::Driver;
+use crate::group::{Group, GroupDevice};
 use crate::log::fmt_bytes;
 use crate::log_at;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// Device ordinals beyond this share one unlimited budget (and a warning says so).
 pub const MAX_DEVICES: usize = 64;
 
 /// Invariants: `slots[d]` is set from the first time device `d` is touched (an allocation, a
 /// query, the C API), with the limits the configuration gives it then.
-/// `uuids[d]` is device `d`'s UUID once asked (`None`: the driver could not say).
+/// `uuids[d]` is device `d`'s UUID once asked (`None`: the driver could not say). In a group,
+/// `shares[d]` is set with `slots[d]`: the group's GPU its budget draws on.
 pub struct Budgets {
     slots: [OnceLock<DeviceBudget>; MAX_DEVICES],
     overflow: DeviceBudget,
     uuids: [OnceLock<Option<[u8; 16]>>; MAX_DEVICES],
+    group: Option<Arc<Group>>,
+    shares: [OnceLock<GroupDevice>; MAX_DEVICES],
 }
 
 impl Default for Budgets {
     fn default() -> Self {
-        Budgets {
-            slots: std::array::from_fn(|_| OnceLock::new()),
-            overflow: DeviceBudget::new(0, 0),
-            uuids: std::array::from_fn(|_| OnceLock::new()),
-        }
+        Budgets::new(None)
     }
 }
 
 impl Budgets {
+    /// The budgets of a process in `group` (or none).
+    pub fn new(group: Option<Arc<Group>>) -> Budgets {
+        Budgets {
+            slots: std::array::from_fn(|_| OnceLock::new()),
+            overflow: DeviceBudget::new(0, 0),
+            uuids: std::array::from_fn(|_| OnceLock::new()),
+            group,
+            shares: std::array::from_fn(|_| OnceLock::new()),
+        }
+    }
+
+    /// The group's GPU device `dev`'s budget draws on, if the process is in a group.
+    pub fn share(&self, dev: CUdevice) -> Option<&GroupDevice> {
+        self.shares.get(usize::try_from(dev).ok()?)?.get()
+    }
+
     /// The budget of `dev`, with its limits resolved on first use (a percentage asks the
     /// driver for the device's total memory).
     #[inline]
@@ -78,7 +95,31 @@ impl Budgets {
             if hard != 0 {
                 log_at!(Info, "device {dev}: memory limit {}", fmt_bytes(hard));
             }
-            DeviceBudget::new(hard, soft)
+            let budget = DeviceBudget::new(hard, soft);
+            if let Some(group) = &self.group {
+                let named = config
+                    .group_limit
+                    .for_device(dev as u32)
+                    .map(|l| resolve("group limit", Some(l)));
+                let uuid = self.uuid(dev, driver).unwrap_or_else(|| {
+                    log_at!(Warn, "device {dev}: the driver gives no UUID; the group matches it by ordinal");
+                    let mut u = [0xffu8; 16];
+                    u[12..].copy_from_slice(&dev.to_le_bytes());
+                    u
+                });
+                match group.device(uuid, named) {
+                    Ok(share) => {
+                        budget.share(Box::new(share.clone()));
+                        let _ = self.shares[dev as usize].set(share);
+                    }
+                    Err(e) => {
+                        // Fail closed: a group limit we cannot keep allows nothing.
+                        log_at!(Error, "device {dev}: {e}; allowing no memory");
+                        budget.set_hard_limit(1);
+                    }
+                }
+            }
+            budget
         })
     }
 

@@ -24,7 +24,9 @@ impl Shim {
         let (ctx, dev) = self.current()?;
         let budget = self.budget(dev);
         if !budget.try_charge(charge) {
-            if self.reclaim_context(ctx, dev, u64::MAX) == 0 || !budget.try_charge(charge) {
+            let retry = |budget: &crate::budget::DeviceBudget| budget.try_charge(charge);
+            let reclaimed = self.reclaim_context(ctx, dev, u64::MAX) > 0 && retry(budget);
+            if !(reclaimed || self.borrow(dev, charge) && retry(budget)) {
                 return Err(self.failed(dev, charge, CUDA_ERROR_OUT_OF_MEMORY));
             }
             budget.on_reclaim_retry();
@@ -72,7 +74,7 @@ impl Shim {
         if budget.try_charge(bytes) {
             return Ok(());
         }
-        if self.reclaim_device(dev) > 0 && budget.try_charge(bytes) {
+        if (self.reclaim_device(dev) > 0 || self.borrow(dev, bytes)) && budget.try_charge(bytes) {
             budget.on_reclaim_retry();
             return Ok(());
         }
@@ -183,7 +185,9 @@ impl Shim {
             call!(self.driver, mem_pool_trim_to(pool as Opaque, 0));
             self.settle_pool(key, rec);
             self.reclaim_device(dev);
-            if !budget.try_charge(ahead) {
+            let charged =
+                budget.try_charge(ahead) || self.borrow(dev, ahead) && budget.try_charge(ahead);
+            if !charged {
                 drop(pools);
                 return Err(self.failed(dev, size, CUDA_ERROR_OUT_OF_MEMORY));
             }

@@ -34,6 +34,7 @@ pub mod contexts;
 pub mod counted;
 mod counting;
 mod current;
+mod groups;
 pub mod history;
 pub mod ipc;
 pub mod live;

@@ -79,6 +79,12 @@ impl Shim {
                         break;
                     }
                 }
+                // In a group short of room: the other members' idle cache, lent.
+                if !matches!(retried, Some(Ok(_)))
+                    && self.borrow(dev, size.next_multiple_of(2 << 20))
+                {
+                    retried = Some(pool_alloc(&up));
+                }
                 if retried.is_some() {
                     budget.on_reclaim_retry();
                 }
@@ -225,13 +231,21 @@ impl Shim {
         let budget = self.budget(dev);
         let cached = self.cached_bytes(dev);
         let free = driver_free.saturating_add(cached).min(driver_total);
-        let limit = budget.hard_limit();
-        if limit == 0 {
+        // The smaller of this process's own room and its group's (its own cache counts as
+        // free: it gives it back before it refuses).
+        let limit = match budget.hard_limit() {
+            0 => u64::MAX,
+            limit => limit,
+        };
+        let group = budget.shared().map_or(0, |s| s.limit());
+        if limit == u64::MAX && group == 0 {
             return Ok((free, driver_total));
         }
-        let total = limit.min(driver_total);
-        let in_use = budget.reserved().saturating_sub(cached);
-        Ok((free.min(limit.saturating_sub(in_use)).min(total), total))
+        let total = limit
+            .min(if group == 0 { u64::MAX } else { group })
+            .min(driver_total);
+        let room = budget.room().saturating_add(cached);
+        Ok((free.min(room).min(total), total))
     }
 
     pub(crate) fn upstream<'a>(&'a self, dev: CUdevice) -> DriverUpstream<'a> {
@@ -286,16 +300,17 @@ impl Upstream for DriverUpstream<'_> {
     }
 
     fn headroom(&self) -> u64 {
-        match self.budget.hard_limit() {
-            0 => u64::MAX,
-            limit => limit.saturating_sub(self.budget.reserved()),
-        }
+        self.budget.room()
     }
 
     fn limit(&self) -> u64 {
-        match self.budget.hard_limit() {
+        let own = match self.budget.hard_limit() {
             0 => u64::MAX,
             limit => limit,
+        };
+        match self.budget.shared().map(|s| s.limit()) {
+            Some(group) if group != 0 => own.min(group),
+            _ => own,
         }
     }
 

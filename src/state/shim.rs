@@ -86,6 +86,8 @@ pub trait Observer: Send + Sync {
 }
 
 static CONFIG: OnceLock<Result<Config, ConfigError>> = OnceLock::new();
+/// The group this process joined (`CUDAPOOL_GROUP`), or why it could not.
+static GROUP: OnceLock<Result<Option<Arc<crate::group::Group>>, String>> = OnceLock::new();
 static SHIM: OnceLock<Shim> = OnceLock::new();
 static OBSERVER: OnceLock<&'static dyn Observer> = OnceLock::new();
 static REFUSAL_SAID: AtomicBool = AtomicBool::new(false);
@@ -183,11 +185,25 @@ impl Shim {
         let Some(driver) = Driver::get() else {
             return State::NoDriver;
         };
+        // A group limit this process cannot keep fails closed, like a bad value.
+        let group = GROUP.get_or_init(|| match &config.group {
+            Some(name) => crate::group::Group::join(name).map(Some),
+            None => Ok(None),
+        });
+        let group = match group {
+            Ok(g) => g.clone(),
+            Err(e) => {
+                if !REFUSAL_SAID.swap(true, Ordering::Relaxed) {
+                    log::line(&format!("CUDAPOOL_GROUP: {e}; refusing CUDA allocations"));
+                }
+                return State::Refused;
+            }
+        };
         let mut fresh = false;
         let shim = SHIM.get_or_init(|| {
             fresh = true;
             Shim {
-                budgets: Budgets::default(),
+                budgets: Budgets::new(group.clone()),
                 contexts: Contexts::default(),
                 live: LiveTable::new(config.track),
                 counted: Counted::default(),
@@ -199,6 +215,12 @@ impl Shim {
         });
         if fresh {
             crate::driver::arm_faults(&config.faults);
+            if let Some(g) = &group {
+                // Lends this process's idle cache when another member is short.
+                g.serve(Box::new(|uuid, bytes| {
+                    Shim::active().map_or(0, |s| s.lend(uuid, bytes))
+                }));
+            }
             log_at!(Info, "active: pool {}", config.pool.name());
             // SAFETY: registers a plain extern "C" function with no arguments.
             unsafe { libc::atexit(at_exit) };
@@ -272,8 +294,23 @@ impl Shim {
                 0 => "none".to_string(),
                 l => fmt_bytes(l),
             };
+            let group = match (self.group_name(), self.budgets.share(dev)) {
+                (Some(name), Some(share)) => {
+                    let g = share.figures();
+                    let glimit = match g.limit {
+                        0 => "none".to_string(),
+                        l => fmt_bytes(l),
+                    };
+                    format!(
+                        "; group {name}: limit {glimit}, reserved {} by {} members",
+                        fmt_bytes(g.reserved),
+                        g.members
+                    )
+                }
+                _ => String::new(),
+            };
             log::line(&format!(
-                "out of memory on device {dev}: asked {}; limit {limit}, allocated {}, reserved {}, cached after reclaim {}, device free {device_free}",
+                "out of memory on device {dev}: asked {}; limit {limit}, allocated {}, reserved {}, cached after reclaim {}, device free {device_free}{group}",
                 fmt_bytes(asked),
                 fmt_bytes(s.allocated),
                 fmt_bytes(s.reserved),

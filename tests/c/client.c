@@ -590,6 +590,86 @@ static int park(int argc, char **argv) {
   return 0;
 }
 
+// Waits until standard input closes (the test's way to end a scenario).
+static void wait_for_stdin(void) {
+  char buf[64];
+  while (fread(buf, 1, sizeof buf, stdin) > 0) {
+  }
+}
+
+// The group (CUDAPOOL_GROUP) on this device, through the C API: "TAG members=... reserved=...".
+static void print_group(const char *tag) {
+  struct group_stats {
+    size_t struct_size;
+    int32_t device;
+    uint32_t pad;
+    uint64_t members, reserved, limit, mine;
+    char name[72];
+  } g = {.struct_size = sizeof g};
+  int (*get)(int, struct group_stats *) = dlsym(RTLD_DEFAULT, "cudapool_get_group_stats");
+  int r = get ? get(dev, &g) : -1;
+  printf("%s r=%d name=%s members=%llu reserved=%llu limit=%llu mine=%llu\n", tag, r,
+         r == 0 ? g.name : "-", (unsigned long long)g.members, (unsigned long long)g.reserved,
+         (unsigned long long)g.limit, (unsigned long long)g.mine);
+}
+
+// take SIZE [go]: allocates blocks of SIZE until refused, prints "took n=K err=E", holds them
+// until stdin closes. With "go", first prints "ready" and waits for a line on stdin, so that
+// several processes start taking at one moment.
+static int take(int argc, char **argv) {
+  size_t size = argc > 0 ? strtoull(argv[0], NULL, 10) : (8 << 20);
+  if (argc > 1 && !strcmp(argv[1], "go")) {
+    size_t f, t;
+    CHECK(cu.MemGetInfo(&f, &t)); // the shim is set up before the race
+    printf("ready\n");
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin)) return 5;
+  }
+  static CUdeviceptr p[4096];
+  int n = 0;
+  CUresult r = CUDA_SUCCESS;
+  while (n < 4096 && (r = cu.MemAlloc(&p[n], size)) == CUDA_SUCCESS) n++;
+  printf("took n=%d err=%d\n", n, r);
+  print_group("group");
+  fflush(stdout);
+  wait_for_stdin();
+  for (int i = 0; i < n; i++) CHECK(cu.MemFree(p[i]));
+  return 0;
+}
+
+// cache N SIZE: allocates N blocks and frees them all (they stay cached), prints "cached",
+// then sleeps in read() until stdin closes.
+static int cache(int argc, char **argv) {
+  int n = argc > 0 ? atoi(argv[0]) : 1;
+  size_t size = argc > 1 ? strtoull(argv[1], NULL, 10) : (8 << 20);
+  CUdeviceptr p[256];
+  if (n > 256) n = 256;
+  for (int i = 0; i < n; i++) CHECK(cu.MemAlloc(&p[i], size));
+  for (int i = 0; i < n; i++) CHECK(cu.MemFree(p[i]));
+  print_stats("cached");
+  fflush(stdout);
+  wait_for_stdin();
+  print_stats("after");
+  return 0;
+}
+
+// timed SIZE: one allocation, timed: "timed rc=R ms=T", then holds it until stdin closes.
+static int timed(int argc, char **argv) {
+  size_t size = argc > 0 ? strtoull(argv[0], NULL, 10) : (8 << 20);
+  CUdeviceptr p = 0;
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  CUresult r = cu.MemAlloc(&p, size);
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  printf("timed rc=%d ms=%.1f\n", r, (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6);
+  print_group("group");
+  fflush(stdout);
+  wait_for_stdin();
+  if (r == CUDA_SUCCESS) CHECK(cu.MemFree(p));
+  return 0;
+}
+
 // The bundled sample workload (README): a few buffers, a round trip through the device,
 // then as many 64 MiB buffers as the limit allows.
 static int sample(void) {
@@ -644,6 +724,9 @@ int main(int argc, char **argv) {
   if (!strcmp(scenario, "leak")) return leak(argc - 3, argv + 3);
   if (!strcmp(scenario, "hold")) return hold_memory(argc - 3, argv + 3);
   if (!strcmp(scenario, "park")) return park(argc - 3, argv + 3);
+  if (!strcmp(scenario, "take")) return take(argc - 3, argv + 3);
+  if (!strcmp(scenario, "cache")) return cache(argc - 3, argv + 3);
+  if (!strcmp(scenario, "timed")) return timed(argc - 3, argv + 3);
   int r = reuse_scenario(scenario, argc - 3, argv + 3);
   if (r >= 0) return r;
   r = lifetime_scenario(scenario, argc - 3, argv + 3);

@@ -48,5 +48,20 @@ int main(void) {
          cudapool_snapshot("/nonexistent-dir/s.json"));
   cudapool_stats small = {.struct_size = 4};
   printf("too_small=%d\n", cudapool_get_stats(0, &small));
+  cudapool_group_stats g;
+  memset(&g, 0xff, sizeof g);
+  g.struct_size = sizeof g;
+#define GOFF(f) printf(" " #f "=%zu", offsetof(cudapool_group_stats, f))
+  printf("group_offsets");
+  GOFF(struct_size);
+  GOFF(device);
+  GOFF(members);
+  GOFF(reserved_bytes);
+  GOFF(limit);
+  GOFF(process_reserved_bytes);
+  GOFF(name);
+  printf("\n");
+  printf("group sizeof=%zu no_group=%d null=%d\n", sizeof g, cudapool_get_group_stats(0, &g),
+         cudapool_get_group_stats(0, NULL));
   return 0;
 }

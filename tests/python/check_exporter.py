@@ -133,6 +133,10 @@ try:
         labels.get("comm") == "client" and labels.get("device") == "0" and labels.get("uuid") == "GPU-face0000-1122-3344-5566-778899aabbcc" and labels.get("group") == "job-7",
         labels,
     )
+    greserved = [s for f in fams for s in f.samples if s.name == "cudapool_group_reserved_bytes" and s.labels.get("group") == "job-7"]
+    check("the group's reserved bytes: B's", len(greserved) == 1 and greserved[0].value == 8 * MIB, greserved)
+    gmembers = [s.value for f in fams for s in f.samples if s.name == "cudapool_group_members" and s.labels.get("group") == "job-7"]
+    check("the group's members", gmembers == [1], gmembers)
     labels_a = next(s.labels for f in fams for s in f.samples if s.name == "cudapool_reserved_bytes" and s.labels.get("pid") == str(a.pid))
     check("no group label on a process in no group", "group" not in labels_a, labels_a)
 

@@ -34,6 +34,8 @@ __all__ = [
     "memory_summary",
     "snapshot",
     "set_memory_limit",
+    "group_stats",
+    "NotInGroup",
 ]
 
 FIELDS = [
@@ -63,8 +65,26 @@ class _Stats(ctypes.Structure):
     ]
 
 
+class _GroupStats(ctypes.Structure):
+    # Mirrors cudapool_group_stats in include/cudapool.h.
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("device", ctypes.c_int32),
+        ("_pad", ctypes.c_uint32),
+        ("members", ctypes.c_uint64),
+        ("reserved_bytes", ctypes.c_uint64),
+        ("limit", ctypes.c_uint64),
+        ("process_reserved_bytes", ctypes.c_uint64),
+        ("name", ctypes.c_char * 72),
+    ]
+
+
 class CudapoolNotLoaded(RuntimeError):
     """Raised when the process does not run under cudapool."""
+
+
+class NotInGroup(RuntimeError):
+    """Raised by group_stats when the process is in no group (CUDAPOOL_GROUP unset)."""
 
 
 def library_path():
@@ -120,6 +140,8 @@ def _lib():
         lib.cudapool_snapshot_torch.restype = ctypes.c_int
         lib.cudapool_version.argtypes = []
         lib.cudapool_version.restype = ctypes.c_char_p
+        lib.cudapool_get_group_stats.argtypes = [ctypes.c_int, ctypes.POINTER(_GroupStats)]
+        lib.cudapool_get_group_stats.restype = ctypes.c_int
         _LIB = lib
     return _LIB
 
@@ -178,6 +200,27 @@ def memory_stats(device=None):
         }
     )
     return out
+
+
+def group_stats(device=0):
+    """The process's group (CUDAPOOL_GROUP) on one GPU: its name, members, every member's
+    reserved bytes together, the group's limit (0: none) and this process's part. Raises
+    NotInGroup when the process is in no group."""
+    d = _device(device)
+    if d < 0:
+        raise ValueError("group_stats needs one device")
+    g = _GroupStats(struct_size=ctypes.sizeof(_GroupStats))
+    code = _lib().cudapool_get_group_stats(d, ctypes.byref(g))
+    if code == 801:
+        raise NotInGroup("this process is in no group: set CUDAPOOL_GROUP=NAME to join one")
+    _check(code, "group_stats")
+    return {
+        "name": g.name.decode(),
+        "members": g.members,
+        "reserved_bytes": g.reserved_bytes,
+        "limit": g.limit,
+        "process_reserved_bytes": g.process_reserved_bytes,
+    }
 
 
 def memory_allocated(device=None):

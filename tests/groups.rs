@@ -1,0 +1,408 @@
+//! Group budgets (issue 23, `CUDAPOOL_GROUP`): real processes, each the C test client under
+//! `LD_PRELOAD` against the fake driver, sharing one ledger in /dev/shm. The group's limit is
+//! exact when they race, a member killed with SIGKILL gives its share back, a member's idle
+//! cache is lent to another while it sleeps in a system call, planted files at the ledger's
+//! path are refused without being trusted, and groups do not see each other.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A group name no other test (nor an earlier run) uses; its ledger is removed when dropped.
+struct Group(String);
+
+impl Group {
+    fn new(what: &str) -> Group {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "t{}-{what}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let g = Group(name);
+        let _ = std::fs::remove_file(g.ledger());
+        g
+    }
+
+    fn ledger(&self) -> String {
+        // SAFETY: getuid has no preconditions.
+        format!(
+            "/dev/shm/cudapool-group-{}-{}",
+            unsafe { libc::getuid() },
+            self.0
+        )
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.ledger());
+    }
+}
+
+/// A client process running one scenario; it ends its scenario when its stdin closes.
+struct Member {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    out: BufReader<std::process::ChildStdout>,
+    lines: Vec<String>,
+}
+
+impl Member {
+    fn start(args: &[&str], env: &[(&str, &str)]) -> Member {
+        let f = fixture();
+        let mut cmd = Command::new(f.dir.join("client"));
+        cmd.arg("dlsym").args(args).current_dir(&f.dir);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("CUDAPOOL_") || k.starts_with("FAKECU_") || k == "CLIENT_DEVICE" {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("LD_LIBRARY_PATH", &f.dir)
+            .env("LD_PRELOAD", &f.lib)
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().expect("client");
+        let stdin = child.stdin.take();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        Member {
+            child,
+            stdin,
+            out,
+            lines: Vec::new(),
+        }
+    }
+
+    /// The `key=value` pairs of the next line starting with `tag `.
+    fn line(&mut self, tag: &str) -> std::collections::HashMap<String, String> {
+        loop {
+            let mut l = String::new();
+            let n = self.out.read_line(&mut l).unwrap();
+            assert!(
+                n > 0,
+                "client ended before {tag:?}; it said: {:?}",
+                self.lines
+            );
+            self.lines.push(l.clone());
+            if l.split_whitespace().next() == Some(tag) {
+                return l
+                    .split_whitespace()
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+            }
+        }
+    }
+
+    fn num(&mut self, tag: &str, key: &str) -> u64 {
+        self.line(tag)[key].parse().unwrap()
+    }
+
+    /// Ends the scenario; its exit status.
+    fn finish(mut self) -> i32 {
+        drop(self.stdin.take());
+        self.child.wait().unwrap().code().unwrap_or(-1)
+    }
+}
+
+const MB8: u64 = 8 << 20;
+
+fn in_group(g: &Group, limit: &str) -> Vec<(String, String)> {
+    vec![
+        ("CUDAPOOL_GROUP".into(), g.0.clone()),
+        ("CUDAPOOL_GROUP_LIMIT".into(), limit.into()),
+    ]
+}
+
+fn env_of(v: &[(String, String)]) -> Vec<(&str, &str)> {
+    v.iter()
+        .map(|(k, val)| (k.as_str(), val.as_str()))
+        .collect()
+}
+
+#[test]
+fn four_processes_racing_under_a_64_mib_group_limit_get_exactly_eight_8_mib_blocks() {
+    let size = MB8.to_string();
+    for run in 0..20 {
+        for pool in ["split", "binned", "simple"]
+            .iter()
+            .take(if run < 18 { 1 } else { 3 })
+        {
+            let g = Group::new("exact");
+            let mut env = in_group(&g, "64MiB");
+            env.push(("CUDAPOOL_POOL".into(), pool.to_string()));
+            let mut members: Vec<Member> = (0..4)
+                .map(|_| Member::start(&["take", &size, "go"], &env_of(&env)))
+                .collect();
+            for m in members.iter_mut() {
+                m.line("ready");
+            }
+            // All four start taking at one moment.
+            for m in members.iter_mut() {
+                m.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+            }
+            let took: Vec<u64> = members.iter_mut().map(|m| m.num("took", "n")).collect();
+            println!("run {run} ({pool}): granted {took:?}");
+            let total: u64 = took.iter().sum();
+            assert_eq!(total, 8, "run {run} ({pool}): granted {took:?}");
+            for m in members {
+                assert_eq!(m.finish(), 0);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_member_killed_with_sigkill_gives_its_share_back() {
+    let g = Group::new("kill");
+    let env = in_group(&g, "64MiB");
+    let mut a = Member::start(&["park", "6", &MB8.to_string()], &env_of(&env));
+    a.line("parked");
+    let mut b = Member::start(&["take", &MB8.to_string()], &env_of(&env));
+    assert_eq!(b.num("took", "n"), 2, "48 of 64 MiB are A's");
+    a.child.kill().unwrap(); // SIGKILL: no clean-up of any kind
+    a.child.wait().unwrap();
+    let mut c = Member::start(&["take", &MB8.to_string()], &env_of(&env));
+    assert_eq!(c.num("took", "n"), 6, "A's 48 MiB are back");
+    let group = c.line("group");
+    assert_eq!(group["members"], "2", "B and C");
+    assert_eq!(group["reserved"], (64 * MIB).to_string());
+    assert_eq!(b.finish(), 0);
+    assert_eq!(c.finish(), 0);
+}
+
+#[test]
+fn a_sleeping_members_idle_cache_is_lent_to_another() {
+    let g = Group::new("lend");
+    let env = in_group(&g, "64MiB");
+    let mut a = Member::start(&["cache", "6", &MB8.to_string()], &env_of(&env));
+    let cached = a.line("cached");
+    assert_eq!(cached["reserved"], (48 * MIB).to_string(), "48 MiB cached");
+    // A now sleeps in read(2); B asks for 48 MiB, of which only 16 are free in the group.
+    let mut b = Member::start(&["timed", &(48 * MIB).to_string()], &env_of(&env));
+    let t = b.line("timed");
+    assert_eq!(t["rc"], "0", "A's cache served B");
+    println!(
+        "a 48 MiB allocation served by another member's cache in {} ms",
+        t["ms"]
+    );
+    let group = b.line("group");
+    assert_eq!(
+        group["reserved"],
+        (48 * MIB).to_string(),
+        "A holds nothing now"
+    );
+    assert_eq!(a.finish(), 0);
+    assert_eq!(b.finish(), 0);
+}
+
+#[test]
+fn groups_do_not_see_each_other_and_a_process_in_none_is_untouched() {
+    let (g1, g2) = (Group::new("one"), Group::new("two"));
+    let size = MB8.to_string();
+    let mut a = Member::start(&["take", &size], &env_of(&in_group(&g1, "16MiB")));
+    let mut b = Member::start(&["take", &size], &env_of(&in_group(&g2, "24MiB")));
+    assert_eq!(a.num("took", "n"), 2);
+    assert_eq!(b.num("took", "n"), 3);
+    let mut c = Member::start(&["timed", &size], &[]);
+    assert_eq!(c.line("timed")["rc"], "0");
+    let none = c.line("group");
+    assert_eq!(none["r"], "801", "in no group");
+    for m in [a, b, c] {
+        assert_eq!(m.finish(), 0);
+    }
+}
+
+#[test]
+fn devices_are_matched_by_uuid_whatever_each_member_sees_as_ordinal_0() {
+    let g = Group::new("uuid");
+    let env = in_group(&g, "16MiB");
+    let size = MB8.to_string();
+    // A fills device 0 (the first physical GPU).
+    let mut a = Member::start(&["take", &size], &env_of(&env));
+    assert_eq!(a.num("took", "n"), 2);
+    // B sees the GPUs in the other order: its ordinal 1 is A's device 0 (full), its ordinal 0
+    // the other GPU (empty).
+    let mut b_env = env.clone();
+    b_env.push(("FAKECU_DEVICE_ORDER".into(), "1,0".into()));
+    b_env.push(("CLIENT_DEVICE".into(), "1".into()));
+    let mut b1 = Member::start(&["take", &size], &env_of(&b_env));
+    assert_eq!(b1.num("took", "n"), 0, "the same GPU as A's, full");
+    b_env.pop();
+    b_env.push(("CLIENT_DEVICE".into(), "0".into()));
+    let mut b0 = Member::start(&["take", &size], &env_of(&b_env));
+    assert_eq!(b0.num("took", "n"), 2, "the other GPU");
+    for m in [a, b1, b0] {
+        assert_eq!(m.finish(), 0);
+    }
+}
+
+#[test]
+fn the_first_member_fixes_the_limit_and_a_later_one_warns() {
+    let g = Group::new("limit");
+    let size = MB8.to_string();
+    let mut a = Member::start(&["take", &size], &env_of(&in_group(&g, "16MiB")));
+    assert_eq!(a.num("took", "n"), 2);
+    let r = client(
+        "dlsym",
+        &["basic"],
+        &env_of(&[
+            ("CUDAPOOL_GROUP".into(), g.0.clone()),
+            ("CUDAPOOL_GROUP_LIMIT".into(), "1GiB".into()),
+        ]),
+    );
+    assert!(
+        r.stderr
+            .contains("but the group's first member fixed 16777216 bytes; following the group"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(a.finish(), 0);
+}
+
+/// Runs the basic scenario in group `g`; its output.
+fn join(g: &Group) -> Run {
+    client("dlsym", &["basic"], &env_of(&in_group(g, "64MiB")))
+}
+
+#[test]
+fn what_is_planted_at_the_ledgers_path_is_refused_never_trusted() {
+    // A symlink: never followed, the file it points to untouched, allocations refused.
+    let g = Group::new("link");
+    let victim = std::env::temp_dir().join(format!("cudapool-victim-{}", std::process::id()));
+    std::fs::write(&victim, b"keep me").unwrap();
+    std::os::unix::fs::symlink(&victim, g.ledger()).unwrap();
+    let r = join(&g);
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("CUDAPOOL_GROUP") && r.stderr.contains("refusing CUDA allocations"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+    let _ = std::fs::remove_file(&victim);
+    drop(g);
+
+    // A FIFO: refused at once, not waited on.
+    let g = Group::new("fifo");
+    let c = std::ffi::CString::new(g.ledger()).unwrap();
+    // SAFETY: mkfifo of a NUL-terminated path in /dev/shm.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let t = std::time::Instant::now();
+    let r = join(&g);
+    assert!(r.stderr.contains("is not a regular file"), "{}", r.stderr);
+    assert!(t.elapsed().as_secs() < 10);
+    drop(g);
+
+    // A truncated (or foreign-format) file of ours: refused with what to do.
+    let g = Group::new("short");
+    std::fs::write(g.ledger(), b"not a ledger").unwrap();
+    let r = join(&g);
+    assert!(
+        r.stderr.contains("not a group ledger of this version"),
+        "{}",
+        r.stderr
+    );
+    drop(g);
+
+    // Another user's file (only root can plant one here).
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let g = Group::new("foreign");
+        std::fs::write(g.ledger(), b"x").unwrap();
+        let c = std::ffi::CString::new(g.ledger()).unwrap();
+        // SAFETY: chown of a NUL-terminated path we created.
+        assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+        let r = join(&g);
+        assert!(r.stderr.contains("belongs to user 65534"), "{}", r.stderr);
+    }
+
+    // A name that would leave /dev/shm: a bad value, refused before any file is touched.
+    let r = client("dlsym", &["basic"], &[("CUDAPOOL_GROUP", "../etc")]);
+    assert!(
+        r.stderr.contains("invalid CUDAPOOL_GROUP=\"../etc\""),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn stat_and_the_c_api_show_the_group() {
+    let g = Group::new("stat");
+    let size = MB8.to_string();
+    let mut a = Member::start(&["take", &size], &env_of(&in_group(&g, "24MiB")));
+    assert_eq!(a.num("took", "n"), 3);
+    let group = a.line("group");
+    assert_eq!(group["r"], "0");
+    assert_eq!(group["name"], g.0);
+    assert_eq!(group["limit"], (24 * MIB).to_string());
+    assert_eq!(group["mine"], (24 * MIB).to_string());
+    let out = Command::new(env!("CARGO_BIN_EXE_cudapool"))
+        .arg("stat")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("group {}: 1 members", g.0)),
+        "{text}"
+    );
+    assert!(
+        text.contains("limit 24.00 MiB  reserved 24.00 MiB"),
+        "{text}"
+    );
+    assert_eq!(a.finish(), 0);
+}
+
+#[test]
+fn the_python_package_reads_the_group() {
+    let f = fixture();
+    let g = Group::new("py");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let code = "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n\
+                import cudapool, fake_driver\n\
+                cu = fake_driver.driver()\n\
+                r, p = fake_driver.allocate(cu, 8 << 20)\n\
+                assert r == 0, r\n\
+                print('stats', cudapool.group_stats(0))\n\
+                cu.cuMemFree_v2(p)\n";
+    let out = Command::new("python3")
+        .args(["-c", code])
+        .arg(root.join("cbindings/python"))
+        .arg(root.join("tests/python"))
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", &f.lib)
+        .env("CUDAPOOL_GROUP", &g.0)
+        .env("CUDAPOOL_GROUP_LIMIT", "1GiB")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains(&format!("'name': '{}'", g.0)), "{text}");
+    assert!(
+        text.contains("'members': 1") && text.contains("'limit': 1073741824"),
+        "{text}"
+    );
+    assert!(text.contains("'process_reserved_bytes': "), "{text}");
+    // Outside a group: NotInGroup, saying how to join one.
+    let out = Command::new("python3")
+        .args(["-c", "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\nimport cudapool, fake_driver\nfake_driver.driver()\ntry:\n    cudapool.group_stats(0)\nexcept cudapool.NotInGroup as e:\n    print('not in a group:', e)\n"])
+        .arg(root.join("cbindings/python"))
+        .arg(root.join("tests/python"))
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", &f.lib)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("not in a group: this process is in no group"),
+        "{text}"
+    );
+}
