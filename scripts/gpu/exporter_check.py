@@ -1,11 +1,13 @@
-"""`cudapool exporter` on a GPU (issue 24): a PyTorch training run under cudapool (its cache off,
-a 6 GiB limit) scraped while it runs, its figures beside torch.cuda's and nvidia-smi's.
+"""`cudapool exporter` on a GPU (issue 24): a PyTorch training run under cudapool (a 6 GiB limit)
+scraped while it runs, its figures beside torch.cuda's and nvidia-smi's. PyTorch keeps its own
+cache here, so that torch.cuda.memory_reserved() is what PyTorch asked cudapool for (with its
+cache off, torch.cuda.memory_allocated() reads 0: it tracks nothing).
 
     python3 scripts/gpu/exporter_check.py CUDAPOOL_BINARY LIBCUDAPOOL
 
 The training pauses after each phase and writes what torch.cuda says then; the scrape is taken
 during the pause. Prints a table and "exporter check ok" when cudapool's allocated is
-torch.cuda.memory_allocated() (up to 5% more: libraries' own allocations), nvidia-smi's figure
+torch.cuda.memory_reserved() (up to 5% more: libraries' own allocations), nvidia-smi's figure
 is at least cudapool's reserved, and the run's series are gone once it exits.
 """
 import os
@@ -35,7 +37,7 @@ for phase in range(3):
         opt.step()
     torch.cuda.synchronize()
     keep = [loss]  # the loss of the last step stays allocated through the pause
-    print(f"phase {phase} torch_allocated={torch.cuda.memory_allocated()} loss={loss.item():.4f}", flush=True)
+    print(f"phase {phase} torch_reserved={torch.cuda.memory_reserved()} torch_allocated={torch.cuda.memory_allocated()} loss={loss.item():.4f}", flush=True)
     time.sleep(2.5)
 """
 
@@ -67,29 +69,30 @@ exp = subprocess.Popen([CLI, "exporter", "--listen", "127.0.0.1:0", "--interval"
 url = re.search(r"http://\S+/metrics", exp.stderr.readline()).group(0)
 with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
     f.write(TRAIN)
-env = dict(os.environ, LD_PRELOAD=LIB, PYTORCH_NO_CUDA_MEMORY_CACHING="1", CUDAPOOL_MEMORY_LIMIT="6GiB")
+env = dict(os.environ, LD_PRELOAD=LIB, CUDAPOOL_MEMORY_LIMIT="6GiB")
+env.pop("PYTORCH_NO_CUDA_MEMORY_CACHING", None)
 train = subprocess.Popen([sys.executable, f.name], stdout=subprocess.PIPE, text=True, env=env)
 ok = True
-print("| phase | torch.cuda.memory_allocated | cudapool allocated | cudapool reserved | cudapool limit | nvidia-smi (process) | OOMs | alloc calls | cache hits |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| phase | torch.cuda.memory_allocated | torch.cuda.memory_reserved | cudapool allocated | cudapool reserved | cudapool limit | nvidia-smi (process) | OOMs | alloc calls | cache hits |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for line in train.stdout:
-    m = re.match(r"phase (\d+) torch_allocated=(\d+)", line)
+    m = re.match(r"phase (\d+) torch_reserved=(\d+) torch_allocated=(\d+)", line)
     if not m:
         continue
     time.sleep(0.5)  # the page is refreshed within 50 ms
     fig = scrape(url).get(str(train.pid), {})
     get = lambda k: fig.get(k, (float("nan"), {}))[0]
     used = smi(train.pid)
-    torch_alloc = int(m.group(2))
+    torch_reserved, torch_alloc = int(m.group(2)), int(m.group(3))
     print(
-        f"| {m.group(1)} | {torch_alloc / MIB:.1f} MiB | {get('cudapool_allocated_bytes') / MIB:.1f} MiB | "
+        f"| {m.group(1)} | {torch_alloc / MIB:.1f} MiB | {torch_reserved / MIB:.1f} MiB | {get('cudapool_allocated_bytes') / MIB:.1f} MiB | "
         f"{get('cudapool_reserved_bytes') / MIB:.1f} MiB | {get('cudapool_hard_limit_bytes') / MIB:.0f} MiB | "
         f"{used} MiB | {get('cudapool_ooms_total'):.0f} | {get('cudapool_alloc_calls_total'):.0f} | {get('cudapool_cache_hits_total'):.0f} |",
         flush=True,
     )
     labels = fig.get("cudapool_allocated_bytes", (0, {}))[1]
     # cudapool sees every allocation of the process (libraries' own included), torch its own.
-    ok &= torch_alloc <= get("cudapool_allocated_bytes") <= torch_alloc * 1.05 + MIB
+    ok &= torch_reserved <= get("cudapool_allocated_bytes") <= torch_reserved * 1.05 + MIB
     ok &= used is not None and used * MIB >= get("cudapool_reserved_bytes")
 print("labels:", labels)
 train.wait()

@@ -5,9 +5,9 @@ is killed (SIGKILL), the other grows into its room.
 
     python3 scripts/gpu/group_check.py LIBCUDAPOOL
 
-Each member holds a 3 GiB tensor and trains a small transformer (about 1 GiB more at its
-peak). The survivor then asks for another 4 GiB, which fits only with the dead member's share
-back. Prints a table and "group check ok".
+Each member holds a 2 GiB tensor and trains a small transformer (about 2 GiB more at its
+peak): the two fit in 12 GiB. The survivor then asks for another 4 GiB, which fits only with
+the dead member's share back. Prints a table and "group check ok".
 """
 import os
 import re
@@ -20,13 +20,13 @@ import time
 
 LIB = sys.argv[1]
 GIB = 1 << 30
-LIMIT_GIB = 10
+LIMIT_GIB = 12
 
 MEMBER = r"""
 import os, sys, time, torch
 role, flag = sys.argv[1], sys.argv[2]
 torch.manual_seed(0)
-hold = torch.empty(3 << 30, dtype=torch.uint8, device="cuda")
+hold = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
 layer = torch.nn.TransformerEncoderLayer(d_model=1024, nhead=16, dim_feedforward=4096, batch_first=True)
 model = torch.nn.Sequential(torch.nn.TransformerEncoder(layer, num_layers=4), torch.nn.Linear(1024, 1000)).cuda()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
