@@ -91,6 +91,36 @@ fn valid_device(device: c_int) -> bool {
     (-1..crate::state::MAX_DEVICES as c_int).contains(&device)
 }
 
+/// The `struct_size` the caller set at `out` (a struct of the header that starts with it), if
+/// `out` is not NULL and the size covers at least that field and the device.
+///
+/// # Safety
+/// `out` is NULL or points to a struct of the header whose `struct_size` the caller set.
+unsafe fn caller_size<T>(out: *mut T) -> Option<usize> {
+    const HEADER: usize = std::mem::size_of::<usize>() + 8;
+    if out.is_null() {
+        return None;
+    }
+    // SAFETY: non-null; the struct starts with the caller's size_t struct_size.
+    let theirs = unsafe { *(out as *const usize) };
+    (theirs >= HEADER).then_some(theirs)
+}
+
+/// Copies `ours` to `out`, at most the `theirs` bytes the caller sized it for, with its
+/// `struct_size` (its first field) set to the number copied: a program built against an older or
+/// newer header gets the fields both know.
+///
+/// # Safety
+/// `out` is valid for `theirs` bytes of writes; `T` is `repr(C)` and starts with a `usize`.
+unsafe fn write_sized<T>(out: *mut T, mut ours: T, theirs: usize) {
+    let n = theirs.min(std::mem::size_of::<T>());
+    // SAFETY: T starts with its usize struct_size (caller's contract).
+    unsafe { *(&mut ours as *mut T as *mut usize) = n };
+    // SAFETY: the caller owns `theirs` >= n writable bytes at `out`; `ours` is a local value of
+    // at least n bytes; the two cannot overlap.
+    unsafe { std::ptr::copy_nonoverlapping((&ours as *const T).cast::<u8>(), out.cast::<u8>(), n) };
+}
+
 /// Fills `*out` for `device` (-1: summed over devices). `out->struct_size` must be set by the
 /// caller; at most that many bytes are written, and it is set to the number written.
 ///
@@ -99,15 +129,10 @@ fn valid_device(device: c_int) -> bool {
 #[no_mangle]
 pub unsafe extern "C" fn cudapool_get_stats(device: c_int, out: *mut CudapoolStats) -> c_int {
     boundary(CUDA_ERROR_UNKNOWN as c_int, || {
-        const HEADER: usize = std::mem::size_of::<usize>() + 8;
-        if out.is_null() || !valid_device(device) {
+        // SAFETY: `out` is NULL or the caller's sized struct (this function's contract).
+        let Some(theirs) = (unsafe { caller_size(out) }).filter(|_| valid_device(device)) else {
             return CUDA_ERROR_INVALID_VALUE as c_int;
-        }
-        // SAFETY: non-null; the caller provides at least a struct_size field.
-        let theirs = unsafe { (*out).struct_size };
-        if theirs < HEADER {
-            return CUDA_ERROR_INVALID_VALUE as c_int;
-        }
+        };
         let Some(shim) = Shim::active() else {
             return CUDA_ERROR_NOT_INITIALIZED as c_int;
         };
@@ -118,18 +143,9 @@ pub unsafe extern "C" fn cudapool_get_stats(device: c_int, out: *mut CudapoolSta
         } else {
             shim.device_stats(device)
         };
-        let mut ours = CudapoolStats::from_stats(device, &s);
-        let n = theirs.min(std::mem::size_of::<CudapoolStats>());
-        ours.struct_size = n;
-        // SAFETY: the caller owns `theirs` >= n writable bytes at `out`; `ours` is a local
-        // repr(C) value of at least n bytes; the two cannot overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (&ours as *const CudapoolStats).cast::<u8>(),
-                out.cast::<u8>(),
-                n,
-            )
-        };
+        // SAFETY: the caller sized `out` for `theirs` bytes; CudapoolStats is repr(C) and starts
+        // with its usize struct_size.
+        unsafe { write_sized(out, CudapoolStats::from_stats(device, &s), theirs) };
         CUDA_SUCCESS as c_int
     })
 }
@@ -159,15 +175,12 @@ pub unsafe extern "C" fn cudapool_get_group_stats(
     out: *mut CudapoolGroupStats,
 ) -> c_int {
     boundary(CUDA_ERROR_UNKNOWN as c_int, || {
-        const HEADER: usize = std::mem::size_of::<usize>() + 8;
-        if out.is_null() || !(0..crate::state::MAX_DEVICES as c_int).contains(&device) {
+        // SAFETY: `out` is NULL or the caller's sized struct (this function's contract).
+        let Some(theirs) =
+            (unsafe { caller_size(out) }).filter(|_| valid_device(device) && device >= 0)
+        else {
             return CUDA_ERROR_INVALID_VALUE as c_int;
-        }
-        // SAFETY: non-null; the caller provides at least a struct_size field.
-        let theirs = unsafe { (*out).struct_size };
-        if theirs < HEADER {
-            return CUDA_ERROR_INVALID_VALUE as c_int;
-        }
+        };
         let Some(shim) = Shim::active() else {
             return CUDA_ERROR_NOT_INITIALIZED as c_int;
         };
@@ -186,17 +199,9 @@ pub unsafe extern "C" fn cudapool_get_group_stats(
         };
         let n = name.len().min(71);
         ours.name[..n].copy_from_slice(&name.as_bytes()[..n]);
-        let n = theirs.min(std::mem::size_of::<CudapoolGroupStats>());
-        ours.struct_size = n;
-        // SAFETY: the caller owns `theirs` >= n writable bytes at `out`; `ours` is a local
-        // repr(C) value of at least n bytes; the two cannot overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (&ours as *const CudapoolGroupStats).cast::<u8>(),
-                out.cast::<u8>(),
-                n,
-            )
-        };
+        // SAFETY: the caller sized `out` for `theirs` bytes; CudapoolGroupStats is repr(C) and
+        // starts with its usize struct_size.
+        unsafe { write_sized(out, ours, theirs) };
         CUDA_SUCCESS as c_int
     })
 }

@@ -145,6 +145,26 @@ impl Drop for Mapping {
     }
 }
 
+/// What the descriptor `fd` (opened at `path`) is, if it is a regular file of user `owner`.
+fn regular_file_of(fd: libc::c_int, path: &str, owner: u32) -> Result<libc::stat, String> {
+    // SAFETY: a zeroed stat is a valid out-struct; fstat on our descriptor.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a descriptor we hold and a valid out-pointer.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(format!("cannot stat {path}"));
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(format!("{path} is not a regular file"));
+    }
+    if st.st_uid != owner {
+        return Err(format!(
+            "{path} belongs to user {}, not to user {owner}",
+            st.st_uid
+        ));
+    }
+    Ok(st)
+}
+
 /// Opens (creating if absent) the ledger at `path`, checked as the module doc says.
 fn open(path: &str, create: bool) -> Result<Mapping, String> {
     let cpath = CString::new(path).map_err(|e| e.to_string())?;
@@ -187,21 +207,10 @@ fn open(path: &str, create: bool) -> Result<Mapping, String> {
         unsafe { libc::close(fd) };
         Err(why)
     };
-    // SAFETY: a zeroed stat is a valid out-struct; fstat on our descriptor.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a descriptor we hold and a valid out-pointer.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return close(format!("cannot stat {path}"));
-    }
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return close(format!("{path} is not a regular file"));
-    }
-    if st.st_uid != uid() {
-        return close(format!(
-            "{path} belongs to user {}, not to this user",
-            st.st_uid
-        ));
-    }
+    let mut st = match regular_file_of(fd, path, uid()) {
+        Ok(st) => st,
+        Err(why) => return close(why),
+    };
     if created {
         // SAFETY: sizing the file we created.
         if unsafe { libc::ftruncate(fd, SIZE as libc::off_t) } != 0 {
@@ -763,17 +772,16 @@ pub fn read(path: &str, owner: u32) -> Result<LedgerView, String> {
             std::io::Error::last_os_error()
         ));
     }
-    // SAFETY: a zeroed stat is a valid out-struct; fstat on our descriptor.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a descriptor we hold and a valid out-pointer.
-    let ok = unsafe { libc::fstat(fd, &mut st) } == 0
-        && st.st_mode & libc::S_IFMT == libc::S_IFREG
-        && st.st_uid == owner
-        && st.st_size as usize == SIZE;
-    if !ok {
+    let checked = regular_file_of(fd, path, owner).and_then(|st| match st.st_size as usize {
+        SIZE => Ok(()),
+        n => Err(format!(
+            "{path} is {n} bytes, not a group ledger of this version"
+        )),
+    });
+    if let Err(why) = checked {
         // SAFETY: our descriptor, closed once.
         unsafe { libc::close(fd) };
-        return Err(format!("{path}: not a group ledger of user {owner}"));
+        return Err(why);
     }
     // SAFETY: mapping SIZE bytes of a regular file of exactly that size, read-only.
     let p = unsafe {

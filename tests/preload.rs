@@ -746,18 +746,21 @@ fn the_header_matches_the_library() {
     assert_eq!(r.get("sizeof", "r"), "0", "linked, not preloaded: active");
     assert!(r.num("sizeof", "status_need") > 16);
     assert_eq!(r.get("sizeof", "status_nul"), "1");
-    let o = r.line("offsets");
+    // Each field of a header struct sits where the library's repr(C) struct has it.
     macro_rules! same_offsets {
-        ($($field:ident),*) => {
+        ($line:expr, $ty:ty, $($field:ident),*) => {
+            let o = r.line($line);
             $( assert_eq!(
                 o[stringify!($field)],
-                offset_of!(CudapoolStats, $field).to_string(),
+                offset_of!($ty, $field).to_string(),
                 "offset of {}", stringify!($field)
             ); )*
             assert_eq!(o.len(), [$(stringify!($field)),*].len(), "every field is checked");
         };
     }
     same_offsets!(
+        "offsets",
+        CudapoolStats,
         struct_size,
         device,
         allocated_bytes,
@@ -789,18 +792,9 @@ fn the_header_matches_the_library() {
     assert_eq!((c["bad_device"].as_str(), c["null"].as_str()), ("1", "1"));
     assert_eq!(r.get("too_small", "too_small"), "1");
     use cudapool::capi::CudapoolGroupStats;
-    let g = r.line("group_offsets");
-    macro_rules! same_group_offsets {
-        ($($field:ident),*) => {
-            $( assert_eq!(
-                g[stringify!($field)],
-                offset_of!(CudapoolGroupStats, $field).to_string(),
-                "offset of {}", stringify!($field)
-            ); )*
-            assert_eq!(g.len(), [$(stringify!($field)),*].len(), "every field is checked");
-        };
-    }
-    same_group_offsets!(
+    same_offsets!(
+        "group_offsets",
+        CudapoolGroupStats,
         struct_size,
         device,
         members,
