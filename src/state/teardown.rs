@@ -48,20 +48,19 @@ impl Shim {
     /// context is gone. If it is, every later use of it in cudapool finds it ended, and its
     /// records are dropped ([`context_gone`](Self::context_gone)).
     pub fn context_ending(&self, ctx: usize, end: impl FnOnce() -> (CUresult, bool)) -> CUresult {
+        let mut end = Some(end);
+        let mut run = || (end.take().expect("the call is made once"))();
         let (r, gone) = match self.contexts.get(ctx) {
-            Some(cp) => {
-                let mut end = Some(end);
-                let mut result = None;
-                cp.clock.ending(|| {
-                    let (r, gone) = (end.take().expect("runs once"))();
-                    result = Some((r, gone));
-                    ((), gone)
-                });
-                // Already ended: a context of the same address died before; this call is the
-                // driver's to answer.
-                result.unwrap_or_else(|| (end.take().expect("not run"))())
-            }
-            None => end(),
+            Some(cp) => cp
+                .clock
+                .ending(|| {
+                    let (r, gone) = run();
+                    ((r, gone), gone)
+                })
+                // Already ended (a context of the same address died before): the driver's
+                // call to answer, without the exclusive section.
+                .unwrap_or_else(&mut run),
+            None => run(),
         };
         if gone {
             self.context_gone(ctx);
