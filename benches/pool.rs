@@ -46,7 +46,7 @@ fn pair_ns(kind: PoolKind, rule: ReuseRule, size: u64) -> f64 {
             let t = Instant::now();
             for _ in 0..iters {
                 let g = pool.alloc(size, &up).unwrap();
-                pool.free(g.ptr, size, &up).unwrap();
+                pool.free(g.held(size), &up).unwrap();
             }
             t.elapsed().as_nanos() as f64 / iters as f64
         })
@@ -79,13 +79,14 @@ fn step_costs() -> Vec<(&'static str, f64)> {
     let pool = make(PoolKind::Split, ReuseRule::OneQueue);
     let pool_pair = per_pair(n, |_| {
         let g = pool.alloc(4096, &up).unwrap();
-        pool.free(g.ptr, 4096, &up).unwrap();
+        pool.free(g.held(4096), &up).unwrap();
     });
     let live = LiveTable::new(0);
     let entry = Live {
         ctx: 1,
         device: 0,
         size: 4096,
+        handed: 4096,
         origin: Origin::Pool,
         holder: cudapool::per_thread::LineId::SHARED,
     };
@@ -125,7 +126,7 @@ fn throughput(kind: PoolKind, rule: ReuseRule, size: u64, threads: usize) -> f64
                         start.wait();
                         for _ in 0..iters {
                             let g = pool.alloc(size, &*up).unwrap();
-                            pool.free(g.ptr, size, &*up).unwrap();
+                            pool.free(g.held(size), &*up).unwrap();
                         }
                     })
                 })
@@ -264,7 +265,7 @@ fn main() {
         println!("- {}: {}", kinds(&kind), figures.join(", "));
     }
     println!();
-    println!("## traces: peak reserved / peak requested (driver allocations)");
+    println!("## traces: peak reserved / peak requested (driver allocations), peak handed out / peak requested");
     let mut traces: Vec<(String, Vec<Op>)> = vec![
         (
             "synthetic training (24 layers, 20 steps)".into(),
@@ -296,7 +297,8 @@ fn main() {
             .map(|&k| {
                 let r = replay(k, ops, ReuseRule::Immediate, 0, u64::MAX);
                 let ratio = r.peak_reserved as f64 / r.peak_requested as f64;
-                format!("{} {ratio:.3} ({})", kinds(&k), r.driver_allocs)
+                let handed = r.peak_handed as f64 / r.peak_requested as f64;
+                format!("{} {ratio:.3} ({}) {handed:.3}", kinds(&k), r.driver_allocs)
             })
             .collect();
         println!("- {name}, {} ops: {}", ops.len(), figures.join(", "));

@@ -29,7 +29,8 @@ typedef struct cudapool_stats {
   size_t struct_size;
   int32_t device;
   uint32_t reserved_padding;
-  uint64_t allocated_bytes;      /* held by the program now */
+  uint64_t allocated_bytes;      /* held by the program now: the blocks handed out, rounding
+                                    included (PyTorch's allocated_bytes) */
   uint64_t peak_allocated_bytes; /* since start or the last cudapool_reset_peak_stats */
   uint64_t reserved_bytes;       /* held from the driver: allocated + cached (+ pool slack) */
   uint64_t peak_reserved_bytes;
@@ -45,6 +46,11 @@ typedef struct cudapool_stats {
   uint64_t ooms;                 /* CUDA_ERROR_OUT_OF_MEMORY returned by the shim */
   uint64_t hard_limit;           /* bytes; 0 = none */
   uint64_t soft_limit;           /* bytes; 0 = none */
+  /* Appended after the fields above (check struct_size when reading a struct filled by an
+   * older library: it stops before them). */
+  uint64_t requested_bytes;      /* what the program asked for of allocated_bytes, before
+                                    rounding (PyTorch's requested_bytes) */
+  uint64_t peak_requested_bytes;
 } cudapool_stats;
 
 /* Fills *out for `device` (-1: summed over the devices used; limits then read 0).

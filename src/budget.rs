@@ -3,18 +3,22 @@
 //! Glossary:
 //! - *reserved*: bytes this process holds from the driver through the shim (pool segments and
 //!   counted pass-through allocations). The hard limit applies to reserved bytes.
-//! - *allocated*: bytes the program holds (what it asked for and has not freed).
+//! - *allocated*: bytes the program holds: the blocks handed out and not freed, rounding
+//!   included (PyTorch's `allocated_bytes`).
+//! - *requested*: what the program asked for of those, before rounding (PyTorch's
+//!   `requested_bytes`); never above *allocated*.
 //! - *cached*: reserved bytes the pool holds for reuse (reserved - allocated, up to pool slack).
 //!
 //! The limit is exact under concurrency: bytes are charged with a compare-and-swap *before*
 //! the driver is asked, so `reserved` never exceeds the hard limit, whatever the threads do.
 //! `reserved` moves only when the driver is called; the per-pair counters are the thread's own.
 //!
-//! ## The allocated peak without a shared counter
+//! ## The peaks without a shared counter
 //! `allocated` is the sum of what each thread's line holds (`HELD`, written by that thread
 //! alone). Its peak is kept with *credit*: bytes under the peak that no allocation holds, kept
 //! on the threads' lines. Invariant (C): `allocated + every line's credit + unassigned <= peak`,
-//! where `unassigned` is credit no line holds.
+//! where `unassigned` is credit no line holds. `requested` (`ASKED`) and its peak are kept the
+//! same way, with a credit of their own: what follows holds for each [`Figure`].
 //! - An allocation of `b` bytes takes `b` of its own thread's credit (one uncontended atomic on
 //!   its own line): by (C), `allocated` stays under the peak, which does not move.
 //! - A free gives its bytes back as credit to the line of the thread that *allocated* them (the
@@ -64,13 +68,59 @@ pub trait Shared: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// The values of each thread's [`Line`]: bytes held (`allocated`'s share), live allocations,
-/// calls, cache hits.
+/// The values of each thread's [`Line`]: bytes held (`allocated`'s share) and asked for
+/// (`requested`'s), live allocations, calls, cache hits.
 const HELD: usize = 0;
 const LIVE: usize = 1;
 const ALLOCS: usize = 2;
 const FREES: usize = 3;
 const HITS: usize = 4;
+const ASKED: usize = 5;
+
+/// A figure whose peak is kept with credit (the module doc): its value on the lines, and the
+/// index of its credit (on the lines, in `peaks` and in `unassigned`).
+#[derive(Clone, Copy, Debug)]
+struct Figure {
+    field: usize,
+    credit: usize,
+}
+const ALLOCATED: Figure = Figure {
+    field: HELD,
+    credit: 0,
+};
+const REQUESTED: Figure = Figure {
+    field: ASKED,
+    credit: 1,
+};
+
+/// The bytes of one allocation: what the program asked for, and what it was handed (the
+/// block's size: at least that).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bytes {
+    pub asked: u64,
+    pub handed: u64,
+}
+
+impl Bytes {
+    /// What the figure `f` counts of these bytes.
+    fn of(self, f: Figure) -> u64 {
+        if f.field == HELD {
+            self.handed
+        } else {
+            self.asked
+        }
+    }
+}
+
+/// An allocation handed exactly what it asked for.
+impl From<u64> for Bytes {
+    fn from(n: u64) -> Self {
+        Bytes {
+            asked: n,
+            handed: n,
+        }
+    }
+}
 
 /// Credit a settling thread leaves on each other line (see the module doc): bounds how far the
 /// peak can read above the truth with several threads allocating, per thread.
@@ -81,8 +131,9 @@ pub const RESERVE: u64 = 1 << 20;
 ///
 /// Invariants: `reserved <= hard_limit` whenever `hard_limit != 0`, the limit was not
 /// lowered below the current use, and no driver pool grew past it on its own
-/// ([`force_charge`](Self::force_charge)); `reserved_peak >= reserved`; (C) of the module doc,
-/// with `allocated_peak` the peak and `unassigned` under the `settle` lock.
+/// ([`force_charge`](Self::force_charge)); `reserved_peak >= reserved`; (C) of the module doc
+/// for each [`Figure`] `f`, with `peaks[f.credit]` the peak and `settle[f.credit]` the
+/// unassigned credit.
 #[derive(Debug, Default)]
 pub struct DeviceBudget {
     /// 0 = no limit.
@@ -91,12 +142,12 @@ pub struct DeviceBudget {
     soft_limit: AtomicU64,
     reserved: AtomicU64,
     reserved_peak: AtomicU64,
-    /// Written only under `settle`.
-    allocated_peak: AtomicU64,
-    /// Credit no thread holds; taking the lock is what settling means.
-    settle: Mutex<u64>,
-    /// Each thread's own counters: [`HELD`], [`LIVE`], [`ALLOCS`], [`FREES`], [`HITS`], and
-    /// its credit under the peak.
+    /// The credit's peaks of [`ALLOCATED`] and [`REQUESTED`]; written only under `settle`.
+    peaks: [AtomicU64; 2],
+    /// Credit no thread holds, per figure; taking the lock is what settling means.
+    settle: Mutex<[u64; 2]>,
+    /// Each thread's own counters: [`HELD`], [`ASKED`], [`LIVE`], [`ALLOCS`], [`FREES`],
+    /// [`HITS`], and its credit under each peak.
     lines: PerThread,
     segments: AtomicU64,
     driver_allocs: AtomicU64,
@@ -112,6 +163,8 @@ pub struct DeviceBudget {
 pub struct DeviceStats {
     pub allocated: u64,
     pub allocated_peak: u64,
+    pub requested: u64,
+    pub requested_peak: u64,
     pub reserved: u64,
     pub reserved_peak: u64,
     pub cached: u64,
@@ -247,7 +300,8 @@ impl DeviceBudget {
     /// The program got `bytes`; `from_cache` when no driver call was needed. Returns the line
     /// that holds them, for [`on_release`](Self::on_release), and how many allocations and
     /// frees that line has counted (to sample on every so many).
-    pub fn on_alloc(&self, bytes: u64, from_cache: bool) -> (LineId, u64) {
+    pub fn on_alloc(&self, bytes: impl Into<Bytes>, from_cache: bool) -> (LineId, u64) {
+        let bytes = bytes.into();
         self.lines.with(|l, id, m| {
             l.add(ALLOCS, 1, m);
             l.add(LIVE, 1, m);
@@ -266,28 +320,32 @@ impl DeviceBudget {
 
     /// `bytes` more are held: under the thread's credit, or by settling (the module doc).
     #[inline]
-    fn hold(&self, l: &Line, m: Mode, bytes: u64) {
-        let spent = l
-            .credit
-            .fetch_update(Relaxed, Relaxed, |c| c.checked_sub(bytes))
-            .is_ok();
-        if !spent {
-            self.settle(l, bytes);
+    fn hold(&self, l: &Line, m: Mode, bytes: Bytes) {
+        for f in [ALLOCATED, REQUESTED] {
+            let n = bytes.of(f);
+            let spent = l.credit[f.credit]
+                .fetch_update(Relaxed, Relaxed, |c| c.checked_sub(n))
+                .is_ok();
+            if !spent {
+                self.settle(l, n, f);
+            }
+            // After the credit is spent: (C) holds at every moment.
+            l.add(f.field, n, m);
         }
-        // After the credit is spent: (C) holds at every moment.
-        l.add(HELD, bytes, m);
     }
 
-    /// Finds `bytes` of credit for `mine` (the settling thread's line, whose credit is short),
-    /// growing the peak by what cannot be found. See the module doc.
+    /// Finds `bytes` of credit of figure `f` for `mine` (the settling thread's line, whose
+    /// credit is short), growing the peak by what cannot be found. See the module doc.
     #[cold]
-    fn settle(&self, mine: &Line, bytes: u64) {
-        let mut unassigned = lock(&self.settle);
+    fn settle(&self, mine: &Line, bytes: u64, f: Figure) {
+        let mut settle = lock(&self.settle);
+        let unassigned = &mut settle[f.credit];
+        let i = f.credit;
         let mut need = bytes;
         // Its own credit first, then what no line holds (all of it: it is nobody's).
-        *unassigned += mine.credit.swap(0, Relaxed);
+        *unassigned += mine.credit[i].swap(0, Relaxed);
         let extra = unassigned.saturating_sub(need);
-        need = need.saturating_sub(std::mem::take(&mut *unassigned));
+        need = need.saturating_sub(std::mem::take(unassigned));
         if need > 0 {
             let mut others: Vec<&Line> = self
                 .lines
@@ -295,10 +353,10 @@ impl DeviceBudget {
                 .map(|(_, l)| l)
                 .filter(|l| !std::ptr::eq(*l, mine))
                 .collect();
-            others.sort_by_key(|l| std::cmp::Reverse(l.credit.load(Relaxed)));
+            others.sort_by_key(|l| std::cmp::Reverse(l.credit[i].load(Relaxed)));
             for l in others {
                 let take = |c: u64| Some(c - need.min(c.saturating_sub(RESERVE)));
-                if let Ok(c) = l.credit.fetch_update(Relaxed, Relaxed, take) {
+                if let Ok(c) = l.credit[i].fetch_update(Relaxed, Relaxed, take) {
                     need -= need.min(c.saturating_sub(RESERVE));
                 }
                 if need == 0 {
@@ -307,17 +365,18 @@ impl DeviceBudget {
             }
         }
         if need > 0 {
-            let peak = self.allocated_peak.load(Relaxed);
-            self.allocated_peak.store(peak + need, Relaxed);
+            let peak = &self.peaks[i];
+            peak.store(peak.load(Relaxed) + need, Relaxed);
         }
-        mine.credit.fetch_add(extra, Relaxed);
+        mine.credit[i].fetch_add(extra, Relaxed);
     }
 
     /// The program frees `bytes` held by line `holder` (from [`on_alloc`](Self::on_alloc);
     /// `None`: the caller's own). Call *before* the bytes return to the cache or the driver, so
     /// that `allocated <= reserved` holds at every moment. Returns how many allocations and
     /// frees the calling thread's line has counted.
-    pub fn on_free(&self, bytes: u64, holder: Option<LineId>) -> u64 {
+    pub fn on_free(&self, bytes: impl Into<Bytes>, holder: Option<LineId>) -> u64 {
+        let bytes = bytes.into();
         self.lines.with(|l, id, m| {
             l.add(FREES, 1, m);
             self.release(l, id, m, bytes, holder);
@@ -326,22 +385,26 @@ impl DeviceBudget {
     }
 
     /// The program no longer holds `bytes` of line `holder`, without a free (its context died).
-    pub fn on_release(&self, bytes: u64, holder: Option<LineId>) {
+    pub fn on_release(&self, bytes: impl Into<Bytes>, holder: Option<LineId>) {
+        let bytes = bytes.into();
         self.lines
             .with(|l, id, m| self.release(l, id, m, bytes, holder));
     }
 
-    fn release(&self, l: &Line, id: LineId, m: Mode, bytes: u64, holder: Option<LineId>) {
+    fn release(&self, l: &Line, id: LineId, m: Mode, bytes: Bytes, holder: Option<LineId>) {
         l.sub(LIVE, 1, m);
-        l.sub(HELD, bytes, m);
-        // After the bytes left `allocated`: (C) holds at every moment.
-        let to = holder.unwrap_or(id);
-        self.lines.line(to).credit.fetch_add(bytes, Relaxed);
+        let to = self.lines.line(holder.unwrap_or(id));
+        for f in [ALLOCATED, REQUESTED] {
+            l.sub(f.field, bytes.of(f), m);
+            // After the bytes left the figure: (C) holds at every moment.
+            to.credit[f.credit].fetch_add(bytes.of(f), Relaxed);
+        }
     }
 
     /// The driver refused the free announced by [`on_free`](Self::on_free): the program still
     /// holds the block, now on the calling thread's line (returned), and the free is uncounted.
-    pub fn on_free_undone(&self, bytes: u64) -> LineId {
+    pub fn on_free_undone(&self, bytes: impl Into<Bytes>) -> LineId {
+        let bytes = bytes.into();
         self.lines.with(|l, id, m| {
             l.sub(FREES, 1, m);
             l.add(LIVE, 1, m);
@@ -364,27 +427,35 @@ impl DeviceBudget {
         self.lines.sum(HELD)
     }
 
-    /// The peak of `allocated` (now `allocated`): the credit's figure, never above the reserved
-    /// peak. `allocated <= reserved` at every moment (the caller's order: held after the memory
-    /// is granted, released before it goes back), so the true peak is under the reserved one
-    /// too, which is exact: the bound only removes what the reserve may add (the module doc).
-    fn allocated_peak(&self, allocated: u64) -> u64 {
-        let credit = self.allocated_peak.load(Relaxed);
-        credit.min(self.reserved_peak.load(Relaxed)).max(allocated)
+    /// Bytes the program asked for of what it holds.
+    pub fn requested(&self) -> u64 {
+        self.lines.sum(ASKED)
     }
 
-    /// Sets both peaks to the current values: every credit is collected, so the peak comes down
-    /// to what is held.
+    /// The peak of figure `f` (now `now`): the credit's figure, never above `bound`, the peak
+    /// of a figure never below `f`'s. `requested <= allocated <= reserved` at every moment
+    /// (the caller's order: held after the memory is granted, released before it goes back),
+    /// so the true peaks are under the reserved one too, which is exact: the bound only
+    /// removes what the reserve may add (the module doc).
+    fn peak(&self, f: Figure, now: u64, bound: u64) -> u64 {
+        self.peaks[f.credit].load(Relaxed).min(bound).max(now)
+    }
+
+    /// Sets every peak to the current values: every credit is collected, so the peaks come
+    /// down to what is held.
     pub fn reset_peaks(&self) {
         let mut unassigned = lock(&self.settle);
         for (_, l) in self.lines.lines() {
-            *unassigned += l.credit.swap(0, Relaxed);
+            for (u, c) in unassigned.iter_mut().zip(&l.credit) {
+                *u += c.swap(0, Relaxed);
+            }
         }
-        let peak = self.allocated_peak.load(Relaxed);
-        self.allocated_peak.store(
-            peak.saturating_sub(std::mem::take(&mut *unassigned)),
-            Relaxed,
-        );
+        for (u, peak) in unassigned.iter_mut().zip(&self.peaks) {
+            peak.store(
+                peak.load(Relaxed).saturating_sub(std::mem::take(u)),
+                Relaxed,
+            );
+        }
         self.reserved_peak
             .store(self.reserved.load(Relaxed), Relaxed);
     }
@@ -392,9 +463,13 @@ impl DeviceBudget {
     /// The counters now; `cached` is supplied by the pools of this device.
     pub fn stats(&self, cached: u64) -> DeviceStats {
         let allocated = self.allocated();
+        let allocated_peak = self.peak(ALLOCATED, allocated, self.reserved_peak.load(Relaxed));
+        let requested = self.requested();
         DeviceStats {
             allocated,
-            allocated_peak: self.allocated_peak(allocated),
+            allocated_peak,
+            requested,
+            requested_peak: self.peak(REQUESTED, requested, allocated_peak),
             reserved: self.reserved.load(Relaxed),
             reserved_peak: self.reserved_peak.load(Relaxed),
             cached,
@@ -548,33 +623,80 @@ mod tests {
     }
 
     #[test]
-    fn one_thread_peak_is_exact_through_any_sequence() {
+    fn one_thread_peaks_are_exact_through_any_sequence() {
+        // Each allocation is handed a rounded block, sometimes with a rest left on it (as a
+        // pool does): the two peaks move apart, and each must be exact.
         let b = DeviceBudget::new(0, 0);
         assert!(b.try_charge(1 << 40));
-        let (mut held, mut peak, mut live) = (Vec::new(), 0u64, 0u64);
+        let (mut held, mut peak, mut live) = (Vec::new(), [0u64; 2], [0u64; 2]);
         let mut x = 12345u64;
         for step in 0..20_000u64 {
             x = x
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             if held.is_empty() || !(x >> 33).is_multiple_of(3) {
-                let n = (x >> 40) % 5000 + 1;
+                let asked = (x >> 40) % 5000 + 1;
+                let handed = asked.next_multiple_of(512) + (x >> 20) % 4 * 4096;
+                let n = Bytes { asked, handed };
                 b.on_alloc(n, false);
                 held.push(n);
-                live += n;
-                peak = peak.max(live);
+                live[0] += handed;
+                live[1] += asked;
             } else {
                 let n = held.swap_remove((x >> 20) as usize % held.len());
                 b.on_free(n, None);
-                live -= n;
+                live[0] -= n.handed;
+                live[1] -= n.asked;
             }
+            peak = [peak[0].max(live[0]), peak[1].max(live[1])];
             if step % 997 == 0 {
                 b.reset_peaks();
                 peak = live;
             }
             let s = b.stats(0);
-            assert_eq!((s.allocated, s.allocated_peak), (live, peak), "step {step}");
+            assert_eq!(
+                (s.allocated, s.allocated_peak),
+                (live[0], peak[0]),
+                "step {step}"
+            );
+            assert_eq!(
+                (s.requested, s.requested_peak),
+                (live[1], peak[1]),
+                "step {step}"
+            );
         }
+    }
+
+    #[test]
+    fn requested_and_allocated_peak_apart() {
+        let b = DeviceBudget::new(0, 0);
+        assert!(b.try_charge(1 << 20));
+        let wasteful = Bytes {
+            asked: 1000,
+            handed: 4096,
+        };
+        b.on_alloc(wasteful, false);
+        b.on_free(wasteful, None);
+        let (holder, _) = b.on_alloc(
+            Bytes {
+                asked: 2000,
+                handed: 2048,
+            },
+            true,
+        );
+        let s = b.stats(0);
+        assert_eq!((s.allocated, s.allocated_peak), (2048, 4096));
+        assert_eq!((s.requested, s.requested_peak), (2000, 2000));
+        // A context's death releases both figures.
+        b.on_release(
+            Bytes {
+                asked: 2000,
+                handed: 2048,
+            },
+            Some(holder),
+        );
+        let s = b.stats(0);
+        assert_eq!((s.allocated, s.requested, s.live_allocations), (0, 0, 0));
     }
 
     #[test]
@@ -686,7 +808,7 @@ mod tests {
         })
         .join()
         .unwrap();
-        assert_eq!(b.allocated_peak.load(Relaxed), 1 << 20);
+        assert_eq!(b.peaks[ALLOCATED.credit].load(Relaxed), 1 << 20);
         assert_eq!(b.stats(0).allocated_peak, 512 << 10);
     }
 }

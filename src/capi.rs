@@ -36,6 +36,10 @@ pub struct CudapoolStats {
     pub ooms: u64,
     pub hard_limit: u64,
     pub soft_limit: u64,
+    /// What the program asked for of `allocated_bytes`, before rounding (appended: a caller
+    /// built against an older header gets a `struct_size` that stops before them).
+    pub requested_bytes: u64,
+    pub peak_requested_bytes: u64,
 }
 
 impl CudapoolStats {
@@ -60,6 +64,8 @@ impl CudapoolStats {
             ooms: s.ooms,
             hard_limit: s.hard_limit,
             soft_limit: s.soft_limit,
+            requested_bytes: s.requested,
+            peak_requested_bytes: s.requested_peak,
         }
     }
 }
@@ -71,6 +77,8 @@ fn all_devices(shim: &Shim) -> DeviceStats {
         let s = shim.device_stats(d);
         t.allocated += s.allocated;
         t.allocated_peak += s.allocated_peak;
+        t.requested += s.requested;
+        t.requested_peak += s.requested_peak;
         t.reserved += s.reserved;
         t.reserved_peak += s.reserved_peak;
         t.cached += s.cached;

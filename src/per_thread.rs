@@ -47,8 +47,8 @@ pub struct Line {
     /// (whether or not this `Line` still exists then).
     owned: Arc<AtomicBool>,
     values: [AtomicU64; FIELDS],
-    /// A value others may take from or add to (the budget's peak credit).
-    pub credit: AtomicU64,
+    /// Values others may take from or add to (the budget's credit under each peak).
+    pub credit: [AtomicU64; 2],
 }
 
 /// Whether the caller owns the line it got ([`PerThread::with`]), or shares it (a thread being

@@ -778,7 +778,9 @@ fn the_header_matches_the_library() {
         reclaim_retries,
         ooms,
         hard_limit,
-        soft_limit
+        soft_limit,
+        requested_bytes,
+        peak_requested_bytes
     );
     assert_eq!(
         (r.get("snapshot", "null"), r.get("snapshot", "unwritable")),

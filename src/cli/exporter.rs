@@ -363,8 +363,13 @@ type Metric = (&'static str, &'static str, Field);
 const BYTES: &[Metric] = &[
     (
         "allocated",
-        "Bytes of device memory the program holds through cudapool",
+        "Bytes of device memory the program holds through cudapool, rounding included",
         |s| s.allocated,
+    ),
+    (
+        "requested",
+        "Bytes the program asked for of what it holds, before rounding",
+        |s| s.requested,
     ),
     (
         "reserved",
@@ -376,6 +381,11 @@ const BYTES: &[Metric] = &[
         "peak_allocated",
         "The most bytes the program held at once",
         |s| s.allocated_peak,
+    ),
+    (
+        "peak_requested",
+        "The most bytes the program had asked for and held at once",
+        |s| s.requested_peak,
     ),
     (
         "peak_reserved",

@@ -24,6 +24,13 @@ pub type Lane = u64;
 /// The lane of blocks anyone may take.
 pub const READY: Lane = 0;
 
+/// A block a core hands out: its address and its size (at least the request).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Taken {
+    pub ptr: DevPtr,
+    pub size: u64,
+}
+
 /// One pool kind's cache of free blocks and the segments behind them.
 pub trait Core: Send {
     fn kind(&self) -> PoolKind;
@@ -32,14 +39,14 @@ pub trait Core: Send {
     /// A free block for `size`: a ready one, or one of `lane` (when it is not [`READY`]).
     /// `limit` is the upstream's hard limit ([`Upstream::limit`]): a kind may decline a fit
     /// that would strand memory the program may need under it.
-    fn take(&mut self, size: u64, lane: Lane, limit: u64) -> Option<DevPtr>;
+    fn take(&mut self, size: u64, lane: Lane, limit: u64) -> Option<Taken>;
     /// Like [`take`](Self::take), but only a block the request fits closely (while fences are
     /// still to bring blocks back, a closer one may come).
-    fn take_close(&mut self, size: u64, lane: Lane, limit: u64) -> Option<DevPtr> {
+    fn take_close(&mut self, size: u64, lane: Lane, limit: u64) -> Option<Taken> {
         self.take(size, lane, limit)
     }
     /// Gets a new segment from `up` able to serve `size` and takes a block from it.
-    fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<DevPtr, CUresult>;
+    fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<Taken, CUresult>;
     /// Puts back a block handed out by `take` or `grow`, into `lane`; `epoch` is the batch
     /// whose fence makes a lane block ready (ignored for [`READY`]).
     fn put(&mut self, ptr: DevPtr, lane: Lane, epoch: u64);

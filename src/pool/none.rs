@@ -2,7 +2,7 @@
 //!
 //! Uses: `pool::types`, `config`, `cu`.
 
-use super::types::{Grant, Pool, SegmentView, Upstream};
+use super::types::{Grant, Held, Pool, SegmentView, Upstream};
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -26,14 +26,15 @@ impl Pool for NonePool {
         self.bytes.fetch_add(size, Relaxed);
         Ok(Grant {
             ptr,
+            size,
             from_cache: false,
         })
     }
 
-    fn free(&self, ptr: DevPtr, size: u64, up: &dyn Upstream) -> Result<(), CUresult> {
-        up.free(ptr, size)?;
+    fn free(&self, block: Held, up: &dyn Upstream) -> Result<(), CUresult> {
+        up.free(block.ptr, block.size)?;
         self.segments.fetch_sub(1, Relaxed);
-        self.bytes.fetch_sub(size, Relaxed);
+        self.bytes.fetch_sub(block.size, Relaxed);
         Ok(())
     }
 
@@ -76,7 +77,7 @@ mod tests {
         let a = pool.alloc(1000, &up).unwrap();
         assert!(!a.from_cache);
         assert_eq!(up.outstanding(), (1, 1000));
-        pool.free(a.ptr, 1000, &up).unwrap();
+        pool.free(a.held(1000), &up).unwrap();
         assert_eq!(up.outstanding(), (0, 0));
         let b = pool.alloc(1000, &up).unwrap();
         assert!(!b.from_cache, "none never serves from a cache");

@@ -37,8 +37,8 @@
 //!
 //! Uses: `pool::core`, `pool::types`, `config`, `sync`, `cu`.
 
-use super::core::{Core, Lane, READY};
-use super::types::{BlockSpan, BlockState, Grant, Pool, SegmentView, StreamKey, Upstream};
+use super::core::{Core, Lane, Taken, READY};
+use super::types::{BlockSpan, BlockState, Grant, Held, Pool, SegmentView, StreamKey, Upstream};
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr, CUDA_ERROR_INVALID_CONTEXT};
 use crate::sync::lock;
@@ -131,42 +131,46 @@ const MAGAZINE_BYTES: u64 = 256 << 20;
 /// Every block in it was freed under `OneQueue` or `Immediate`: it is ready for anyone.
 #[derive(Default)]
 struct Magazine {
-    /// (block, the request it served), oldest first
-    blocks: Vec<(DevPtr, u64)>,
+    /// Blocks as the program gave them back, oldest first.
+    blocks: Vec<Held>,
     /// Sum of the requests in `blocks`.
     requested: u64,
 }
 
 impl Magazine {
     /// The newest block that served a request of exactly `size`.
-    fn pop(&mut self, size: u64) -> Option<DevPtr> {
-        let i = self.blocks.iter().rposition(|b| b.1 == size)?;
+    fn pop(&mut self, size: u64) -> Option<Taken> {
+        let i = self.blocks.iter().rposition(|b| b.asked == size)?;
         self.requested -= size;
-        Some(self.blocks.remove(i).0)
+        let b = self.blocks.remove(i);
+        Some(Taken {
+            ptr: b.ptr,
+            size: b.size,
+        })
     }
 
     /// Keeps a freed block; returns the blocks that no longer fit (to go to the core).
-    fn push(&mut self, ptr: DevPtr, size: u64) -> Vec<(DevPtr, u64)> {
-        self.blocks.push((ptr, size));
-        self.requested += size;
+    fn push(&mut self, block: Held) -> Vec<Held> {
+        self.blocks.push(block);
+        self.requested += block.asked;
         if self.blocks.len() <= MAGAZINE && self.requested <= MAGAZINE_BYTES {
             return Vec::new();
         }
         let keep = self.blocks.len() / 2;
         let spill: Vec<_> = self.blocks.drain(..self.blocks.len() - keep).collect();
-        self.requested -= spill.iter().map(|b| b.1).sum::<u64>();
+        self.requested -= spill.iter().map(|b| b.asked).sum::<u64>();
         spill
     }
 
     /// Every block it holds.
-    fn all(&self) -> impl Iterator<Item = DevPtr> + '_ {
-        self.blocks.iter().map(|b| b.0)
+    fn all(&self) -> impl Iterator<Item = &Held> + '_ {
+        self.blocks.iter()
     }
 
     /// Empties it; returns what it held.
     fn take_all(&mut self) -> Vec<DevPtr> {
         self.requested = 0;
-        self.blocks.drain(..).map(|b| b.0).collect()
+        self.blocks.drain(..).map(|b| b.ptr).collect()
     }
 }
 
@@ -388,17 +392,18 @@ impl CachingPool {
         on: Option<StreamKey>,
         up: &dyn Upstream,
     ) -> Result<Grant, CUresult> {
-        let hit = |ptr| {
+        let hit = |t: Taken| {
             Ok(Grant {
-                ptr,
+                ptr: t.ptr,
+                size: t.size,
                 from_cache: true,
             })
         };
         let rule = self.clock.rule();
         // Fast path: this thread's own freed blocks, without the pool's lock.
         if rule != ReuseRule::Fenced && size <= MAGAZINE_BLOCK {
-            if let Some(Some(ptr)) = self.with_magazine(|m| m.pop(size)) {
-                return hit(ptr);
+            if let Some(Some(t)) = self.with_magazine(|m| m.pop(size)) {
+                return hit(t);
             }
         }
         // Under `Fenced`, a stream-ordered allocation may take its stream's lane.
@@ -440,8 +445,9 @@ impl CachingPool {
         if let Some(p) = st.core.take(size, lane, limit) {
             return hit(p);
         }
-        st.core.grow(size, up).map(|ptr| Grant {
-            ptr,
+        st.core.grow(size, up).map(|t| Grant {
+            ptr: t.ptr,
+            size: t.size,
             from_cache: false,
         })
     }
@@ -449,23 +455,21 @@ impl CachingPool {
     /// `free`, and `free_on` when `on` names the stream of a stream-ordered free.
     fn free_ordered(
         &self,
-        ptr: DevPtr,
-        size: u64,
+        block: Held,
         on: Option<StreamKey>,
         up: &dyn Upstream,
     ) -> Result<(), CUresult> {
         let rule = self.clock.rule();
-        // Fast path: into this thread's magazine. The block's size is asked of the core under
-        // the lock only when the magazine spills.
-        if rule != ReuseRule::Fenced && size <= MAGAZINE_BLOCK && !up.over_soft_limit() {
-            let spilled = self.with_magazine(|m| m.push(ptr, size));
+        // Fast path: into this thread's magazine, without the pool's lock unless it spills.
+        if rule != ReuseRule::Fenced && block.asked <= MAGAZINE_BLOCK && !up.over_soft_limit() {
+            let spilled = self.with_magazine(|m| m.push(block));
             match spilled {
                 Some(spill) if spill.is_empty() => return Ok(()),
                 Some(spill) => {
                     let mut st = self.lock();
                     if !st.forgotten {
-                        for (p, _) in spill {
-                            st.core.put(p, READY, 0);
+                        for b in spill {
+                            st.core.put(b.ptr, READY, 0);
                         }
                     }
                     return Ok(());
@@ -477,7 +481,7 @@ impl CachingPool {
         if st.forgotten {
             return Ok(()); // the block died with its context
         }
-        self.give_back(&mut st, ptr, rule, on);
+        self.give_back(&mut st, block.ptr, rule, on);
         if up.over_soft_limit() {
             // Above the soft limit: whatever is safe to give back goes back now.
             self.seal(&mut st);
@@ -503,18 +507,12 @@ impl Pool for CachingPool {
         self.alloc_ordered(size, Some(on), up)
     }
 
-    fn free(&self, ptr: DevPtr, size: u64, up: &dyn Upstream) -> Result<(), CUresult> {
-        self.free_ordered(ptr, size, None, up)
+    fn free(&self, block: Held, up: &dyn Upstream) -> Result<(), CUresult> {
+        self.free_ordered(block, None, up)
     }
 
-    fn free_on(
-        &self,
-        ptr: DevPtr,
-        size: u64,
-        on: StreamKey,
-        up: &dyn Upstream,
-    ) -> Result<(), CUresult> {
-        self.free_ordered(ptr, size, Some(on), up)
+    fn free_on(&self, block: Held, on: StreamKey, up: &dyn Upstream) -> Result<(), CUresult> {
+        self.free_ordered(block, Some(on), up)
     }
 
     fn trim(&self, up: &dyn Upstream, need: u64) -> u64 {
@@ -537,7 +535,7 @@ impl Pool for CachingPool {
             .iter()
             .map(|m| {
                 let g = lock(m);
-                g.all().map(|p| st.core.block_size(p)).sum::<u64>()
+                g.all().map(|b| b.size).sum::<u64>()
             })
             .sum();
         st.core.cached() + st.held_back + in_magazines
@@ -561,7 +559,7 @@ impl Pool for CachingPool {
             .map(|w| w.ptr)
             .collect();
         for m in lock(&self.magazines).iter() {
-            waiting.extend(lock(m).all());
+            waiting.extend(lock(m).all().map(|b| b.ptr));
         }
         let mut segs = st.core.segments();
         for b in segs.iter_mut().flat_map(|s| s.blocks.iter_mut()) {

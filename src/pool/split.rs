@@ -2,7 +2,9 @@
 //!
 //! Uses: `pool::core`, `pool::types`, `addr_hash`, `config`, `cu`.
 
-use super::core::{pick_releases, round_up, segment, within, Core, Lane, MIB, MIN_BLOCK, READY};
+use super::core::{
+    pick_releases, round_up, segment, within, Core, Lane, Taken, MIB, MIN_BLOCK, READY,
+};
 use super::types::{BlockSpan, BlockState, BlockView, SegmentView, Upstream};
 use crate::addr_hash::AddrMap as HashMap;
 use crate::config::PoolKind;
@@ -162,7 +164,7 @@ impl SplitCore {
 
     /// The best fit for `size` among ready blocks and those of `lane` that leave at most
     /// `waste` bytes (see [`Core::take`], [`Core::take_close`]).
-    fn take_within(&mut self, size: u64, lane: Lane, limit: u64, waste: u64) -> Option<DevPtr> {
+    fn take_within(&mut self, size: u64, lane: Lane, limit: u64, waste: u64) -> Option<Taken> {
         let r = round_up(size.max(1), MIN_BLOCK);
         let small = r <= SMALL_REQUEST;
         let mut candidates = [
@@ -180,14 +182,14 @@ impl SplitCore {
             .into_iter()
             .flatten()
             .find(|&(found, ptr)| found - r <= waste && self.acceptable(found, ptr, r, limit))?;
+        // Any rest is split off (below an oversize block), so that what the program holds is
+        // its rounded request: a large segment's rest of up to 1 MiB serves no one until its
+        // neighbour comes back (requests that small live in small segments), but it is cached
+        // memory, not the program's (PyTorch hands it out with the block, and counts it as
+        // allocated).
         let rest = found - r;
-        let worth_splitting = if small {
-            rest >= MIN_BLOCK
-        } else {
-            rest > SMALL_REQUEST
-        };
         let b = self.unmark_free(ptr);
-        if worth_splitting && b.size < MAX_SPLIT {
+        if rest >= MIN_BLOCK && b.size < MAX_SPLIT {
             self.blocks.insert(
                 ptr,
                 Block {
@@ -205,10 +207,11 @@ impl SplitCore {
                     ..b
                 },
             );
+            Some(Taken { ptr, size: r })
         } else {
             self.blocks.insert(ptr, Block { free: false, ..b });
+            Some(Taken { ptr, size: b.size })
         }
-        Some(ptr)
     }
 
     /// Makes the free block at `ptr` ready-or-lane `b.lane` again after merging it with free
@@ -248,11 +251,11 @@ impl Core for SplitCore {
         round_up(size.max(1), MIN_BLOCK)
     }
 
-    fn take(&mut self, size: u64, lane: Lane, limit: u64) -> Option<DevPtr> {
+    fn take(&mut self, size: u64, lane: Lane, limit: u64) -> Option<Taken> {
         self.take_within(size, lane, limit, u64::MAX)
     }
 
-    fn take_close(&mut self, size: u64, lane: Lane, limit: u64) -> Option<DevPtr> {
+    fn take_close(&mut self, size: u64, lane: Lane, limit: u64) -> Option<Taken> {
         let r = self.round(size);
         // Small requests come from small segments, where any piece serves.
         let waste = if r <= SMALL_REQUEST {
@@ -263,7 +266,7 @@ impl Core for SplitCore {
         self.take_within(size, lane, limit, waste)
     }
 
-    fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<DevPtr, CUresult> {
+    fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<Taken, CUresult> {
         let r = self.round(size);
         let preferred = Self::preferred_segment(r, up.headroom() != u64::MAX);
         // Near the limit: as many whole requests as the headroom holds; at least the request.

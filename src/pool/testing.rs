@@ -170,9 +170,11 @@ pub fn parse_trace(text: &str) -> Vec<Op> {
 /// What replaying a trace cost.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Replay {
-    /// Peak bytes held from the upstream, and peak bytes the trace held.
+    /// Peak bytes held from the upstream, peak bytes the trace asked for and held, and peak
+    /// bytes handed out for them (with the rounding).
     pub peak_reserved: u64,
     pub peak_requested: u64,
+    pub peak_handed: u64,
     /// Upstream allocations in all, and after the first quarter of the trace.
     pub driver_allocs: u64,
     pub driver_allocs_late: u64,
@@ -217,9 +219,9 @@ pub fn replay(kind: PoolKind, ops: &[Op], rule: ReuseRule, lag: u64, limit: u64)
     );
     let clock = LagClock::new(rule, lag);
     let pool = new_pool(kind, clock.clone());
-    let mut live: std::collections::HashMap<u64, (u64, u64)> = Default::default();
+    let mut live: std::collections::HashMap<u64, Held> = Default::default();
     let mut r = Replay::default();
-    let (mut requested, quarter) = (0u64, ops.len() / 4);
+    let (mut requested, mut handed, quarter) = (0u64, 0u64, ops.len() / 4);
     for (i, op) in ops.iter().enumerate() {
         clock.op();
         match *op {
@@ -237,14 +239,17 @@ pub fn replay(kind: PoolKind, ops: &[Op], rule: ReuseRule, lag: u64, limit: u64)
                     r.allocs_late += 1;
                     r.driver_allocs_late += up.1.load(Relaxed) - before;
                 }
-                live.insert(id, (g.ptr, size));
+                live.insert(id, g.held(size));
                 requested += size;
+                handed += g.size;
                 r.peak_requested = r.peak_requested.max(requested);
+                r.peak_handed = r.peak_handed.max(handed);
             }
             Op::Free(id) => {
-                if let Some((ptr, size)) = live.remove(&id) {
-                    pool.free(ptr, size, &up).unwrap();
-                    requested -= size;
+                if let Some(b) = live.remove(&id) {
+                    pool.free(b, &up).unwrap();
+                    requested -= b.asked;
+                    handed -= b.size;
                 }
             }
         }
@@ -296,19 +301,20 @@ pub fn contract(make: fn() -> Box<dyn Pool>) {
     let up = FakeUpstream::new(64 << 20);
     let pool = make();
     let sizes = [1u64, 255, 256, 4096, 1 << 20, 3 << 20, 100, 8 << 20];
-    let mut held: Vec<(DevPtr, u64)> = Vec::new();
+    let mut held: Vec<Held> = Vec::new();
     for &s in &sizes {
         let g = pool.alloc(s, &up).expect("fits");
-        for &(p, q) in &held {
+        assert!(g.size >= s, "{g:?} is smaller than the request {s}");
+        for h in &held {
             assert!(
-                g.ptr + s <= p || p + q <= g.ptr,
-                "overlap {g:?}+{s} with {p:#x}+{q}"
+                g.ptr + g.size <= h.ptr || h.ptr + h.size <= g.ptr,
+                "overlap {g:?} with {h:?}"
             );
         }
-        held.push((g.ptr, s));
+        held.push(g.held(s));
     }
-    for (p, s) in held.drain(..) {
-        pool.free(p, s, &up).unwrap();
+    for b in held.drain(..) {
+        pool.free(b, &up).unwrap();
     }
     let cached = pool.cached_bytes();
     assert_eq!(pool.reclaim(&up), cached);

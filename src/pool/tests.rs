@@ -74,8 +74,8 @@ fn block_of_finds_the_handed_out_block_that_holds_an_address() {
     for kind in KINDS {
         let up = FakeUpstream::new(1 << 30);
         let (p, _) = pool(kind, ReuseRule::Immediate);
-        let a = p.alloc(1000, &up).unwrap().ptr;
-        let b = p.alloc(1000, &up).unwrap().ptr;
+        let (ga, gb) = (p.alloc(1000, &up).unwrap(), p.alloc(1000, &up).unwrap());
+        let (a, b) = (ga.ptr, gb.ptr);
         if kind == PoolKind::None {
             assert_eq!(
                 p.block_of(a),
@@ -101,16 +101,17 @@ fn block_of_finds_the_handed_out_block_that_holds_an_address() {
         }
         // (Small frees may wait in a thread's magazine, still blocks to the core; a large
         // one is cached at once under the immediate rule.)
-        let c = p.alloc(8 * MIB, &up).unwrap().ptr;
+        let gc = p.alloc(8 * MIB, &up).unwrap();
+        let c = gc.ptr;
         assert_eq!(p.block_of(c + MIB).map(|s| s.ptr), Some(c), "{kind:?}");
-        p.free(c, 8 * MIB, &up).unwrap();
+        p.free(gc.held(8 * MIB), &up).unwrap();
         assert_eq!(
             p.block_of(c + MIB),
             None,
             "{kind:?}: cached memory is no block"
         );
-        p.free(a, 1000, &up).unwrap();
-        p.free(b, 1000, &up).unwrap();
+        p.free(ga.held(1000), &up).unwrap();
+        p.free(gb.held(1000), &up).unwrap();
     }
 }
 
@@ -127,7 +128,7 @@ fn split_serves_small_requests_from_one_segment_and_coalesces() {
     assert!(a.iter().skip(1).all(|g| g.from_cache));
     // Free in an order that needs merging on both sides.
     for i in [1, 3, 0, 2, 5, 7, 6, 4] {
-        p.free(a[i].ptr, 1000, &up).unwrap();
+        p.free(a[i].held(1000), &up).unwrap();
     }
     assert_eq!(
         p.cached_bytes(),
@@ -140,8 +141,8 @@ fn split_serves_small_requests_from_one_segment_and_coalesces() {
     let s = p.alloc(4096, &up).unwrap();
     let l = p.alloc(3 * MIB, &up).unwrap();
     assert_eq!(up.outstanding().0, 2);
-    p.free(s.ptr, 4096, &up).unwrap();
-    p.free(l.ptr, 3 * MIB, &up).unwrap();
+    p.free(s.held(4096), &up).unwrap();
+    p.free(l.held(3 * MIB), &up).unwrap();
 }
 
 #[test]
@@ -149,7 +150,7 @@ fn split_never_splits_oversize_blocks() {
     let up = FakeUpstream::new(8 << 30);
     let (p, _) = pool(PoolKind::Split, ReuseRule::Immediate);
     let big = p.alloc(1200 * MIB, &up).unwrap();
-    p.free(big.ptr, 1200 * MIB, &up).unwrap();
+    p.free(big.held(1200 * MIB), &up).unwrap();
     // A 20 MiB request must not carve up the cached 1200 MiB block.
     let small = p.alloc(20 * MIB, &up).unwrap();
     assert!(!small.from_cache);
@@ -164,7 +165,7 @@ fn binned_rounds_to_powers_of_two() {
     let (p, _) = pool(PoolKind::Binned, ReuseRule::Immediate);
     let a = p.alloc(3000, &up).unwrap();
     assert_eq!(up.outstanding(), (1, 4096));
-    p.free(a.ptr, 3000, &up).unwrap();
+    p.free(a.held(3000), &up).unwrap();
     let b = p.alloc(4000, &up).unwrap();
     assert!(b.from_cache && b.ptr == a.ptr, "same class serves");
     p.alloc(100, &up).unwrap();
@@ -174,7 +175,7 @@ fn binned_rounds_to_powers_of_two() {
     let (p, _) = pool(PoolKind::Binned, ReuseRule::Immediate);
     let a = p.alloc(3000, &up).unwrap();
     assert_eq!(up.outstanding(), (1, 3000));
-    p.free(a.ptr, 3000, &up).unwrap();
+    p.free(a.held(3000), &up).unwrap();
     assert!(
         !p.alloc(3001, &up).unwrap().from_cache,
         "too small for 3001"
@@ -190,7 +191,7 @@ fn simple_serves_only_the_exact_size() {
     let up = FakeUpstream::new(1 << 30);
     let (p, _) = pool(PoolKind::Simple, ReuseRule::Immediate);
     let a = p.alloc(3000, &up).unwrap();
-    p.free(a.ptr, 3000, &up).unwrap();
+    p.free(a.held(3000), &up).unwrap();
     assert!(!p.alloc(3001, &up).unwrap().from_cache);
     assert!(p.alloc(3000, &up).unwrap().from_cache);
 }
@@ -216,7 +217,7 @@ fn fenced_blocks_wait_for_their_fence() {
         let (p, clock) = pool(kind, ReuseRule::Fenced);
         p.alloc(BALLAST, &up).unwrap();
         let a = p.alloc(WHOLE, &up).unwrap();
-        p.free(a.ptr, WHOLE, &up).unwrap();
+        p.free(a.held(WHOLE), &up).unwrap();
         let b = p.alloc(WHOLE, &up).unwrap();
         assert_ne!(b.ptr, a.ptr, "{kind:?}: reused before its fence");
         assert_eq!(
@@ -241,10 +242,10 @@ fn one_queue_reuse_is_immediate_for_every_thread() {
         let p: Arc<dyn Pool> = Arc::from(p);
         for size in [WHOLE, 4096] {
             let a = p.alloc(size, &*up).unwrap();
-            p.free(a.ptr, size, &*up).unwrap();
+            p.free(a.held(size), &*up).unwrap();
             let b = p.alloc(size, &*up).unwrap();
             assert_eq!(b.ptr, a.ptr, "{kind:?}: the same thread at once");
-            p.free(b.ptr, size, &*up).unwrap();
+            p.free(b.held(size), &*up).unwrap();
             let (p2, up2) = (p.clone(), up.clone());
             let c = std::thread::spawn(move || p2.alloc(size, &*up2).unwrap())
                 .join()
@@ -255,7 +256,7 @@ fn one_queue_reuse_is_immediate_for_every_thread() {
             if size == WHOLE {
                 assert_eq!(c.ptr, a.ptr, "{kind:?}: another thread at once");
             }
-            p.free(c.ptr, size, &*up).unwrap();
+            p.free(c.held(size), &*up).unwrap();
         }
         assert_eq!(issued(&clock), 0, "{kind:?}: no fence");
     }
@@ -268,12 +269,12 @@ fn one_queue_frees_are_split_and_coalesced_at_once() {
     let up = FakeUpstream::unlimited(1 << 40);
     let (p, _) = pool(PoolKind::Split, ReuseRule::OneQueue);
     let a = p.alloc(64 * MIB, &up).unwrap();
-    p.free(a.ptr, 64 * MIB, &up).unwrap();
+    p.free(a.held(64 * MIB), &up).unwrap();
     let b = p.alloc(24 * MIB, &up).unwrap();
     let c = p.alloc(24 * MIB, &up).unwrap();
     assert_eq!((b.ptr, c.ptr), (a.ptr, a.ptr + 24 * MIB), "split at once");
-    p.free(b.ptr, 24 * MIB, &up).unwrap();
-    p.free(c.ptr, 24 * MIB, &up).unwrap();
+    p.free(b.held(24 * MIB), &up).unwrap();
+    p.free(c.held(24 * MIB), &up).unwrap();
     assert_eq!(
         p.alloc(64 * MIB, &up).unwrap().ptr,
         a.ptr,
@@ -293,7 +294,7 @@ fn stream_ordered_frees_are_reused_on_their_stream_at_once() {
         let (p, clock) = pool(kind, ReuseRule::Fenced);
         p.alloc(BALLAST, &up).unwrap();
         let a = p.alloc_on(WHOLE, S1, &up).unwrap();
-        p.free_on(a.ptr, WHOLE, S1, &up).unwrap();
+        p.free_on(a.held(WHOLE), S1, &up).unwrap();
         let other = p.alloc_on(WHOLE, S2, &up).unwrap();
         assert_ne!(
             other.ptr, a.ptr,
@@ -307,15 +308,15 @@ fn stream_ordered_frees_are_reused_on_their_stream_at_once() {
         let same = p.alloc_on(WHOLE, S1, &up).unwrap();
         assert_eq!(same.ptr, a.ptr, "{kind:?}: its own stream at once");
         assert!(same.from_cache);
-        p.free_on(same.ptr, WHOLE, S1, &up).unwrap();
+        p.free_on(same.held(WHOLE), S1, &up).unwrap();
         if kind == PoolKind::Split {
             // From inside the core: a smaller request on the same stream takes a piece.
             let piece = p.alloc_on(WHOLE / 4, S1, &up).unwrap();
             assert_eq!(piece.ptr, a.ptr, "split: best fit in the stream's lane");
-            p.free_on(piece.ptr, WHOLE / 4, S1, &up).unwrap();
+            p.free_on(piece.held(WHOLE / 4), S1, &up).unwrap();
             let whole = p.alloc_on(WHOLE, S1, &up).unwrap();
             assert_eq!(whole.ptr, a.ptr, "split: coalesced again in the lane");
-            p.free_on(whole.ptr, WHOLE, S1, &up).unwrap();
+            p.free_on(whole.held(WHOLE), S1, &up).unwrap();
         }
         assert_eq!(waited(&clock), 0);
         // Once its fence is done, any allocation gets it.
@@ -326,7 +327,7 @@ fn stream_ordered_frees_are_reused_on_their_stream_at_once() {
             "{kind:?}: any stream once its fence is done"
         );
         // An unordered free is not reusable early by a stream.
-        p.free(later.ptr, WHOLE, &up).unwrap();
+        p.free(later.held(WHOLE), &up).unwrap();
         let s1 = p.alloc_on(WHOLE, S1, &up).unwrap();
         assert_ne!(
             s1.ptr, a.ptr,
@@ -341,7 +342,7 @@ fn stream_ordered_frees_under_one_queue() {
     let up = FakeUpstream::new(1 << 30);
     let (p, _clock) = pool(PoolKind::Split, ReuseRule::OneQueue);
     let a = p.alloc_on(WHOLE, 1, &up).unwrap();
-    p.free_on(a.ptr, WHOLE, 1, &up).unwrap();
+    p.free_on(a.held(WHOLE), 1, &up).unwrap();
     assert_eq!(p.alloc(WHOLE, &up).unwrap().ptr, a.ptr);
 }
 
@@ -351,21 +352,21 @@ fn large_frees_are_fenced_at_once_small_ones_in_batches() {
     let up = FakeUpstream::unlimited(1 << 40);
     let (p, clock) = pool(PoolKind::Split, ReuseRule::Fenced);
     let big = p.alloc(4 * MIB, &up).unwrap();
-    p.free(big.ptr, 4 * MIB, &up).unwrap();
+    p.free(big.held(4 * MIB), &up).unwrap();
     assert_eq!(issued(&clock), 1, "a 4 MiB free is fenced at once");
     let small: Vec<_> = (0..63).map(|_| p.alloc(4096, &up).unwrap()).collect();
     for g in &small {
-        p.free(g.ptr, 4096, &up).unwrap();
+        p.free(g.held(4096), &up).unwrap();
     }
     // (A batch older than 1 ms is sealed too, so a slow machine may have sealed one more.)
     assert!(issued(&clock) <= 2, "63 small frees wait for a batch");
     let one = p.alloc(4096, &up).unwrap();
-    p.free(one.ptr, 4096, &up).unwrap();
+    p.free(one.held(4096), &up).unwrap();
     assert!(issued(&clock) >= 2, "the 64th seals the batch");
     let before = issued(&clock);
     let mid: Vec<_> = (0..4).map(|_| p.alloc(600 << 10, &up).unwrap()).collect();
     for g in &mid {
-        p.free(g.ptr, 600 << 10, &up).unwrap();
+        p.free(g.held(600 << 10), &up).unwrap();
     }
     assert_eq!(issued(&clock), before + 1, "2 MiB of frees seal a batch");
 }
@@ -383,7 +384,7 @@ fn growth_is_bounded_while_fences_lag() {
         for _ in 0..20 {
             let acts: Vec<_> = (0..32).map(|_| p.alloc(8 * MIB, &up).unwrap()).collect();
             for g in acts.iter().rev() {
-                p.free(g.ptr, 8 * MIB, &up).unwrap();
+                p.free(g.held(8 * MIB), &up).unwrap();
             }
         }
         let reserved = up.outstanding().1;
@@ -404,7 +405,7 @@ fn a_miss_at_the_limit_waits_for_fences_before_it_fails() {
         let (p, clock) = pool(kind, ReuseRule::Fenced);
         p.alloc(124 * MIB, &up).unwrap();
         let a = p.alloc(4 * MIB, &up).unwrap();
-        p.free(a.ptr, 4 * MIB, &up).unwrap();
+        p.free(a.held(4 * MIB), &up).unwrap();
         let b = p.alloc(4 * MIB, &up).unwrap();
         assert_eq!(b.ptr, a.ptr, "{kind:?}: served after the wait");
         assert_eq!(waited(&clock), 1, "{kind:?}");
@@ -464,8 +465,8 @@ fn reclaim_waits_for_fences_then_gives_everything_back() {
     let (p, clock) = pool(PoolKind::Split, ReuseRule::Fenced);
     let a = p.alloc(3 * MIB, &up).unwrap();
     let b = p.alloc(100, &up).unwrap();
-    p.free(a.ptr, 3 * MIB, &up).unwrap();
-    p.free(b.ptr, 100, &up).unwrap();
+    p.free(a.held(3 * MIB), &up).unwrap();
+    p.free(b.held(100), &up).unwrap();
     assert!(p.cached_bytes() > 0, "held back blocks count as cached");
     let held = up.outstanding().1;
     assert_eq!(p.reclaim(&up), held);
@@ -481,7 +482,7 @@ fn a_pool_owns_its_segments_even_when_cached() {
         let (p, _) = pool(kind, ReuseRule::Immediate);
         let a = p.alloc(4096, &up).unwrap();
         assert!(p.owns(a.ptr) && p.owns(a.ptr + 100));
-        p.free(a.ptr, 4096, &up).unwrap();
+        p.free(a.held(4096), &up).unwrap();
         assert!(p.owns(a.ptr), "{kind:?}: cached is still owned");
         assert!(!p.owns(a.ptr - 1) && !p.owns(1));
         p.reclaim(&up);
@@ -497,7 +498,7 @@ fn random_workloads_never_overlap_and_balance() {
         for rule in [ReuseRule::Immediate, ReuseRule::OneQueue, ReuseRule::Fenced] {
             let up = FakeUpstream::new(512 * MIB);
             let (p, clock) = pool(kind, rule);
-            let mut live: std::collections::BTreeMap<DevPtr, u64> = Default::default();
+            let mut live: std::collections::BTreeMap<DevPtr, Held> = Default::default();
             let mut x = 0x2545F4914F6CDD1Du64 ^ kind as u64;
             for step in 0..4000 {
                 x ^= x << 13;
@@ -507,9 +508,9 @@ fn random_workloads_never_overlap_and_balance() {
                     clock.complete_all();
                 }
                 if x.is_multiple_of(3) && !live.is_empty() {
-                    let (&ptr, &size) = live.iter().nth((x >> 8) as usize % live.len()).unwrap();
+                    let (&ptr, &b) = live.iter().nth((x >> 8) as usize % live.len()).unwrap();
                     live.remove(&ptr);
-                    p.free(ptr, size, &up).unwrap();
+                    p.free(b, &up).unwrap();
                     continue;
                 }
                 let size = match x % 5 {
@@ -520,21 +521,29 @@ fn random_workloads_never_overlap_and_balance() {
                 };
                 match p.alloc(size, &up) {
                     Ok(g) => {
-                        if let Some((&q, &qs)) = live.range(..=g.ptr + size - 1).next_back() {
+                        assert!(g.size >= size, "{kind:?}/{rule:?}: {g:?} for {size}");
+                        // split hands out the request rounded to 512 bytes, never more (below
+                        // its 1 GiB oversize blocks): a rest is split off, however small.
+                        if kind == PoolKind::Split {
+                            assert_eq!(g.size, size.next_multiple_of(512), "{rule:?}: {g:?}");
+                        }
+                        if kind == PoolKind::Simple {
+                            assert_eq!(g.size, size, "{rule:?}: {g:?}");
+                        }
+                        if let Some((&q, qb)) = live.range(..=g.ptr + g.size - 1).next_back() {
                             assert!(
-                                q + qs <= g.ptr,
-                                "{kind:?}/{rule:?}: {:#x}+{size} overlaps {q:#x}+{qs}",
-                                g.ptr
+                                q + qb.size <= g.ptr,
+                                "{kind:?}/{rule:?}: {g:?} overlaps {qb:?}"
                             );
                         }
                         assert!(p.owns(g.ptr) || kind == PoolKind::None);
-                        live.insert(g.ptr, size);
+                        live.insert(g.ptr, g.held(size));
                     }
                     Err(e) => assert_eq!(e, CUDA_ERROR_OUT_OF_MEMORY),
                 }
             }
-            for (ptr, size) in std::mem::take(&mut live) {
-                p.free(ptr, size, &up).unwrap();
+            for (_, b) in std::mem::take(&mut live) {
+                p.free(b, &up).unwrap();
             }
             p.reclaim(&up);
             assert_eq!(

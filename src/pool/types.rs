@@ -36,8 +36,31 @@ pub type StreamKey = u64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Grant {
     pub ptr: DevPtr,
+    /// The block's size: at least the request (its rounding, and a free block's rest too
+    /// small to split off).
+    pub size: u64,
     /// Served from cached memory, without asking the upstream.
     pub from_cache: bool,
+}
+
+impl Grant {
+    /// The block as the program gives it back, having asked for `asked` bytes.
+    pub fn held(self, asked: u64) -> Held {
+        Held {
+            ptr: self.ptr,
+            asked,
+            size: self.size,
+        }
+    }
+}
+
+/// A block the program holds, as it gives it back: where it is, what the program asked for,
+/// and what it was handed ([`Grant::size`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub ptr: DevPtr,
+    pub asked: u64,
+    pub size: u64,
 }
 
 /// One block as a snapshot shows it.
@@ -87,13 +110,14 @@ pub struct SegmentView {
 }
 
 /// A pool kind. Callers guarantee what the pool cannot check cheaply: `free` is called once per
-/// block returned by `alloc`, with the size it was asked for (the shim's live table makes sure).
+/// block returned by `alloc`, with the [`Held`] its grant and request make (the shim's live
+/// table makes sure).
 pub trait Pool: Send + Sync {
     fn kind(&self) -> PoolKind;
     /// A block of at least `size` (> 0) bytes.
     fn alloc(&self, size: u64, up: &dyn Upstream) -> Result<Grant, CUresult>;
     /// The program is done with a block. On `Err` the block is still the program's.
-    fn free(&self, ptr: DevPtr, size: u64, up: &dyn Upstream) -> Result<(), CUresult>;
+    fn free(&self, block: Held, up: &dyn Upstream) -> Result<(), CUresult>;
     /// A stream-ordered allocation on stream `on`: besides what [`alloc`](Self::alloc) may
     /// hand out, it may take a block freed in order on `on` before that free's fence is done
     /// (work on `on` after the allocation runs after the free), from inside the core.
@@ -103,15 +127,9 @@ pub trait Pool: Send + Sync {
     }
     /// A stream-ordered free on stream `on`: the block may be reused at once by allocations
     /// ordered on `on`, and by anything else after a fence (as for [`free`](Self::free)).
-    fn free_on(
-        &self,
-        ptr: DevPtr,
-        size: u64,
-        on: StreamKey,
-        up: &dyn Upstream,
-    ) -> Result<(), CUresult> {
+    fn free_on(&self, block: Held, on: StreamKey, up: &dyn Upstream) -> Result<(), CUresult> {
         let _ = on;
-        self.free(ptr, size, up)
+        self.free(block, up)
     }
     /// Waits for every pending free, then gives free segments back to the upstream until at
     /// least `need` bytes went back (`u64::MAX`: all of them); returns the bytes released.

@@ -3,7 +3,7 @@
 //!
 //! Uses: `pool::core`, `pool::types`, `addr_hash`, `config`, `cu`.
 
-use super::core::{pick_releases, segment, within, Core, Lane, MIN_BLOCK, READY};
+use super::core::{pick_releases, segment, within, Core, Lane, Taken, MIN_BLOCK, READY};
 use super::types::{BlockSpan, BlockState, BlockView, SegmentView, Upstream};
 use crate::addr_hash::AddrMap as HashMap;
 use crate::config::PoolKind;
@@ -26,24 +26,27 @@ struct SegmentCache {
 
 impl SegmentCache {
     /// The most recently cached block under `key` that `fits`, ready or of `lane`.
-    fn take(&mut self, key: u64, lane: Lane, fits: impl Fn(u64) -> bool) -> Option<DevPtr> {
+    fn take(&mut self, key: u64, lane: Lane, fits: impl Fn(u64) -> bool) -> Option<Taken> {
         for l in [lane, READY] {
             let Some(list) = self.free.get_mut(&(l, key)) else {
                 continue;
             };
             if let Some(i) = list.iter().rposition(|p| fits(self.sizes[p])) {
-                let p = list.swap_remove(i);
-                self.cached -= self.sizes[&p];
-                self.lanes.remove(&p);
-                return Some(p);
+                let ptr = list.swap_remove(i);
+                let size = self.sizes[&ptr];
+                self.cached -= size;
+                self.lanes.remove(&ptr);
+                return Some(Taken { ptr, size });
             }
         }
         None
     }
 
-    fn insert(&mut self, ptr: DevPtr, size: u64) {
+    /// A new segment, handed out whole.
+    fn insert(&mut self, ptr: DevPtr, size: u64) -> Taken {
         self.sizes.insert(ptr, size);
         self.reserved += size;
+        Taken { ptr, size }
     }
 
     fn put(&mut self, ptr: DevPtr, key: u64, lane: Lane, epoch: u64) {
@@ -200,13 +203,12 @@ impl Core for SimpleCore {
     fn round(&self, size: u64) -> u64 {
         size
     }
-    fn take(&mut self, size: u64, lane: Lane, _limit: u64) -> Option<DevPtr> {
+    fn take(&mut self, size: u64, lane: Lane, _limit: u64) -> Option<Taken> {
         self.0.take(size, lane, |_| true)
     }
-    fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<DevPtr, CUresult> {
+    fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<Taken, CUresult> {
         let p = up.alloc(size)?;
-        self.0.insert(p, size);
-        Ok(p)
+        Ok(self.0.insert(p, size))
     }
     segment_cache_core!();
 }
@@ -235,18 +237,17 @@ impl Core for BinnedCore {
     fn round(&self, size: u64) -> u64 {
         Self::class(size)
     }
-    fn take(&mut self, size: u64, lane: Lane, _limit: u64) -> Option<DevPtr> {
+    fn take(&mut self, size: u64, lane: Lane, _limit: u64) -> Option<Taken> {
         self.0.take(Self::class(size), lane, |block| block >= size)
     }
-    fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<DevPtr, CUresult> {
+    fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<Taken, CUresult> {
         let sizes: &[u64] = if up.headroom() == u64::MAX {
             &[Self::class(size), size]
         } else {
             &[size]
         };
         let (p, got) = segment(up, sizes)?;
-        self.0.insert(p, got);
-        Ok(p)
+        Ok(self.0.insert(p, got))
     }
     segment_cache_core!();
 }

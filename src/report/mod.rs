@@ -212,6 +212,12 @@ pub fn device_status(dev: i32, s: &DeviceStats) -> String {
     );
     let _ = writeln!(
         out,
+        "  requested {} (peak {}) of it, before rounding",
+        fmt_bytes(s.requested),
+        fmt_bytes(s.requested_peak)
+    );
+    let _ = writeln!(
+        out,
         "  reserved  {} (peak {}) in {} segments, cached {}",
         fmt_bytes(s.reserved),
         fmt_bytes(s.reserved_peak),
@@ -316,8 +322,8 @@ pub fn snapshot_json(shim: &dyn View) -> String {
         let s = shim.device_stats(dev);
         let _ = write!(
             o,
-            "{{\"device\":{dev},\"stats\":{{\"allocated_bytes\":{},\"peak_allocated_bytes\":{},\"reserved_bytes\":{},\"peak_reserved_bytes\":{},\"cached_bytes\":{},\"live_allocations\":{},\"segments\":{},\"alloc_calls\":{},\"free_calls\":{},\"cache_hits\":{},\"driver_allocs\":{},\"driver_frees\":{},\"reclaim_retries\":{},\"ooms\":{},\"hard_limit\":{},\"soft_limit\":{}}},\"segments\":[",
-            s.allocated, s.allocated_peak, s.reserved, s.reserved_peak, s.cached,
+            "{{\"device\":{dev},\"stats\":{{\"allocated_bytes\":{},\"peak_allocated_bytes\":{},\"requested_bytes\":{},\"peak_requested_bytes\":{},\"reserved_bytes\":{},\"peak_reserved_bytes\":{},\"cached_bytes\":{},\"live_allocations\":{},\"segments\":{},\"alloc_calls\":{},\"free_calls\":{},\"cache_hits\":{},\"driver_allocs\":{},\"driver_frees\":{},\"reclaim_retries\":{},\"ooms\":{},\"hard_limit\":{},\"soft_limit\":{}}},\"segments\":[",
+            s.allocated, s.allocated_peak, s.requested, s.requested_peak, s.reserved, s.reserved_peak, s.cached,
             s.live_allocations, s.segments, s.alloc_calls, s.free_calls, s.cache_hits,
             s.driver_allocs, s.driver_frees, s.reclaim_retries, s.ooms, s.hard_limit, s.soft_limit
         );
@@ -358,8 +364,8 @@ pub fn snapshot_json(shim: &dyn View) -> String {
             };
             let _ = write!(
                 o,
-                "{{\"address\":\"{ptr:#x}\",\"size\":{},\"origin\":\"{origin}\",\"context\":\"{:#x}\"",
-                l.size, l.ctx
+                "{{\"address\":\"{ptr:#x}\",\"size\":{},\"block_size\":{},\"origin\":\"{origin}\",\"context\":\"{:#x}\"",
+                l.size, l.handed, l.ctx
             );
             if let Some(bt) = bt {
                 let frames: Vec<String> =
@@ -429,6 +435,7 @@ mod tests {
     fn device_block_shows_every_counter() {
         let s = DeviceStats {
             allocated: 1 << 20,
+            requested: 1000 << 10,
             alloc_calls: 4,
             cache_hits: 1,
             ooms: 2,
@@ -437,6 +444,7 @@ mod tests {
         };
         let t = device_status(0, &s);
         assert!(t.contains("limit 1.00 GiB (soft none)"), "{t}");
+        assert!(t.contains("requested 1000.00 KiB"), "{t}");
         assert!(
             t.contains("4 allocs") && t.contains("(25.0%)") && t.contains("2 OOMs"),
             "{t}"

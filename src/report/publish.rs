@@ -23,12 +23,13 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CUDAPOOL");
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 /// The longest path a snapshot request may name (with its NUL).
 pub const REQUEST_PATH: usize = 1024;
 pub const MAX_DEVICES: usize = 64;
-/// Counters per device, in [`DeviceStats`] order.
-pub const FIELDS: usize = 16;
+/// Counters per device: [`DeviceStats`] in its order, but with the requested bytes (added in
+/// layout 4) last.
+pub const FIELDS: usize = 18;
 
 /// The longest group name (`CUDAPOOL_GROUP`), NUL-padded in the page.
 pub const GROUP_NAME: usize = 64;
@@ -116,6 +117,8 @@ pub fn stats_to_array(s: &DeviceStats) -> [u64; FIELDS] {
         s.ooms,
         s.hard_limit,
         s.soft_limit,
+        s.requested,
+        s.requested_peak,
     ]
 }
 
@@ -137,6 +140,8 @@ pub fn array_to_stats(a: &[u64; FIELDS]) -> DeviceStats {
         ooms: a[13],
         hard_limit: a[14],
         soft_limit: a[15],
+        requested: a[16],
+        requested_peak: a[17],
     }
 }
 

@@ -4,6 +4,7 @@
 //! Uses: `addr_hash`, `per_thread`, `cu`.
 
 use crate::addr_hash::AddrBuild;
+use crate::budget::Bytes;
 use crate::cu::*;
 use crate::per_thread::LineId;
 use dashmap::DashMap;
@@ -28,10 +29,24 @@ pub struct Live {
     /// `CUcontext` it was made in, as an address.
     pub ctx: usize,
     pub device: CUdevice,
+    /// What the program asked for (pooled), or the driver's real footprint (counted).
     pub size: u64,
+    /// What the program holds: the pool's block (its [`Grant`](crate::pool::Grant) size, at
+    /// least `size`), or `size` itself (counted).
+    pub handed: u64,
     pub origin: Origin,
     /// The budget line that holds its bytes (the allocating thread's), credited at its free.
     pub holder: LineId,
+}
+
+impl Live {
+    /// Its bytes as the budget counts them.
+    pub fn bytes(&self) -> Bytes {
+        Bytes {
+            asked: self.size,
+            handed: self.handed,
+        }
+    }
 }
 
 /// Invariant: `live` holds exactly the allocations handed to the program and not yet freed,

@@ -9,14 +9,14 @@ use super::clock;
 use super::contexts::ContextPool;
 use super::history::{Action, History};
 use super::{Live, Origin, Shim};
-use crate::budget::DeviceBudget;
+use crate::budget::{Bytes, DeviceBudget};
 use crate::config::LogLevel::Debug;
 use crate::config::PoolKind;
 use crate::cu::*;
 use crate::driver::Driver;
 use crate::log_at;
 use crate::nvtx;
-use crate::pool::Upstream;
+use crate::pool::{Held, Upstream};
 
 impl Shim {
     /// `cuMemAlloc`: a pooled block of `size` (> 0) bytes in the current context.
@@ -96,13 +96,20 @@ impl Shim {
             }
             Err(e) => return Err(self.failed(dev, size, e)),
         };
-        let (holder, ops) = budget.on_alloc(size, grant.from_cache);
+        let (holder, ops) = budget.on_alloc(
+            Bytes {
+                asked: size,
+                handed: grant.size,
+            },
+            grant.from_cache,
+        );
         self.live.insert(
             grant.ptr,
             Live {
                 ctx,
                 device: dev,
                 size,
+                handed: grant.size,
                 origin: Origin::Pool,
                 holder,
             },
@@ -142,7 +149,7 @@ impl Shim {
             return driver_free(ptr);
         };
         let budget = self.budget(live.device);
-        let ops = budget.on_free(live.size, Some(live.holder));
+        let ops = budget.on_free(live.bytes(), Some(live.holder));
         let result = match live.origin {
             Origin::Pool => {
                 if self.tools_see_blocks() {
@@ -156,9 +163,14 @@ impl Shim {
                     .map(clock::key);
                 let freed = self.with_pool_of(live.ctx, |cp| {
                     let up = self.upstream(live.device);
+                    let block = Held {
+                        ptr,
+                        asked: live.size,
+                        size: live.handed,
+                    };
                     match on {
-                        Some(s) => cp.pool.free_on(ptr, live.size, s, &up),
-                        None => cp.pool.free(ptr, live.size, &up),
+                        Some(s) => cp.pool.free_on(block, s, &up),
+                        None => cp.pool.free(block, &up),
                     }
                 });
                 match freed {
@@ -198,7 +210,7 @@ impl Shim {
             }
         } else {
             // The driver refused: the program still holds the block.
-            let holder = budget.on_free_undone(live.size);
+            let holder = budget.on_free_undone(live.bytes());
             self.live.undo_remove(ptr, Live { holder, ..live });
         }
         result

@@ -76,7 +76,7 @@ impl Shim {
         let mut driver_pools = Vec::new();
         self.live.drop_context(ctx, |l| {
             let budget = self.budget(l.device);
-            budget.on_release(l.size, Some(l.holder));
+            budget.on_release(l.bytes(), Some(l.holder));
             match l.origin {
                 Origin::Counted => budget.on_segments_dropped(1, l.size),
                 Origin::DriverPool(pool) => driver_pools.push((pool, l.size)),

@@ -159,7 +159,7 @@ struct stats {
   int32_t device, pad;
   uint64_t allocated, peak_allocated, reserved, peak_reserved, cached, live, segments;
   uint64_t alloc_calls, free_calls, cache_hits, driver_allocs, driver_frees, retries, ooms;
-  uint64_t hard_limit, soft_limit;
+  uint64_t hard_limit, soft_limit, requested, peak_requested;
 };
 
 void print_stats(const char *tag) {
@@ -172,14 +172,15 @@ void print_stats(const char *tag) {
   int r = get(dev, &s);
   printf("%s shim=present r=%d allocated=%llu peak=%llu reserved=%llu live=%llu segments=%llu "
          "alloc_calls=%llu free_calls=%llu driver_allocs=%llu driver_frees=%llu ooms=%llu "
-         "limit=%llu retries=%llu cached=%llu hits=%llu\n",
+         "limit=%llu retries=%llu cached=%llu hits=%llu requested=%llu peak_requested=%llu\n",
          tag, r, (unsigned long long)s.allocated, (unsigned long long)s.peak_allocated,
          (unsigned long long)s.reserved, (unsigned long long)s.live,
          (unsigned long long)s.segments, (unsigned long long)s.alloc_calls,
          (unsigned long long)s.free_calls, (unsigned long long)s.driver_allocs,
          (unsigned long long)s.driver_frees, (unsigned long long)s.ooms,
          (unsigned long long)s.hard_limit, (unsigned long long)s.retries,
-         (unsigned long long)s.cached, (unsigned long long)s.cache_hits);
+         (unsigned long long)s.cached, (unsigned long long)s.cache_hits,
+         (unsigned long long)s.requested, (unsigned long long)s.peak_requested);
 }
 
 long fake_calls(const char *name) {
@@ -456,19 +457,20 @@ static int pairs(int argc, char **argv) {
 // Every way a thread changes its current context, each followed by an allocation that must land
 // in the new context's device (the shim knows the context without asking the driver: issue 14).
 // Prints "switch ok", or "switch WRONG" with the step.
-static uint64_t allocated_on(int d) {
+static uint64_t requested_on(int d) {
   int (*get)(int, struct stats *) = dlsym(RTLD_DEFAULT, "cudapool_get_stats");
   struct stats s = {.struct_size = sizeof s};
   if (!get || get(d, &s) != 0) return 0;
-  return s.allocated;
+  return s.requested;
 }
-// Allocates `size` in the current context: the device it landed on, or -1 - the error.
+// Allocates `size` in the current context: the device it landed on (whose requested bytes grew
+// by `size`), or -1 - the error.
 static int alloc_lands(size_t size) {
-  uint64_t before[2] = {allocated_on(0), allocated_on(1)};
+  uint64_t before[2] = {requested_on(0), requested_on(1)};
   CUdeviceptr p;
   CUresult r = cu.MemAlloc(&p, size);
   if (r != CUDA_SUCCESS) return -1 - (int)r;
-  int d = allocated_on(0) == before[0] + size ? 0 : allocated_on(1) == before[1] + size ? 1 : 9;
+  int d = requested_on(0) == before[0] + size ? 0 : requested_on(1) == before[1] + size ? 1 : 9;
   CHECK(cu.MemFree(p));
   return d;
 }

@@ -3,6 +3,7 @@
 usage: check_cudapool.py loaded SNAPSHOT_PATH | absent
 Allocates through ctypes the way CuPy and Numba reach the driver, then checks every function.
 """
+import ctypes
 import json
 import os
 import sys
@@ -37,7 +38,9 @@ for s in sizes:
     r, p = allocate(s)
     assert r == 0, r
     ptrs.append(p)
-held = sum(sizes)
+asked = sum(sizes)
+# Under split (the default) each block is the request rounded up to 512 bytes.
+held = sum((n + 511) // 512 * 512 for n in sizes)
 assert cudapool.memory_allocated() == held, (cudapool.memory_allocated(), held)
 assert cudapool.memory_allocated(0) == held
 assert cudapool.memory_allocated("cuda:0") == held
@@ -45,13 +48,32 @@ assert cudapool.max_memory_allocated() == held
 assert cudapool.memory_reserved() >= held
 stats = cudapool.memory_stats()
 assert stats["allocated_bytes.all.current"] == held
+assert stats["requested_bytes"] == stats["requested_bytes.all.current"] == asked, stats
+assert stats["peak_requested_bytes"] == stats["requested_bytes.all.peak"] == asked, stats
 assert stats["alloc_calls"] == 3 and stats["live_allocations"] == 3
+
+
+class _OldStats(ctypes.Structure):
+    # cudapool_stats as a program built before the requested fields were appended sees it.
+    _fields_ = [("struct_size", ctypes.c_size_t), ("device", ctypes.c_int32), ("_pad", ctypes.c_uint32)] + [
+        (name, ctypes.c_uint64) for name in cudapool.FIELDS[:16]
+    ] + [("after", ctypes.c_uint64)]
+
+
+old = _OldStats(struct_size=ctypes.sizeof(_OldStats) - 8, after=0xDEADBEEF)
+as_new = ctypes.cast(ctypes.pointer(old), ctypes.POINTER(cudapool._Stats))
+assert cudapool._lib().cudapool_get_stats(0, as_new) == 0
+assert old.struct_size == ctypes.sizeof(_OldStats) - 8, old.struct_size
+assert old.after == 0xDEADBEEF, "nothing written past what an older caller sized"
+assert old.allocated_bytes == held and old.soft_limit == 0
 for p in ptrs:
     assert free(p) == 0
 assert cudapool.memory_allocated() == 0
+assert cudapool.memory_stats()["requested_bytes"] == 0
 assert cudapool.max_memory_allocated() == held
 cudapool.reset_peak_memory_stats()
 assert cudapool.max_memory_allocated() == 0
+assert cudapool.memory_stats()["peak_requested_bytes"] == 0
 cached = cudapool.memory_stats()["cached_bytes"]
 assert cached > 0 and cudapool.memory_reserved() == cached
 released = cudapool.empty_cache()

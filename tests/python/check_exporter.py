@@ -121,6 +121,7 @@ try:
     )
     check("allocated equals what client A holds", series(fams, "cudapool_allocated_bytes", a.pid) == 24 * MIB, series(fams, "cudapool_allocated_bytes", a.pid))
     check("allocated equals what client B holds", series(fams, "cudapool_allocated_bytes", b.pid) == 8 * MIB, series(fams, "cudapool_allocated_bytes", b.pid))
+    check("requested is what client A asked for", series(fams, "cudapool_requested_bytes", a.pid) == 24 * MIB, series(fams, "cudapool_requested_bytes", a.pid))
     check("B's hard limit is its 64 MiB", series(fams, "cudapool_hard_limit_bytes", b.pid) == 64 * MIB)
     check("B's one out-of-memory answer is counted", series(fams, "cudapool_ooms_total", b.pid) == 1, series(fams, "cudapool_ooms_total", b.pid))
     check("A had none", series(fams, "cudapool_ooms_total", a.pid) == 0)

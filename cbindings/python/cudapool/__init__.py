@@ -55,6 +55,8 @@ FIELDS = [
     "ooms",
     "hard_limit",
     "soft_limit",
+    "requested_bytes",
+    "peak_requested_bytes",
 ]
 
 
@@ -190,6 +192,8 @@ def memory_stats(device=None):
         {
             "allocated_bytes.all.current": s.allocated_bytes,
             "allocated_bytes.all.peak": s.peak_allocated_bytes,
+            "requested_bytes.all.current": s.requested_bytes,
+            "requested_bytes.all.peak": s.peak_requested_bytes,
             "reserved_bytes.all.current": s.reserved_bytes,
             "reserved_bytes.all.peak": s.peak_reserved_bytes,
             "active.all.current": s.live_allocations,
