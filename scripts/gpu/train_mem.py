@@ -10,7 +10,8 @@ cnn   torchvision ResNet-50, batch 64 at 224x224, bf16 autocast, channels_last, 
 --ddp    DistributedDataParallel over NCCL, one process per GPU (start it with torchrun)
 
 Prints one line per process:
-  workload=... steps_per_s=... peak_reserved=BYTES peak_allocated=BYTES source=torch|cudapool
+  workload=... steps_per_s=... peak_reserved=BYTES peak_allocated=BYTES peak_requested=BYTES
+  source=torch|cudapool
   outside=BYTES nvml_used=BYTES allocs=N driver_allocs=N loss=...
 peak_reserved is the allocator's own figure: cudapool's when the process runs under cudapool,
 else torch.cuda.max_memory_reserved() (PyTorch's caching allocator, or the driver pool of the
@@ -134,6 +135,7 @@ after = counts()
 outside = 0
 if pooled:
     peak_reserved, peak_allocated, source = cudapool.max_memory_reserved(dev), cudapool.max_memory_allocated(dev), "cudapool"
+    peak_requested = cudapool.memory_stats(dev)["peak_requested_bytes"]
     import json
     import tempfile
 
@@ -145,6 +147,7 @@ if pooled:
             outside = d["stats"]["reserved_bytes"] - sum(s["size"] for s in d["segments"])
 else:
     peak_reserved, peak_allocated, source = torch.cuda.max_memory_reserved(dev), torch.cuda.max_memory_allocated(dev), "torch"
+    peak_requested = torch.cuda.memory_stats(dev).get("requested_bytes.all.peak", -1)
 
 nvml_used = -1
 try:
@@ -161,7 +164,7 @@ except Exception as e:  # noqa: BLE001 - a figure we can do without
 name = args.workload + (" sync" if args.sync else "") + (" ddp" if args.ddp else "")
 print(
     f"workload={name.replace(' ', '+')} rank={rank} steps_per_s={args.steps / dt:.3f} peak_reserved={peak_reserved} "
-    f"peak_allocated={peak_allocated} source={source} outside={outside} nvml_used={nvml_used} allocs={after[0] - before[0]} "
+    f"peak_allocated={peak_allocated} peak_requested={peak_requested} source={source} outside={outside} nvml_used={nvml_used} allocs={after[0] - before[0]} "
     f"driver_allocs={after[1] - before[1]} loss={loss.item():.4f}",
     flush=True,
 )
