@@ -165,6 +165,24 @@ fn regular_file_of(fd: libc::c_int, path: &str, owner: u32) -> Result<libc::stat
     Ok(st)
 }
 
+/// Opens the file at `cpath` (`path`) read-write, never through a link, never blocking.
+fn open_existing(cpath: &CString, path: &str) -> Result<i32, String> {
+    // SAFETY: open(2) of a NUL-terminated path, never through a link, never blocking.
+    let fd = unsafe {
+        libc::open(
+            cpath.as_ptr(),
+            libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(format!(
+            "cannot open {path}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(fd)
+}
+
 /// Opens (creating if absent) the ledger at `path`, checked as the module doc says.
 fn open(path: &str, create: bool) -> Result<Mapping, String> {
     let cpath = CString::new(path).map_err(|e| e.to_string())?;
@@ -188,19 +206,7 @@ fn open(path: &str, create: bool) -> Result<Mapping, String> {
         }
     }
     if fd < 0 {
-        // SAFETY: open(2) of a NUL-terminated path, never through a link, never blocking.
-        fd = unsafe {
-            libc::open(
-                cpath.as_ptr(),
-                libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(format!(
-                "cannot open {path}: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
+        fd = open_existing(&cpath, path)?;
     }
     let close = |why: String| {
         // SAFETY: the descriptor just opened, closed once on this error path.
@@ -759,19 +765,7 @@ pub fn ledgers(all_users: bool) -> Vec<Result<LedgerView, String>> {
 /// link, never blocking). Members are live by their lock, as members see them.
 pub fn read(path: &str, owner: u32) -> Result<LedgerView, String> {
     let cpath = CString::new(path).map_err(|e| e.to_string())?;
-    // SAFETY: open(2) of a NUL-terminated path, never through a link, never blocking.
-    let fd = unsafe {
-        libc::open(
-            cpath.as_ptr(),
-            libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(format!(
-            "cannot open {path}: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
+    let fd = open_existing(&cpath, path)?;
     let checked = regular_file_of(fd, path, owner).and_then(|st| match st.st_size as usize {
         SIZE => Ok(()),
         n => Err(format!(
