@@ -8,7 +8,7 @@
 //! lookup, the live table and the counters; `scripts/bench-gpu.sh` measures that on a GPU.
 
 use cudapool::config::PoolKind;
-use cudapool::pool::testing::{parse_trace, replay, FakeClock, FakeUpstream, Op};
+use cudapool::pool::testing::{parse_trace, replay, replay_in, FakeClock, FakeUpstream, Op};
 use cudapool::pool::{new_pool, Pool, ReuseRule};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
@@ -24,7 +24,7 @@ const KINDS: [PoolKind; 4] = [
 fn make(kind: PoolKind, rule: ReuseRule) -> Box<dyn Pool> {
     let clock = FakeClock::new(rule);
     clock.instant.store(true, Ordering::SeqCst);
-    new_pool(kind, clock)
+    new_pool(kind, false, clock)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -300,6 +300,22 @@ fn main() {
                 let handed = r.peak_handed as f64 / r.peak_requested as f64;
                 format!("{} {ratio:.3} ({}) {handed:.3}", kinds(&k), r.driver_allocs)
             })
+            .chain(std::iter::once({
+                let r = replay_in(
+                    PoolKind::Split,
+                    true,
+                    ops,
+                    ReuseRule::Immediate,
+                    0,
+                    u64::MAX,
+                );
+                let ratio = r.peak_reserved as f64 / r.peak_requested as f64;
+                let handed = r.peak_handed as f64 / r.peak_requested as f64;
+                format!(
+                    "split expandable {ratio:.3} ({}) {handed:.3}",
+                    r.driver_allocs
+                )
+            }))
             .collect();
         println!("- {name}, {} ops: {}", ops.len(), figures.join(", "));
     }
@@ -313,6 +329,11 @@ fn main() {
                 let ratio = r.peak_reserved as f64 / r.peak_requested as f64;
                 format!("{} {ratio:.3} ({} waits)", kinds(&k), r.waits)
             })
+            .chain(std::iter::once({
+                let r = replay_in(PoolKind::Split, true, ops, ReuseRule::Fenced, 500, u64::MAX);
+                let ratio = r.peak_reserved as f64 / r.peak_requested as f64;
+                format!("split expandable {ratio:.3} ({} waits)", r.waits)
+            }))
             .collect();
         println!("- {name}: {}", figures.join(", "));
     }

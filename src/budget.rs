@@ -285,6 +285,16 @@ impl DeviceBudget {
         self.segments.fetch_add(1, Relaxed);
     }
 
+    /// Memory mapped into an expandable segment (a driver allocation, no new segment).
+    pub fn on_map(&self) {
+        self.driver_allocs.fetch_add(1, Relaxed);
+    }
+
+    /// Memory unmapped from an expandable segment.
+    pub fn on_unmap(&self) {
+        self.driver_frees.fetch_add(1, Relaxed);
+    }
+
     /// Memory given back to the driver, or dropped with its context.
     pub fn on_driver_free(&self) {
         self.driver_frees.fetch_add(1, Relaxed);

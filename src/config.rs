@@ -48,6 +48,15 @@ pub enum Reuse {
     Immediate,
 }
 
+/// `CUDAPOOL_SEGMENTS`: how `split` takes memory for large requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Segments {
+    /// Whole driver allocations (`cuMemAlloc`).
+    Classic,
+    /// One reserved address range per context that grows and shrinks by mapping chunks.
+    Expandable,
+}
+
 /// `CUDAPOOL_LOG`, ordered from quietest to loudest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LogLevel {
@@ -130,6 +139,8 @@ pub struct Config {
     pub group: Option<String>,
     /// `CUDAPOOL_GROUP_LIMIT`: the group's hard limit, as this process names it.
     pub group_limit: DeviceLimits,
+    /// `CUDAPOOL_SEGMENTS`.
+    pub segments: Segments,
 }
 
 /// The characters a group name may use (`CUDAPOOL_GROUP`), and its longest length.
@@ -248,6 +259,7 @@ impl Default for Config {
             faults: Vec::new(),
             group: None,
             group_limit: DeviceLimits::default(),
+            segments: Segments::Classic,
         }
     }
 }
@@ -361,6 +373,20 @@ impl Config {
         if let Some(v) = get("CUDAPOOL_GROUP_LIMIT") {
             c.group_limit = parse_device_limits(&v)
                 .map_err(|why| bad("CUDAPOOL_GROUP_LIMIT", &v, &why, SIZE_FORMS))?;
+        }
+        if let Some(v) = get("CUDAPOOL_SEGMENTS") {
+            c.segments = match v.trim().to_ascii_lowercase().as_str() {
+                "classic" => Segments::Classic,
+                "expandable" => Segments::Expandable,
+                _ => {
+                    return Err(bad(
+                        "CUDAPOOL_SEGMENTS",
+                        &v,
+                        "unknown mode",
+                        "classic or expandable",
+                    ))
+                }
+            };
         }
         if let Some(v) = get("CUDAPOOL_FAULTS") {
             c.faults = parse_faults(&v)
@@ -638,8 +664,10 @@ mod tests {
             ("CUDAPOOL_TRACE", "/tmp/t.json"),
             ("CUDAPOOL_LOG", "debug"),
             ("CUDAPOOL_DISABLE", "0"),
+            ("CUDAPOOL_SEGMENTS", "Expandable"),
         ])
         .unwrap();
+        assert_eq!(c.segments, Segments::Expandable);
         assert_eq!(c.pool, PoolKind::Binned);
         assert_eq!(c.memory_limit.for_device(0), Some(Limit::Bytes(1 << 30)));
         assert_eq!(c.memory_limit.for_device(1), None);
@@ -677,6 +705,7 @@ mod tests {
             ("CUDAPOOL_HISTORY", "20000000"),
             ("CUDAPOOL_LOG", "loud"),
             ("CUDAPOOL_DISABLE", "maybe"),
+            ("CUDAPOOL_SEGMENTS", "elastic"),
         ] {
             let e = cfg(&[(var, val)]).unwrap_err();
             assert_eq!(e.var, var);

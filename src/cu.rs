@@ -71,6 +71,58 @@ pub struct MemPropHead {
     pub location_id: std::ffi::c_int,
 }
 
+/// `CUmemAllocationProp`: pinned device memory of one device, no shareable handle.
+#[repr(C)]
+pub struct MemAllocProp {
+    head: MemPropHead,
+    win32_metadata: *mut std::ffi::c_void,
+    /// `allocFlags`: compression type, GPUDirect RDMA capable, usage, reserved.
+    alloc_flags: [u8; 8],
+}
+
+/// `CU_MEM_ALLOCATION_TYPE_PINNED`.
+const CU_MEM_ALLOCATION_TYPE_PINNED: std::ffi::c_int = 1;
+/// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`.
+const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: std::ffi::c_int = 3;
+
+impl MemAllocProp {
+    pub fn device(dev: CUdevice) -> Self {
+        MemAllocProp {
+            head: MemPropHead {
+                kind: CU_MEM_ALLOCATION_TYPE_PINNED,
+                handle_types: 0,
+                location_type: CU_MEM_LOCATION_TYPE_DEVICE,
+                location_id: dev,
+            },
+            win32_metadata: std::ptr::null_mut(),
+            alloc_flags: [0; 8],
+        }
+    }
+
+    /// As `cuMemCreate` takes it.
+    pub fn head(&self) -> *const MemPropHead {
+        &self.head
+    }
+}
+
+/// `CUmemAccessDesc`: who may touch mapped memory, and how.
+#[repr(C)]
+pub struct MemAccessDesc {
+    location_type: std::ffi::c_int,
+    location_id: std::ffi::c_int,
+    flags: std::ffi::c_int,
+}
+
+impl MemAccessDesc {
+    pub fn read_write(dev: CUdevice) -> Self {
+        MemAccessDesc {
+            location_type: CU_MEM_LOCATION_TYPE_DEVICE,
+            location_id: dev,
+            flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        }
+    }
+}
+
 /// `CUDA_ARRAY_DESCRIPTOR` (the `_v2` entry points).
 #[repr(C)]
 #[derive(Clone, Copy)]

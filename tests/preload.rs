@@ -325,6 +325,10 @@ fn blocks_die_with_their_context() {
         assert_eq!(r.num("created_held", "live"), 1, "{mode}");
         assert_eq!(r.num("fresh", "allocated"), 0, "{mode}/{pool}");
         assert_eq!(r.num("fresh", "free_calls"), 1, "{mode}");
+        // Before the fresh context: the driver holds nothing for the dead ones.
+        let after = r.line("after_contexts");
+        assert_eq!(after["used"], "0", "{mode}/{pool}: {}", r.stdout);
+        assert_eq!(after["ranges"], "0", "{mode}/{pool}: {}", r.stdout);
     }
 }
 
@@ -437,6 +441,30 @@ fn an_ipc_import_maps_the_block_not_its_segment() {
             // Three opens, three closes; a fourth close is the driver's error.
             let c = r.line("closed");
             assert_eq!((&*c["rc"], &*c["opens"]), ("0,0,0,1", "0"), "{what}");
+        }
+    }
+}
+
+/// Mapped memory has no legacy IPC handle: under expandable segments the export of a large
+/// block is refused (`CUDA_ERROR_NOT_SUPPORTED`), and the next large block, from a classic
+/// segment, exports and imports; with classic segments both export.
+#[test]
+fn ipc_of_an_expandable_block_is_refused_and_later_blocks_export() {
+    for mode in ["dlsym", "gpa"] {
+        for (segments, a_rc) in [("expandable", "801"), ("classic", "0")] {
+            let env = [("CUDAPOOL_POOL", "split"), ("CUDAPOOL_SEGMENTS", segments)];
+            let r = ranges(mode, "ipc-large", true, &env);
+            let what = format!("{mode} {segments}:\n{}\n{}", r.stdout, r.stderr);
+            let l = r.line("ipc_large");
+            assert_eq!(l["a_rc"], a_rc, "{what}");
+            assert_eq!(l["b_rc"], "0", "{what}");
+            assert_eq!(l["b_at_block"], "1", "{what}");
+            assert_eq!(l["value"], "0x5c", "{what}");
+            assert_eq!(
+                r.stderr.contains("expandable segment: refused"),
+                segments == "expandable",
+                "{what}"
+            );
         }
     }
 }
@@ -1008,6 +1036,32 @@ fn a_lagging_gpu_does_not_pile_up_freed_memory() {
             "0",
             "{pool}: the detector must see races"
         );
+    }
+}
+
+/// Memory goes back to the driver only once no device work uses it: a driver free waits for
+/// the device by itself, an unmap of expandable segments does not, so the pool fences first
+/// (a reclaim waits for the fence, a free above the soft limit only takes what is done).
+#[test]
+fn memory_given_back_while_a_kernel_runs_is_never_unmapped_under_it() {
+    for segments in ["classic", "expandable"] {
+        for (how, soft) in [("reclaim", "0"), ("soft", "1")] {
+            for mode in ["gpa", "link"] {
+                let env = [
+                    ("CUDAPOOL_POOL", "split"),
+                    ("CUDAPOOL_SEGMENTS", segments),
+                    ("CUDAPOOL_SOFT_LIMIT", soft),
+                ];
+                let r = ok(client(mode, &["unmap", how], &env));
+                let l = r.line("unmap");
+                let what = format!("{segments} {how} {mode}: {}\n{}", r.stdout, r.stderr);
+                assert_eq!(l["races"], "0", "{what}");
+                assert_eq!(l["used"], "0", "{what}: everything went back");
+                if how == "reclaim" {
+                    assert!(l["released"].parse::<u64>().unwrap() >= 40 * MIB, "{what}");
+                }
+            }
+        }
     }
 }
 

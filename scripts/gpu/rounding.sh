@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Where a job's memory goes (issue 25 part 1): for each training job of scripts/gpu/train_mem.py,
-# the peaks PyTorch's own allocator (default, and expandable segments) and cudapool (split, with
-# PyTorch's cache off) report: reserved, allocated (blocks handed out) and requested (what the
-# program asked for). allocated / requested is the rounding; reserved / requested is what the
+# Where a job's memory goes (issue 25): for each job of scripts/gpu/train_mem.py (GPT and
+# ResNet-50 training, GPT-2 generation), the peaks PyTorch's own allocator (default, and
+# expandable segments) and cudapool (split with classic and with expandable segments, PyTorch's
+# cache off) report: reserved, allocated (blocks handed out) and requested (what the program
+# asked for). allocated / requested is the rounding; reserved / requested is what the
 # allocator holds for what was asked. On the device, with target/release/libcudapool.so carried:
 #   bash scripts/gpu/rounding.sh                  (table on stdout; raw lines in $OUT/rounding-raw.txt)
 # Each row is one process; the rows of a job run back to back in one session.
@@ -29,8 +30,9 @@ row() { # job, allocator, env...
 echo "# $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F), bash scripts/gpu/rounding.sh (STEPS=$STEPS)"
 echo "| job | allocator | peak reserved MiB | peak allocated MiB | peak requested MiB | allocated / requested | reserved / requested | steps/s |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
-for job in gpt cnn; do
+for job in ${JOBS:-gpt cnn gen}; do
   row $job "PyTorch default" PYTORCH_CUDA_ALLOC_CONF=
   row $job "PyTorch expandable_segments" PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   row $job "cudapool split (PyTorch cache off)" PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$LIB"
+  row $job "cudapool split, expandable segments" PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDAPOOL_SEGMENTS=expandable LD_PRELOAD="$LIB"
 done

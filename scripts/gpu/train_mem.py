@@ -1,11 +1,16 @@
 """Training throughput and memory, for `scripts/bench-gpu.sh e2e` (issue 11).
 
-usage: train_mem.py gpt|cnn [--sync] [--steps N] [--warmup W]
+usage: train_mem.py gpt|cnn|gen [--sync] [--steps N] [--warmup W] [--batch B] [--limit BYTES]
        torchrun --nproc_per_node=2 train_mem.py gpt --ddp
 
 gpt   a 6-layer GPT-style decoder (d_model 768, 12 heads, causal, vocab 16384), batch 16 x 512
       tokens, AdamW
 cnn   torchvision ResNet-50, batch 64 at 224x224, bf16 autocast, channels_last, SGD momentum
+gen   GPT-2 (12 layers, transformers, random weights) generating: each step a batch of 1 to 8
+      prompts of 16 to 128 tokens (the same sequence every run) gets 32 new tokens, greedy
+--batch  the batch of gpt or cnn (the largest batch that fits: scripts/gpu/largest_batch.sh)
+--limit  PyTorch's own allocator only: set_per_process_memory_fraction(BYTES / total), as a
+         user caps PyTorch (under cudapool, CUDAPOOL_MEMORY_LIMIT does it)
 --sync   reads the loss every step (loss.item(), a device synchronisation)
 --ddp    DistributedDataParallel over NCCL, one process per GPU (start it with torchrun)
 
@@ -35,7 +40,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import cudapool  # noqa: E402
 
 p = argparse.ArgumentParser()
-p.add_argument("workload", choices=["gpt", "cnn"])
+p.add_argument("workload", choices=["gpt", "cnn", "gen"])
+p.add_argument("--batch", type=int, default=0)
+p.add_argument("--limit", type=int, default=0)
 p.add_argument("--sync", action="store_true")
 p.add_argument("--ddp", action="store_true")
 p.add_argument("--steps", type=int, default=40)
@@ -51,6 +58,8 @@ if args.ddp:
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
 dev = torch.cuda.current_device()
 torch.manual_seed(0)
+if args.limit:
+    torch.cuda.set_per_process_memory_fraction(args.limit / torch.cuda.get_device_properties(dev).total_memory, dev)
 
 
 class GPT(torch.nn.Module):
@@ -75,32 +84,50 @@ class GPT(torch.nn.Module):
 if args.workload == "gpt":
     model = net = GPT().cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    b = args.batch or 16
 
     def batch():
-        idx = torch.randint(0, 16384, (16, 513), device="cuda")
+        idx = torch.randint(0, 16384, (b, 513), device="cuda")
         return idx[:, :-1], idx[:, 1:]
 
     def loss_of(x, y):
         return torch.nn.functional.cross_entropy(net(x).reshape(-1, 16384), y.reshape(-1))
-else:
+elif args.workload == "cnn":
     import torchvision
 
     model = net = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    b = args.batch or 64
 
     def batch():
-        x = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
-        return x, torch.randint(0, 1000, (64,), device="cuda")
+        x = torch.randn(b, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+        return x, torch.randint(0, 1000, (b,), device="cuda")
 
     def loss_of(x, y):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             return torch.nn.functional.cross_entropy(net(x), y)
+else:
+    import random
+
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    model = net = transformers.GPT2LMHeadModel(transformers.GPT2Config()).cuda().eval()
+    shapes = random.Random(0)
+    opt = None
 
 if args.ddp:
     net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev])
 
 
 def step():
+    if args.workload == "gen":
+        n, t = shapes.choice([1, 2, 4, 8]), shapes.randint(16, 128)
+        prompt = torch.randint(0, 50257, (n, t), device="cuda")
+        with torch.no_grad():
+            out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=32,
+                                 min_new_tokens=32, do_sample=False, pad_token_id=0)
+        return out.float().mean()
     x, y = batch()
     loss = loss_of(x, y)
     opt.zero_grad(set_to_none=True)

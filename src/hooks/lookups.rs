@@ -237,6 +237,7 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut CUipcMemHandle, dptr: De
         match shim.ipc_export(dptr) {
             IpcExport::Driver => real(shim.driver),
             IpcExport::NotAllocated => CUDA_ERROR_INVALID_VALUE,
+            IpcExport::Mapped => CUDA_ERROR_NOT_SUPPORTED,
             IpcExport::Tagged(offset) => {
                 let r = real(shim.driver);
                 if r != CUDA_SUCCESS || handle.is_null() {

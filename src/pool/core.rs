@@ -13,6 +13,7 @@
 //!
 //! Uses: `pool::types`, `config`, `cu`.
 
+pub use super::types::{ArenaLeft, Forgotten};
 use super::types::{BlockSpan, SegmentView, Upstream};
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr, CUDA_ERROR_OUT_OF_MEMORY};
@@ -64,15 +65,27 @@ pub trait Core: Send {
     fn segments(&self) -> Vec<SegmentView>;
     /// Gives segments with no block in use back to `up` until at least `need` bytes went back
     /// (`u64::MAX`: all of them): the smallest one that is enough alone, else the largest
-    /// first. Returns the bytes released. (The driver's free waits for the device, so a free
-    /// block of any lane may go.)
-    fn release_free_segments(&mut self, up: &dyn Upstream, need: u64) -> u64;
+    /// first; with `unmap` (no device work uses a free block now), also the whole chunks of
+    /// mapped memory inside ready free blocks. Returns the bytes released. (The driver's free
+    /// waits for the device, so a free block of any lane may go.)
+    fn release_free_segments(&mut self, up: &dyn Upstream, need: u64, unmap: bool) -> u64;
+    /// Whether the core holds mapped memory, which [`release_free_segments`] gives back only
+    /// with `unmap` (`cuMemUnmap` does not wait for the device).
+    ///
+    /// [`release_free_segments`]: Self::release_free_segments
+    fn unmaps(&self) -> bool {
+        false
+    }
+    /// Large requests get classic segments from now on (a block was exported through legacy
+    /// IPC, which mapped memory cannot be).
+    fn stop_expanding(&mut self) {}
     /// Bytes in free blocks, of every lane.
     fn cached(&self) -> u64;
     /// Bytes of every segment held.
     fn reserved(&self) -> u64;
-    /// Forgets everything without calling the upstream; returns (segments, bytes) held.
-    fn forget(&mut self) -> (u64, u64);
+    /// Forgets everything without calling the upstream; says what was held, and what the
+    /// context's end does not take with it.
+    fn forget(&mut self) -> Forgotten;
 }
 
 /// Which free segments go back for `need` bytes: the smallest that is enough alone, else

@@ -21,15 +21,19 @@ mod tests;
 mod types;
 pub mod whole_segments;
 
+pub use self::core::{ArenaLeft, Forgotten};
 pub use none::NonePool;
 pub use reuse::{CachingPool, Clock, FenceId, ImmediateClock, ReuseRule};
 pub use types::*;
 
 use crate::config::PoolKind;
 
-/// The core of `kind` (`none` has no core: it never caches).
-pub fn new_core(kind: PoolKind) -> Option<Box<dyn core::Core>> {
+/// The core of `kind` (`none` has no core: it never caches); `expandable`: large requests of
+/// `split` grow one range of mapped memory (`CUDAPOOL_SEGMENTS=expandable`; the other kinds
+/// keep whole segments).
+pub fn new_core(kind: PoolKind, expandable: bool) -> Option<Box<dyn core::Core>> {
     match kind {
+        PoolKind::Split if expandable => Some(Box::new(split::SplitCore::expandable())),
         PoolKind::Split => Some(Box::new(split::SplitCore::default())),
         PoolKind::Binned => Some(Box::new(whole_segments::BinnedCore::default())),
         PoolKind::Simple => Some(Box::new(whole_segments::SimpleCore::default())),
@@ -37,9 +41,13 @@ pub fn new_core(kind: PoolKind) -> Option<Box<dyn core::Core>> {
     }
 }
 
-/// The pool of `kind`, its reuse made safe by `clock`.
-pub fn new_pool(kind: PoolKind, clock: std::sync::Arc<dyn Clock>) -> Box<dyn Pool> {
-    match new_core(kind) {
+/// The pool of `kind`, its reuse made safe by `clock` (`expandable`: see [`new_core`]).
+pub fn new_pool(
+    kind: PoolKind,
+    expandable: bool,
+    clock: std::sync::Arc<dyn Clock>,
+) -> Box<dyn Pool> {
+    match new_core(kind, expandable) {
         Some(core) => Box::new(CachingPool::new(core, clock)),
         None => Box::new(NonePool::default()),
     }

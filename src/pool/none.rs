@@ -55,8 +55,12 @@ impl Pool for NonePool {
         false
     }
 
-    fn forget_all(&self) -> (u64, u64) {
-        (self.segments.swap(0, Relaxed), self.bytes.swap(0, Relaxed))
+    fn forget_all(&self) -> super::Forgotten {
+        super::Forgotten {
+            segments: self.segments.swap(0, Relaxed),
+            bytes: self.bytes.swap(0, Relaxed),
+            arena: None,
+        }
     }
 }
 

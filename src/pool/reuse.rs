@@ -37,7 +37,7 @@
 //!
 //! Uses: `pool::core`, `pool::types`, `config`, `sync`, `cu`.
 
-use super::core::{Core, Lane, Taken, READY};
+use super::core::{Core, Forgotten, Lane, Taken, READY};
 use super::types::{BlockSpan, BlockState, Grant, Held, Pool, SegmentView, StreamKey, Upstream};
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr, CUDA_ERROR_INVALID_CONTEXT};
@@ -375,6 +375,28 @@ impl CachingPool {
         }
     }
 
+    /// Whether no device work can use a free block now, for a core holding mapped memory
+    /// (which goes back without the driver waiting for the device): a fence after all work
+    /// issued so far is done, waited for when `wait`. A clock that cannot fence (a capture
+    /// is under way) answers no, except under `immediate` reuse, where the upstream waits
+    /// for the whole context (`wait` only).
+    fn device_idle(&self, st: &State, up: &dyn Upstream, wait: bool) -> bool {
+        if !st.core.unmaps() {
+            return false;
+        }
+        match self.clock.issue() {
+            Some(f) => {
+                if wait {
+                    self.clock.wait(f);
+                }
+                let done = wait || self.clock.is_done(f);
+                self.clock.retire(f);
+                done
+            }
+            None => wait && self.clock.rule() == ReuseRule::Immediate && up.synchronize(),
+        }
+    }
+
     /// Whether a miss should wait for the oldest fence instead of growing: the memory held back
     /// could serve the request, and either it is large against what the pool reserves or the
     /// limit leaves no room to grow.
@@ -486,7 +508,8 @@ impl CachingPool {
             // Above the soft limit: whatever is safe to give back goes back now.
             self.seal(&mut st);
             self.collect(&mut st, false);
-            st.core.release_free_segments(up, u64::MAX);
+            let idle = self.device_idle(&st, up, false);
+            st.core.release_free_segments(up, u64::MAX, idle);
         } else if rule == ReuseRule::Fenced {
             self.seal_if_old(&mut st);
         }
@@ -519,14 +542,16 @@ impl Pool for CachingPool {
         let mut st = self.lock();
         self.drain_magazines(&mut st, true);
         self.collect_all(&mut st);
-        st.core.release_free_segments(up, need)
+        let idle = self.device_idle(&st, up, true);
+        st.core.release_free_segments(up, need, idle)
     }
 
     fn release_ready(&self, up: &dyn Upstream, need: u64) -> u64 {
         let mut st = self.lock();
         self.drain_magazines(&mut st, true);
         self.collect(&mut st, false);
-        st.core.release_free_segments(up, need)
+        let idle = self.device_idle(&st, up, false);
+        st.core.release_free_segments(up, need, idle)
     }
 
     fn cached_bytes(&self) -> u64 {
@@ -570,7 +595,11 @@ impl Pool for CachingPool {
         segs
     }
 
-    fn forget_all(&self) -> (u64, u64) {
+    fn stop_expanding(&self) {
+        self.lock().core.stop_expanding();
+    }
+
+    fn forget_all(&self) -> Forgotten {
         let mut st = self.lock();
         for m in lock(&self.magazines).drain(..) {
             lock(&m).take_all();

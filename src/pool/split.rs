@@ -1,11 +1,15 @@
-//! `split`: PyTorch-style best fit over free blocks, splitting and coalescing.
+//! `split`: PyTorch-style best fit over free blocks, splitting and coalescing; with
+//! `CUDAPOOL_SEGMENTS=expandable`, large requests live in one *arena*: a reserved address range
+//! that grows by mapping memory where a request needs it and gives back the memory of its free
+//! blocks (PyTorch's expandable segments).
 //!
 //! Uses: `pool::core`, `pool::types`, `addr_hash`, `config`, `cu`.
 
 use super::core::{
-    pick_releases, round_up, segment, within, Core, Lane, Taken, MIB, MIN_BLOCK, READY,
+    pick_releases, round_up, segment, within, ArenaLeft, Core, Forgotten, Lane, Taken, MIB,
+    MIN_BLOCK, READY,
 };
-use super::types::{BlockSpan, BlockState, BlockView, SegmentView, Upstream};
+use super::types::{BlockSpan, BlockState, BlockView, SegmentView, Upstream, Vmm};
 use crate::addr_hash::AddrMap as HashMap;
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr};
@@ -39,6 +43,9 @@ struct Block {
     segment: DevPtr,
     size: u64,
     free: bool,
+    /// Memory is behind it. Only the arena has unmapped blocks: always free and [`READY`],
+    /// chunk-aligned at both ends, in no free set.
+    mapped: bool,
     /// For a free block: who may take it (see [`Lane`]).
     lane: Lane,
     /// For a free block of a queue's lane: the batch whose fence makes it ready.
@@ -51,6 +58,22 @@ struct Segment {
     small: bool,
 }
 
+/// The expandable range of large requests: `span` bytes of address space at `base`, of which
+/// `mapped` bytes have memory behind them, mapped and unmapped in whole `chunk`s.
+#[derive(Clone, Copy, Debug)]
+struct Arena {
+    base: DevPtr,
+    span: u64,
+    chunk: u64,
+    mapped: u64,
+}
+
+impl Arena {
+    fn holds(&self, ptr: DevPtr) -> bool {
+        ptr >= self.base && ptr - self.base < self.span
+    }
+}
+
 /// Free blocks of one lane, small and large apart, as (size, address).
 type FreeSets = [BTreeSet<(u64, DevPtr)>; 2];
 
@@ -59,10 +82,12 @@ type FreeSets = [BTreeSet<(u64, DevPtr)>; 2];
 /// in separate segments.
 ///
 /// Invariants: the blocks of a segment tile it exactly (`blocks` holds every block of every
-/// segment, keyed by address); two free blocks of the same lane are never neighbours in one
-/// segment (they are merged); `ready[small as usize]` holds exactly the free [`READY`] blocks
-/// of small (large) segments and `lanes[l]` those of lane `l` (no empty entry); `cached` is the
-/// sum of the free blocks' sizes, `reserved` of the segments'.
+/// segment, the arena's included, keyed by address); two free blocks of the same lane and
+/// mapping are never neighbours in one segment (they are merged); `ready[small as usize]`
+/// holds exactly the free mapped [`READY`] blocks of small (large) segments and `lanes[l]`
+/// those of lane `l` (no empty entry); `holes` holds exactly the unmapped blocks; `cached` is
+/// the sum of the free mapped blocks' sizes, `reserved` of the classic segments' sizes and the
+/// arena's mapped bytes. Every chunk of the arena that no unmapped block covers is mapped.
 #[derive(Default)]
 pub struct SplitCore {
     blocks: BTreeMap<DevPtr, Block>,
@@ -71,9 +96,27 @@ pub struct SplitCore {
     segments: HashMap<DevPtr, Segment>,
     cached: u64,
     reserved: u64,
+    /// Large requests grow the arena (`CUDAPOOL_SEGMENTS=expandable`) rather than get
+    /// segments of their own; off for good once the upstream has no virtual memory, or the
+    /// program exported a block through legacy IPC.
+    expandable: bool,
+    arena: Option<Arena>,
+    holes: BTreeMap<DevPtr, u64>,
 }
 
 impl SplitCore {
+    /// A core whose large requests live in an arena (`CUDAPOOL_SEGMENTS=expandable`).
+    pub fn expandable() -> Self {
+        SplitCore {
+            expandable: true,
+            ..Default::default()
+        }
+    }
+
+    fn in_arena(&self, ptr: DevPtr) -> bool {
+        self.arena.is_some_and(|a| a.holds(ptr))
+    }
+
     fn set(small: bool) -> usize {
         small as usize
     }
@@ -87,6 +130,19 @@ impl SplitCore {
     }
 
     fn mark_free(&mut self, ptr: DevPtr, b: Block) {
+        if !b.mapped {
+            self.blocks.insert(
+                ptr,
+                Block {
+                    free: true,
+                    lane: READY,
+                    epoch: 0,
+                    ..b
+                },
+            );
+            self.holes.insert(ptr, b.size);
+            return;
+        }
         let small = self.segments[&b.segment].small;
         self.blocks.insert(ptr, Block { free: true, ..b });
         self.sets_mut(b.lane)[Self::set(small)].insert((b.size, ptr));
@@ -96,6 +152,10 @@ impl SplitCore {
     fn unmark_free(&mut self, ptr: DevPtr) -> Block {
         let b = self.blocks[&ptr];
         debug_assert!(b.free);
+        if !b.mapped {
+            self.holes.remove(&ptr);
+            return b;
+        }
         let small = Self::set(self.segments[&b.segment].small);
         if b.lane == READY {
             self.ready[small].remove(&(b.size, ptr));
@@ -116,6 +176,10 @@ impl SplitCore {
 
     /// Whether the free block (`found` bytes at `ptr`) may serve a rounded request `r`.
     fn acceptable(&self, found: u64, ptr: DevPtr, r: u64, limit: u64) -> bool {
+        if self.in_arena(ptr) {
+            // Any rest of an arena block can be given back while its neighbour lives.
+            return true;
+        }
         if found >= MAX_SPLIT && (r < MAX_SPLIT || found - r > OVERSIZE_SLACK) {
             // An oversize block that this request may not take.
             return false;
@@ -189,7 +253,7 @@ impl SplitCore {
         // allocated).
         let rest = found - r;
         let b = self.unmark_free(ptr);
-        if rest >= MIN_BLOCK && b.size < MAX_SPLIT {
+        if rest >= MIN_BLOCK && (b.size < MAX_SPLIT || self.in_arena(ptr)) {
             self.blocks.insert(
                 ptr,
                 Block {
@@ -221,7 +285,7 @@ impl SplitCore {
         // Merge with the next block of the same segment and lane.
         let next = ptr + b.size;
         if let Some(&n) = self.blocks.get(&next) {
-            if n.free && n.segment == b.segment && n.lane == b.lane {
+            if n.free && n.segment == b.segment && n.lane == b.lane && n.mapped == b.mapped {
                 self.unmark_free(next);
                 self.blocks.remove(&next);
                 b.size += n.size;
@@ -230,7 +294,12 @@ impl SplitCore {
         }
         // And with the previous one.
         if let Some((&pp, &p)) = self.blocks.range(..ptr).next_back() {
-            if p.free && p.segment == b.segment && p.lane == b.lane && pp + p.size == ptr {
+            if p.free
+                && p.segment == b.segment
+                && p.lane == b.lane
+                && p.mapped == b.mapped
+                && pp + p.size == ptr
+            {
                 self.unmark_free(pp);
                 self.blocks.remove(&ptr);
                 b.size += p.size;
@@ -239,6 +308,218 @@ impl SplitCore {
             }
         }
         self.mark_free(start, b);
+    }
+
+    /// The arena, reserved on first use; `None` when the upstream has no virtual memory (or
+    /// refuses the reservation): large requests then get classic segments.
+    fn arena(&mut self, up: &dyn Upstream) -> Option<Arena> {
+        if let Some(a) = self.arena {
+            return Some(a);
+        }
+        let Vmm { chunk, span } = up.vmm()?;
+        let span = round_up(span.max(chunk), chunk);
+        let base = up.reserve(span).ok()?;
+        let a = Arena {
+            base,
+            span,
+            chunk,
+            mapped: 0,
+        };
+        self.arena = Some(a);
+        self.segments.insert(
+            base,
+            Segment {
+                size: span,
+                small: false,
+            },
+        );
+        self.mark_free(
+            base,
+            Block {
+                segment: base,
+                size: span,
+                free: true,
+                mapped: false,
+                lane: READY,
+                epoch: 0,
+            },
+        );
+        Some(a)
+    }
+
+    /// Maps memory into the arena so that a ready free block fits the rounded request `r`:
+    /// at the hole that needs the fewest new chunks (counting the ready free block that ends
+    /// where it starts), the lowest such. `Ok(false)`: no arena, or no hole large enough
+    /// (classic segments serve); an error: the upstream refused the memory.
+    fn grow_arena(&mut self, r: u64, up: &dyn Upstream) -> Result<bool, CUresult> {
+        let Some(a) = self.arena(up) else {
+            self.expandable = false;
+            return Ok(false);
+        };
+        let mut best: Option<(u64, DevPtr)> = None;
+        for (&h, &len) in &self.holes {
+            let before = self
+                .blocks
+                .range(..h)
+                .next_back()
+                .filter(|(&p, b)| b.free && b.mapped && b.lane == READY && p + b.size == h)
+                .map_or(0, |(_, b)| b.size);
+            let need = round_up(r.saturating_sub(before).max(1), a.chunk);
+            if need <= len && best.is_none_or(|(n, _)| need < n) {
+                best = Some((need, h));
+            }
+        }
+        let Some((need, at)) = best else {
+            return Ok(false);
+        };
+        up.map(at, need)?;
+        let hole = self.unmark_free(at);
+        self.blocks.remove(&at);
+        if hole.size > need {
+            self.mark_free(
+                at + need,
+                Block {
+                    size: hole.size - need,
+                    ..hole
+                },
+            );
+        }
+        self.reserved += need;
+        if let Some(a) = self.arena.as_mut() {
+            a.mapped += need;
+        }
+        self.merge_and_free(
+            at,
+            Block {
+                segment: a.base,
+                size: need,
+                free: true,
+                mapped: true,
+                lane: READY,
+                epoch: 0,
+            },
+        );
+        Ok(true)
+    }
+
+    /// The whole chunks inside each ready free block of the arena, as (start, bytes), with
+    /// the block they lie in.
+    fn arena_interiors(&self) -> Vec<(DevPtr, u64, DevPtr)> {
+        let Some(a) = self.arena else {
+            return Vec::new();
+        };
+        self.blocks
+            .range(a.base..a.base + a.span)
+            .filter(|(_, b)| b.free && b.mapped && b.lane == READY)
+            .filter_map(|(&p, b)| {
+                let start = a.base + round_up(p - a.base, a.chunk);
+                let end = a.base + (p + b.size - a.base) / a.chunk * a.chunk;
+                (end > start).then(|| (start, end - start, p))
+            })
+            .collect()
+    }
+
+    /// Unmaps `[at, at + len)`, whole chunks inside the ready free arena block at `block`,
+    /// one chunk at a time (a chunk the upstream keeps stays mapped and free); what is left of
+    /// the block on either side stays free and mapped. Returns the bytes unmapped.
+    fn unmap_interior(&mut self, up: &dyn Upstream, at: DevPtr, len: u64, block: DevPtr) -> u64 {
+        let Some(a) = self.arena else {
+            return 0;
+        };
+        let mut block = block;
+        let mut done = 0;
+        for c in (at..at + len).step_by(a.chunk as usize) {
+            if up.unmap(c, a.chunk).is_err() {
+                // The chunk stays mapped, in the free block the next chunk is carved from.
+                continue;
+            }
+            let b = self.unmark_free(block);
+            self.blocks.remove(&block);
+            if c > block {
+                self.mark_free(
+                    block,
+                    Block {
+                        size: c - block,
+                        ..b
+                    },
+                );
+            }
+            let end = block + b.size;
+            let after = c + a.chunk;
+            if end > after {
+                self.mark_free(
+                    after,
+                    Block {
+                        size: end - after,
+                        ..b
+                    },
+                );
+            }
+            self.merge_and_free(
+                c,
+                Block {
+                    size: a.chunk,
+                    mapped: false,
+                    ..b
+                },
+            );
+            block = after;
+            done += a.chunk;
+        }
+        self.reserved -= done;
+        if let Some(a) = self.arena.as_mut() {
+            a.mapped -= done;
+        }
+        done
+    }
+
+    /// An arena with nothing mapped gives its address range back (a reclaim leaves nothing).
+    fn drop_empty_arena(&mut self, up: &dyn Upstream) {
+        let Some(a) = self.arena.filter(|a| a.mapped == 0) else {
+            return;
+        };
+        up.unreserve(a.base, a.span);
+        self.unmark_free(a.base);
+        self.blocks.remove(&a.base);
+        self.segments.remove(&a.base);
+        self.arena = None;
+    }
+
+    /// The arena's runs of mapped blocks, as segments.
+    fn arena_segments(&self, a: Arena) -> Vec<SegmentView> {
+        let mut out: Vec<SegmentView> = Vec::new();
+        let mut open = false;
+        for (&p, b) in self.blocks.range(a.base..a.base + a.span) {
+            if !b.mapped {
+                open = false;
+                continue;
+            }
+            if !open {
+                out.push(SegmentView {
+                    ptr: p,
+                    size: 0,
+                    blocks: Vec::new(),
+                    expandable: true,
+                });
+                open = true;
+            }
+            let seg = out.last_mut().expect("opened above");
+            seg.size += b.size;
+            seg.blocks.push(BlockView {
+                ptr: p,
+                size: b.size,
+                state: Self::state(b),
+            });
+        }
+        out
+    }
+
+    fn state(b: &Block) -> BlockState {
+        match (b.free, b.lane) {
+            (false, _) => BlockState::InUse,
+            (true, READY) => BlockState::Free,
+            (true, _) => BlockState::Pending,
+        }
     }
 }
 
@@ -268,6 +549,12 @@ impl Core for SplitCore {
 
     fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<Taken, CUresult> {
         let r = self.round(size);
+        if self.expandable && r > SMALL_REQUEST && self.grow_arena(r, up)? {
+            // The arena now has a ready free block this request fits.
+            return Ok(self
+                .take(size, READY, u64::MAX)
+                .expect("the grown arena serves the request"));
+        }
         let preferred = Self::preferred_segment(r, up.headroom() != u64::MAX);
         // Near the limit: as many whole requests as the headroom holds; at least the request.
         let near_limit = (up.headroom() / r).max(1) * r;
@@ -286,6 +573,7 @@ impl Core for SplitCore {
                 segment: seg,
                 size: got,
                 free: true,
+                mapped: true,
                 lane: READY,
                 epoch: 0,
             },
@@ -335,6 +623,7 @@ impl Core for SplitCore {
             ptr: start,
             size: b.size,
             segment: b.segment,
+            expandable: self.in_arena(start),
         })
     }
 
@@ -342,6 +631,7 @@ impl Core for SplitCore {
         let mut out: Vec<SegmentView> = self
             .segments
             .iter()
+            .filter(|(&ptr, _)| !self.in_arena(ptr))
             .map(|(&ptr, seg)| SegmentView {
                 ptr,
                 size: seg.size,
@@ -351,32 +641,44 @@ impl Core for SplitCore {
                     .map(|(&p, b)| BlockView {
                         ptr: p,
                         size: b.size,
-                        state: match (b.free, b.lane) {
-                            (false, _) => BlockState::InUse,
-                            (true, READY) => BlockState::Free,
-                            (true, _) => BlockState::Pending,
-                        },
+                        state: Self::state(b),
                     })
                     .collect(),
+                expandable: false,
             })
             .collect();
+        if let Some(a) = self.arena {
+            out.extend(self.arena_segments(a));
+        }
         out.sort_by_key(|s| s.ptr);
         out
     }
 
-    fn release_free_segments(&mut self, up: &dyn Upstream, need: u64) -> u64 {
-        let whole: Vec<(DevPtr, u64)> = self
+    fn release_free_segments(&mut self, up: &dyn Upstream, need: u64, unmap: bool) -> u64 {
+        let mut whole: Vec<(DevPtr, u64)> = self
             .segments
             .iter()
-            .filter(|(s, seg)| {
-                self.blocks
-                    .get(s)
-                    .is_some_and(|b| b.free && b.size == seg.size)
+            .filter(|(&s, seg)| {
+                !self.in_arena(s)
+                    && self
+                        .blocks
+                        .get(&s)
+                        .is_some_and(|b| b.free && b.size == seg.size)
             })
             .map(|(&s, seg)| (s, seg.size))
             .collect();
+        let interiors = if unmap {
+            self.arena_interiors()
+        } else {
+            Vec::new()
+        };
+        whole.extend(interiors.iter().map(|&(at, len, _)| (at, len)));
         let mut released = 0;
         for (s, size) in pick_releases(whole, need) {
+            if let Some(&(_, _, block)) = interiors.iter().find(|i| i.0 == s) {
+                released += self.unmap_interior(up, s, size, block);
+                continue;
+            }
             if up.free(s, size).is_ok() {
                 self.unmark_free(s);
                 self.blocks.remove(&s);
@@ -385,6 +687,7 @@ impl Core for SplitCore {
                 released += size;
             }
         }
+        self.drop_empty_arena(up);
         released
     }
 
@@ -396,9 +699,36 @@ impl Core for SplitCore {
         self.reserved
     }
 
-    fn forget(&mut self) -> (u64, u64) {
-        let r = (self.segments.len() as u64, self.reserved);
-        *self = SplitCore::default();
+    fn forget(&mut self) -> Forgotten {
+        let arena = self.arena.map(|a| {
+            let runs = self
+                .arena_segments(a)
+                .iter()
+                .map(|s| (s.ptr, s.size))
+                .collect();
+            ArenaLeft {
+                range: (a.base, a.span),
+                mapped: runs,
+                chunk: a.chunk,
+            }
+        });
+        let r = Forgotten {
+            segments: self.segments.len() as u64,
+            bytes: self.reserved,
+            arena,
+        };
+        *self = SplitCore {
+            expandable: self.expandable,
+            ..Default::default()
+        };
         r
+    }
+
+    fn unmaps(&self) -> bool {
+        self.arena.is_some_and(|a| a.mapped > 0)
+    }
+
+    fn stop_expanding(&mut self) {
+        self.expandable = false;
     }
 }

@@ -13,13 +13,18 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 /// Host-side fake: hands out addresses 256-aligned from a counter, remembers what is out,
-/// refuses beyond `capacity`.
+/// refuses beyond `capacity`. With [`with_vmm`](Self::with_vmm) it also offers virtual memory:
+/// reserved ranges, and chunks mapped in them, charged against `capacity` like segments.
 pub struct FakeUpstream {
     pub capacity: u64,
     /// Whether `capacity` is a limit the pool is told about (headroom), or only the device.
     limited: bool,
-    /// (next address, segments out, bytes out)
+    /// (next address, segments out, bytes out: segments' and mapped chunks')
     state: Mutex<(u64, BTreeMap<DevPtr, u64>, u64)>,
+    /// The chunk of the virtual memory offered (0: none).
+    chunk: u64,
+    /// Reserved ranges (start -> size) and the mapped chunks in them (their starts).
+    vmm: Mutex<(BTreeMap<DevPtr, u64>, std::collections::BTreeSet<DevPtr>)>,
 }
 
 impl FakeUpstream {
@@ -29,7 +34,31 @@ impl FakeUpstream {
             capacity,
             limited: true,
             state: Mutex::new((1 << 20, BTreeMap::new(), 0)),
+            chunk: 0,
+            vmm: Mutex::default(),
         }
+    }
+    /// The same, offering virtual memory mapped in chunks of `chunk` bytes.
+    pub fn with_vmm(self, chunk: u64) -> Self {
+        FakeUpstream { chunk, ..self }
+    }
+    /// Whether every chunk of `[ptr, ptr + len)` that lies in a reserved range is mapped.
+    pub fn backed(&self, ptr: DevPtr, len: u64) -> bool {
+        let v = self.vmm.lock().unwrap();
+        let Some((&base, &size)) = v.0.range(..=ptr).next_back() else {
+            return true;
+        };
+        if ptr >= base + size {
+            return true;
+        }
+        let first = base + (ptr - base) / self.chunk * self.chunk;
+        (first..ptr + len)
+            .step_by(self.chunk as usize)
+            .all(|c| v.1.contains(&c))
+    }
+    /// Bytes mapped now.
+    pub fn mapped(&self) -> u64 {
+        self.vmm.lock().unwrap().1.len() as u64 * self.chunk
     }
     /// A device of `capacity` bytes with no limit.
     pub fn unlimited(capacity: u64) -> Self {
@@ -189,6 +218,18 @@ pub struct Replay {
 /// under a hard limit of `limit` bytes (`u64::MAX`: none). An allocation the upstream
 /// refuses is retried once after a reclaim (as the shim does), then counted as an OOM.
 pub fn replay(kind: PoolKind, ops: &[Op], rule: ReuseRule, lag: u64, limit: u64) -> Replay {
+    replay_in(kind, false, ops, rule, lag, limit)
+}
+
+/// [`replay`], with `expandable` segments (`split` only; an upstream mapping 2 MiB chunks).
+pub fn replay_in(
+    kind: PoolKind,
+    expandable: bool,
+    ops: &[Op],
+    rule: ReuseRule,
+    lag: u64,
+    limit: u64,
+) -> Replay {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     struct Counting(FakeUpstream, AtomicU64, AtomicU64);
     impl Upstream for Counting {
@@ -207,18 +248,33 @@ pub fn replay(kind: PoolKind, ops: &[Op], rule: ReuseRule, lag: u64, limit: u64)
         fn limit(&self) -> u64 {
             self.0.limit()
         }
+        fn vmm(&self) -> Option<Vmm> {
+            self.0.vmm()
+        }
+        fn reserve(&self, b: u64) -> Result<u64, u32> {
+            self.0.reserve(b)
+        }
+        fn map(&self, at: u64, b: u64) -> Result<(), u32> {
+            self.0.map(at, b)?;
+            self.1.fetch_add(1, Relaxed);
+            self.2.fetch_max(self.0.outstanding().1, Relaxed);
+            Ok(())
+        }
+        fn unmap(&self, at: u64, b: u64) -> Result<(), u32> {
+            self.0.unmap(at, b)
+        }
+        fn synchronize(&self) -> bool {
+            true
+        }
     }
-    let up = Counting(
-        if limit == u64::MAX {
-            FakeUpstream::unlimited(1 << 42)
-        } else {
-            FakeUpstream::new(limit)
-        },
-        0.into(),
-        0.into(),
-    );
+    let device = if limit == u64::MAX {
+        FakeUpstream::unlimited(1 << 42)
+    } else {
+        FakeUpstream::new(limit)
+    };
+    let up = Counting(device.with_vmm(2 << 20), 0.into(), 0.into());
     let clock = LagClock::new(rule, lag);
-    let pool = new_pool(kind, clock.clone());
+    let pool = new_pool(kind, expandable, clock.clone());
     let mut live: std::collections::HashMap<u64, Held> = Default::default();
     let mut r = Replay::default();
     let (mut requested, mut handed, quarter) = (0u64, 0u64, ops.len() / 4);
@@ -292,13 +348,71 @@ impl Upstream for FakeUpstream {
             u64::MAX
         }
     }
+    fn vmm(&self) -> Option<Vmm> {
+        (self.chunk > 0).then(|| Vmm {
+            chunk: self.chunk,
+            span: self.capacity.next_multiple_of(self.chunk),
+        })
+    }
+    fn reserve(&self, bytes: u64) -> Result<DevPtr, CUresult> {
+        assert!(self.chunk > 0 && bytes.is_multiple_of(self.chunk));
+        let mut s = self.state.lock().unwrap();
+        let p = s.0.next_multiple_of(self.chunk);
+        s.0 = p + bytes + self.chunk;
+        self.vmm.lock().unwrap().0.insert(p, bytes);
+        Ok(p)
+    }
+    fn unreserve(&self, at: DevPtr, bytes: u64) {
+        let mut v = self.vmm.lock().unwrap();
+        assert_eq!(v.0.remove(&at), Some(bytes), "unreserve of {at:#x}");
+        assert!(
+            !v.1.range(at..at + bytes).any(|_| true),
+            "unreserve of mapped memory"
+        );
+    }
+    fn map(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        assert!(at.is_multiple_of(self.chunk) && bytes.is_multiple_of(self.chunk) && bytes > 0);
+        let mut s = self.state.lock().unwrap();
+        let mut v = self.vmm.lock().unwrap();
+        let (&base, &size) =
+            v.0.range(..=at)
+                .next_back()
+                .expect("map inside a reservation");
+        assert!(at + bytes <= base + size, "map past the reservation");
+        if s.2 + bytes > self.capacity {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        for c in (at..at + bytes).step_by(self.chunk as usize) {
+            assert!(v.1.insert(c), "chunk {c:#x} mapped twice");
+        }
+        s.2 += bytes;
+        Ok(())
+    }
+    fn unmap(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        assert!(at.is_multiple_of(self.chunk) && bytes.is_multiple_of(self.chunk) && bytes > 0);
+        let mut s = self.state.lock().unwrap();
+        let mut v = self.vmm.lock().unwrap();
+        for c in (at..at + bytes).step_by(self.chunk as usize) {
+            assert!(v.1.remove(&c), "chunk {c:#x} unmapped but not mapped");
+        }
+        s.2 -= bytes;
+        Ok(())
+    }
+    fn synchronize(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
 /// The contract: blocks never overlap, every byte comes back, reclaim empties the cache,
 /// the upstream's refusal reaches the caller, and forget_all accounts for everything.
 pub fn contract(make: fn() -> Box<dyn Pool>) {
-    let up = FakeUpstream::new(64 << 20);
+    contract_on(make, FakeUpstream::new(64 << 20));
+    contract_on(make, FakeUpstream::new(64 << 20).with_vmm(2 << 20));
+}
+
+#[cfg(test)]
+fn contract_on(make: fn() -> Box<dyn Pool>, up: FakeUpstream) {
     let pool = make();
     let sizes = [1u64, 255, 256, 4096, 1 << 20, 3 << 20, 100, 8 << 20];
     let mut held: Vec<Held> = Vec::new();
@@ -328,8 +442,8 @@ pub fn contract(make: fn() -> Box<dyn Pool>) {
     // The upstream's refusal reaches the caller and leaves the pool usable.
     assert_eq!(pool.alloc(65 << 20, &up), Err(CUDA_ERROR_OUT_OF_MEMORY));
     let g = pool.alloc(8 << 20, &up).unwrap();
-    let (segments, bytes) = pool.forget_all();
-    assert!(segments >= 1 && bytes >= 8 << 20);
+    let gone = pool.forget_all();
+    assert!(gone.segments >= 1 && gone.bytes >= 8 << 20);
     assert_eq!(pool.cached_bytes(), 0);
     let _ = g;
 }

@@ -18,7 +18,13 @@ const KINDS: [PoolKind; 4] = [
 
 fn pool(kind: PoolKind, rule: ReuseRule) -> (Box<dyn Pool>, Arc<FakeClock>) {
     let clock = FakeClock::new(rule);
-    (new_pool(kind, clock.clone()), clock)
+    (new_pool(kind, false, clock.clone()), clock)
+}
+
+/// `split` with expandable segments.
+fn expandable(rule: ReuseRule) -> (Box<dyn Pool>, Arc<FakeClock>) {
+    let clock = FakeClock::new(rule);
+    (new_pool(PoolKind::Split, true, clock.clone()), clock)
 }
 
 #[test]
@@ -29,6 +35,9 @@ fn every_kind_meets_the_contract() {
     contract(|| pool(PoolKind::Split, ReuseRule::Fenced).0);
     contract(|| pool(PoolKind::Binned, ReuseRule::OneQueue).0);
     contract(|| pool(PoolKind::Simple, ReuseRule::Fenced).0);
+    contract(|| expandable(ReuseRule::Immediate).0);
+    contract(|| expandable(ReuseRule::OneQueue).0);
+    contract(|| expandable(ReuseRule::Fenced).0);
 }
 
 /// SPEC.md: rounding and segment sizes never cost the program memory it asked for.
@@ -553,5 +562,231 @@ fn random_workloads_never_overlap_and_balance() {
             );
             assert_eq!(p.cached_bytes(), 0);
         }
+    }
+}
+
+// ---- expandable segments (the arena of `split`) ---------------------------------------------
+
+const CHUNK: u64 = 2 * MIB;
+
+fn vmm_upstream(capacity: u64) -> FakeUpstream {
+    FakeUpstream::new(capacity).with_vmm(CHUNK)
+}
+
+/// Large requests grow one range in place, mapping only the chunks they need; the free rest of
+/// the last block counts toward the next request.
+#[test]
+fn the_arena_grows_in_place_by_whole_chunks() {
+    let up = vmm_upstream(1 << 30);
+    let (p, _) = expandable(ReuseRule::Immediate);
+    let a = p.alloc(3 * MIB, &up).unwrap();
+    assert_eq!(up.mapped(), 4 * MIB, "3 MiB needs two chunks");
+    let b = p.alloc(5 * MIB, &up).unwrap();
+    assert_eq!(
+        b.ptr,
+        a.ptr + 3 * MIB,
+        "the next block follows in the same range"
+    );
+    assert_eq!(
+        up.mapped(),
+        8 * MIB,
+        "the free 1 MiB counted: two more chunks, not three"
+    );
+    assert_eq!(up.outstanding().0, 0, "no classic segment");
+    assert!(up.backed(a.ptr, a.size) && up.backed(b.ptr, b.size));
+    // Small requests keep their own 2 MiB segments.
+    p.alloc(1000, &up).unwrap();
+    assert_eq!(up.outstanding().0, 1);
+}
+
+/// The case classic segments cannot serve without a new segment: a request larger than any
+/// free block, next to free memory at the end of the range.
+#[test]
+fn the_arena_reserves_less_than_classic_segments_where_free_memory_is_split() {
+    let run = |exp: bool| {
+        let up = vmm_upstream(1 << 30);
+        let clock = FakeClock::new(ReuseRule::Immediate);
+        let p = new_pool(PoolKind::Split, exp, clock);
+        let x = p.alloc(40 * MIB, &up).unwrap();
+        p.free(x.held(40 * MIB), &up).unwrap();
+        let _y = p.alloc(10 * MIB, &up).unwrap();
+        let z = p.alloc(35 * MIB, &up).unwrap();
+        assert!(up.backed(z.ptr, z.size));
+        up.outstanding().1
+    };
+    assert_eq!(run(false), 76 * MIB);
+    assert_eq!(run(true), 46 * MIB, "the free 30 MiB and 6 MiB more");
+}
+
+/// Trimming gives back the whole chunks of free blocks, also between live ones, and keeps
+/// what shares a chunk with a live block; the memory comes back on the next growth.
+#[test]
+fn trimming_unmaps_free_chunks_between_live_blocks() {
+    let up = vmm_upstream(1 << 30);
+    let (p, _) = expandable(ReuseRule::Immediate);
+    let a = p.alloc(3 * MIB, &up).unwrap();
+    let b = p.alloc(8 * MIB, &up).unwrap();
+    let c = p.alloc(3 * MIB, &up).unwrap();
+    assert_eq!(up.mapped(), 14 * MIB);
+    p.free(b.held(8 * MIB), &up).unwrap();
+    // b is [3, 11) MiB: chunks [4, 10) lie wholly inside it.
+    assert_eq!(p.trim(&up, u64::MAX), 6 * MIB);
+    assert_eq!(up.mapped(), 8 * MIB);
+    assert_eq!(
+        p.cached_bytes(),
+        2 * MIB,
+        "the pieces sharing a chunk with a and c"
+    );
+    assert!(up.backed(a.ptr, a.size) && up.backed(c.ptr, c.size));
+    let segs = p.segments();
+    assert_eq!(segs.len(), 2, "two mapped runs around the hole: {segs:?}");
+    assert!(segs.iter().all(|s| s.expandable));
+    assert_eq!(segs.iter().map(|s| s.size).sum::<u64>(), up.mapped());
+    // 7 MiB fits the hole with the 2 MiB around it: 6 MiB mapped back (not at the end).
+    let d = p.alloc(7 * MIB, &up).unwrap();
+    assert!(d.ptr > a.ptr && d.ptr < c.ptr, "{d:?} between a and c");
+    assert!(up.backed(d.ptr, d.size));
+    assert_eq!(up.mapped(), 14 * MIB);
+    for (g, n) in [(a, 3), (c, 3), (d, 7)] {
+        p.free(g.held(n * MIB), &up).unwrap();
+    }
+    p.reclaim(&up);
+    assert_eq!(up.mapped(), 0);
+    assert_eq!(p.cached_bytes(), 0);
+}
+
+/// Unmapping does not wait for the device (unlike a driver free): a free block's memory goes
+/// back only after a fence behind all work issued so far, never from the lending path while
+/// that fence is pending.
+#[test]
+fn unmapping_waits_for_the_device() {
+    let up = vmm_upstream(1 << 30);
+    for rule in [ReuseRule::OneQueue, ReuseRule::Fenced] {
+        let (p, clock) = expandable(rule);
+        let a = p.alloc(8 * MIB, &up).unwrap();
+        p.free(a.held(8 * MIB), &up).unwrap();
+        let before = waited(&clock);
+        assert_eq!(
+            p.release_ready(&up, u64::MAX),
+            0,
+            "{rule:?}: the device may still use it"
+        );
+        assert_eq!(up.mapped(), 8 * MIB);
+        assert_eq!(p.trim(&up, u64::MAX), 8 * MIB, "{rule:?}");
+        assert!(waited(&clock) > before, "{rule:?}: trim waited for a fence");
+        assert_eq!(up.mapped(), 0);
+    }
+}
+
+/// Mapped bytes count against the limit, and near it a request gets what the limit leaves.
+#[test]
+fn the_arena_maps_within_the_limit() {
+    let up = vmm_upstream(64 * MIB);
+    let (p, _) = expandable(ReuseRule::Immediate);
+    let mut held = Vec::new();
+    while let Ok(g) = p.alloc(8 * MIB, &up) {
+        held.push(g);
+    }
+    assert_eq!(held.len(), 8, "eight 8 MiB blocks under 64 MiB");
+    assert_eq!(up.mapped(), 64 * MIB);
+    // Free two apart: the 16 MiB goes back by trim and serves one 16 MiB request.
+    p.free(held.remove(5).held(8 * MIB), &up).unwrap();
+    p.free(held.remove(1).held(8 * MIB), &up).unwrap();
+    assert_eq!(p.alloc(16 * MIB, &up), Err(CUDA_ERROR_OUT_OF_MEMORY));
+    p.trim(&up, u64::MAX);
+    let g = p.alloc(16 * MIB, &up).expect("16 MiB after the trim");
+    assert!(up.backed(g.ptr, g.size));
+    assert!(up.mapped() <= 64 * MIB);
+}
+
+/// Once a block was exported through legacy IPC, large requests get classic segments; the
+/// arena keeps serving from what it holds.
+#[test]
+fn stop_expanding_turns_to_classic_segments() {
+    let up = vmm_upstream(1 << 30);
+    let (p, _) = expandable(ReuseRule::Immediate);
+    let a = p.alloc(8 * MIB, &up).unwrap();
+    assert!(p.block_of(a.ptr).unwrap().expandable);
+    p.stop_expanding();
+    let b = p.alloc(8 * MIB, &up).unwrap();
+    assert!(!p.block_of(b.ptr).unwrap().expandable);
+    assert_eq!(up.outstanding().0, 1, "one classic segment");
+    p.free(a.held(8 * MIB), &up).unwrap();
+    let c = p.alloc(8 * MIB, &up).unwrap();
+    assert_eq!(c.ptr, a.ptr, "the arena's free block still serves");
+}
+
+/// A context's end forgets the arena without calling the upstream, and names its reserved
+/// range and mapped runs (they outlive the context).
+#[test]
+fn forgetting_the_arena_names_what_to_unmap() {
+    let up = vmm_upstream(1 << 30);
+    let (p, _) = expandable(ReuseRule::Immediate);
+    let a = p.alloc(3 * MIB, &up).unwrap();
+    let gone = p.forget_all();
+    let arena = gone.arena.expect("an arena");
+    assert_eq!(arena.range, (a.ptr, 1 << 30));
+    assert_eq!(arena.mapped, vec![(a.ptr, 4 * MIB)]);
+    assert_eq!(arena.chunk, CHUNK);
+    assert_eq!(gone.bytes, 4 * MIB);
+}
+
+/// Random sizes and lifetimes, trims in between, a lagging clock: live blocks never overlap,
+/// every live block is mapped, the pool's reserved bytes are what the upstream holds, and
+/// everything comes back.
+#[test]
+fn random_workloads_in_the_arena_stay_mapped_and_balance() {
+    for rule in [ReuseRule::Immediate, ReuseRule::OneQueue, ReuseRule::Fenced] {
+        let up = vmm_upstream(512 * MIB);
+        let (p, clock) = expandable(rule);
+        let mut live: std::collections::BTreeMap<DevPtr, Held> = Default::default();
+        let mut x = 0x9E3779B97F4A7C15u64 ^ rule as u64;
+        for step in 0..6000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if step % 89 == 0 {
+                clock.complete_all();
+            }
+            if step % 211 == 0 {
+                p.trim(&up, (x >> 10) % (64 * MIB));
+            }
+            if x.is_multiple_of(3) && !live.is_empty() {
+                let (&ptr, &b) = live.iter().nth((x >> 8) as usize % live.len()).unwrap();
+                live.remove(&ptr);
+                p.free(b, &up).unwrap();
+                continue;
+            }
+            let size = match x % 4 {
+                0 => 1 + (x >> 20) % MIB,
+                1 => MIB + (x >> 20) % (9 * MIB),
+                2 => 10 * MIB + (x >> 20) % (40 * MIB),
+                _ => 1 + (x >> 20) % (64 * 1024),
+            };
+            match p.alloc(size, &up) {
+                Ok(g) => {
+                    assert_eq!(g.size, size.next_multiple_of(512), "{rule:?}: {g:?}");
+                    if let Some((&q, qb)) = live.range(..=g.ptr + g.size - 1).next_back() {
+                        assert!(q + qb.size <= g.ptr, "{rule:?}: {g:?} overlaps {qb:?}");
+                    }
+                    live.insert(g.ptr, g.held(size));
+                }
+                Err(e) => assert_eq!(e, CUDA_ERROR_OUT_OF_MEMORY),
+            }
+            for b in live.values() {
+                assert!(
+                    up.backed(b.ptr, b.size),
+                    "{rule:?} step {step}: {b:?} unmapped"
+                );
+            }
+            let shown: u64 = p.segments().iter().map(|s| s.size).sum();
+            assert_eq!(shown, up.outstanding().1, "{rule:?} step {step}");
+        }
+        for (_, b) in std::mem::take(&mut live) {
+            p.free(b, &up).unwrap();
+        }
+        p.reclaim(&up);
+        assert_eq!(up.outstanding(), (0, 0), "{rule:?}: all given back");
+        assert_eq!(p.cached_bytes(), 0);
     }
 }

@@ -4,7 +4,7 @@
 //! Uses: `config`, `cu`.
 
 use crate::config::PoolKind;
-use crate::cu::{CUresult, DevPtr};
+use crate::cu::{CUresult, DevPtr, CUDA_ERROR_NOT_SUPPORTED};
 
 /// Where a pool gets device memory.
 pub trait Upstream {
@@ -26,6 +26,50 @@ pub trait Upstream {
     fn over_soft_limit(&self) -> bool {
         false
     }
+
+    // ---- virtual memory (expandable segments) ----------------------------------------------
+
+    /// The virtual memory this upstream offers, if any (then a pool may grow a range in place
+    /// with [`reserve`](Self::reserve) and [`map`](Self::map)).
+    fn vmm(&self) -> Option<Vmm> {
+        None
+    }
+    /// Reserves `bytes` (a multiple of [`Vmm::chunk`]) of address space, no memory behind it.
+    fn reserve(&self, bytes: u64) -> Result<DevPtr, CUresult> {
+        let _ = bytes;
+        Err(CUDA_ERROR_NOT_SUPPORTED)
+    }
+    /// Gives back a range from [`reserve`](Self::reserve), nothing mapped in it.
+    fn unreserve(&self, at: DevPtr, bytes: u64) {
+        let _ = (at, bytes);
+    }
+    /// Puts memory behind `[at, at + bytes)` (chunk-aligned, inside a reserved range, not
+    /// mapped), charged like [`alloc`](Self::alloc): `CUDA_ERROR_OUT_OF_MEMORY` when the limit
+    /// or the device is full. All or nothing.
+    fn map(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        let _ = (at, bytes);
+        Err(CUDA_ERROR_NOT_SUPPORTED)
+    }
+    /// Takes the memory from behind `[at, at + bytes)` (chunk-aligned, mapped) and gives it
+    /// back. Unlike [`free`](Self::free) this does not wait for the device: the caller makes
+    /// sure no device work still uses the range.
+    fn unmap(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        let _ = (at, bytes);
+        Err(CUDA_ERROR_NOT_SUPPORTED)
+    }
+    /// Waits for all device work of the pool's context; `false` when it cannot.
+    fn synchronize(&self) -> bool {
+        false
+    }
+}
+
+/// What [`Upstream::vmm`] offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vmm {
+    /// Memory is mapped and unmapped in multiples of this, at multiples of it.
+    pub chunk: u64,
+    /// How much address space to reserve for one range (the device's memory, rounded up).
+    pub span: u64,
 }
 
 /// The stream a stream-ordered call (`cuMemAllocAsync`, `cuMemFreeAsync`) names, as the pool
@@ -61,6 +105,26 @@ pub struct Held {
     pub ptr: DevPtr,
     pub asked: u64,
     pub size: u64,
+}
+
+/// What a context's end leaves to give back: its memory goes with it, except memory mapped
+/// into address space the pool reserved (the virtual memory API's objects are the process's).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Forgotten {
+    /// Segments and bytes the pool held (they count no more).
+    pub segments: u64,
+    pub bytes: u64,
+    /// An arena's reserved range and mapped memory.
+    pub arena: Option<ArenaLeft>,
+}
+
+/// An arena as a context's end leaves it: its reserved range (start, bytes), its runs of
+/// mapped memory, and the chunk they were mapped in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArenaLeft {
+    pub range: (DevPtr, u64),
+    pub mapped: Vec<(DevPtr, u64)>,
+    pub chunk: u64,
 }
 
 /// One block as a snapshot shows it.
@@ -99,6 +163,8 @@ pub struct BlockSpan {
     pub size: u64,
     /// The segment that holds it (equal to `ptr` when the block starts its segment).
     pub segment: DevPtr,
+    /// The segment is an expandable one: mapped memory, which has no legacy IPC handle.
+    pub expandable: bool,
 }
 
 /// One segment (driver allocation) and the blocks that tile it.
@@ -107,6 +173,9 @@ pub struct SegmentView {
     pub ptr: DevPtr,
     pub size: u64,
     pub blocks: Vec<BlockView>,
+    /// Mapped memory of an expandable segment (a run of it: the range's unmapped parts are
+    /// not shown).
+    pub expandable: bool,
 }
 
 /// A pool kind. Callers guarantee what the pool cannot check cheaply: `free` is called once per
@@ -160,7 +229,9 @@ pub trait Pool: Send + Sync {
         let _ = ptr;
         None
     }
+    /// Large requests get classic segments from now on (see [`super::core::Core::stop_expanding`]).
+    fn stop_expanding(&self) {}
     /// The context died, and its memory with it: forget every segment without calling the
-    /// upstream. Returns (segments, bytes) that were held.
-    fn forget_all(&self) -> (u64, u64);
+    /// upstream. Says what was held, and what the context's end does not take with it.
+    fn forget_all(&self) -> Forgotten;
 }

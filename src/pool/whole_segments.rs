@@ -3,7 +3,7 @@
 //!
 //! Uses: `pool::core`, `pool::types`, `addr_hash`, `config`, `cu`.
 
-use super::core::{pick_releases, segment, within, Core, Lane, Taken, MIN_BLOCK, READY};
+use super::core::{pick_releases, segment, within, Core, Forgotten, Lane, Taken, MIN_BLOCK, READY};
 use super::types::{BlockSpan, BlockState, BlockView, SegmentView, Upstream};
 use crate::addr_hash::AddrMap as HashMap;
 use crate::config::PoolKind;
@@ -85,6 +85,7 @@ impl SegmentCache {
             ptr: start,
             size,
             segment: start,
+            expandable: false,
         })
     }
 
@@ -115,8 +116,12 @@ impl SegmentCache {
         released
     }
 
-    fn forget(&mut self) -> (u64, u64) {
-        let r = (self.sizes.len() as u64, self.reserved);
+    fn forget(&mut self) -> Forgotten {
+        let r = Forgotten {
+            segments: self.sizes.len() as u64,
+            bytes: self.reserved,
+            arena: None,
+        };
         *self = SegmentCache::default();
         r
     }
@@ -140,6 +145,7 @@ impl SegmentCache {
                         BlockState::InUse
                     },
                 }],
+                expandable: false,
             })
             .collect()
     }
@@ -160,7 +166,7 @@ macro_rules! segment_cache_core {
         fn segments(&self) -> Vec<SegmentView> {
             self.0.segments()
         }
-        fn release_free_segments(&mut self, up: &dyn Upstream, need: u64) -> u64 {
+        fn release_free_segments(&mut self, up: &dyn Upstream, need: u64, _unmap: bool) -> u64 {
             self.0.release(up, need)
         }
         fn cached(&self) -> u64 {
@@ -169,7 +175,7 @@ macro_rules! segment_cache_core {
         fn reserved(&self) -> u64 {
             self.0.reserved
         }
-        fn forget(&mut self) -> (u64, u64) {
+        fn forget(&mut self) -> Forgotten {
             self.0.forget()
         }
         fn put(&mut self, ptr: DevPtr, lane: Lane, epoch: u64) {

@@ -333,8 +333,8 @@ pub fn snapshot_json(shim: &dyn View) -> String {
             }
             let _ = write!(
                 o,
-                "{{\"address\":\"{:#x}\",\"size\":{},\"context\":\"{ctx:#x}\",\"blocks\":[",
-                seg.ptr, seg.size
+                "{{\"address\":\"{:#x}\",\"size\":{},\"context\":\"{ctx:#x}\",\"expandable\":{},\"blocks\":[",
+                seg.ptr, seg.size, seg.expandable
             );
             for (k, b) in seg.blocks.iter().enumerate() {
                 if k > 0 {

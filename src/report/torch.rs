@@ -156,7 +156,7 @@ pub fn snapshot_torch(view: &dyn View) -> Result<Vec<u8>, String> {
                 stream: 0,
                 segment_type: segment_type(seg.size),
                 segment_pool_id: (0, 0),
-                is_expandable: false,
+                is_expandable: seg.expandable,
                 frames: Vec::new(),
                 origin: "pool",
                 blocks: Vec::new(),

@@ -17,7 +17,12 @@ impl Shim {
             let clock = Arc::new(ContextClock::new(self.driver, ctx, self.config.reuse));
             ContextPool {
                 device,
-                pool: new_pool(self.config.pool, clock.clone()),
+                pool: new_pool(
+                    self.config.pool,
+                    self.config.segments == crate::config::Segments::Expandable
+                        && super::ipc::may_expand(),
+                    clock.clone(),
+                ),
                 clock,
             }
         })

@@ -24,6 +24,9 @@ pub enum Action {
     FreeCompleted,
     SegmentAlloc,
     SegmentFree,
+    /// Memory mapped into, or unmapped from, an expandable segment.
+    SegmentMap,
+    SegmentUnmap,
     Oom,
 }
 
@@ -35,6 +38,8 @@ impl Action {
             Action::FreeCompleted => "free_completed",
             Action::SegmentAlloc => "segment_alloc",
             Action::SegmentFree => "segment_free",
+            Action::SegmentMap => "segment_map",
+            Action::SegmentUnmap => "segment_unmap",
             Action::Oom => "oom",
         }
     }

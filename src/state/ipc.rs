@@ -35,6 +35,15 @@ const MAX_OFFSET: u64 = 1 << 48;
 /// Where the tag lives in the handle's 64 bytes.
 const TAIL: std::ops::Range<usize> = 56..64;
 
+/// Set once the program exported a block of an expandable segment: pools made later keep to
+/// classic segments too.
+static CLASSIC_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether pools may grow expandable segments (no block of one was exported yet).
+pub fn may_expand() -> bool {
+    !CLASSIC_ONLY.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The 64 bytes of a `CUipcMemHandle`.
 pub type HandleBytes = [u8; 64];
 
@@ -48,6 +57,10 @@ pub enum Export {
     /// Pooled memory the program does not hold: the driver's answer for an address that is not
     /// allocated.
     NotAllocated,
+    /// A block of an expandable segment: mapped memory has no legacy IPC handle. Refused with
+    /// `CUDA_ERROR_NOT_SUPPORTED`; from then on every pool of the process serves large
+    /// requests from classic segments, so that blocks allocated later can be exported.
+    Mapped,
 }
 
 /// The segments this process imported through tagged handles.
@@ -95,8 +108,25 @@ impl Shim {
         match self.held_block(ptr) {
             None => Export::Driver,
             Some(None) => Export::NotAllocated,
+            Some(Some((s, _))) if s.expandable => {
+                self.stop_expanding();
+                Export::Mapped
+            }
             Some(Some((s, _))) if s.ptr == s.segment => Export::Driver,
             Some(Some((s, _))) => Export::Tagged(s.ptr - s.segment),
+        }
+    }
+
+    /// The program exports blocks through legacy IPC: no pool grows expandable segments any more.
+    fn stop_expanding(&self) {
+        if !CLASSIC_ONLY.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            log_at!(
+                crate::config::LogLevel::Warn,
+                "cuIpcGetMemHandle of a block in an expandable segment: refused (mapped memory has no legacy IPC handle); large blocks come from classic segments from now on"
+            );
+        }
+        for (_, cp) in self.contexts.on_device(-1) {
+            cp.pool.stop_expanding();
         }
     }
 

@@ -263,6 +263,7 @@ impl Shim {
     pub(crate) fn upstream<'a>(&'a self, dev: CUdevice) -> DriverUpstream<'a> {
         DriverUpstream {
             driver: self.driver,
+            device: dev,
             budget: self.budget(dev),
             tools: self.tools_see_blocks(),
             history: self.history.on().then_some((&self.history, dev)),
@@ -282,6 +283,7 @@ impl Shim {
 /// (and, when `tools`, each segment registered with the NVTX tool as a heap).
 pub struct DriverUpstream<'a> {
     driver: &'a Driver,
+    device: CUdevice,
     budget: &'a DeviceBudget,
     tools: bool,
     /// `CUDAPOOL_HISTORY` is on: segments are recorded for this device.
@@ -346,5 +348,75 @@ impl Upstream for DriverUpstream<'_> {
         self.budget.uncharge(bytes);
         self.budget.on_driver_free();
         Ok(())
+    }
+
+    fn vmm(&self) -> Option<crate::pool::Vmm> {
+        let chunk = self.driver.vmm_granularity(self.device)?.max(2 << 20);
+        let total = self.driver.device_total_mem(self.device).ok()?;
+        Some(crate::pool::Vmm {
+            chunk,
+            span: total.next_multiple_of(chunk),
+        })
+    }
+
+    fn reserve(&self, bytes: u64) -> Result<DevPtr, CUresult> {
+        let align = self.vmm().map_or(2 << 20, |v| v.chunk);
+        let p = self.driver.vmm_reserve(bytes, align)?;
+        // The range is one segment (its mapped bytes are charged as they are mapped).
+        self.budget.on_driver_alloc();
+        if self.tools {
+            nvtx::segment_added(p, bytes);
+        }
+        Ok(p)
+    }
+
+    fn unreserve(&self, at: DevPtr, bytes: u64) {
+        if crate::flags::exiting() {
+            return;
+        }
+        if self.tools {
+            nvtx::segment_removed(at);
+        }
+        if self.driver.vmm_unreserve(at, bytes).is_ok() {
+            self.budget.on_driver_free();
+        }
+    }
+
+    fn map(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        if !self.budget.try_charge(bytes) {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        let chunk = self.vmm().map_or(2 << 20, |v| v.chunk);
+        match self.driver.vmm_map(self.device, at, bytes, chunk) {
+            Ok(()) => {
+                self.budget.on_map();
+                if let Some((h, dev)) = self.history {
+                    h.record(dev, Action::SegmentMap, at, bytes, 0, None);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.budget.uncharge(bytes);
+                Err(e)
+            }
+        }
+    }
+
+    fn unmap(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        if crate::flags::exiting() {
+            return Ok(());
+        }
+        let chunk = self.vmm().map_or(2 << 20, |v| v.chunk);
+        self.driver.vmm_unmap(at, bytes, chunk)?;
+        if let Some((h, dev)) = self.history {
+            h.record(dev, Action::SegmentUnmap, at, bytes, 0, None);
+        }
+        self.budget.uncharge(bytes);
+        self.budget.on_unmap();
+        Ok(())
+    }
+
+    fn synchronize(&self) -> bool {
+        self.driver.synchronize().is_ok()
     }
 }

@@ -222,6 +222,15 @@ impl Shim {
                 }));
             }
             log_at!(Info, "active: pool {}", config.pool.name());
+            if config.segments == crate::config::Segments::Expandable
+                && config.pool != PoolKind::Split
+            {
+                log_at!(
+                    Warn,
+                    "CUDAPOOL_SEGMENTS=expandable applies to the split pool only; {} keeps whole segments",
+                    config.pool.name()
+                );
+            }
             // SAFETY: registers a plain extern "C" function with no arguments.
             unsafe { libc::atexit(at_exit) };
         }

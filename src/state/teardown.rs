@@ -90,8 +90,17 @@ impl Shim {
                     crate::nvtx::segment_removed(s.ptr);
                 }
             }
-            let (segments, bytes) = cp.pool.forget_all();
-            self.budget(cp.device).on_segments_dropped(segments, bytes);
+            let gone = cp.pool.forget_all();
+            self.budget(cp.device)
+                .on_segments_dropped(gone.segments, gone.bytes);
+            // Mapped memory and reserved address space are the process's, not the context's:
+            // they go back now (the context's work is over, nothing uses them).
+            if let Some(arena) = gone.arena.filter(|_| !crate::flags::exiting()) {
+                for (at, len) in arena.mapped {
+                    let _ = self.driver.vmm_unmap(at, len, arena.chunk);
+                }
+                let _ = self.driver.vmm_unreserve(arena.range.0, arena.range.1);
+            }
         }
         self.counted_context_gone(ctx);
         for (pool, size) in driver_pools {

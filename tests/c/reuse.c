@@ -336,11 +336,38 @@ static int boundary(const char *which) {
   return 0;
 }
 
+// unmap: a long kernel reads a large block the program then frees (one queue: the block is
+// ready for the next allocation at once). Giving memory back must wait for the device: a driver
+// free does by itself, an unmap (expandable segments) does not. Through the reclaim of the C API
+// (`reclaim`), or a free above the soft limit (`soft`, run with CUDAPOOL_SOFT_LIMIT).
+static int unmap_scenario(const char *how) {
+  size_t (*reclaim)(int) = (size_t(*)(int))dlsym(RTLD_DEFAULT, "cudapool_reclaim");
+  long before = races();
+  CUdeviceptr a, b;
+  CHECK(cu.MemAlloc(&a, MB20));
+  CHECK(cu.MemAlloc(&b, MB20));
+  touch(LEGACY, a, MB20, 1000); // a long kernel reads a
+  CHECK(cu.MemFree(a));
+  size_t back = 0;
+  if (!strcmp(how, "reclaim") && reclaim) back = reclaim(0);
+  // The device's memory may be another block's now: new work on it must not race the kernel.
+  CUdeviceptr c;
+  CHECK(cu.MemAlloc(&c, MB20));
+  touch(LEGACY, c, MB20, 10);
+  CHECK(cu.MemFree(b));
+  CHECK(cu.MemFree(c));
+  if (reclaim) back += reclaim(0);
+  size_t (*used)(int) = (size_t(*)(int))fake_fn("fakecu_used");
+  printf("unmap %s released=%zu races=%ld used=%zu\n", how, back, races() - before, used(0));
+  return 0;
+}
+
 int reuse_scenario(const char *name, int argc, char **argv) {
   if (!strcmp(name, "ptds")) return ptds();
   if (!strcmp(name, "reuse")) return reuse();
   if (!strcmp(name, "pressure")) return pressure();
   if (!strcmp(name, "lag")) return lag(argc, argv);
   if (!strcmp(name, "switch") || !strcmp(name, "return")) return boundary(name);
+  if (!strcmp(name, "unmap")) return unmap_scenario(argc > 0 ? argv[0] : "reclaim");
   return -1;
 }

@@ -181,7 +181,8 @@ impl Run {
 }
 
 /// Runs `program args` with the fake driver on the library path, the shim preloaded when
-/// `shim` is set, and `env` on top of a clean `CUDAPOOL_*` environment.
+/// `shim` is set, and `env` on top of a clean `CUDAPOOL_*` environment (but for the
+/// `CUDAPOOL_SEGMENTS` the runner's `CUDAPOOL_TEST_SEGMENTS` names).
 pub fn run_program(program: &Path, args: &[&str], shim: bool, env: &[(&str, &str)]) -> Run {
     let f = fixture();
     let mut cmd = Command::new(program);
@@ -190,6 +191,11 @@ pub fn run_program(program: &Path, args: &[&str], shim: bool, env: &[(&str, &str
         if k.starts_with("CUDAPOOL_") || k.starts_with("FAKECU_") || k == "CLIENT_DEVICE" {
             cmd.env_remove(k);
         }
+    }
+    // The whole suite runs again with expandable segments (scripts/test.sh): every client
+    // gets the mode the runner names, unless its test sets one.
+    if let Ok(mode) = std::env::var("CUDAPOOL_TEST_SEGMENTS") {
+        cmd.env("CUDAPOOL_SEGMENTS", mode);
     }
     cmd.env("LD_LIBRARY_PATH", &f.dir);
     if shim {

@@ -1323,8 +1323,8 @@ CUresult cuMemFreeHost(void *p) {
   return CUDA_SUCCESS;
 }
 
-#define MAX_PHYS 64
-#define MAX_MAPS 64
+#define MAX_PHYS 4096
+#define MAX_MAPS 4096
 struct fake_phys {
   int live, dev, refs, maps;
   size_t size;
@@ -1384,21 +1384,41 @@ CUresult cuMemRelease(unsigned long long handle) {
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
 }
+// Reserved address ranges (the process's, not a context's: they outlive every context).
+static long reserved_ranges;
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr,
                              unsigned long long flags) {
-  (void)align, (void)addr, (void)flags;
+  (void)addr, (void)flags;
   count("cuMemAddressReserve");
   if (!ptr || !size) return CUDA_ERROR_INVALID_VALUE;
-  void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (!align) align = POOL_STEP;
+  // Over-reserve, then trim to an `align`-aligned range, as the real driver aligns.
+  size_t span = size + align;
+  char *p = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
-  *ptr = (CUdeviceptr)(uintptr_t)p;
+  uintptr_t start = ((uintptr_t)p + align - 1) / align * align;
+  if (start > (uintptr_t)p) munmap(p, start - (uintptr_t)p);
+  if ((uintptr_t)p + span > start + size)
+    munmap((void *)(start + size), (uintptr_t)p + span - (start + size));
+  *ptr = (CUdeviceptr)start;
+  __atomic_add_fetch(&reserved_ranges, 1, __ATOMIC_RELAXED);
   return CUDA_SUCCESS;
 }
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   count("cuMemAddressFree");
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAX_MAPS; i++)
+    if (vmaps[i].h && vmaps[i].va >= ptr && vmaps[i].va < ptr + size) {
+      pthread_mutex_unlock(&mu);
+      fprintf(stderr, "fakecu: cuMemAddressFree of a range with memory still mapped\n");
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  pthread_mutex_unlock(&mu);
   munmap((void *)(uintptr_t)ptr, size);
+  __atomic_sub_fetch(&reserved_ranges, 1, __ATOMIC_RELAXED);
   return CUDA_SUCCESS;
 }
+long fakecu_reserved_ranges(void) { return reserved_ranges; }
 CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, unsigned long long handle,
                   unsigned long long flags) {
   (void)offset, (void)flags;
@@ -1409,15 +1429,30 @@ CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, unsigned long long
     if (!vmaps[i].h) {
       vmaps[i].va = va, vmaps[i].size = size, vmaps[i].h = h;
       phys[h - 1].maps++;
+      // The host pages behind the reserved range become usable (memsets and copies run on them).
+      mprotect((void *)(uintptr_t)va, size, PROT_READ | PROT_WRITE);
       pthread_mutex_unlock(&mu);
       return CUDA_SUCCESS;
     }
   pthread_mutex_unlock(&mu);
   return CUDA_ERROR_INVALID_VALUE;
 }
+// Unlike cuMemFree, the real cuMemUnmap does not wait for the device: unmapping memory that
+// work still in flight touches is a fault on a GPU. Here it counts as a race, and is reported.
+static void unmapped_in_use(CUdeviceptr lo, size_t size) {
+  long n = works < WORKS ? works : WORKS;
+  for (long i = 0; i < n; i++)
+    if (recent[i].lo < lo + size && lo < recent[i].hi && recent[i].end > dev_now) {
+      races++;
+      fprintf(stderr, "fakecu: cuMemUnmap of %#llx+%zu while device work still uses it\n",
+              (unsigned long long)lo, size);
+      return;
+    }
+}
 CUresult cuMemUnmap(CUdeviceptr va, size_t size) {
   count("cuMemUnmap");
   pthread_mutex_lock(&mu);
+  unmapped_in_use(va, size);
   int n = 0;
   for (int i = 0; i < MAX_MAPS; i++)
     if (vmaps[i].h && vmaps[i].va >= va && vmaps[i].va < va + size) {
@@ -1425,10 +1460,38 @@ CUresult cuMemUnmap(CUdeviceptr va, size_t size) {
       vmaps[i].h = 0;
       phys[h - 1].maps--;
       phys_check(h);
+      void *p = (void *)(uintptr_t)vmaps[i].va;
+      madvise(p, vmaps[i].size, MADV_DONTNEED);
+      mprotect(p, vmaps[i].size, PROT_NONE);
       n++;
     }
   pthread_mutex_unlock(&mu);
   return n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+// Access may be set only on mapped memory: every chunk of the range must be mapped.
+CUresult cuMemSetAccess(CUdeviceptr va, size_t size, const void *desc, size_t count_) {
+  count("cuMemSetAccess");
+  if (!desc || !count_ || !size) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  size_t covered = 0;
+  for (int i = 0; i < MAX_MAPS; i++)
+    if (vmaps[i].h && vmaps[i].va >= va && vmaps[i].va < va + size) covered += vmaps[i].size;
+  pthread_mutex_unlock(&mu);
+  return covered == size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuMemGetAllocationGranularity(size_t *g, const struct loc_head *prop, int option) {
+  (void)option;
+  count("cuMemGetAllocationGranularity");
+  if (!g || !prop) return CUDA_ERROR_INVALID_VALUE;
+  *g = POOL_STEP;
+  return CUDA_SUCCESS;
+}
+// Every pair of fake devices are peers.
+CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) {
+  count("cuDeviceCanAccessPeer");
+  if (!can || dev < 0 || dev >= ndev || peer < 0 || peer >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+  *can = dev != peer;
+  return CUDA_SUCCESS;
 }
 CUresult cuMemRetainAllocationHandle(unsigned long long *handle, void *addr) {
   count("cuMemRetainAllocationHandle");

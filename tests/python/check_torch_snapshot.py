@@ -77,10 +77,12 @@ i_alloc = order.index(("alloc", ptrs[1]))
 i_req = order.index(("free_requested", ptrs[1]))
 i_done = order.index(("free_completed", ptrs[1]))
 assert i_alloc < i_req < i_done, order
-segs = [e for e in trace if e["action"] == "segment_alloc"]
+# A block lies in memory a segment event brought earlier: a segment allocated, or memory
+# mapped into an expandable one.
+segs = [e for e in trace if e["action"] in ("segment_alloc", "segment_map")]
 for a in allocs:
     inside = [s for s in segs if s["addr"] <= a["addr"] < s["addr"] + s["size"]]
-    assert inside and order.index(("segment_alloc", inside[0]["addr"])) < order.index(("alloc", a["addr"])), a
+    assert inside and order.index((inside[0]["action"], inside[0]["addr"])) < order.index(("alloc", a["addr"])), a
 freed = sum(e["size"] for e in trace if e["action"] == "free_completed")
 assert sum(e["size"] for e in allocs) - freed == sum(held.values())
 print(f"torch snapshot: ok, {len(data['segments'])} segments, {len(trace)} events")
