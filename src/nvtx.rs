@@ -37,6 +37,16 @@ fn heaps() -> &'static Mutex<HashMap<DevPtr, usize>> {
     HEAPS.get_or_init(Default::default)
 }
 
+/// Each registered region (a block the program holds), by address, with the heap it lies in.
+///
+/// Invariant: holds exactly the regions registered, not unregistered, in heaps still
+/// registered. Blocks of expandable segments have no heap and no region: memcheck sees their
+/// mapped memory as the driver's own allocations.
+fn regions() -> &'static Mutex<HashMap<DevPtr, usize>> {
+    static REGIONS: OnceLock<Mutex<HashMap<DevPtr, usize>>> = OnceLock::new();
+    REGIONS.get_or_init(Default::default)
+}
+
 /// Whether a tool may be listening (decided once, at load).
 #[inline]
 pub fn active() -> bool {
@@ -71,6 +81,7 @@ pub fn segment_removed(ptr: DevPtr) {
     let Some(heap) = lock(heaps()).remove(&ptr) else {
         return;
     };
+    lock(regions()).retain(|_, h| *h != heap);
     // SAFETY: a handle the tool gave for this segment, unregistered once (removed above).
     unsafe { cudapool_nvtx_heap_unregister(heap as *mut c_void) };
 }
@@ -85,10 +96,14 @@ pub fn block_held(ptr: DevPtr, size: u64, segment: DevPtr, name: &str) {
     let name_ptr = name.as_ref().map_or(std::ptr::null(), |n| n.as_ptr());
     // SAFETY: the segment's live heap handle; the name outlives the call.
     unsafe { cudapool_nvtx_region_register(heap as *mut c_void, ptr, size, name_ptr) };
+    lock(regions()).insert(ptr, heap);
 }
 
-/// The program freed the block at `ptr`.
+/// The program freed the block at `ptr` (a block with no region is no news to the tool).
 pub fn block_released(ptr: DevPtr) {
+    if lock(regions()).remove(&ptr).is_none() {
+        return;
+    }
     // SAFETY: a plain address; the tool looks the region up by it.
     unsafe { cudapool_nvtx_region_unregister(ptr) };
 }

@@ -17,7 +17,7 @@ LIB=${LIB:-$PWD/target/release/libcudapool.so}
 S=$PWD/.samples/src
 REPEAT=${REPEAT:-20}
 JOBS=${JOBS:-$(nproc)}
-KINDS="split binned simple"
+KINDS=${KINDS:-split binned simple}
 mkdir -p "$OUT/samples"
 : "${RESULTS:=$OUT/results.txt}"
 . scripts/gpu/checks.sh

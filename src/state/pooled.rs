@@ -362,20 +362,16 @@ impl Upstream for DriverUpstream<'_> {
     fn reserve(&self, bytes: u64) -> Result<DevPtr, CUresult> {
         let align = self.vmm().map_or(2 << 20, |v| v.chunk);
         let p = self.driver.vmm_reserve(bytes, align)?;
-        // The range is one segment (its mapped bytes are charged as they are mapped).
+        // The range is one segment (its mapped bytes are charged as they are mapped). No NVTX
+        // heap: memcheck reports a heap over address space with nothing mapped, and sees the
+        // mapped chunks as allocations of their own (blocks in them are not told apart).
         self.budget.on_driver_alloc();
-        if self.tools {
-            nvtx::segment_added(p, bytes);
-        }
         Ok(p)
     }
 
     fn unreserve(&self, at: DevPtr, bytes: u64) {
         if crate::flags::exiting() {
             return;
-        }
-        if self.tools {
-            nvtx::segment_removed(at);
         }
         if self.driver.vmm_unreserve(at, bytes).is_ok() {
             self.budget.on_driver_free();
