@@ -452,7 +452,11 @@ fn an_ipc_import_maps_the_block_not_its_segment() {
 fn ipc_of_an_expandable_block_is_refused_and_later_blocks_export() {
     for mode in ["dlsym", "gpa"] {
         for (segments, a_rc) in [("expandable", "801"), ("classic", "0")] {
-            let env = [("CUDAPOOL_POOL", "split"), ("CUDAPOOL_SEGMENTS", segments)];
+            let env = [
+                ("CUDAPOOL_POOL", "split"),
+                ("CUDAPOOL_SEGMENTS", segments),
+                ("CUDAPOOL_REPORT", "stderr"),
+            ];
             let r = ranges(mode, "ipc-large", true, &env);
             let what = format!("{mode} {segments}:\n{}\n{}", r.stdout, r.stderr);
             let l = r.line("ipc_large");
@@ -462,6 +466,12 @@ fn ipc_of_an_expandable_block_is_refused_and_later_blocks_export() {
             assert_eq!(l["value"], "0x5c", "{what}");
             assert_eq!(
                 r.stderr.contains("expandable segment: refused"),
+                segments == "expandable",
+                "{what}"
+            );
+            // The status says which segments the pool takes.
+            assert_eq!(
+                r.stderr.contains("pool split with expandable segments,"),
                 segments == "expandable",
                 "{what}"
             );

@@ -234,10 +234,18 @@ pub fn device_status(dev: i32, s: &DeviceStats) -> String {
 
 /// The whole status: a header line and one block per device the shim has seen.
 pub fn memory_status(shim: &dyn View) -> String {
+    let kind = shim.pool_kind();
+    let segments = if kind == crate::config::PoolKind::Split
+        && shim.config().segments == crate::config::Segments::Expandable
+    {
+        " with expandable segments"
+    } else {
+        ""
+    };
     let mut out = format!(
-        "memory status (cudapool {}, pool {}, pid {})\n",
+        "memory status (cudapool {}, pool {}{segments}, pid {})\n",
         env!("CARGO_PKG_VERSION"),
-        shim.pool_kind().name(),
+        kind.name(),
         std::process::id()
     );
     let devices = shim.devices_seen();
