@@ -318,7 +318,7 @@ impl SplitCore {
         }
         let Vmm { chunk, span } = up.vmm()?;
         let span = round_up(span.max(chunk), chunk);
-        let base = up.reserve(span).ok()?;
+        let base = up.reserve(span, chunk).ok()?;
         let a = Arena {
             base,
             span,
@@ -372,7 +372,7 @@ impl SplitCore {
         let Some((need, at)) = best else {
             return Ok(false);
         };
-        up.map(at, need)?;
+        up.map(at, need, a.chunk)?;
         let hole = self.unmark_free(at);
         self.blocks.remove(&at);
         if hole.size > need {
@@ -429,7 +429,7 @@ impl SplitCore {
         let mut block = block;
         let mut done = 0;
         for c in (at..at + len).step_by(a.chunk as usize) {
-            if up.unmap(c, a.chunk).is_err() {
+            if up.unmap(c, a.chunk, a.chunk).is_err() {
                 // The chunk stays mapped, in the free block the next chunk is carved from.
                 continue;
             }

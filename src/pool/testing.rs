@@ -251,17 +251,17 @@ pub fn replay_in(
         fn vmm(&self) -> Option<Vmm> {
             self.0.vmm()
         }
-        fn reserve(&self, b: u64) -> Result<u64, u32> {
-            self.0.reserve(b)
+        fn reserve(&self, b: u64, chunk: u64) -> Result<u64, u32> {
+            self.0.reserve(b, chunk)
         }
-        fn map(&self, at: u64, b: u64) -> Result<(), u32> {
-            self.0.map(at, b)?;
+        fn map(&self, at: u64, b: u64, chunk: u64) -> Result<(), u32> {
+            self.0.map(at, b, chunk)?;
             self.1.fetch_add(1, Relaxed);
             self.2.fetch_max(self.0.outstanding().1, Relaxed);
             Ok(())
         }
-        fn unmap(&self, at: u64, b: u64) -> Result<(), u32> {
-            self.0.unmap(at, b)
+        fn unmap(&self, at: u64, b: u64, chunk: u64) -> Result<(), u32> {
+            self.0.unmap(at, b, chunk)
         }
         fn synchronize(&self) -> bool {
             true
@@ -354,8 +354,8 @@ impl Upstream for FakeUpstream {
             span: self.capacity.next_multiple_of(self.chunk),
         })
     }
-    fn reserve(&self, bytes: u64) -> Result<DevPtr, CUresult> {
-        assert!(self.chunk > 0 && bytes.is_multiple_of(self.chunk));
+    fn reserve(&self, bytes: u64, chunk: u64) -> Result<DevPtr, CUresult> {
+        assert!(self.chunk > 0 && chunk == self.chunk && bytes.is_multiple_of(chunk));
         let mut s = self.state.lock().unwrap();
         let p = s.0.next_multiple_of(self.chunk);
         s.0 = p + bytes + self.chunk;
@@ -370,7 +370,8 @@ impl Upstream for FakeUpstream {
             "unreserve of mapped memory"
         );
     }
-    fn map(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
+    fn map(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
+        assert_eq!(chunk, self.chunk, "the chunk the upstream offered");
         assert!(at.is_multiple_of(self.chunk) && bytes.is_multiple_of(self.chunk) && bytes > 0);
         let mut s = self.state.lock().unwrap();
         let mut v = self.vmm.lock().unwrap();
@@ -388,7 +389,8 @@ impl Upstream for FakeUpstream {
         s.2 += bytes;
         Ok(())
     }
-    fn unmap(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
+    fn unmap(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
+        assert_eq!(chunk, self.chunk, "the chunk the upstream offered");
         assert!(at.is_multiple_of(self.chunk) && bytes.is_multiple_of(self.chunk) && bytes > 0);
         let mut s = self.state.lock().unwrap();
         let mut v = self.vmm.lock().unwrap();

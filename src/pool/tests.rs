@@ -499,6 +499,13 @@ fn a_pool_owns_its_segments_even_when_cached() {
     }
 }
 
+/// The next state of a xorshift64 generator (the random workloads' dice).
+fn xorshift(x: &mut u64) {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+}
+
 /// Random sizes and lifetimes: live blocks never overlap, the upstream sees exactly what
 /// the pool holds, and everything comes back.
 #[test]
@@ -510,9 +517,7 @@ fn random_workloads_never_overlap_and_balance() {
             let mut live: std::collections::BTreeMap<DevPtr, Held> = Default::default();
             let mut x = 0x2545F4914F6CDD1Du64 ^ kind as u64;
             for step in 0..4000 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                xorshift(&mut x);
                 if step % 97 == 0 {
                     clock.complete_all();
                 }
@@ -742,9 +747,7 @@ fn random_workloads_in_the_arena_stay_mapped_and_balance() {
         let mut live: std::collections::BTreeMap<DevPtr, Held> = Default::default();
         let mut x = 0x9E3779B97F4A7C15u64 ^ rule as u64;
         for step in 0..6000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            xorshift(&mut x);
             if step % 89 == 0 {
                 clock.complete_all();
             }

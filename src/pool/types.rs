@@ -34,27 +34,28 @@ pub trait Upstream {
     fn vmm(&self) -> Option<Vmm> {
         None
     }
-    /// Reserves `bytes` (a multiple of [`Vmm::chunk`]) of address space, no memory behind it.
-    fn reserve(&self, bytes: u64) -> Result<DevPtr, CUresult> {
-        let _ = bytes;
+    /// Reserves `bytes` (a multiple of `chunk`, the [`Vmm::chunk`] it offered) of address
+    /// space aligned to `chunk`, no memory behind it.
+    fn reserve(&self, bytes: u64, chunk: u64) -> Result<DevPtr, CUresult> {
+        let _ = (bytes, chunk);
         Err(CUDA_ERROR_NOT_SUPPORTED)
     }
     /// Gives back a range from [`reserve`](Self::reserve), nothing mapped in it.
     fn unreserve(&self, at: DevPtr, bytes: u64) {
         let _ = (at, bytes);
     }
-    /// Puts memory behind `[at, at + bytes)` (chunk-aligned, inside a reserved range, not
-    /// mapped), charged like [`alloc`](Self::alloc): `CUDA_ERROR_OUT_OF_MEMORY` when the limit
-    /// or the device is full. All or nothing.
-    fn map(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
-        let _ = (at, bytes);
+    /// Puts memory behind `[at, at + bytes)` (aligned to `chunk`, inside a reserved range, not
+    /// mapped), one physical allocation per chunk, charged like [`alloc`](Self::alloc):
+    /// `CUDA_ERROR_OUT_OF_MEMORY` when the limit or the device is full. All or nothing.
+    fn map(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
+        let _ = (at, bytes, chunk);
         Err(CUDA_ERROR_NOT_SUPPORTED)
     }
-    /// Takes the memory from behind `[at, at + bytes)` (chunk-aligned, mapped) and gives it
-    /// back. Unlike [`free`](Self::free) this does not wait for the device: the caller makes
+    /// Takes the memory from behind `[at, at + bytes)` (mapped in chunks of `chunk`) and gives
+    /// it back. Unlike [`free`](Self::free) this does not wait for the device: the caller makes
     /// sure no device work still uses the range.
-    fn unmap(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
-        let _ = (at, bytes);
+    fn unmap(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
+        let _ = (at, bytes, chunk);
         Err(CUDA_ERROR_NOT_SUPPORTED)
     }
     /// Waits for all device work of the pool's context; `false` when it cannot.

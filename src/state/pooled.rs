@@ -359,9 +359,8 @@ impl Upstream for DriverUpstream<'_> {
         })
     }
 
-    fn reserve(&self, bytes: u64) -> Result<DevPtr, CUresult> {
-        let align = self.vmm().map_or(2 << 20, |v| v.chunk);
-        let p = self.driver.vmm_reserve(bytes, align)?;
+    fn reserve(&self, bytes: u64, chunk: u64) -> Result<DevPtr, CUresult> {
+        let p = self.driver.vmm_reserve(bytes, chunk)?;
         // The range is one segment (its mapped bytes are charged as they are mapped). No NVTX
         // heap: memcheck reports a heap over address space with nothing mapped, and sees the
         // mapped chunks as allocations of their own (blocks in them are not told apart).
@@ -378,11 +377,10 @@ impl Upstream for DriverUpstream<'_> {
         }
     }
 
-    fn map(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
+    fn map(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
         if !self.budget.try_charge(bytes) {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
-        let chunk = self.vmm().map_or(2 << 20, |v| v.chunk);
         match self.driver.vmm_map(self.device, at, bytes, chunk) {
             Ok(()) => {
                 self.budget.on_map();
@@ -398,11 +396,10 @@ impl Upstream for DriverUpstream<'_> {
         }
     }
 
-    fn unmap(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
+    fn unmap(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
         if crate::flags::exiting() {
             return Ok(());
         }
-        let chunk = self.vmm().map_or(2 << 20, |v| v.chunk);
         self.driver.vmm_unmap(at, bytes, chunk)?;
         if let Some((h, dev)) = self.history {
             h.record(dev, Action::SegmentUnmap, at, bytes, 0, None);
