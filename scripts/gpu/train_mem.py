@@ -13,6 +13,12 @@ gen   GPT-2 (12 layers, transformers, random weights) generating: each step a ba
          user caps PyTorch (under cudapool, CUDAPOOL_MEMORY_LIMIT does it)
 --sync   reads the loss every step (loss.item(), a device synchronisation)
 --ddp    DistributedDataParallel over NCCL, one process per GPU (start it with torchrun)
+--side   gpt or cnn: DDP's two queues on one GPU. Each parameter's gradient, once accumulated
+         (in the autograd thread, as DDP's hooks run), is "reduced" on a second stream, a
+         stand-in for NCCL's all-reduce: the side stream waits for the compute stream, scales
+         the gradient into a new buffer and copies it back (record_stream tells PyTorch's
+         caching allocator); the compute stream waits for the side stream before the
+         optimizer step
 
 Prints one line per process:
   workload=... steps_per_s=... peak_reserved=BYTES peak_allocated=BYTES peak_requested=BYTES
@@ -45,6 +51,7 @@ p.add_argument("--batch", type=int, default=0)
 p.add_argument("--limit", type=int, default=0)
 p.add_argument("--sync", action="store_true")
 p.add_argument("--ddp", action="store_true")
+p.add_argument("--side", action="store_true")
 p.add_argument("--steps", type=int, default=40)
 p.add_argument("--warmup", type=int, default=5)
 args = p.parse_args()
@@ -118,6 +125,20 @@ else:
 
 if args.ddp:
     net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev])
+side = None
+if args.side and args.workload != "gen":
+    side = torch.cuda.Stream()
+
+    def reduce_on_side(prm):
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            buf = prm.grad * 0.5
+            prm.grad.copy_(buf.mul_(2.0))
+        prm.grad.record_stream(side)
+        buf.record_stream(side)
+
+    for prm in model.parameters():
+        prm.register_post_accumulate_grad_hook(reduce_on_side)
 
 
 def step():
@@ -132,6 +153,8 @@ def step():
     loss = loss_of(x, y)
     opt.zero_grad(set_to_none=True)
     loss.backward()
+    if side is not None:
+        torch.cuda.current_stream().wait_stream(side)
     opt.step()
     if args.sync:
         loss.item()
@@ -188,7 +211,7 @@ try:
 except Exception as e:  # noqa: BLE001 - a figure we can do without
     print(f"nvml: {e}", file=sys.stderr)
 
-name = args.workload + (" sync" if args.sync else "") + (" ddp" if args.ddp else "")
+name = args.workload + (" sync" if args.sync else "") + (" ddp" if args.ddp else "") + (" side" if side is not None else "")
 print(
     f"workload={name.replace(' ', '+')} rank={rank} steps_per_s={args.steps / dt:.3f} peak_reserved={peak_reserved} "
     f"peak_allocated={peak_allocated} peak_requested={peak_requested} source={source} outside={outside} nvml_used={nvml_used} allocs={after[0] - before[0]} "

@@ -29,11 +29,15 @@
 //!
 //! Fences come in batches, sealed by count, by bytes, at once for a large block, and by age, so
 //! that one fence serves many blocks and none waits long for its fence to be issued. The pool
-//! never waits on the fast path. It waits on a miss, instead of growing, when the memory held
-//! back by fences could serve the request and is large against what the pool reserves (so
-//! that a CPU far ahead of the GPU cannot pile up freed memory without bound), or when the
-//! limit leaves no room to grow. Under memory pressure ([`Pool::trim`]) it waits for every
-//! fence, then gives free segments back.
+//! never waits on the fast path. On a miss, instead of growing, it takes the oldest batch back
+//! when the memory held back by fences could serve the request and is large against what the
+//! pool reserves (so that a CPU far ahead of the GPU cannot pile up freed memory without
+//! bound), or when the limit leaves no room to grow. It takes it back in stream order where
+//! the clock can ([`Clock::hand_over`]: every queue's next work waits for the fence on the
+//! device, and the host goes on), and otherwise waits for the fence on the host. Under memory
+//! pressure ([`Pool::trim`]) it waits for every fence, then gives free segments back. **No wait
+//! holds the pool's lock**: a waiting thread gives it up, so other threads' hits, frees and
+//! misses go on; a batch is collected by whichever thread finds its fence done first.
 //!
 //! Uses: `pool::core`, `pool::types`, `config`, `sync`, `cu`.
 
@@ -75,6 +79,15 @@ pub trait Clock: Send + Sync {
     fn wait(&self, f: FenceId);
     /// `f` will not be asked about again.
     fn retire(&self, f: FenceId);
+    /// *Hands `f` over*: makes all device work issued from now on, on every queue of the
+    /// context (new ones included), wait on the device for the work before `f`, without the
+    /// host waiting. True when done: the blocks behind `f` may be handed out at once, and `f`
+    /// is the clock's to drop (it is not retired). False when it cannot (a graph capture is
+    /// under way, the queues cannot be trusted, or this clock never does): the pool waits.
+    fn hand_over(&self, f: FenceId) -> bool {
+        let _ = f;
+        false
+    }
     /// The pool is on a slow path: a chance for the clock's own housekeeping (retiring queues
     /// that went idle). Never waits for the device.
     fn tick(&self) {}
@@ -202,10 +215,13 @@ struct Sealed {
 /// A lane block of the core is also listed, with its lane, in `pending` (epoch `epoch`) or in
 /// the `sealed` batch of its epoch, until that batch is collected. A block in use is in none of
 /// them. `sealed` is oldest first, its epochs increase, and `done` is the epoch of the newest
-/// batch collected. `held_back` is the size of the [`READY`]-lane blocks of `pending` and
-/// `sealed`; `pending_bytes` the size of all of `pending`, which has waited since
-/// `pending_since`. Once `forgotten` (the context died), the pool holds nothing and takes
-/// nothing: a free that raced with the teardown is dropped, an allocation refused.
+/// batch collected (or handed over). `held_back` is the size of the [`READY`]-lane blocks of
+/// `pending` and `sealed`; `pending_bytes` the size of all of `pending`, which has waited
+/// since `pending_since`. `unproven` counts the blocks that entered the core ready without a
+/// completed fence behind them (freed under one queue, or handed over): a check that the
+/// device is idle made before such a block arrived says nothing about it. Once `forgotten`
+/// (the context died), the pool holds nothing and takes nothing: a free that raced with the
+/// teardown is dropped, an allocation refused.
 struct State {
     core: Box<dyn Core>,
     pending: Vec<Waiting>,
@@ -216,6 +232,7 @@ struct State {
     epoch: u64,
     done: u64,
     held_back: u64,
+    unproven: u64,
     forgotten: bool,
 }
 
@@ -245,6 +262,7 @@ impl CachingPool {
                 epoch: 1,
                 done: 0,
                 held_back: 0,
+                unproven: 0,
                 forgotten: false,
             }),
         }
@@ -281,6 +299,7 @@ impl CachingPool {
             if all || dead {
                 for ptr in lock(m).take_all() {
                     st.core.put(ptr, READY, 0);
+                    st.unproven += 1;
                 }
             }
             !dead
@@ -292,6 +311,7 @@ impl CachingPool {
     fn give_back(&self, st: &mut State, ptr: DevPtr, rule: ReuseRule, on: Option<StreamKey>) {
         if rule != ReuseRule::Fenced {
             st.core.put(ptr, READY, 0);
+            st.unproven += 1;
             return;
         }
         let bytes = st.core.block_size(ptr);
@@ -342,58 +362,75 @@ impl CachingPool {
         }
     }
 
-    /// Moves the batches whose fence is done into the core, oldest first; with `wait`, waits
-    /// for the oldest one first (and takes the others that are done by then).
-    fn collect(&self, st: &mut State, wait: bool) {
-        let mut wait = wait;
+    /// Moves a batch whose fence is done, or handed over, into the core.
+    fn admit(st: &mut State, batch: Sealed) {
+        st.done = batch.epoch;
+        for w in batch.blocks {
+            if w.lane == READY {
+                st.held_back -= st.core.block_size(w.ptr);
+                st.core.put(w.ptr, READY, 0);
+            } else {
+                st.core.promote(w.ptr, w.lane, st.done);
+            }
+        }
+    }
+
+    /// Moves the batches whose fence is done into the core, oldest first. Never waits.
+    fn collect(&self, st: &mut State) {
         while let Some(front) = st.sealed.front() {
-            if wait {
-                self.clock.wait(front.fence);
-                wait = false;
-            } else if !self.clock.is_done(front.fence) {
+            if !self.clock.is_done(front.fence) {
                 break;
             }
             let batch = st.sealed.pop_front().expect("front exists");
             self.clock.retire(batch.fence);
-            st.done = batch.epoch;
-            for w in batch.blocks {
-                if w.lane == READY {
-                    st.held_back -= st.core.block_size(w.ptr);
-                    st.core.put(w.ptr, READY, 0);
-                } else {
-                    st.core.promote(w.ptr, w.lane, st.done);
-                }
-            }
+            Self::admit(st, batch);
         }
     }
 
-    /// Waits for every fence and collects everything (the pending frees are sealed first).
-    fn collect_all(&self, st: &mut State) {
-        self.seal(st);
-        while !st.sealed.is_empty() {
-            self.collect(st, true);
+    /// After waits for `waited` outside the lock: collects the batches of those fences still
+    /// at the front (a wait ends on a context's error too, and is then taken as done, see
+    /// [`Clock`]), then whatever else is done. Another thread may have collected them already.
+    fn collect_waited(&self, st: &mut State, waited: &[FenceId]) {
+        while st.sealed.front().is_some_and(|b| waited.contains(&b.fence)) {
+            let batch = st.sealed.pop_front().expect("front exists");
+            self.clock.retire(batch.fence);
+            Self::admit(st, batch);
         }
+        self.collect(st);
+    }
+
+    /// Takes the oldest batch back before its fence is done: handed over in stream order if
+    /// the clock can, or else waited for on the host with the lock given up meanwhile (`st`
+    /// is taken again: check `forgotten`). There must be a sealed batch.
+    fn take_back_oldest<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        let f = st.sealed.front().expect("a sealed batch").fence;
+        if self.clock.hand_over(f) {
+            let batch = st.sealed.pop_front().expect("front exists");
+            st.unproven += batch.blocks.len() as u64;
+            Self::admit(&mut st, batch);
+            return st;
+        }
+        drop(st);
+        self.clock.wait(f);
+        let mut st = self.lock();
+        self.collect_waited(&mut st, &[f]);
+        st
     }
 
     /// Whether no device work can use a free block now, for a core holding mapped memory
     /// (which goes back without the driver waiting for the device): a fence after all work
-    /// issued so far is done, waited for when `wait`. A clock that cannot fence (a capture
-    /// is under way) answers no, except under `immediate` reuse, where the upstream waits
-    /// for the whole context (`wait` only).
-    fn device_idle(&self, st: &State, up: &dyn Upstream, wait: bool) -> bool {
+    /// issued so far is done already. Never waits (a trim waits, see [`Pool::trim`]).
+    fn device_idle(&self, st: &State) -> bool {
         if !st.core.unmaps() {
             return false;
         }
         match self.clock.issue() {
             Some(f) => {
-                if wait {
-                    self.clock.wait(f);
-                }
-                let done = wait || self.clock.is_done(f);
+                let done = self.clock.is_done(f);
                 self.clock.retire(f);
                 done
             }
-            None => wait && self.clock.rule() == ReuseRule::Immediate && up.synchronize(),
+            None => false,
         }
     }
 
@@ -451,7 +488,7 @@ impl CachingPool {
             return hit(p);
         }
         // A miss is about to cost a driver call: first whatever became reusable.
-        self.collect(&mut st, false);
+        self.collect(&mut st);
         self.drain_magazines(&mut st, true);
         if let Some(p) = take(&mut st) {
             return hit(p);
@@ -459,7 +496,10 @@ impl CachingPool {
         self.clock.tick();
         self.seal(&mut st);
         while Self::should_wait(&st, size, up) {
-            self.collect(&mut st, true);
+            st = self.take_back_oldest(st);
+            if st.forgotten {
+                return Err(CUDA_ERROR_INVALID_CONTEXT);
+            }
             if let Some(p) = take(&mut st) {
                 return hit(p);
             }
@@ -492,6 +532,7 @@ impl CachingPool {
                     if !st.forgotten {
                         for b in spill {
                             st.core.put(b.ptr, READY, 0);
+                            st.unproven += 1;
                         }
                     }
                     return Ok(());
@@ -507,8 +548,8 @@ impl CachingPool {
         if up.over_soft_limit() {
             // Above the soft limit: whatever is safe to give back goes back now.
             self.seal(&mut st);
-            self.collect(&mut st, false);
-            let idle = self.device_idle(&st, up, false);
+            self.collect(&mut st);
+            let idle = self.device_idle(&st);
             st.core.release_free_segments(up, u64::MAX, idle);
         } else if rule == ReuseRule::Fenced {
             self.seal_if_old(&mut st);
@@ -538,19 +579,45 @@ impl Pool for CachingPool {
         self.free_ordered(block, Some(on), up)
     }
 
+    /// Waits for every fence sealed so far (and, for a core that unmaps, for one after all
+    /// work issued so far), without the lock, then gives free segments back. Mapped memory is
+    /// unmapped only if no block entered the core unproven while the lock was given up.
     fn trim(&self, up: &dyn Upstream, need: u64) -> u64 {
+        let (fences, unmaps, idle_fence, mark) = {
+            let mut st = self.lock();
+            self.drain_magazines(&mut st, true);
+            self.seal(&mut st);
+            let fences: Vec<FenceId> = st.sealed.iter().map(|b| b.fence).collect();
+            let unmaps = st.core.unmaps();
+            let idle_fence = if unmaps { self.clock.issue() } else { None };
+            (fences, unmaps, idle_fence, st.unproven)
+        };
+        for &f in fences.iter().chain(idle_fence.iter()) {
+            self.clock.wait(f);
+        }
+        // No fence under `immediate` reuse (or during a capture): where reuse never fences,
+        // the upstream waits for the whole context.
+        let idle = match idle_fence {
+            Some(_) => true,
+            None => unmaps && self.clock.rule() == ReuseRule::Immediate && up.synchronize(),
+        };
         let mut st = self.lock();
-        self.drain_magazines(&mut st, true);
-        self.collect_all(&mut st);
-        let idle = self.device_idle(&st, up, true);
+        if let Some(f) = idle_fence {
+            self.clock.retire(f);
+        }
+        if st.forgotten {
+            return 0;
+        }
+        self.collect_waited(&mut st, &fences);
+        let idle = idle && st.unproven == mark;
         st.core.release_free_segments(up, need, idle)
     }
 
     fn release_ready(&self, up: &dyn Upstream, need: u64) -> u64 {
         let mut st = self.lock();
         self.drain_magazines(&mut st, true);
-        self.collect(&mut st, false);
-        let idle = self.device_idle(&st, up, false);
+        self.collect(&mut st);
+        let idle = self.device_idle(&st);
         st.core.release_free_segments(up, need, idle)
     }
 

@@ -83,6 +83,11 @@ pub struct FakeClock {
     pub waited: std::sync::atomic::AtomicU64,
     /// Every fence is done as soon as it is issued (benchmarks of the bookkeeping alone).
     pub instant: std::sync::atomic::AtomicBool,
+    /// Fences are handed over ([`Clock::hand_over`]) rather than waited for; counted.
+    pub hands_over: std::sync::atomic::AtomicBool,
+    pub handed: std::sync::atomic::AtomicU64,
+    /// While set, a wait blocks (a test sees what other threads can do meanwhile).
+    pub gate: std::sync::atomic::AtomicBool,
 }
 
 impl FakeClock {
@@ -94,6 +99,9 @@ impl FakeClock {
             issued: 0.into(),
             waited: 0.into(),
             instant: false.into(),
+            hands_over: false.into(),
+            handed: 0.into(),
+            gate: false.into(),
         })
     }
     /// Every fence issued so far completes.
@@ -119,9 +127,20 @@ impl Clock for FakeClock {
     fn wait(&self, f: FenceId) {
         use std::sync::atomic::Ordering::SeqCst;
         self.waited.fetch_add(1, SeqCst);
+        while self.gate.load(SeqCst) {
+            std::thread::yield_now();
+        }
         self.done_upto.fetch_max(f, SeqCst);
     }
     fn retire(&self, _f: FenceId) {}
+    fn hand_over(&self, _f: FenceId) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        let yes = self.hands_over.load(SeqCst);
+        if yes {
+            self.handed.fetch_add(1, SeqCst);
+        }
+        yes
+    }
 }
 
 /// A clock for a GPU that lags by `lag` operations: a fence completes once `lag` more

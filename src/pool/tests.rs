@@ -405,6 +405,87 @@ fn growth_is_bounded_while_fences_lag() {
     }
 }
 
+/// Where the clock can hand a fence over (every queue's next work waits for it on the device),
+/// the pool takes the oldest batch back that way instead of waiting on the host: the same
+/// memory bound as [`growth_is_bounded_while_fences_lag`], no host wait.
+#[test]
+fn a_clock_that_hands_fences_over_bounds_growth_without_waiting() {
+    for kind in KINDS_CACHING {
+        let up = FakeUpstream::unlimited(1 << 40);
+        let (p, clock) = pool(kind, ReuseRule::Fenced);
+        clock
+            .hands_over
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let live_peak = 32 * 8 * MIB;
+        for _ in 0..20 {
+            let acts: Vec<_> = (0..32).map(|_| p.alloc(8 * MIB, &up).unwrap()).collect();
+            for g in acts.iter().rev() {
+                p.free(g.held(8 * MIB), &up).unwrap();
+            }
+        }
+        let reserved = up.outstanding().1;
+        assert!(
+            reserved * 100 <= live_peak * 110,
+            "{kind:?}: reserved {reserved} for a live peak of {live_peak}"
+        );
+        assert_eq!(waited(&clock), 0, "{kind:?}: no host wait");
+        assert!(
+            clock.handed.load(std::sync::atomic::Ordering::SeqCst) > 0,
+            "{kind:?}"
+        );
+    }
+}
+
+/// A thread waiting for a fence does not hold the pool's lock: meanwhile another thread's
+/// free and a look at the cache go through; the waiter is served once the fence is done.
+#[test]
+fn a_wait_for_a_fence_holds_no_lock() {
+    use std::sync::atomic::Ordering::SeqCst;
+    for kind in KINDS_CACHING {
+        let up = Arc::new(FakeUpstream::new(128 * MIB));
+        let (p, clock) = pool(kind, ReuseRule::Fenced);
+        let p: Arc<dyn Pool> = Arc::from(p);
+        let x = p.alloc(4096, &*up).unwrap(); // a 2 MiB segment
+        let mut ballast: Vec<_> = [64, 32, 16, 8]
+            .map(|mib| p.alloc(mib * MIB, &*up).unwrap().held(mib * MIB))
+            .into();
+        let a = p.alloc(4 * MIB, &*up).unwrap(); // 126 MiB reserved of 128
+        p.free(x.held(4096), &*up).unwrap();
+        clock.complete_all(); // x is ready (collected by the next miss)
+        p.free(a.held(4 * MIB), &*up).unwrap();
+        clock.gate.store(true, SeqCst);
+        let (p2, up2) = (p.clone(), up.clone());
+        // At the limit: this miss must wait for a's fence.
+        let waiter = std::thread::spawn(move || p2.alloc(4 * MIB, &*up2).unwrap());
+        while waited(&clock) == 0 {
+            std::thread::yield_now();
+        }
+        // The waiter is inside the wait now; the pool must still serve others.
+        let (p3, up3) = (p.clone(), up.clone());
+        let eight = ballast.pop().unwrap();
+        let other = std::thread::spawn(move || {
+            p3.free(eight, &*up3).unwrap();
+            p3.cached_bytes()
+        });
+        let t = std::time::Instant::now();
+        while !other.is_finished() && t.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::yield_now();
+        }
+        let finished = other.is_finished();
+        clock.gate.store(false, SeqCst);
+        other.join().unwrap();
+        assert!(
+            finished,
+            "{kind:?}: another thread was blocked by a waiting one"
+        );
+        let b = waiter.join().unwrap();
+        assert_eq!(
+            b.ptr, a.ptr,
+            "{kind:?}: the waiter gets the block it waited for"
+        );
+    }
+}
+
 /// Under a limit with no room to grow, a miss waits for the fences before it fails.
 #[test]
 fn a_miss_at_the_limit_waits_for_fences_before_it_fails() {

@@ -14,6 +14,19 @@
 //!   does not watch), a fence covers the legacy stream (which follows every blocking and
 //!   per-thread stream) and every live stream instead.
 //!
+//! - *a hand-over* (a fence whose blocks the pool takes back before it is done, instead of
+//!   waiting on the host): the fence's events are kept as *owed*; the next work on every
+//!   queue of the context, new queues included, is made to wait for them on the device
+//!   (`cuStreamWaitEvent` on the stream the program is issuing to, inside its own call, so
+//!   the stream is alive by the program's contract). Every thread reports its next work again
+//!   (the queue tracker's epoch is bumped) before the pool hands a block out, so no work issued
+//!   after the block reached the program escapes the wait; work issued before cannot name the
+//!   block. Only the newest fence handed over is owed: a fence covers all work issued before
+//!   it on every queue that may still run some (the active queues, and destroyed streams
+//!   through their pending zombie events; a retired queue was idle), so it covers every older
+//!   fence. It is dropped once complete. A hand-over is refused while a capture is under way
+//!   or the queues cannot be trusted (work cudapool does not see would escape it).
+//!
 //! No event is recorded while a graph capture is under way anywhere in the process: an event
 //! on the legacy stream could invalidate the capture. Freed blocks then wait, and the pool
 //! grows; a queue that needs ordering then cannot be ordered (`Queues::unordered`).
@@ -54,7 +67,7 @@ use crate::flags::{capturing_somewhere, exiting, unwatched_work};
 use crate::pool::{Clock, FenceId, ReuseRule};
 use crate::queues::{QueueDevice, QueueKey, Queues};
 use crate::sync::{lock, Lifetime, Use};
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex};
 
 /// The stream a call means: the handle the program passed, with 0 made explicit (the
@@ -98,6 +111,7 @@ pub fn capturing(driver: &Driver, stream: usize) -> bool {
 struct Zombie(usize);
 
 /// The events of one fence.
+#[derive(Clone)]
 struct Fence {
     /// Recorded for this fence; back to the spare list when it retires.
     own: Vec<usize>,
@@ -105,12 +119,26 @@ struct Fence {
     zombies: Vec<Arc<Zombie>>,
 }
 
+/// The newest fence handed over, while not seen complete (see the module doc).
+///
+/// Invariant: `fence` is the handed-over fence with the highest id, of generation `gen` (one
+/// more each hand-over); `waited` maps a queue to the generation its stream was last made to
+/// wait for: a queue not listed, or listed with an older generation, must wait for `fence`
+/// before its next work.
+#[derive(Default)]
+struct Owed {
+    gen: u64,
+    fence: Option<(FenceId, Fence)>,
+    waited: HashMap<QueueKey, u64>,
+}
+
 /// The clock of one context (see the module doc).
 ///
 /// Invariants: `created` holds the live streams the program created in this context, with
 /// their flags; `zombies` the events recorded on destroyed streams that had work, not yet seen
-/// complete and unshared; every event in `fences`, `zombies` and `spare` belongs to this
-/// context. None of them is passed to the driver outside a use of `life` (or the exclusive
+/// complete and unshared; every event in `fences`, `owed`, `zombies` and `spare` belongs to
+/// this context; an event in `owed` is in no other list but `zombies`. None of them is passed
+/// to the driver outside a use of `life` (or the exclusive
 /// section of a stream's destroy); once `life` has ended, none is passed at all.
 pub struct ContextClock {
     driver: &'static Driver,
@@ -121,6 +149,9 @@ pub struct ContextClock {
     created: Mutex<Vec<(usize, u32)>>,
     zombies: Mutex<Vec<Arc<Zombie>>>,
     fences: Mutex<HashMap<FenceId, Fence>>,
+    owed: Mutex<Owed>,
+    /// Whether `owed` holds any fence, readable without its lock (the work hook's check).
+    owing: AtomicBool,
     next: AtomicU64,
     spare: Mutex<Vec<usize>>,
 }
@@ -144,6 +175,8 @@ impl ContextClock {
             created: Mutex::new(Vec::new()),
             zombies: Mutex::new(Vec::new()),
             fences: Mutex::new(HashMap::default()),
+            owed: Mutex::new(Owed::default()),
+            owing: AtomicBool::new(false),
             next: AtomicU64::new(1),
             spare: Mutex::new(Vec::new()),
         }
@@ -171,10 +204,13 @@ impl ContextClock {
         self.life.exclusive(end)
     }
 
-    /// Work is about to be issued on the queue `q` of this context.
+    /// Work is about to be issued on the queue `q` of this context, by the calling thread.
     pub fn work_on(&self, q: QueueKey) {
         if let Some(alive) = self.alive() {
             self.queues.work_on(q, &alive);
+            if self.owing.load(Acquire) {
+                alive.pay(q);
+            }
         }
     }
 
@@ -195,6 +231,8 @@ impl ContextClock {
             };
             lock(&self.created).retain(|&(s, _)| s != stream);
             let q = key(stream);
+            // A stream made later with the same handle owes every fence owed now.
+            lock(&self.owed).waited.remove(&q);
             if self.queues.active().contains(&q) {
                 if let Some(ev) = alive.record_on(stream) {
                     lock(&self.zombies).push(Arc::new(Zombie(ev)));
@@ -269,6 +307,64 @@ impl Alive<'_> {
     /// or an injected fault) is not completion: the fence stays pending, and a wait ends it.
     fn complete(&self, ev: usize) -> bool {
         call!(self.clock.driver, event_query(ev as CUevent)) == CUDA_SUCCESS
+    }
+
+    /// Makes `q`'s stream wait for the owed fence if it has not yet (the calling thread is
+    /// about to issue work on `q`). While a capture is under way anywhere, the host waits
+    /// instead: a wait on the legacy stream could invalidate it.
+    fn pay(&self, q: QueueKey) {
+        let c = self.clock;
+        let d = c.driver;
+        let mut owed = lock(&c.owed);
+        let gen = owed.gen;
+        if owed.waited.get(&q).is_some_and(|&g| g >= gen) || self.settle_owed(&mut owed) {
+            return;
+        }
+        let Some((_, f)) = &owed.fence else {
+            return;
+        };
+        let target = ContextClock::target(q);
+        let host = capturing_somewhere();
+        d.in_context(c.ctx, || {
+            for &ev in f.own.iter().chain(f.zombies.iter().map(|z| &z.0)) {
+                let waited = !host
+                    && call!(d, stream_wait_event(target as CUstream, ev as CUevent, 0))
+                        == CUDA_SUCCESS;
+                if !waited {
+                    call!(d, event_synchronize(ev as CUevent));
+                }
+            }
+        });
+        owed.waited.insert(q, gen);
+    }
+
+    /// Drops the owed fence if it has completed (its events go back to the spare list);
+    /// whether nothing is owed now.
+    fn settle_owed(&self, owed: &mut Owed) -> bool {
+        let c = self.clock;
+        let done = match &owed.fence {
+            None => true,
+            Some((_, f)) => f
+                .own
+                .iter()
+                .chain(f.zombies.iter().map(|z| &z.0))
+                .all(|&ev| self.complete(ev)),
+        };
+        if done {
+            if let Some((_, f)) = owed.fence.take() {
+                lock(&c.spare).extend(f.own);
+            }
+            owed.waited.clear();
+            c.owing.store(false, Release);
+        }
+        done
+    }
+
+    /// Drops the owed fence if it has completed.
+    fn prune_owed(&self) {
+        if self.clock.owing.load(Acquire) {
+            self.settle_owed(&mut lock(&self.clock.owed));
+        }
     }
 
     /// Destroys the zombie events that have completed and that no fence holds.
@@ -380,6 +476,7 @@ impl Clock for ContextClock {
         }
         let alive = self.alive()?;
         self.tick_alive(&alive);
+        alive.prune_owed();
         alive.prune_zombies();
         let mut streams: Vec<usize> = if self.trusted() {
             self.queues.active().into_iter().map(Self::source).collect()
@@ -422,24 +519,52 @@ impl Clock for ContextClock {
             .all(|&ev| alive.complete(ev))
     }
 
+    /// Waits without the pool's lock, so `f` may be retired or handed over meanwhile by
+    /// another thread: the wait holds the zombie events it waits on (none is destroyed under
+    /// it), and an own event recycled meanwhile only makes it wait longer (the pool takes
+    /// nothing back on the strength of a wait for a fence it no longer holds).
     fn wait(&self, f: FenceId) {
         let Some(_alive) = self.alive() else {
             return;
         };
-        let events: Vec<usize> = match lock(&self.fences).get(&f) {
-            Some(fence) => fence
-                .own
-                .iter()
-                .chain(fence.zombies.iter().map(|z| &z.0))
-                .copied()
-                .collect(),
-            None => return,
+        let Some(fence) = lock(&self.fences).get(&f).cloned() else {
+            return;
         };
-        for ev in events {
+        for &ev in fence.own.iter().chain(fence.zombies.iter().map(|z| &z.0)) {
             // An error here is a sticky one of the context (nothing will run in it again) or
             // an injected fault: either way the wait is over.
             call!(self.driver, event_synchronize(ev as CUevent));
         }
+    }
+
+    fn hand_over(&self, f: FenceId) -> bool {
+        if self.reuse == Reuse::Immediate || capturing_somewhere() || exiting() || !self.trusted() {
+            return false;
+        }
+        let Some(alive) = self.alive() else {
+            return false;
+        };
+        let Some(fence) = lock(&self.fences).remove(&f) else {
+            return false;
+        };
+        let mut owed = lock(&self.owed);
+        if owed.fence.as_ref().is_some_and(|(id, _)| *id > f) {
+            // An older fence than the one owed: covered by it already.
+            lock(&self.spare).extend(fence.own);
+            return true;
+        }
+        owed.gen += 1;
+        if let Some((_, older)) = owed.fence.replace((f, fence)) {
+            // Covered by the new one (see the module doc). A wait on the host that still
+            // holds one of its events only waits longer if it is recorded again.
+            lock(&self.spare).extend(older.own);
+        }
+        self.owing.store(true, Release);
+        drop(owed);
+        // Every thread's next work call reports again, and pays: before the block is handed out.
+        crate::queues::bump_epoch();
+        drop(alive);
+        true
     }
 
     fn retire(&self, f: FenceId) {

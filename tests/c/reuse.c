@@ -80,9 +80,14 @@ static int ptds(void) {
   pthread_create(&t, NULL, touch_on_own_stream, &other);
   pthread_join(t, NULL);
   CHECK(cu.MemFree(b));
+  long waits = fake_calls("cuStreamWaitEvent") + fake_calls("cuStreamWaitEvent_ptsz");
   CHECK(cu.MemAlloc(&c, MB20));
   int (*running)(long) = (int (*)(long))fake_fn("fakecu_running");
-  printf("second_thread_reuse_while_busy=%d\n", c == b && running(h));
+  int busy = c == b && running(h);
+  touch(NULL, c, 4096, 1); // this thread's default stream
+  // Busy is safe only handed over: this thread's next work waited on the device.
+  int handed = waits < fake_calls("cuStreamWaitEvent") + fake_calls("cuStreamWaitEvent_ptsz");
+  printf("second_thread_reuse_while_busy=%d handed_over=%d\n", busy && !handed, busy && handed);
   printf("ptds_races=%ld\n", races());
   return 0;
 }
@@ -122,7 +127,12 @@ static int reuse(void) {
   touch(LEGACY, 0, 0, 1);
   CHECK(cu.MemFree(d));
   CHECK(cu.MemAlloc(&e, MB20));
-  printf("reused_while_busy=%d\n", e == d && running(h2));
+  // Reused while the kernel runs is safe only handed over: the other queue's next work then
+  // waits for the kernel on the device. Busy and unprotected is the bug.
+  int busy = e == d && running(h2);
+  touch(LEGACY, e, 4096, 1);
+  printf("reused_while_busy=%d handed_over=%d\n", busy && !waits_for(LEGACY, h2),
+         busy && waits_for(LEGACY, h2));
   CHECK(cu.MemFree(e));
   finish(h2);
   CHECK(cu.MemAlloc(&f, MB20));
@@ -137,7 +147,9 @@ static int reuse(void) {
   CHECK(cu.MemFree(x));
   CHECK(cu.StreamDestroy(s3));
   CHECK(cu.MemAlloc(&y, 2 * MB20));
-  printf("reused_while_destroyed_stream_busy=%d\n", y == x && running(h3));
+  busy = y == x && running(h3);
+  touch(LEGACY, y, 4096, 1);
+  printf("reused_while_destroyed_stream_busy=%d\n", busy && !waits_for(LEGACY, h3));
   finish(h3);
   CHECK(cu.MemFree(y));
   CHECK(cu.MemAlloc(&z, 2 * MB20));
@@ -175,7 +187,12 @@ static int pressure(void) {
   long h = launch_hold(s);
   CHECK(cu.MemFree(a));
   CUresult r = cu.MemAlloc(&b, 2 * MB20);
-  printf("pressure=%d waited=%d same=%d\n", r, !running(h), b == a);
+  int busy = running(h);
+  if (r == CUDA_SUCCESS) touch(LEGACY, b, 4096, 1);
+  int (*waits_for)(void *, long) = (int (*)(void *, long))fake_fn("fakecu_stream_waits_for");
+  // Safe: waited for on the host, or handed over (the legacy stream waits for the kernel).
+  printf("pressure=%d waited=%d handed_over=%d same=%d\n", r, !busy, busy && waits_for(LEGACY, h),
+         b == a);
   if (r == CUDA_SUCCESS) CHECK(cu.MemFree(b));
   print_stats("pressure_end");
   return 0;
@@ -362,7 +379,81 @@ static int unmap_scenario(const char *how) {
   return 0;
 }
 
+// ---- the stream-ordered hand-over (issue 26) -------------------------------------------------
+// Several queues are active (streams a and b, the legacy stream, and a second thread's stream
+// or per-thread default stream), so a free waits for a fence. A long kernel on a uses a block;
+// it is freed, and the next allocation of that size takes it back before the kernel ends: the
+// pool hands the fence over (every queue's next work waits for it on the device) instead of
+// waiting on the host. Then the block is used: on b (`other-stream`); on the legacy stream
+// (`legacy`); by the second thread on the stream it created (`other-thread`) or on its
+// per-thread default stream (`per-thread`); each also with stream a destroyed at once after
+// the hand-over (`...+destroy`: the fake driver aborts on a dead handle). Every queue that
+// uses the block had work before the hand-over, so only the hand-over's waits order it after
+// the kernel. Prints whether the block came back, the races and the host waits.
+struct second {
+  int own_stream, use;
+  CUdeviceptr p;
+  pthread_barrier_t ready, handed;
+};
+static void *second_thread(void *arg) {
+  struct second *t = arg;
+  CHECK(cu.CtxSetCurrent(primary));
+  void *s = PER_THREAD;
+  if (t->own_stream) CHECK(cu.StreamCreate(&s, 1));
+  CUdeviceptr mine;
+  CHECK(cu.MemAlloc(&mine, 4096));
+  touch(s, mine, 4096, 1); // an active queue before the hand-over
+  pthread_barrier_wait(&t->ready);
+  pthread_barrier_wait(&t->handed);
+  if (t->use) touch(s, t->p, MB20, 10);
+  if (t->own_stream) CHECK(cu.StreamDestroy(s));
+  CHECK(cu.MemFree(mine));
+  return NULL;
+}
+static int handover(const char *how) {
+  int other_stream = !strncmp(how, "other-stream", 12), legacy = !strncmp(how, "legacy", 6);
+  int other_thread = !strncmp(how, "other-thread", 12), per_thread = !strncmp(how, "per-thread", 10);
+  if (!other_stream && !legacy && !other_thread && !per_thread) {
+    fprintf(stderr, "client: unknown hand-over %s\n", how);
+    return 2;
+  }
+  struct second t;
+  memset(&t, 0, sizeof t);
+  t.own_stream = other_thread, t.use = other_thread || per_thread;
+  pthread_barrier_init(&t.ready, NULL, 2);
+  pthread_barrier_init(&t.handed, NULL, 2);
+  pthread_t th;
+  pthread_create(&th, NULL, second_thread, &t);
+  void *a, *b;
+  CHECK(cu.StreamCreate(&a, 1));
+  CHECK(cu.StreamCreate(&b, 1));
+  CUdeviceptr x[3], p, q;
+  void *queues[3] = {a, b, LEGACY};
+  for (int i = 0; i < 3; i++) {
+    CHECK(cu.MemAlloc(&x[i], 4096));
+    touch(queues[i], x[i], 4096, 1); // active queues
+  }
+  pthread_barrier_wait(&t.ready);
+  long before = races(), waits = fake_calls("cuEventSynchronize");
+  CHECK(cu.MemAlloc(&p, MB20));
+  touch(a, p, MB20, 5000); // 5 ms of device time
+  CHECK(cu.MemFree(p));
+  CHECK(cu.MemAlloc(&q, MB20));
+  if (strstr(how, "+destroy")) CHECK(cu.StreamDestroy(a));
+  t.p = q;
+  if (other_stream) touch(b, q, MB20, 10);
+  if (legacy) touch(LEGACY, q, MB20, 10);
+  pthread_barrier_wait(&t.handed);
+  pthread_join(th, NULL);
+  printf("handover %s reused=%d races=%ld host_waits=%ld\n", how, q == p, races() - before,
+         fake_calls("cuEventSynchronize") - waits);
+  CHECK(cu.MemFree(q));
+  for (int i = 0; i < 3; i++) CHECK(cu.MemFree(x[i]));
+  return 0;
+}
+
 int reuse_scenario(const char *name, int argc, char **argv) {
+  if (!strcmp(name, "handover")) return handover(argc > 0 ? argv[0] : "other-stream");
   if (!strcmp(name, "ptds")) return ptds();
   if (!strcmp(name, "reuse")) return reuse();
   if (!strcmp(name, "pressure")) return pressure();

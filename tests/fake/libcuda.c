@@ -668,6 +668,7 @@ static long last_hold = -1;
 
 static ns_t host_ns = 1000; // FAKECU_HOST_NS
 static ns_t legacy_busy, legacy_wait;
+static int legacy_nwaits, legacy_waits[EVENT_HOLDS]; // holds the legacy stream's later work waits for
 static ns_t blocking_busy; // the end of all work of the legacy, blocking and per-thread streams
 static __thread ns_t ptsz_busy, ptsz_wait;
 static long races, works;
@@ -935,6 +936,7 @@ static CUresult stream_wait_event(void *s, void *e, int ptsz) {
   if (!ev) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mu);
   if (is_legacy(s, ptsz)) {
+    for (int i = 0; i < ev->n && legacy_nwaits < EVENT_HOLDS; i++) legacy_waits[legacy_nwaits++] = ev->holds[i];
     legacy_wait = max2(legacy_wait, ev->at);
   } else if (is_ptsz(s, ptsz)) {
     ptsz_wait = max2(ptsz_wait, ev->at);
@@ -959,6 +961,11 @@ CUresult cuStreamWaitEvent_ptsz(void *s, void *e, unsigned flags) {
 
 // Whether work issued on stream s from now on waits for hold h (tests read it).
 int fakecu_stream_waits_for(void *s, long h) {
+  if ((uintptr_t)s == 1) {
+    for (int i = 0; i < legacy_nwaits; i++)
+      if (legacy_waits[i] == h) return 1;
+    return 0;
+  }
   if ((uintptr_t)s <= 2) return 0;
   struct fake_stream *st = s;
   for (int i = 0; i < st->nwaits; i++)
