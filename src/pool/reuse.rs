@@ -45,7 +45,7 @@ use super::core::{Core, Forgotten, Lane, Taken, READY};
 use super::types::{BlockSpan, BlockState, Grant, Held, Pool, SegmentView, StreamKey, Upstream};
 use crate::config::PoolKind;
 use crate::cu::{CUresult, DevPtr, CUDA_ERROR_INVALID_CONTEXT};
-use crate::sync::lock;
+use crate::sync::{lock, SpinLock};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -187,7 +187,7 @@ impl Magazine {
     }
 }
 
-type SharedMagazine = Arc<Mutex<Magazine>>;
+type SharedMagazine = Arc<SpinLock<Magazine>>;
 
 thread_local! {
     /// This thread's magazine in each pool it used, by pool id.
@@ -279,12 +279,12 @@ impl CachingPool {
             .try_with(|mags| {
                 // Found: used in place, no reference count touched (f never re-enters).
                 if let Some((_, m)) = mags.borrow().iter().find(|(id, _)| *id == self.id) {
-                    return f(&mut lock(m));
+                    return f(&mut m.lock());
                 }
                 let m = SharedMagazine::default();
                 lock(&self.magazines).push(m.clone());
                 mags.borrow_mut().push((self.id, m.clone()));
-                let mut guard = lock(&m);
+                let mut guard = m.lock();
                 f(&mut guard)
             })
             .ok()
@@ -297,7 +297,7 @@ impl CachingPool {
         mags.retain(|m| {
             let dead = Arc::strong_count(m) == 1;
             if all || dead {
-                for ptr in lock(m).take_all() {
+                for ptr in m.lock().take_all() {
                     st.core.put(ptr, READY, 0);
                     st.unproven += 1;
                 }
@@ -626,7 +626,7 @@ impl Pool for CachingPool {
         let in_magazines: u64 = lock(&self.magazines)
             .iter()
             .map(|m| {
-                let g = lock(m);
+                let g = m.lock();
                 g.all().map(|b| b.size).sum::<u64>()
             })
             .sum();
@@ -651,7 +651,7 @@ impl Pool for CachingPool {
             .map(|w| w.ptr)
             .collect();
         for m in lock(&self.magazines).iter() {
-            waiting.extend(lock(m).all().map(|b| b.ptr));
+            waiting.extend(m.lock().all().map(|b| b.ptr));
         }
         let mut segs = st.core.segments();
         for b in segs.iter_mut().flat_map(|s| s.blocks.iter_mut()) {
@@ -669,7 +669,7 @@ impl Pool for CachingPool {
     fn forget_all(&self) -> Forgotten {
         let mut st = self.lock();
         for m in lock(&self.magazines).drain(..) {
-            lock(&m).take_all();
+            m.lock().take_all();
         }
         st.pending.clear();
         st.pending_bytes = 0;
