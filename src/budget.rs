@@ -19,14 +19,20 @@
 //! on the threads' lines. Invariant (C): `allocated + every line's credit + unassigned <= peak`,
 //! where `unassigned` is credit no line holds. `requested` (`ASKED`) and its peak are kept the
 //! same way, with a credit of their own: what follows holds for each [`Figure`].
-//! - An allocation of `b` bytes takes `b` of its own thread's credit (one uncontended atomic on
-//!   its own line): by (C), `allocated` stays under the peak, which does not move.
+//! - An allocation of `b` bytes takes `b` of its own thread's credit: by (C), `allocated` stays
+//!   under the peak, which does not move.
 //! - A free gives its bytes back as credit to the line of the thread that *allocated* them (the
 //!   caller keeps that [`LineId`]), so a thread that allocates what another frees keeps its
 //!   credit, and a thread's credit is what it freed of its own working set.
+//! - A line's credit is in two parts. Its first [`RESERVE`] bytes are *private*: only the
+//!   owning thread writes them, with a plain load and store, so a thread that frees and
+//!   allocates again its own blocks (a cached pair) touches no shared atomic for the peaks
+//!   (4 atomic exchanges fewer a pair: 107 to 89 ns on the fake driver). The rest is shared:
+//!   other threads add to it (frees of this thread's blocks) and take from it.
 //! - Only when a thread's credit is short does it settle, under a lock: it takes all of
-//!   `unassigned`, then from the other lines, largest first, what it still lacks, leaving each
-//!   line its first [`RESERVE`] bytes; the peak grows by whatever is still missing.
+//!   `unassigned`, then the shared credit of the other lines, largest first, what it still
+//!   lacks (their private parts, up to [`RESERVE`] each, stay theirs); the peak grows by
+//!   whatever is still missing.
 //!
 //! So the peak is never below the true peak of `allocated`. It is exact when one thread
 //! allocates (PyTorch, JAX, CuPy allocate from the Python thread), and otherwise above it by at
@@ -333,11 +339,22 @@ impl DeviceBudget {
     fn hold(&self, l: &Line, m: Mode, bytes: Bytes) {
         for f in [ALLOCATED, REQUESTED] {
             let n = bytes.of(f);
-            let spent = l.credit[f.credit]
-                .fetch_update(Relaxed, Relaxed, |c| c.checked_sub(n))
-                .is_ok();
-            if !spent {
-                self.settle(l, n, f);
+            let mut need = n;
+            if m == Mode::Owner {
+                // The private part first: the owner alone writes it.
+                let p = &l.private[f.credit];
+                let have = p.load(Relaxed);
+                let used = have.min(n);
+                p.store(have - used, Relaxed);
+                need -= used;
+            }
+            if need > 0 {
+                let spent = l.credit[f.credit]
+                    .fetch_update(Relaxed, Relaxed, |c| c.checked_sub(need))
+                    .is_ok();
+                if !spent {
+                    self.settle(l, need, f);
+                }
             }
             // After the credit is spent: (C) holds at every moment.
             l.add(f.field, n, m);
@@ -365,9 +382,9 @@ impl DeviceBudget {
                 .collect();
             others.sort_by_key(|l| std::cmp::Reverse(l.credit[i].load(Relaxed)));
             for l in others {
-                let take = |c: u64| Some(c - need.min(c.saturating_sub(RESERVE)));
+                let take = |c: u64| Some(c - need.min(c));
                 if let Ok(c) = l.credit[i].fetch_update(Relaxed, Relaxed, take) {
-                    need -= need.min(c.saturating_sub(RESERVE));
+                    need -= need.min(c);
                 }
                 if need == 0 {
                     break;
@@ -403,11 +420,24 @@ impl DeviceBudget {
 
     fn release(&self, l: &Line, id: LineId, m: Mode, bytes: Bytes, holder: Option<LineId>) {
         l.sub(LIVE, 1, m);
-        let to = self.lines.line(holder.unwrap_or(id));
+        let to_id = holder.unwrap_or(id);
+        let to = self.lines.line(to_id);
+        let own = m == Mode::Owner && to_id == id;
         for f in [ALLOCATED, REQUESTED] {
-            l.sub(f.field, bytes.of(f), m);
+            let n = bytes.of(f);
+            l.sub(f.field, n, m);
             // After the bytes left the figure: (C) holds at every moment.
-            to.credit[f.credit].fetch_add(bytes.of(f), Relaxed);
+            if own {
+                // Its own line: the private part up to RESERVE, the rest shared.
+                let p = &to.private[f.credit];
+                let v = p.load(Relaxed) + n;
+                p.store(v.min(RESERVE), Relaxed);
+                if v > RESERVE {
+                    to.credit[f.credit].fetch_add(v - RESERVE, Relaxed);
+                }
+            } else {
+                to.credit[f.credit].fetch_add(n, Relaxed);
+            }
         }
     }
 
@@ -452,7 +482,8 @@ impl DeviceBudget {
     }
 
     /// Sets every peak to the current values: every credit is collected, so the peaks come
-    /// down to what is held.
+    /// down to what is held; except the private credit of other threads alive now (up to
+    /// [`RESERVE`] each), which only they may write: by that much a peak may stay above.
     pub fn reset_peaks(&self) {
         let mut unassigned = lock(&self.settle);
         for (_, l) in self.lines.lines() {
@@ -460,6 +491,17 @@ impl DeviceBudget {
                 *u += c.swap(0, Relaxed);
             }
         }
+        let mut private = |l: &Line| {
+            for (u, p) in unassigned.iter_mut().zip(&l.private) {
+                *u += p.swap(0, Relaxed);
+            }
+        };
+        self.lines.unowned(&mut private);
+        self.lines.with(|l, _, m| {
+            if m == Mode::Owner {
+                private(l);
+            }
+        });
         for (u, peak) in unassigned.iter_mut().zip(&self.peaks) {
             peak.store(
                 peak.load(Relaxed).saturating_sub(std::mem::take(u)),
@@ -772,6 +814,50 @@ mod tests {
         let s = b.stats(0);
         assert_eq!((s.allocated, s.live_allocations, s.free_calls), (924, 2, 1));
         assert_eq!(s.cache_hits, 2);
+    }
+
+    /// A thread that frees and allocates its own blocks again (a cached pair) keeps the credit
+    /// in its private part: no shared credit is written, and the peak stays exact.
+    #[test]
+    fn a_threads_own_pairs_use_its_private_credit_only() {
+        let b = DeviceBudget::new(0, 0);
+        assert!(b.try_charge(1 << 40));
+        b.on_alloc(64 << 10, false);
+        for _ in 0..1000 {
+            let (holder, _) = b.on_alloc(4096, true);
+            b.on_free(4096, Some(holder));
+        }
+        let shared: u64 = b
+            .lines
+            .lines()
+            .map(|(_, l)| l.credit[0].load(Relaxed))
+            .sum();
+        let private: u64 = b
+            .lines
+            .lines()
+            .map(|(_, l)| l.private[0].load(Relaxed))
+            .sum();
+        assert_eq!((shared, private), (0, 4096));
+        let s = b.stats(0);
+        assert_eq!(
+            (s.allocated, s.allocated_peak),
+            (64 << 10, (64 << 10) + 4096)
+        );
+        // Past RESERVE, the rest goes to the shared part, where other threads find it.
+        let (holder, _) = b.on_alloc(3 * RESERVE, false);
+        b.on_free(3 * RESERVE, Some(holder));
+        let shared: u64 = b
+            .lines
+            .lines()
+            .map(|(_, l)| l.credit[0].load(Relaxed))
+            .sum();
+        assert_eq!(shared, 2 * RESERVE);
+        b.reset_peaks();
+        assert_eq!(
+            b.stats(0).allocated_peak,
+            64 << 10,
+            "its own private credit collected"
+        );
     }
 
     #[test]

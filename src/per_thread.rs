@@ -38,8 +38,10 @@ const MAX_LINES: usize = CHUNK * 64;
 /// One thread's values, alone on their cache lines.
 ///
 /// Invariant: while `owned` is set, only the owning thread writes `values` (by [`Line::add`]
-/// in [`Mode::Owner`]); anyone may read them. [`Line::credit`] is the exception: any thread may
-/// add to it or take it, so every write to it is an atomic read-modify-write.
+/// in [`Mode::Owner`]) and `private`; anyone may read them. While it is clear, `private` is
+/// written only under the [`PerThread`]'s adopting lock ([`PerThread::unowned`]), so by no
+/// two threads at once. [`Line::credit`] is the exception: any thread may add to it or take
+/// it, so every write to it is an atomic read-modify-write.
 #[repr(align(128))]
 #[derive(Default)]
 pub struct Line {
@@ -49,6 +51,8 @@ pub struct Line {
     values: [AtomicU64; FIELDS],
     /// Values others may take from or add to (the budget's credit under each peak).
     pub credit: [AtomicU64; 2],
+    /// The owner's own part of that credit: a load and a store, no read-modify-write.
+    pub private: [AtomicU64; 2],
 }
 
 /// Whether the caller owns the line it got ([`PerThread::with`]), or shares it (a thread being
@@ -66,6 +70,14 @@ pub struct LineId(u32);
 impl LineId {
     /// The line shared by threads without one of their own.
     pub const SHARED: LineId = LineId(u32::MAX);
+
+    /// As a number (to be kept in an atomic), and back.
+    pub fn to_bits(self) -> u32 {
+        self.0
+    }
+    pub fn from_bits(bits: u32) -> LineId {
+        LineId(bits)
+    }
 }
 
 impl Line {
@@ -203,6 +215,20 @@ impl PerThread {
         owned.store(true, Relaxed);
         self.made.store(made + 1, Release);
         Some((LineId(made as u32), owned.clone()))
+    }
+
+    /// Runs `f` on every line no thread owns, while none can be adopted (their `private`
+    /// values are then no thread's to write but `f`'s).
+    pub fn unowned(&self, mut f: impl FnMut(&Line)) {
+        let _g = lock(&self.adopting);
+        let made = self.made.load(Acquire);
+        for i in 0..made {
+            let l = self.line(LineId(i as u32));
+            // Acquire: `f` sees every value the line's last owner stored.
+            if !l.owned.load(Acquire) {
+                f(l);
+            }
+        }
     }
 
     /// Every line made so far, the shared one first.
