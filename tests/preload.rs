@@ -1094,6 +1094,22 @@ fn a_fence_handed_over_in_stream_order_protects_every_later_use() {
             }
         }
     }
+    // A second context with device work: the host waits instead (another context's queues
+    // owe nothing to this one's fences), and nothing races either.
+    for how in ["other-stream+ctx", "per-thread+ctx"] {
+        let r = ok(client(
+            "gpa",
+            &["handover", how],
+            &[("CUDAPOOL_POOL", "split")],
+        ));
+        let h = r.line("handover");
+        assert_eq!(h["races"], "0", "{how}: {}", r.stdout);
+        assert_ne!(
+            h["host_waits"], "0",
+            "{how}: waited on the host\n{}",
+            r.stdout
+        );
+    }
     // Immediate reuse takes the block back too, without any wait: the detector must bite.
     let env = [("CUDAPOOL_POOL", "split"), ("CUDAPOOL_REUSE", "immediate")];
     let r = ok(client("gpa", &["handover", "other-stream"], &env));

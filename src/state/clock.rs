@@ -24,8 +24,11 @@
 //!   block. Only the newest fence handed over is owed: a fence covers all work issued before
 //!   it on every queue that may still run some (the active queues, and destroyed streams
 //!   through their pending zombie events; a retired queue was idle), so it covers every older
-//!   fence. It is dropped once complete. A hand-over is refused while a capture is under way
-//!   or the queues cannot be trusted (work cudapool does not see would escape it).
+//!   fence. It is dropped once complete. A hand-over is refused while a capture is under way,
+//!   when the queues cannot be trusted (work cudapool does not see would escape it), and while
+//!   more than one context of the process has run device work: another context's queues (a
+//!   peer device reading the block, a copy between devices) owe nothing to this one's fences,
+//!   so there the host waits, as before.
 //!
 //! No event is recorded while a graph capture is under way anywhere in the process: an event
 //! on the legacy stream could invalidate the capture. Freed blocks then wait, and the pool
@@ -67,8 +70,12 @@ use crate::flags::{capturing_somewhere, exiting, unwatched_work};
 use crate::pool::{Clock, FenceId, ReuseRule};
 use crate::queues::{QueueDevice, QueueKey, Queues};
 use crate::sync::{lock, Lifetime, Use};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
+
+/// Contexts of the process that have run device work cudapool saw (and not ended since). A
+/// hand-over needs this to be one (see the module doc).
+static BUSY_CONTEXTS: AtomicUsize = AtomicUsize::new(0);
 
 /// The stream a call means: the handle the program passed, with 0 made explicit (the
 /// per-thread default stream through a `_ptsz`/`_ptds` entry point, the legacy one otherwise).
@@ -152,6 +159,8 @@ pub struct ContextClock {
     owed: Mutex<Owed>,
     /// Whether `owed` holds any fence, readable without its lock (the work hook's check).
     owing: AtomicBool,
+    /// Whether this context is counted in [`BUSY_CONTEXTS`].
+    busy: AtomicBool,
     next: AtomicU64,
     spare: Mutex<Vec<usize>>,
 }
@@ -177,6 +186,7 @@ impl ContextClock {
             fences: Mutex::new(HashMap::default()),
             owed: Mutex::new(Owed::default()),
             owing: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
             next: AtomicU64::new(1),
             spare: Mutex::new(Vec::new()),
         }
@@ -201,12 +211,19 @@ impl ContextClock {
     /// `end` says whether the context is gone, and then every later use finds it ended. `None`
     /// (and `end` not run) when it was gone already.
     pub fn ending<T>(&self, end: impl FnOnce() -> (T, bool)) -> Option<T> {
-        self.life.exclusive(end)
+        let r = self.life.exclusive(end);
+        if self.life.ended() && self.busy.swap(false, AcqRel) {
+            BUSY_CONTEXTS.fetch_sub(1, AcqRel);
+        }
+        r
     }
 
     /// Work is about to be issued on the queue `q` of this context, by the calling thread.
     pub fn work_on(&self, q: QueueKey) {
         if let Some(alive) = self.alive() {
+            if !self.busy.load(Relaxed) && !self.busy.swap(true, AcqRel) {
+                BUSY_CONTEXTS.fetch_add(1, AcqRel);
+            }
             self.queues.work_on(q, &alive);
             if self.owing.load(Acquire) {
                 alive.pay(q);
@@ -538,7 +555,12 @@ impl Clock for ContextClock {
     }
 
     fn hand_over(&self, f: FenceId) -> bool {
-        if self.reuse == Reuse::Immediate || capturing_somewhere() || exiting() || !self.trusted() {
+        if self.reuse == Reuse::Immediate
+            || capturing_somewhere()
+            || exiting()
+            || !self.trusted()
+            || BUSY_CONTEXTS.load(Acquire) > 1
+        {
             return false;
         }
         let Some(alive) = self.alive() else {

@@ -389,7 +389,9 @@ static int unmap_scenario(const char *how) {
 // per-thread default stream (`per-thread`); each also with stream a destroyed at once after
 // the hand-over (`...+destroy`: the fake driver aborts on a dead handle). Every queue that
 // uses the block had work before the hand-over, so only the hand-over's waits order it after
-// the kernel. Prints whether the block came back, the races and the host waits.
+// the kernel. With `...+ctx` a second context ran device work first: another context's queues
+// owe nothing to this one's fences, so the pool waits on the host instead. Prints whether the
+// block came back, the races and the host waits.
 struct second {
   int own_stream, use;
   CUdeviceptr p;
@@ -416,6 +418,15 @@ static int handover(const char *how) {
   if (!other_stream && !legacy && !other_thread && !per_thread) {
     fprintf(stderr, "client: unknown hand-over %s\n", how);
     return 2;
+  }
+  if (strstr(how, "+ctx")) {
+    CUcontext other;
+    CUdeviceptr o;
+    CHECK(cu.CtxCreate(&other, 0, 0));
+    CHECK(cu.MemAlloc(&o, 4096));
+    touch(LEGACY, o, 4096, 1);
+    CHECK(cu.MemFree(o));
+    CHECK(cu.CtxSetCurrent(primary));
   }
   struct second t;
   memset(&t, 0, sizeof t);
