@@ -1095,8 +1095,9 @@ fn a_fence_handed_over_in_stream_order_protects_every_later_use() {
         }
     }
     // A second context with device work: the host waits instead (another context's queues
-    // owe nothing to this one's fences), and nothing races either.
-    for how in ["other-stream+ctx", "per-thread+ctx"] {
+    // owe nothing to this one's fences), and nothing races either; a context whose first work
+    // comes after the hand-over waits for the owed fence on the host.
+    for how in ["other-stream+ctx", "per-thread+ctx", "late-ctx"] {
         let r = ok(client(
             "gpa",
             &["handover", how],

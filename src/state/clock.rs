@@ -28,7 +28,11 @@
 //!   when the queues cannot be trusted (work cudapool does not see would escape it), and while
 //!   more than one context of the process has run device work: another context's queues (a
 //!   peer device reading the block, a copy between devices) owe nothing to this one's fences,
-//!   so there the host waits, as before.
+//!   so there the host waits, as before. A context whose first device work comes while
+//!   another context owes a fence waits for that fence on the host first; a hand-over that
+//!   finds, once published, that a second context has begun, waits for its fence on the host
+//!   itself (either the new context sees the fence owed or the hand-over sees the context:
+//!   both sides publish, then look).
 //!
 //! No event is recorded while a graph capture is under way anywhere in the process: an event
 //! on the legacy stream could invalidate the capture. Freed blocks then wait, and the pool
@@ -76,6 +80,10 @@ use std::sync::{Arc, Mutex};
 /// Contexts of the process that have run device work cudapool saw (and not ended since). A
 /// hand-over needs this to be one (see the module doc).
 static BUSY_CONTEXTS: AtomicUsize = AtomicUsize::new(0);
+
+/// Every clock made (dropped ones are pruned when it is read): where a context that begins
+/// device work looks for fences other contexts owe.
+static CLOCKS: Mutex<Vec<std::sync::Weak<ContextClock>>> = Mutex::new(Vec::new());
 
 /// The stream a call means: the handle the program passed, with 0 made explicit (the
 /// per-thread default stream through a `_ptsz`/`_ptds` entry point, the legacy one otherwise).
@@ -192,6 +200,50 @@ impl ContextClock {
         }
     }
 
+    /// A new clock, listed where other contexts find it (see [`CLOCKS`]).
+    pub fn made(driver: &'static Driver, ctx: usize, reuse: Reuse) -> Arc<Self> {
+        let c = Arc::new(ContextClock::new(driver, ctx, reuse));
+        let mut all = lock(&CLOCKS);
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(&c));
+        c
+    }
+
+    /// The events of the fence this context owes, if any.
+    fn owed_events(&self) -> Vec<(usize, Option<Arc<Zombie>>)> {
+        match &lock(&self.owed).fence {
+            Some((_, f)) => f
+                .own
+                .iter()
+                .map(|&e| (e, None))
+                .chain(f.zombies.iter().map(|z| (z.0, Some(z.clone()))))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// This context begins device work while another already has: waits on the host for the
+    /// fences the others owe (their blocks may reach this context's queues, which never pay).
+    fn wait_for_others_owed(&self) {
+        let others: Vec<Arc<ContextClock>> = lock(&CLOCKS)
+            .iter()
+            .filter_map(|w| w.upgrade())
+            .filter(|c| !std::ptr::eq(&**c, self))
+            .collect();
+        for other in others {
+            if !other.owing.load(SeqCst) {
+                continue;
+            }
+            let Some(_alive) = other.alive() else {
+                continue;
+            };
+            // The zombies' references are held through the wait: none is destroyed under it.
+            for (ev, _hold) in other.owed_events() {
+                call!(other.driver, event_synchronize(ev as CUevent));
+            }
+        }
+    }
+
     /// The clock inside a use of its context; `None` once the context is gone.
     fn alive(&self) -> Option<Alive<'_>> {
         Some(Alive {
@@ -213,7 +265,7 @@ impl ContextClock {
     pub fn ending<T>(&self, end: impl FnOnce() -> (T, bool)) -> Option<T> {
         let r = self.life.exclusive(end);
         if self.life.ended() && self.busy.swap(false, AcqRel) {
-            BUSY_CONTEXTS.fetch_sub(1, AcqRel);
+            BUSY_CONTEXTS.fetch_sub(1, SeqCst);
         }
         r
     }
@@ -221,8 +273,11 @@ impl ContextClock {
     /// Work is about to be issued on the queue `q` of this context, by the calling thread.
     pub fn work_on(&self, q: QueueKey) {
         if let Some(alive) = self.alive() {
-            if !self.busy.load(Relaxed) && !self.busy.swap(true, AcqRel) {
-                BUSY_CONTEXTS.fetch_add(1, AcqRel);
+            if !self.busy.load(Relaxed)
+                && !self.busy.swap(true, AcqRel)
+                && BUSY_CONTEXTS.fetch_add(1, SeqCst) > 0
+            {
+                self.wait_for_others_owed();
             }
             self.queues.work_on(q, &alive);
             if self.owing.load(Acquire) {
@@ -581,10 +636,17 @@ impl Clock for ContextClock {
             // holds one of its events only waits longer if it is recorded again.
             lock(&self.spare).extend(older.own);
         }
-        self.owing.store(true, Release);
+        self.owing.store(true, SeqCst);
         drop(owed);
         // Every thread's next work call reports again, and pays: before the block is handed out.
         crate::queues::bump_epoch();
+        if BUSY_CONTEXTS.load(SeqCst) > 1 {
+            // A second context began meanwhile and may not have seen this fence owed: it is
+            // waited for here, on the host.
+            for (ev, _hold) in self.owed_events() {
+                call!(self.driver, event_synchronize(ev as CUevent));
+            }
+        }
         drop(alive);
         true
     }

@@ -390,8 +390,10 @@ static int unmap_scenario(const char *how) {
 // the hand-over (`...+destroy`: the fake driver aborts on a dead handle). Every queue that
 // uses the block had work before the hand-over, so only the hand-over's waits order it after
 // the kernel. With `...+ctx` a second context ran device work first: another context's queues
-// owe nothing to this one's fences, so the pool waits on the host instead. Prints whether the
-// block came back, the races and the host waits.
+// owe nothing to this one's fences, so the pool waits on the host instead. With `late-ctx`
+// a second context begins device work right after the hand-over, on the block itself (its
+// only use): it must wait for the fence the first context owes. Prints whether the block came
+// back, the races and the host waits.
 struct second {
   int own_stream, use;
   CUdeviceptr p;
@@ -415,7 +417,8 @@ static void *second_thread(void *arg) {
 static int handover(const char *how) {
   int other_stream = !strncmp(how, "other-stream", 12), legacy = !strncmp(how, "legacy", 6);
   int other_thread = !strncmp(how, "other-thread", 12), per_thread = !strncmp(how, "per-thread", 10);
-  if (!other_stream && !legacy && !other_thread && !per_thread) {
+  int late_ctx = !strcmp(how, "late-ctx");
+  if (!other_stream && !legacy && !other_thread && !per_thread && !late_ctx) {
     fprintf(stderr, "client: unknown hand-over %s\n", how);
     return 2;
   }
@@ -451,6 +454,12 @@ static int handover(const char *how) {
   CHECK(cu.MemFree(p));
   CHECK(cu.MemAlloc(&q, MB20));
   if (strstr(how, "+destroy")) CHECK(cu.StreamDestroy(a));
+  if (late_ctx) {
+    CUcontext late;
+    CHECK(cu.CtxCreate(&late, 0, 0));
+    touch(LEGACY, q, MB20, 10); // the other context's first work, on the handed block
+    CHECK(cu.CtxSetCurrent(primary));
+  }
   t.p = q;
   if (other_stream) touch(b, q, MB20, 10);
   if (legacy) touch(LEGACY, q, MB20, 10);
