@@ -380,59 +380,50 @@ fn large_frees_are_fenced_at_once_small_ones_in_batches() {
     assert_eq!(issued(&clock), before + 1, "2 MiB of frees seal a batch");
 }
 
-/// A CPU far ahead of the GPU: fences complete only when the pool waits for them. Each
-/// "step" holds 32 x 8 MiB of activations and frees them; with growth bounded by waiting
-/// for the oldest fence, reserved stays near the live peak. Without the wait (fences
-/// ignored until they complete by themselves, as before), it grows by every step.
+/// A CPU far ahead of the GPU: fences complete only when the pool takes their blocks back.
+/// Each "step" holds 32 x 8 MiB of activations and frees them; with growth bounded by taking
+/// the oldest fence's blocks back, reserved stays near the live peak. Without that (fences
+/// ignored until they complete by themselves, as before), it grows by every step. Returns the
+/// clock, for how the blocks came back.
+fn lagging_steps_stay_near_the_live_peak(kind: PoolKind, hands_over: bool) -> Arc<FakeClock> {
+    let up = FakeUpstream::unlimited(1 << 40);
+    let (p, clock) = pool(kind, ReuseRule::Fenced);
+    clock
+        .hands_over
+        .store(hands_over, std::sync::atomic::Ordering::SeqCst);
+    let live_peak = 32 * 8 * MIB;
+    for _ in 0..20 {
+        let acts: Vec<_> = (0..32).map(|_| p.alloc(8 * MIB, &up).unwrap()).collect();
+        for g in acts.iter().rev() {
+            p.free(g.held(8 * MIB), &up).unwrap();
+        }
+    }
+    let reserved = up.outstanding().1;
+    assert!(
+        reserved * 100 <= live_peak * 110,
+        "{kind:?}: reserved {reserved} for a live peak of {live_peak}"
+    );
+    clock
+}
+
 #[test]
 fn growth_is_bounded_while_fences_lag() {
     for kind in KINDS_CACHING {
-        let up = FakeUpstream::unlimited(1 << 40);
-        let (p, clock) = pool(kind, ReuseRule::Fenced);
-        let live_peak = 32 * 8 * MIB;
-        for _ in 0..20 {
-            let acts: Vec<_> = (0..32).map(|_| p.alloc(8 * MIB, &up).unwrap()).collect();
-            for g in acts.iter().rev() {
-                p.free(g.held(8 * MIB), &up).unwrap();
-            }
-        }
-        let reserved = up.outstanding().1;
-        assert!(
-            reserved * 100 <= live_peak * 110,
-            "{kind:?}: reserved {reserved} for a live peak of {live_peak}"
-        );
+        let clock = lagging_steps_stay_near_the_live_peak(kind, false);
         assert!(waited(&clock) > 0, "{kind:?}: it waited instead of growing");
     }
 }
 
 /// Where the clock can hand a fence over (every queue's next work waits for it on the device),
 /// the pool takes the oldest batch back that way instead of waiting on the host: the same
-/// memory bound as [`growth_is_bounded_while_fences_lag`], no host wait.
+/// memory bound, no host wait.
 #[test]
 fn a_clock_that_hands_fences_over_bounds_growth_without_waiting() {
     for kind in KINDS_CACHING {
-        let up = FakeUpstream::unlimited(1 << 40);
-        let (p, clock) = pool(kind, ReuseRule::Fenced);
-        clock
-            .hands_over
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        let live_peak = 32 * 8 * MIB;
-        for _ in 0..20 {
-            let acts: Vec<_> = (0..32).map(|_| p.alloc(8 * MIB, &up).unwrap()).collect();
-            for g in acts.iter().rev() {
-                p.free(g.held(8 * MIB), &up).unwrap();
-            }
-        }
-        let reserved = up.outstanding().1;
-        assert!(
-            reserved * 100 <= live_peak * 110,
-            "{kind:?}: reserved {reserved} for a live peak of {live_peak}"
-        );
+        let clock = lagging_steps_stay_near_the_live_peak(kind, true);
         assert_eq!(waited(&clock), 0, "{kind:?}: no host wait");
-        assert!(
-            clock.handed.load(std::sync::atomic::Ordering::SeqCst) > 0,
-            "{kind:?}"
-        );
+        let handed = clock.handed.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(handed > 0, "{kind:?}");
     }
 }
 
