@@ -166,10 +166,18 @@ pub(crate) fn sample_due(ops: u64) -> bool {
 
 impl Shim {
     /// The state for this process, setting it up on first use.
+    #[inline]
     pub fn state() -> State {
-        if let Some(s) = SHIM.get() {
-            return State::Active(s);
+        match SHIM.get() {
+            Some(s) => State::Active(s),
+            None => Shim::set_up(),
         }
+    }
+
+    /// [`state`](Self::state) before the shim is active: reads the settings and sets it up.
+    #[cold]
+    #[inline(never)]
+    fn set_up() -> State {
         let config = match config() {
             Ok(c) => c,
             Err(e) => {
