@@ -109,6 +109,23 @@ for mode in legacy blocking nonblocking threads late handoff switch return; do
   done
 done
 
+echo "=== the hand-over: with two queues busy, a fenced block is reused in stream order, no host wait"
+# The debug log names each fence handed over and each queue's wait for it; the race must also
+# stay intact. One-queue modes (legacy, late, switch, return) reuse without a fence: not here.
+for mode in blocking nonblocking threads handoff; do
+  bin="$W/race"
+  case $mode in threads | handoff) bin="$W/race_ptds" ;; esac
+  for seg in classic expandable; do
+    shim env CUDAPOOL_POOL=split CUDAPOOL_SEGMENTS=$seg CUDAPOOL_LOG=debug "$bin" $mode > "$W/race.out" 2>&1
+    rc=$?
+    handed=$(grep -c 'handed over' "$W/race.out")
+    device=$(grep -c 'handed-over fence (on the device)' "$W/race.out")
+    host=$(grep -c 'handed-over fence (on the host' "$W/race.out")
+    check "[ $rc = 0 ] && grep -q 'checksum ok' '$W/race.out' && [ $handed -ge 1 ] && [ $device -ge 1 ] && [ $host = 0 ]" \
+      "hand-over $mode, split $seg" "fences handed over $handed, device waits $device, host waits $host; $(grep -v '^cudapool:' "$W/race.out" | tail -1)"
+  done
+done
+
 echo "=== every allocation API against a 1 GiB limit, seen by nvidia-smi"
 watched "$W/idle.out" "$W/limit_apis" idle
 OVH_C=$PEAK

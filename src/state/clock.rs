@@ -408,6 +408,15 @@ impl Alive<'_> {
             }
         });
         owed.waited.insert(q, gen);
+        crate::log_at!(
+            crate::config::LogLevel::Debug,
+            "queue {target:#x} waits for a handed-over fence ({})",
+            if host {
+                "on the host: a capture is under way"
+            } else {
+                "on the device"
+            }
+        );
     }
 
     /// Drops the owed fence if it has completed (its events go back to the spare list);
@@ -638,6 +647,10 @@ impl Clock for ContextClock {
         }
         self.owing.store(true, SeqCst);
         drop(owed);
+        crate::log_at!(
+            crate::config::LogLevel::Debug,
+            "fence {f} handed over: every queue's next work waits for it on the device"
+        );
         // Every thread's next work call reports again, and pays: before the block is handed out.
         crate::queues::bump_epoch();
         if BUSY_CONTEXTS.load(SeqCst) > 1 {
