@@ -39,5 +39,4 @@ callgrind_annotate --inclusive=yes "$out" 2>/dev/null | awk -v n="$N" '
     row("budget counters on free", "cudapool::budget::DeviceBudget::on_free")
     row("thread-local lookups through __tls_get_addr", "__tls_get_addr")
     row("the reuse rule (the clock)", "<cudapool::state::clock::ContextClock as cudapool::pool::reuse::Clock>::rule")
-    row("the shim state (initialised?)", "cudapool::state::shim::Shim::state")
   }'
