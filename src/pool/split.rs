@@ -42,6 +42,8 @@ pub const STRAND_SHARE: u64 = 16;
 struct Block {
     segment: DevPtr,
     size: u64,
+    /// Its segment holds small requests (the same for every block of a segment).
+    small: bool,
     free: bool,
     /// Memory is behind it. Only the arena has unmapped blocks: always free and [`READY`],
     /// chunk-aligned at both ends, in no free set.
@@ -55,7 +57,6 @@ struct Block {
 #[derive(Clone, Copy, Debug)]
 struct Segment {
     size: u64,
-    small: bool,
 }
 
 /// The expandable range of large requests: `span` bytes of address space at `base`, of which
@@ -82,7 +83,8 @@ type FreeSets = [BTreeSet<(u64, DevPtr)>; 2];
 /// in separate segments.
 ///
 /// Invariants: the blocks of a segment tile it exactly (`blocks` holds every block of every
-/// segment, the arena's included, keyed by address); two free blocks of the same lane and
+/// segment, the arena's included, keyed by address; each carries its segment's `small`, false
+/// in the arena); two free blocks of the same lane and
 /// mapping are never neighbours in one segment (they are merged); `ready[small as usize]`
 /// holds exactly the free mapped [`READY`] blocks of small (large) segments and `lanes[l]`
 /// those of lane `l` (no empty entry); `holes` holds exactly the unmapped blocks; `cached` is
@@ -143,7 +145,7 @@ impl SplitCore {
             self.holes.insert(ptr, b.size);
             return;
         }
-        let small = self.segments[&b.segment].small;
+        let small = b.small;
         self.blocks.insert(ptr, Block { free: true, ..b });
         self.sets_mut(b.lane)[Self::set(small)].insert((b.size, ptr));
         self.cached += b.size;
@@ -151,12 +153,19 @@ impl SplitCore {
 
     fn unmark_free(&mut self, ptr: DevPtr) -> Block {
         let b = self.blocks[&ptr];
+        self.unlist(ptr, b);
+        b
+    }
+
+    /// Takes the free block `b` at `ptr` out of its free set (or the holes); `blocks` is left
+    /// to the caller.
+    fn unlist(&mut self, ptr: DevPtr, b: Block) {
         debug_assert!(b.free);
         if !b.mapped {
             self.holes.remove(&ptr);
-            return b;
+            return;
         }
-        let small = Self::set(self.segments[&b.segment].small);
+        let small = Self::set(b.small);
         if b.lane == READY {
             self.ready[small].remove(&(b.size, ptr));
         } else if let Some(sets) = self.lanes.get_mut(&b.lane) {
@@ -166,7 +175,6 @@ impl SplitCore {
             }
         }
         self.cached -= b.size;
-        b
     }
 
     /// The smallest free block of at least `r` bytes in `sets`.
@@ -190,7 +198,7 @@ impl SplitCore {
         } else {
             found - r > SMALL_REQUEST
         };
-        let whole_segment = self.segments.get(&ptr).is_some_and(|seg| seg.size == found);
+        let whole_segment = || self.segments.get(&ptr).is_some_and(|seg| seg.size == found);
         // Under a limit, splitting a whole free segment made for one large request strands its
         // rest next to a live block, where no reclaim can give it back. For a request that is
         // a large share of the limit, that rest is too: decline, and a new segment serves the
@@ -204,7 +212,7 @@ impl SplitCore {
         small
             || !worth_splitting
             || !(MID_REQUEST..MAX_SPLIT).contains(&found)
-            || !whole_segment
+            || !whole_segment()
             || r.saturating_mul(STRAND_SHARE) < limit
     }
 
@@ -252,16 +260,19 @@ impl SplitCore {
         // memory, not the program's (PyTorch hands it out with the block, and counts it as
         // allocated).
         let rest = found - r;
-        let b = self.unmark_free(ptr);
-        if rest >= MIN_BLOCK && (b.size < MAX_SPLIT || self.in_arena(ptr)) {
-            self.blocks.insert(
-                ptr,
-                Block {
-                    size: r,
-                    free: false,
-                    ..b
-                },
-            );
+        let in_arena = self.in_arena(ptr);
+        let taken = self
+            .blocks
+            .get_mut(&ptr)
+            .expect("a free block is in blocks");
+        let b = *taken;
+        let split = rest >= MIN_BLOCK && (b.size < MAX_SPLIT || in_arena);
+        taken.free = false;
+        if split {
+            taken.size = r;
+        }
+        self.unlist(ptr, b);
+        if split {
             // The rest stays in the block's lane, ready with it.
             self.mark_free(
                 ptr + r,
@@ -273,7 +284,6 @@ impl SplitCore {
             );
             Some(Taken { ptr, size: r })
         } else {
-            self.blocks.insert(ptr, Block { free: false, ..b });
             Some(Taken { ptr, size: b.size })
         }
     }
@@ -326,18 +336,13 @@ impl SplitCore {
             mapped: 0,
         };
         self.arena = Some(a);
-        self.segments.insert(
-            base,
-            Segment {
-                size: span,
-                small: false,
-            },
-        );
+        self.segments.insert(base, Segment { size: span });
         self.mark_free(
             base,
             Block {
                 segment: base,
                 size: span,
+                small: false,
                 free: true,
                 mapped: false,
                 lane: READY,
@@ -393,6 +398,7 @@ impl SplitCore {
             Block {
                 segment: a.base,
                 size: need,
+                small: false,
                 free: true,
                 mapped: true,
                 lane: READY,
@@ -559,19 +565,14 @@ impl Core for SplitCore {
         // Near the limit: as many whole requests as the headroom holds; at least the request.
         let near_limit = (up.headroom() / r).max(1) * r;
         let (seg, got) = segment(up, &[preferred, near_limit.min(preferred), r])?;
-        self.segments.insert(
-            seg,
-            Segment {
-                size: got,
-                small: r <= SMALL_REQUEST,
-            },
-        );
+        self.segments.insert(seg, Segment { size: got });
         self.reserved += got;
         self.mark_free(
             seg,
             Block {
                 segment: seg,
                 size: got,
+                small: r <= SMALL_REQUEST,
                 free: true,
                 mapped: true,
                 lane: READY,
