@@ -86,7 +86,7 @@ type FreeSets = [BTreeSet<(u64, DevPtr)>; 2];
 /// segment, the arena's included, keyed by address; each carries its segment's `small`, false
 /// in the arena); two free blocks of the same lane and
 /// mapping are never neighbours in one segment (they are merged); `ready[small as usize]`
-/// holds exactly the free mapped [`READY`] blocks of small (large) segments and `lanes[l]`
+/// holds exactly the free mapped [`READY`] blocks (both but for the `parked` block) of small (large) segments and `lanes[l]`
 /// those of lane `l` (no empty entry); `holes` holds exactly the unmapped blocks; `cached` is
 /// the sum of the free mapped blocks' sizes, `reserved` of the classic segments' sizes and the
 /// arena's mapped bytes. Every chunk of the arena that no unmapped block covers is mapped.
@@ -104,6 +104,14 @@ pub struct SplitCore {
     expandable: bool,
     arena: Option<Arena>,
     holes: BTreeMap<DevPtr, u64>,
+    /// The block put back ready last, when no core operation has come since: free and
+    /// [`READY`] in `blocks` and counted in `cached`, but in no free set and not yet merged
+    /// with its free neighbours (the one exception to both invariants above). A take of its
+    /// exact size gets it back without touching the sets; every other operation lists and
+    /// merges it first ([`unpark`](Self::unpark)). A free followed by an allocation of the
+    /// same size (most of a program's pairs above the thread magazines' 1 MiB) leaves the
+    /// core as it was, without a merge and a split.
+    parked: Option<DevPtr>,
 }
 
 impl SplitCore {
@@ -129,6 +137,58 @@ impl SplitCore {
         } else {
             self.lanes.entry(lane).or_default()
         }
+    }
+
+    /// Lists and merges the parked block, if any (see [`SplitCore::parked`]).
+    pub(super) fn unpark(&mut self) {
+        if let Some(p) = self.parked.take() {
+            let b = self.blocks[&p];
+            // merge_and_free counts it in `cached` again.
+            self.cached -= b.size;
+            self.merge_and_free(p, b);
+        }
+    }
+
+    /// The parked block for a rounded request `r` of `lane`, when taking it leaves the core
+    /// exactly as listing it, merging it and the best fit would (see [`SplitCore::parked`]):
+    /// it is an exact fit of the request's kind of segment; no free neighbour precedes it (the
+    /// merged block would start there); no listed block fits better than it merged with a
+    /// free neighbour after it (the best fit would be that block); and the request is not a
+    /// queue's that has lane blocks of its own (those come before ready ones).
+    fn take_parked(&mut self, r: u64, lane: Lane) -> Option<Taken> {
+        let p = self.parked?;
+        if lane != READY && !self.lanes.is_empty() {
+            return None;
+        }
+        let b = self.blocks[&p];
+        if b.size != r || b.small != (r <= SMALL_REQUEST) {
+            return None;
+        }
+        // The neighbours merge_and_free would merge it with.
+        let merges =
+            |n: &Block| n.free && n.segment == b.segment && n.mapped == b.mapped && n.lane == READY;
+        if let Some((&pp, prev)) = self.blocks.range(..p).next_back() {
+            if pp + prev.size == p && merges(prev) {
+                return None;
+            }
+        }
+        let after = self.blocks.get(&(p + r)).filter(|n| merges(n));
+        let merged = r + after.map_or(0, |n| n.size);
+        // The smallest listed fit, but for the neighbour after (it would be merged away).
+        let next = p + r;
+        let fit = self.ready[Self::set(b.small)]
+            .range((r, 0)..)
+            .find(|&&(_, at)| after.is_none() || at != next);
+        if fit.is_some_and(|&fit| fit < (merged, p)) {
+            return None;
+        }
+        self.blocks
+            .get_mut(&p)
+            .expect("the parked block is in blocks")
+            .free = false;
+        self.cached -= r;
+        self.parked = None;
+        Some(Taken { ptr: p, size: r })
     }
 
     fn mark_free(&mut self, ptr: DevPtr, b: Block) {
@@ -238,6 +298,11 @@ impl SplitCore {
     /// `waste` bytes (see [`Core::take`], [`Core::take_close`]).
     fn take_within(&mut self, size: u64, lane: Lane, limit: u64, waste: u64) -> Option<Taken> {
         let r = round_up(size.max(1), MIN_BLOCK);
+        // An exact fit is always acceptable, and no free block fits better.
+        if let Some(t) = self.take_parked(r, lane) {
+            return Some(t);
+        }
+        self.unpark();
         let small = r <= SMALL_REQUEST;
         let mut candidates = [
             Self::fit(Some(&self.ready), small, r),
@@ -554,6 +619,7 @@ impl Core for SplitCore {
     }
 
     fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<Taken, CUresult> {
+        self.unpark();
         let r = self.round(size);
         if self.expandable && r > SMALL_REQUEST && self.grow_arena(r, up)? {
             // The arena now has a ready free block this request fits.
@@ -586,13 +652,26 @@ impl Core for SplitCore {
     }
 
     fn put(&mut self, ptr: DevPtr, lane: Lane, epoch: u64) {
-        let b = self.blocks[&ptr];
+        self.unpark();
+        let b = self
+            .blocks
+            .get_mut(&ptr)
+            .expect("a block handed out is in blocks");
         debug_assert!(!b.free, "double put of {ptr:#x}");
-        let epoch = if lane == READY { 0 } else { epoch };
+        if lane == READY {
+            b.free = true;
+            b.lane = READY;
+            b.epoch = 0;
+            self.cached += b.size;
+            self.parked = Some(ptr);
+            return;
+        }
+        let b = *b;
         self.merge_and_free(ptr, Block { lane, epoch, ..b });
     }
 
     fn promote(&mut self, ptr: DevPtr, lane: Lane, done: u64) {
+        self.unpark();
         let Some((&start, &b)) = self.blocks.range(..=ptr).next_back() else {
             return;
         };
@@ -656,6 +735,7 @@ impl Core for SplitCore {
     }
 
     fn release_free_segments(&mut self, up: &dyn Upstream, need: u64, unmap: bool) -> u64 {
+        self.unpark();
         let mut whole: Vec<(DevPtr, u64)> = self
             .segments
             .iter()

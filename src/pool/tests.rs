@@ -865,3 +865,106 @@ fn random_workloads_in_the_arena_stay_mapped_and_balance() {
         assert_eq!(p.cached_bytes(), 0);
     }
 }
+
+// ---- split's parked block --------------------------------------------------------------------
+
+/// A block put back ready is parked (neither listed nor merged) until the next operation; a
+/// take of its exact size gets it back at once. Against a core that lists and merges every
+/// block as it comes back (`unpark` after each put: split before the parked block), random
+/// work of every size class, classic and expandable, gets the same blocks at the same
+/// addresses, the same segments from the upstream, and the same figures.
+#[test]
+fn a_parked_block_leaves_splits_choices_as_they_were() {
+    use super::core::{Core, READY};
+    use super::split::SplitCore;
+    for expandable in [false, true] {
+        let make = || {
+            if expandable {
+                (
+                    SplitCore::expandable(),
+                    FakeUpstream::unlimited(1 << 40).with_vmm(CHUNK),
+                )
+            } else {
+                (SplitCore::default(), FakeUpstream::unlimited(1 << 40))
+            }
+        };
+        let (mut parks, up_a) = make();
+        let (mut lists, up_b) = make();
+        let mut live: Vec<(DevPtr, u64)> = Vec::new();
+        let (mut hits, mut x) = (0, 0x9E3779B97F4A7C15u64 ^ expandable as u64);
+        for step in 0..20000 {
+            xorshift(&mut x);
+            if step % 1000 == 999 {
+                // Trims (they unpark first).
+                let need = (x >> 12) % (64 * MIB);
+                assert_eq!(
+                    parks.release_free_segments(&up_a, need, true),
+                    lists.release_free_segments(&up_b, need, true),
+                    "step {step}"
+                );
+            } else if x.is_multiple_of(2) && !live.is_empty() {
+                // Mostly the newest block, as programs free (a pair), sometimes any.
+                let i = if x.is_multiple_of(3) {
+                    (x >> 8) as usize % live.len()
+                } else {
+                    live.len() - 1
+                };
+                let (ptr, _) = live.swap_remove(i);
+                parks.put(ptr, READY, 0);
+                lists.put(ptr, READY, 0);
+                lists.unpark();
+            } else {
+                // Sizes again and again (the pairs parking serves), in every class.
+                let size = match (x >> 4) % 8 {
+                    0 => 4096,
+                    1 => 1 + (x >> 20) % MIB,
+                    2 => 2 * MIB,
+                    3 => 4 * MIB,
+                    4 => MIB + (x >> 20) % (20 * MIB),
+                    5 => 16 * MIB,
+                    6 => 40 * MIB,
+                    _ => 1 + (x >> 20) % (64 * 1024),
+                };
+                let was_parked = parks.cached();
+                let a = parks.take(size, READY, u64::MAX);
+                let b = lists.take(size, READY, u64::MAX);
+                assert_eq!(
+                    a.map(|t| (t.ptr, t.size)),
+                    b.map(|t| (t.ptr, t.size)),
+                    "step {step}, {size} B"
+                );
+                let t = match a {
+                    Some(t) => {
+                        hits += (was_parked != parks.cached()) as u32;
+                        t
+                    }
+                    None => {
+                        let ta = parks.grow(size, &up_a).unwrap();
+                        let tb = lists.grow(size, &up_b).unwrap();
+                        assert_eq!((ta.ptr, ta.size), (tb.ptr, tb.size), "step {step}, grown");
+                        ta
+                    }
+                };
+                live.push((t.ptr, t.size));
+            }
+            assert_eq!(parks.cached(), lists.cached(), "step {step}");
+            assert_eq!(parks.reserved(), lists.reserved(), "step {step}");
+        }
+        assert!(hits > 1000, "the parked block served {hits} takes");
+        parks.unpark();
+        let view = |c: &SplitCore| {
+            c.segments()
+                .into_iter()
+                .map(|s| {
+                    (
+                        s.ptr,
+                        s.size,
+                        s.blocks.iter().map(|b| (b.ptr, b.size)).collect::<Vec<_>>(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(view(&parks), view(&lists));
+        assert_eq!(up_a.outstanding(), up_b.outstanding());
+    }
+}
