@@ -84,10 +84,10 @@ type FreeSets = [BTreeSet<(u64, DevPtr)>; 2];
 ///
 /// Invariants: the blocks of a segment tile it exactly (`blocks` holds every block of every
 /// segment, the arena's included, keyed by address; each carries its segment's `small`, false
-/// in the arena); two free blocks of the same lane and
-/// mapping are never neighbours in one segment (they are merged); `ready[small as usize]`
-/// holds exactly the free mapped [`READY`] blocks (both but for the `parked` block) of small (large) segments and `lanes[l]`
-/// those of lane `l` (no empty entry); `holes` holds exactly the unmapped blocks; `cached` is
+/// in the arena); two free blocks of the same lane and mapping are never neighbours in one
+/// segment (they are merged); `ready[small as usize]` holds exactly the free mapped [`READY`]
+/// blocks of small (large) segments (both but for the `parked` block) and `lanes[l]` those of
+/// lane `l` (no empty entry); `holes` holds exactly the unmapped blocks; `cached` is
 /// the sum of the free mapped blocks' sizes, `reserved` of the classic segments' sizes and the
 /// arena's mapped bytes. Every chunk of the arena that no unmapped block covers is mapped.
 #[derive(Default)]
@@ -139,7 +139,8 @@ impl SplitCore {
         }
     }
 
-    /// Lists and merges the parked block, if any (see [`SplitCore::parked`]).
+    /// Lists and merges the parked block, if any (see [`SplitCore::parked`]). Visible to the
+    /// pool's tests, whose reference core unparks after every put.
     pub(super) fn unpark(&mut self) {
         if let Some(p) = self.parked.take() {
             let b = self.blocks[&p];
@@ -172,10 +173,10 @@ impl SplitCore {
                 return None;
             }
         }
-        let after = self.blocks.get(&(p + r)).filter(|n| merges(n));
+        let next = p + r;
+        let after = self.blocks.get(&next).filter(|n| merges(n));
         let merged = r + after.map_or(0, |n| n.size);
         // The smallest listed fit, but for the neighbour after (it would be merged away).
-        let next = p + r;
         let fit = self.ready[Self::set(b.small)]
             .range((r, 0)..)
             .find(|&&(_, at)| after.is_none() || at != next);
@@ -298,7 +299,7 @@ impl SplitCore {
     /// `waste` bytes (see [`Core::take`], [`Core::take_close`]).
     fn take_within(&mut self, size: u64, lane: Lane, limit: u64, waste: u64) -> Option<Taken> {
         let r = round_up(size.max(1), MIN_BLOCK);
-        // An exact fit is always acceptable, and no free block fits better.
+        // The parked block when the best fit would be it; otherwise it is listed first.
         if let Some(t) = self.take_parked(r, lane) {
             return Some(t);
         }

@@ -396,23 +396,28 @@ impl Alive<'_> {
             return;
         };
         let target = ContextClock::target(q);
-        let host = capturing_somewhere();
-        d.in_context(c.ctx, || {
+        let capture = capturing_somewhere();
+        // Whether some event was waited for on the host (a capture, or the driver refused the
+        // device-side wait).
+        let on_host = d.in_context(c.ctx, || {
+            let mut on_host = false;
             for &ev in f.own.iter().chain(f.zombies.iter().map(|z| &z.0)) {
-                let waited = !host
+                let waited = !capture
                     && call!(d, stream_wait_event(target as CUstream, ev as CUevent, 0))
                         == CUDA_SUCCESS;
                 if !waited {
                     call!(d, event_synchronize(ev as CUevent));
+                    on_host = true;
                 }
             }
+            on_host
         });
         owed.waited.insert(q, gen);
         crate::log_at!(
             crate::config::LogLevel::Debug,
             "queue {target:#x} waits for a handed-over fence ({})",
-            if host {
-                "on the host: a capture is under way"
+            if on_host {
+                "on the host"
             } else {
                 "on the device"
             }
