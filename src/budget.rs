@@ -211,6 +211,13 @@ impl DeviceBudget {
         self.reserved.load(Relaxed)
     }
 
+    /// Whether a soft limit is set and reserved memory is above it.
+    #[inline]
+    pub fn over_soft_limit(&self) -> bool {
+        let soft = self.soft_limit();
+        soft != 0 && self.reserved() > soft
+    }
+
     /// Makes this device's budget draw on `shared` too (once; later calls are ignored).
     pub fn share(&self, shared: Box<dyn Shared>) {
         let _ = self.shared.set(shared);

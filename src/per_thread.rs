@@ -122,11 +122,15 @@ pub struct PerThread {
 
 /// The calling thread's lines, by the id of their [`PerThread`], with their ownership flags;
 /// released when the thread exits.
+///
+/// Invariant: [`LAST`] names one of them or nothing; dropping this clears it before any line
+/// is released.
 #[derive(Default)]
 struct Mine(Vec<(u64, LineId, Arc<AtomicBool>)>);
 
 impl Drop for Mine {
     fn drop(&mut self) {
+        LAST.with(|l| l.set((0, LineId::SHARED)));
         for (_, _, owned) in &self.0 {
             // Release: the next owner sees every value this thread stored.
             owned.store(false, Release);
@@ -135,7 +139,10 @@ impl Drop for Mine {
 }
 
 thread_local! {
-    static MINE: RefCell<Mine> = RefCell::new(Mine::default());
+    static MINE: RefCell<Mine> = const { RefCell::new(Mine(Vec::new())) };
+    /// The line this thread used last and its [`PerThread`]'s id: owned by this thread while
+    /// set (see [`Mine`]), found without the borrow and the search of [`MINE`].
+    static LAST: Cell<(u64, LineId)> = const { Cell::new((0, LineId::SHARED)) };
 }
 
 impl Default for PerThread {
@@ -173,6 +180,10 @@ impl PerThread {
     /// line while the thread is being torn down.
     #[inline]
     pub fn with<R>(&self, f: impl FnOnce(&Line, LineId, Mode) -> R) -> R {
+        let (pt, id) = LAST.with(Cell::get);
+        if pt == self.id {
+            return f(self.line(id), id, Mode::Owner);
+        }
         let id = MINE
             .try_with(|mine| {
                 if let Some((_, id, _)) = mine.borrow().0.iter().find(|e| e.0 == self.id) {
@@ -184,6 +195,9 @@ impl PerThread {
             })
             .ok()
             .flatten();
+        if let Some(id) = id {
+            LAST.with(|l| l.set((self.id, id)));
+        }
         match id {
             Some(id) => f(self.line(id), id, Mode::Owner),
             None => f(&self.shared, LineId::SHARED, Mode::Shared),

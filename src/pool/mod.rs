@@ -23,7 +23,7 @@ pub mod whole_segments;
 
 pub use self::core::{ArenaLeft, Forgotten};
 pub use none::NonePool;
-pub use reuse::{CachingPool, Clock, FenceId, ImmediateClock, ReuseRule};
+pub use reuse::{CachingPool, Clock, FenceId, ImmediateClock, ReuseRule, ThreadCache};
 pub use types::*;
 
 use crate::config::PoolKind;

@@ -167,6 +167,11 @@ impl Magazine {
         })
     }
 
+    /// Whether a block of `asked` bytes fits without a spill.
+    fn has_room_for(&self, asked: u64) -> bool {
+        self.blocks.len() < MAGAZINE && self.requested + asked <= MAGAZINE_BYTES
+    }
+
     /// Keeps a freed block; returns the blocks that no longer fit (to go to the core).
     fn push(&mut self, block: Held) -> Vec<Held> {
         self.blocks.push(block);
@@ -193,6 +198,70 @@ impl Magazine {
 }
 
 type SharedMagazine = Arc<SpinLock<Magazine>>;
+
+/// Whether an allocation of `size` may take a block from its thread's magazine under `rule`.
+#[inline]
+fn magazines_serve(size: u64, rule: ReuseRule) -> bool {
+    rule != ReuseRule::Fenced && size <= MAGAZINE_BLOCK
+}
+
+/// Whether a free of a block asked as `asked` bytes may go to its thread's magazine under
+/// `rule` (`over_soft_limit`, asked last: the upstream is above its soft limit).
+#[inline]
+fn magazines_keep(asked: u64, rule: ReuseRule, over_soft_limit: impl FnOnce() -> bool) -> bool {
+    rule != ReuseRule::Fenced && asked <= MAGAZINE_BLOCK && !over_soft_limit()
+}
+
+/// The calling thread's magazine in one pool, held where the caller keeps its per-thread state
+/// (the shim: beside its per-thread cache of the context's pool), so that a cached pair reaches
+/// it without this module's thread-local table. [`take`](Self::take) and
+/// [`keep`](Self::keep) are the pool's own fast paths (`alloc` and `free` run them first), for
+/// the cases that need no lock of the pool: they decide exactly as the pool would.
+///
+/// Invariant: `magazine` is the calling thread's magazine in the pool whose clock is `clock`,
+/// and the cache stays on that thread (it is neither `Send` nor `Sync`). A magazine counts its
+/// owners to learn that its thread exited (`drain_magazines`): a cache must be dropped on its
+/// thread no later than at that thread's exit.
+pub struct ThreadCache {
+    magazine: SharedMagazine,
+    clock: Arc<dyn Clock>,
+    _on_its_thread: std::marker::PhantomData<*const ()>,
+}
+
+impl ThreadCache {
+    /// A block of exactly `size` from this thread's magazine, where the pool's `alloc` would
+    /// take one (the rule lets the thread reuse its own blocks at once, and the size is one
+    /// that magazines keep). `None`: ask the pool.
+    #[inline]
+    pub fn take(&self, size: u64) -> Option<Grant> {
+        if !magazines_serve(size, self.clock.rule()) {
+            return None;
+        }
+        let t = self.magazine.lock().pop(size)?;
+        Some(Grant {
+            ptr: t.ptr,
+            size: t.size,
+            from_cache: true,
+        })
+    }
+
+    /// Keeps `block` in this thread's magazine where the pool's `free` would, and only when
+    /// the magazine has room (no spill to the pool); `Err(block)`: give it to the pool.
+    /// `over_soft_limit`: the upstream is above its soft limit (blocks then go to the pool).
+    #[inline]
+    pub fn keep(&self, block: Held, over_soft_limit: bool) -> Result<(), Held> {
+        if !magazines_keep(block.asked, self.clock.rule(), || over_soft_limit) {
+            return Err(block);
+        }
+        let mut m = self.magazine.lock();
+        if !m.has_room_for(block.asked) {
+            return Err(block);
+        }
+        let spill = m.push(block);
+        debug_assert!(spill.is_empty());
+        Ok(())
+    }
+}
 
 thread_local! {
     /// This thread's magazine in each pool it used, by pool id.
@@ -275,6 +344,22 @@ impl CachingPool {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
+    }
+
+    /// This thread's magazine in this pool, made and registered on first use. `None` while
+    /// the thread is being torn down.
+    fn magazine(&self) -> Option<SharedMagazine> {
+        MAGAZINES
+            .try_with(|mags| {
+                if let Some((_, m)) = mags.borrow().iter().find(|(id, _)| *id == self.id) {
+                    return m.clone();
+                }
+                let m = SharedMagazine::default();
+                lock(&self.magazines).push(m.clone());
+                mags.borrow_mut().push((self.id, m.clone()));
+                m
+            })
+            .ok()
     }
 
     /// Runs `f` on this thread's magazine in this pool, creating and registering it on first
@@ -465,7 +550,7 @@ impl CachingPool {
         };
         let rule = self.clock.rule();
         // Fast path: this thread's own freed blocks, without the pool's lock.
-        if rule != ReuseRule::Fenced && size <= MAGAZINE_BLOCK {
+        if magazines_serve(size, rule) {
             if let Some(Some(t)) = self.with_magazine(|m| m.pop(size)) {
                 return hit(t);
             }
@@ -528,7 +613,7 @@ impl CachingPool {
     ) -> Result<(), CUresult> {
         let rule = self.clock.rule();
         // Fast path: into this thread's magazine, without the pool's lock unless it spills.
-        if rule != ReuseRule::Fenced && block.asked <= MAGAZINE_BLOCK && !up.over_soft_limit() {
+        if magazines_keep(block.asked, rule, || up.over_soft_limit()) {
             let spilled = self.with_magazine(|m| m.push(block));
             match spilled {
                 Some(spill) if spill.is_empty() => return Ok(()),
@@ -582,6 +667,14 @@ impl Pool for CachingPool {
 
     fn free_on(&self, block: Held, on: StreamKey, up: &dyn Upstream) -> Result<(), CUresult> {
         self.free_ordered(block, Some(on), up)
+    }
+
+    fn thread_cache(&self) -> Option<ThreadCache> {
+        Some(ThreadCache {
+            magazine: self.magazine()?,
+            clock: self.clock.clone(),
+            _on_its_thread: std::marker::PhantomData,
+        })
     }
 
     /// Waits for every fence sealed so far (and, for a core that unmaps, for one after all

@@ -230,6 +230,11 @@ pub trait Pool: Send + Sync {
         let _ = ptr;
         None
     }
+    /// The calling thread's own cache in this pool (see [`ThreadCache`](super::ThreadCache)),
+    /// made on first use; `None` for a pool without one, or while the thread is torn down.
+    fn thread_cache(&self) -> Option<super::ThreadCache> {
+        None
+    }
     /// Large requests get classic segments from now on (see [`super::core::Core::stop_expanding`]).
     fn stop_expanding(&self) {}
     /// The context died, and its memory with it: forget every segment without calling the

@@ -6,7 +6,7 @@
 use super::clock::ContextClock;
 use crate::addr_hash::AddrMap as HashMap;
 use crate::cu::*;
-use crate::pool::{BlockSpan, Pool, SegmentView};
+use crate::pool::{BlockSpan, Pool, SegmentView, ThreadCache};
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -37,10 +37,20 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// attach, detach) sets `known` to 0 (not known: the driver is asked), a context's teardown
 /// bumps the generation, and the shim's own switches (`Shim::in_context`) mark it not known
 /// while they last (the clock's and the teardown's run no code that reads it).
-/// `cached` is the last (context, generation, pool) this thread used.
+/// `cached` is the last context this thread used, as of a generation, with its pool and this
+/// thread's own cache in that pool (see [`Cached`]).
 struct ThreadContexts {
     known: Cell<(usize, u64)>,
-    cached: RefCell<Option<(usize, u64, Arc<ContextPool>)>>,
+    cached: RefCell<Option<Cached>>,
+}
+
+/// A context's pool as a thread keeps it: the pool, and the thread's cache in it (its magazine:
+/// a cached pair reaches it here, with no look-up of its own).
+struct Cached {
+    ctx: usize,
+    generation: u64,
+    pool: Arc<ContextPool>,
+    mine: Option<ThreadCache>,
 }
 
 impl ThreadContexts {
@@ -138,11 +148,11 @@ impl Contexts {
         GENERATION.load(Ordering::Acquire)
     }
 
-    /// Runs `f` with a context and this thread's cached pool of it, if the cache holds it and
-    /// no pool went away since: context `ctx`, or (`None`) the thread's current context when it
-    /// knows it (see [`ThreadContexts`]). Gives `f` back otherwise. No driver call, no lock, no
-    /// reference count touched.
-    pub fn with_thread_cached<T, F: FnOnce(usize, &ContextPool) -> T>(
+    /// Runs `f` with a context, this thread's cached pool of it and the thread's own cache in
+    /// that pool, if the cache holds it and no pool went away since: context `ctx`, or (`None`)
+    /// the thread's current context when it knows it (see [`ThreadContexts`]). Gives `f` back
+    /// otherwise. No driver call, no lock, no reference count touched.
+    pub fn with_thread_cached<T, F: FnOnce(usize, &ContextPool, Option<&ThreadCache>) -> T>(
         ctx: Option<usize>,
         f: F,
     ) -> Result<T, F> {
@@ -151,8 +161,8 @@ impl Contexts {
         let hit = CURRENT.try_with(|c| {
             let want = ctx.or_else(|| c.known(generation))?;
             match &*c.cached.borrow() {
-                Some((cx, g, cp)) if *cx == want && *g == generation => {
-                    f.take().map(|f| f(want, cp))
+                Some(k) if k.ctx == want && k.generation == generation => {
+                    f.take().map(|f| f(want, &k.pool, k.mine.as_ref()))
                 }
                 _ => None,
             }
@@ -163,9 +173,20 @@ impl Contexts {
         }
     }
 
-    /// Caches `cp`, the pool of `ctx` as of `generation`, for this thread.
+    /// Caches `cp`, the pool of `ctx` as of `generation`, for this thread, with the thread's
+    /// own cache in it.
     pub fn remember_for_thread(ctx: usize, generation: u64, cp: Arc<ContextPool>) {
-        let _ = CURRENT.try_with(|c| *c.cached.borrow_mut() = Some((ctx, generation, cp)));
+        let _ = CURRENT.try_with(|c| {
+            // The old entry goes first: its thread cache is dropped before a new one is made.
+            c.cached.borrow_mut().take();
+            let mine = cp.pool.thread_cache();
+            *c.cached.borrow_mut() = Some(Cached {
+                ctx,
+                generation,
+                pool: cp,
+                mine,
+            });
+        });
     }
 
     /// The calling thread's current context, if it knows it without the driver.

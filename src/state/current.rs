@@ -8,6 +8,7 @@ use super::contexts::{ContextPool, Contexts};
 use super::Shim;
 use crate::cu::*;
 use crate::pool::new_pool;
+use crate::pool::ThreadCache;
 use std::sync::Arc;
 
 impl Shim {
@@ -28,12 +29,13 @@ impl Shim {
         })
     }
 
-    /// Runs `f` with the pool of the calling thread's current context: from the per-thread
-    /// cache when the thread knows its context (no driver call) or the driver names it, else
-    /// from the map, creating the pool on first use. `f` must not re-enter the shim.
+    /// Runs `f` with the calling thread's current context, its pool and the thread's own cache
+    /// in it: from the per-thread cache when the thread knows its context (no driver call) or
+    /// the driver names it, else from the map, creating the pool on first use. `f` must not
+    /// re-enter the shim.
     pub(crate) fn with_current_pool<T>(
         &self,
-        f: impl FnOnce(usize, &ContextPool) -> T,
+        f: impl FnOnce(usize, &ContextPool, Option<&ThreadCache>) -> T,
     ) -> Result<T, CUresult> {
         let f = match Contexts::with_thread_cached(None, f) {
             Ok(r) => return Ok(r),
@@ -48,7 +50,7 @@ impl Shim {
         let dev = self.driver.current_device()?;
         let cp = self.context_pool(ctx, dev);
         Contexts::remember_for_thread(ctx, generation, cp.clone());
-        Ok(f(ctx, &cp))
+        Ok(f(ctx, &cp, None))
     }
 
     /// The calling thread's current context: the one it is known to have set (see
@@ -60,16 +62,16 @@ impl Shim {
         }
     }
 
-    /// Runs `f` with the pool of context `ctx`, if it has one (from the per-thread cache when
-    /// it is `ctx`'s). `f` must not re-enter the shim.
+    /// Runs `f` with the pool of context `ctx`, if it has one, and the thread's own cache in
+    /// it (from the per-thread cache when it is `ctx`'s). `f` must not re-enter the shim.
     pub(crate) fn with_pool_of<T>(
         &self,
         ctx: usize,
-        f: impl FnOnce(&ContextPool) -> T,
+        f: impl FnOnce(&ContextPool, Option<&ThreadCache>) -> T,
     ) -> Option<T> {
-        match Contexts::with_thread_cached(Some(ctx), |_, cp| f(cp)) {
+        match Contexts::with_thread_cached(Some(ctx), |_, cp, mine| f(cp, mine)) {
             Ok(r) => Some(r),
-            Err(f) => self.contexts.get(ctx).map(|cp| f(ctx, &cp)),
+            Err(f) => self.contexts.get(ctx).map(|cp| f(ctx, &cp, None)),
         }
     }
 

@@ -32,7 +32,7 @@ use crate::sync::lock;
 use dashmap::DashMap;
 use std::backtrace::Backtrace;
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
 
 /// How an allocation reached the driver; decides how its free goes.
@@ -184,18 +184,31 @@ impl Slot {
     }
 }
 
-/// A thread's slots in one table. `next` (the slot to fill next) is its owner's alone.
+/// A thread's slots in one table. `next` (the slot to fill next) is its owner's alone: a
+/// plain load and store.
 #[derive(Default)]
 struct Front {
     slots: [Slot; FRONT],
+    next: AtomicUsize,
 }
 
-/// A thread's front in one table: the table's id, the front, its next slot to fill.
-type Mine = (u64, Arc<Front>, Cell<usize>);
+/// This thread's front in each table it used, by table id.
+///
+/// Invariant: [`LAST`] names one of them or nothing; dropping this (the thread's exit) clears
+/// it first.
+struct Fronts(Vec<(u64, Arc<Front>)>);
+
+impl Drop for Fronts {
+    fn drop(&mut self) {
+        LAST.with(|l| l.set((0, std::ptr::null())));
+    }
+}
 
 thread_local! {
-    /// This thread's front in each table it used.
-    static FRONTS: RefCell<Vec<Mine>> = const { RefCell::new(Vec::new()) };
+    static FRONTS: RefCell<Fronts> = const { RefCell::new(Fronts(Vec::new())) };
+    /// The front this thread used last and its table's id: found without the borrow and the
+    /// search of [`FRONTS`], which holds it (see [`Fronts`]).
+    static LAST: Cell<(u64, *const Front)> = const { Cell::new((0, std::ptr::null())) };
 }
 
 /// Invariant: the allocations handed to the program and not yet freed are exactly those in
@@ -230,35 +243,47 @@ impl LiveTable {
         }
     }
 
-    /// Runs `f` on the calling thread's front in this table and its next slot, made and
-    /// registered on first use; `None` while the thread is being torn down, or when
-    /// backtraces are kept (every entry then goes to the shared table, beside its backtrace).
-    fn with_front<T>(&self, f: impl FnOnce(&Front, &Cell<usize>) -> T) -> Option<T> {
+    /// Runs `f` on the calling thread's front in this table, made and registered on first
+    /// use; `None` while the thread is being torn down, or when backtraces are kept (every
+    /// entry then goes to the shared table, beside its backtrace).
+    fn with_front<T>(&self, f: impl FnOnce(&Front) -> T) -> Option<T> {
         if self.track >= 2 {
             return None;
         }
+        let (id, last) = LAST.with(Cell::get);
+        if id == self.id && !last.is_null() {
+            // SAFETY: `LAST` names a front that this thread's `FRONTS` holds (an `Arc`) until
+            // it is dropped, which clears `LAST` first (the `Fronts` invariant); `f` does not
+            // reach `FRONTS`.
+            return Some(f(unsafe { &*last }));
+        }
         FRONTS
             .try_with(|fronts| {
-                if let Some((_, fr, next)) = fronts.borrow().iter().find(|e| e.0 == self.id) {
-                    return f(fr, next);
-                }
-                let fr = Arc::new(Front::default());
-                lock(&self.fronts).push(fr.clone());
-                let next = Cell::new(0);
-                let r = f(&fr, &next);
-                fronts.borrow_mut().push((self.id, fr, next));
-                r
+                let found = fronts
+                    .borrow()
+                    .0
+                    .iter()
+                    .find(|e| e.0 == self.id)
+                    .map(|e| e.1.clone());
+                let fr = found.unwrap_or_else(|| {
+                    let fr = Arc::new(Front::default());
+                    lock(&self.fronts).push(fr.clone());
+                    fronts.borrow_mut().0.push((self.id, fr.clone()));
+                    fr
+                });
+                LAST.with(|l| l.set((self.id, Arc::as_ptr(&fr))));
+                f(&fr)
             })
             .ok()
     }
 
     /// Enters a new live allocation (and its backtrace under `CUDAPOOL_TRACK=2`: 5-9 µs).
     pub fn insert(&self, ptr: DevPtr, live: Live) {
-        let put = self.with_front(|fr, next| {
+        let put = self.with_front(|fr| {
             // The next slot round the ring, emptied first (its entry moves to the shared
             // table) unless another thread freed it already.
-            let i = next.get();
-            next.set((i + 1) % FRONT);
+            let i = fr.next.load(Relaxed);
+            fr.next.store((i + 1) % FRONT, Relaxed);
             let slot = &fr.slots[i];
             slot.evict(&self.live);
             if slot.ptr.load(Acquire) != 0 {
@@ -289,7 +314,7 @@ impl LiveTable {
                 }
             })
         };
-        if let Some(Some(l)) = self.with_front(|fr, _| in_front(fr)) {
+        if let Some(Some(l)) = self.with_front(in_front) {
             return Some(l);
         }
         let shared = || {

@@ -16,12 +16,12 @@ use crate::cu::*;
 use crate::driver::Driver;
 use crate::log_at;
 use crate::nvtx;
-use crate::pool::{Held, Upstream};
+use crate::pool::{Held, ThreadCache, Upstream};
 
 impl Shim {
     /// `cuMemAlloc`: a pooled block of `size` (> 0) bytes in the current context.
     pub fn mem_alloc(&self, size: u64) -> Result<DevPtr, CUresult> {
-        self.with_current_pool(|ctx, cp| self.alloc_in(ctx, cp, size, None))?
+        self.with_current_pool(|ctx, cp, mine| self.alloc_in(ctx, cp, mine, size, None))?
     }
 
     /// `cuMemAllocAsync` of `size` (> 0) bytes on `stream` (as the program passed it; `ptsz`
@@ -42,27 +42,31 @@ impl Shim {
         }
         let on = Some(clock::key(stream));
         self.in_stream_context(stream, || {
-            self.with_current_pool(|ctx, cp| self.alloc_in(ctx, cp, size, on))?
+            self.with_current_pool(|ctx, cp, mine| self.alloc_in(ctx, cp, mine, size, on))?
         })
     }
 
+    /// An allocation in context `ctx`, from `cp`'s pool: first from the thread's own cache in
+    /// it (`mine`), where the pool would take it from there anyway.
     fn alloc_in(
         &self,
         ctx: usize,
         cp: &ContextPool,
+        mine: Option<&ThreadCache>,
         size: u64,
         on: Option<crate::pool::StreamKey>,
     ) -> Result<DevPtr, CUresult> {
         let dev = cp.device;
         let budget = self.budget(dev);
-        let up = self.upstream(dev);
         let pool_alloc = |up: &DriverUpstream| match on {
             Some(s) => cp.pool.alloc_on(size, s, up),
             None => cp.pool.alloc(size, up),
         };
-        let grant = match pool_alloc(&up) {
+        let hit = mine.and_then(|m| m.take(size));
+        let grant = match hit.map_or_else(|| pool_alloc(&self.upstream(dev)), Ok) {
             Ok(g) => g,
             Err(CUDA_ERROR_OUT_OF_MEMORY) => {
+                let up = self.upstream(dev);
                 // Never report OOM while cached memory could have served the request: the pool
                 // has waited for its fences; give free segments back, as few as make room for
                 // this request first (the rest of the cache keeps serving), then all of them.
@@ -161,13 +165,19 @@ impl Shim {
                     .map(|(s, ptsz)| clock::resolve(s, ptsz))
                     .filter(|&s| !clock::capturing(self.driver, s))
                     .map(clock::key);
-                let freed = self.with_pool_of(live.ctx, |cp| {
-                    let up = self.upstream(live.device);
+                let freed = self.with_pool_of(live.ctx, |cp, mine| {
                     let block = Held {
                         ptr,
                         asked: live.size,
                         size: live.handed,
                     };
+                    // The thread's own cache first, where the pool would keep it anyway.
+                    let block = match mine.map(|m| m.keep(block, budget.over_soft_limit())) {
+                        Some(Ok(())) => return Ok(()),
+                        Some(Err(block)) => block,
+                        None => block,
+                    };
+                    let up = self.upstream(live.device);
                     match on {
                         Some(s) => cp.pool.free_on(block, s, &up),
                         None => cp.pool.free(block, &up),
@@ -329,8 +339,7 @@ impl Upstream for DriverUpstream<'_> {
     }
 
     fn over_soft_limit(&self) -> bool {
-        let soft = self.budget.soft_limit();
-        soft != 0 && self.budget.reserved() > soft
+        self.budget.over_soft_limit()
     }
 
     fn free(&self, ptr: DevPtr, bytes: u64) -> Result<(), CUresult> {

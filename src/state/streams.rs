@@ -39,7 +39,7 @@ impl Shim {
         }
         let key = clock::key(stream);
         let reported = self.in_stream_context(stream, || {
-            self.with_current_pool(|_, cp| cp.clock.work_on(key))
+            self.with_current_pool(|_, cp, _| cp.clock.work_on(key))
         });
         if reported.is_ok() {
             crate::queues::remember(stream, ctx, at);
