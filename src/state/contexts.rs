@@ -152,6 +152,7 @@ impl Contexts {
     /// that pool, if the cache holds it and no pool went away since: context `ctx`, or (`None`)
     /// the thread's current context when it knows it (see [`ThreadContexts`]). Gives `f` back
     /// otherwise. No driver call, no lock, no reference count touched.
+    #[inline(always)]
     pub fn with_thread_cached<T, F: FnOnce(usize, &ContextPool, Option<&ThreadCache>) -> T>(
         ctx: Option<usize>,
         f: F,
