@@ -130,7 +130,7 @@ struct Mine(Vec<(u64, LineId, Arc<AtomicBool>)>);
 
 impl Drop for Mine {
     fn drop(&mut self) {
-        LAST.with(|l| l.set((0, LineId::SHARED)));
+        LAST.with(|l| l.set((0, LineId::SHARED, std::ptr::null())));
         for (_, _, owned) in &self.0 {
             // Release: the next owner sees every value this thread stored.
             owned.store(false, Release);
@@ -140,9 +140,11 @@ impl Drop for Mine {
 
 thread_local! {
     static MINE: RefCell<Mine> = const { RefCell::new(Mine(Vec::new())) };
-    /// The line this thread used last and its [`PerThread`]'s id: owned by this thread while
-    /// set (see [`Mine`]), found without the borrow and the search of [`MINE`].
-    static LAST: Cell<(u64, LineId)> = const { Cell::new((0, LineId::SHARED)) };
+    /// The line this thread used last, its id and its [`PerThread`]'s id: owned by this thread
+    /// while set (see [`Mine`]), found without the borrow and the search of [`MINE`]. (A line
+    /// never moves while its `PerThread` lives, and an id names one `PerThread` only: a
+    /// `PerThread` dropped since cannot match.)
+    static LAST: Cell<(u64, LineId, *const Line)> = const { Cell::new((0, LineId::SHARED, std::ptr::null())) };
 }
 
 impl Default for PerThread {
@@ -180,9 +182,11 @@ impl PerThread {
     /// line while the thread is being torn down.
     #[inline]
     pub fn with<R>(&self, f: impl FnOnce(&Line, LineId, Mode) -> R) -> R {
-        let (pt, id) = LAST.with(Cell::get);
+        let (pt, id, line) = LAST.with(Cell::get);
         if pt == self.id {
-            return f(self.line(id), id, Mode::Owner);
+            // SAFETY: set below from `self.line(id)` of this `PerThread` (ids are never
+            // reused), whose lines stay in place as long as it lives.
+            return f(unsafe { &*line }, id, Mode::Owner);
         }
         let id = MINE
             .try_with(|mine| {
@@ -196,7 +200,7 @@ impl PerThread {
             .ok()
             .flatten();
         if let Some(id) = id {
-            LAST.with(|l| l.set((self.id, id)));
+            LAST.with(|l| l.set((self.id, id, self.line(id))));
         }
         match id {
             Some(id) => f(self.line(id), id, Mode::Owner),
@@ -316,6 +320,36 @@ mod tests {
         }
         assert_eq!(c.made.load(Relaxed), 4);
         assert_eq!(c.sum(0), 58);
+    }
+
+    /// A thread still counting after its line was released (from a thread-local destructor
+    /// that runs after the one that releases it) no longer writes that line as its owner:
+    /// another thread may own it by then.
+    #[test]
+    fn a_thread_past_its_lines_release_counts_on_the_shared_line() {
+        struct CountsAtExit(Arc<PerThread>, std::sync::mpsc::Sender<(LineId, Mode)>);
+        impl Drop for CountsAtExit {
+            fn drop(&mut self) {
+                let seen = self.0.with(|l, id, m| {
+                    l.add(0, 1, m);
+                    (id, m)
+                });
+                let _ = self.1.send(seen);
+            }
+        }
+        thread_local!(static AT_EXIT: RefCell<Option<CountsAtExit>> = const { RefCell::new(None) });
+        let c = Arc::new(PerThread::default());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let c2 = c.clone();
+        std::thread::spawn(move || {
+            // Registered before the thread's lines: destroyed after them.
+            AT_EXIT.with(|e| *e.borrow_mut() = Some(CountsAtExit(c2.clone(), tx)));
+            c2.with(|l, _, m| l.add(0, 1, m));
+        })
+        .join()
+        .unwrap();
+        assert_eq!(rx.recv().unwrap(), (LineId::SHARED, Mode::Shared));
+        assert_eq!(c.sum(0), 2);
     }
 
     #[test]

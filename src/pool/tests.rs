@@ -968,3 +968,87 @@ fn a_parked_block_leaves_splits_choices_as_they_were() {
         assert_eq!(up_a.outstanding(), up_b.outstanding());
     }
 }
+
+/// A thread's cache ([`ThreadCache`]) takes and keeps exactly where the pool's own `alloc` and
+/// `free` would use the thread's magazine, and nowhere else: not under `Fenced`, not above
+/// the magazines' block size, not above the soft limit, never a spill. What it keeps, the
+/// pool sees (cached bytes, another thread's miss) and serves; a thread that exited with a
+/// cache leaves its blocks to the others.
+#[test]
+fn a_thread_cache_decides_as_the_pool_does() {
+    for kind in KINDS_CACHING {
+        let up = FakeUpstream::new(1 << 40);
+        let (p, clock) = pool(kind, ReuseRule::OneQueue);
+        let mine = p.thread_cache().expect("a caching pool has thread caches");
+        let a = p.alloc(4096, &up).unwrap();
+        assert!(mine.take(4096).is_none(), "{kind:?}: nothing kept yet");
+        assert!(mine.keep(a.held(4096), false).is_ok(), "{kind:?}: kept");
+        assert_eq!(
+            p.cached_bytes(),
+            p.segments().iter().map(|s| s.size).sum::<u64>(),
+            "{kind:?}: kept is cached"
+        );
+        assert!(mine.take(512).is_none(), "{kind:?}: an exact size only");
+        let b = mine.take(4096).expect("the block kept");
+        assert_eq!(
+            (b.ptr, b.size, b.from_cache),
+            (a.ptr, a.size, true),
+            "{kind:?}"
+        );
+        // Kept by the cache, served by the pool's own alloc (the same magazine).
+        mine.keep(b.held(4096), false).unwrap();
+        assert_eq!(
+            p.alloc(4096, &up).unwrap().ptr,
+            a.ptr,
+            "{kind:?}: one magazine"
+        );
+        // Where the pool's free would not use the magazine, neither does the cache.
+        let big = p.alloc(2 << 20, &up).unwrap();
+        assert!(
+            mine.keep(big.held(2 << 20), false).is_err(),
+            "{kind:?}: above 1 MiB"
+        );
+        let c = p.alloc(8192, &up).unwrap();
+        assert!(
+            mine.keep(c.held(8192), true).is_err(),
+            "{kind:?}: above the soft limit"
+        );
+        *clock.rule.lock().unwrap() = ReuseRule::Fenced;
+        assert!(mine.keep(c.held(8192), false).is_err(), "{kind:?}: fenced");
+        *clock.rule.lock().unwrap() = ReuseRule::OneQueue;
+        // A full magazine: the cache hands the block back rather than spill.
+        let held: Vec<_> = (0..64).map(|_| p.alloc(512, &up).unwrap()).collect();
+        let kept = held
+            .iter()
+            .take_while(|g| mine.keep(g.held(512), false).is_ok())
+            .count();
+        assert!(
+            kept > 0 && kept < 64,
+            "{kind:?}: a magazine holds some, not all ({kept})"
+        );
+        *clock.rule.lock().unwrap() = ReuseRule::Fenced;
+        assert!(mine.take(512).is_none(), "{kind:?}: fenced: no take either");
+        *clock.rule.lock().unwrap() = ReuseRule::OneQueue;
+        // A thread that exits with blocks in its cache leaves them to the pool: cached, and
+        // given back by a trim like any other.
+        let (p, _) = pool(kind, ReuseRule::OneQueue);
+        let p: Arc<dyn Pool> = Arc::from(p);
+        let up = Arc::new(FakeUpstream::new(1 << 40));
+        let (p2, up2) = (p.clone(), up.clone());
+        std::thread::spawn(move || {
+            let mine = p2.thread_cache().unwrap();
+            let g = p2.alloc(4096 * 3, &*up2).unwrap();
+            mine.keep(g.held(4096 * 3), false).unwrap();
+        })
+        .join()
+        .unwrap();
+        assert!(up.outstanding().0 > 0, "{kind:?}");
+        assert_eq!(
+            p.cached_bytes(),
+            up.outstanding().1,
+            "{kind:?}: all of it cached"
+        );
+        p.trim(&*up, u64::MAX);
+        assert_eq!(up.outstanding(), (0, 0), "{kind:?}: all of it given back");
+    }
+}

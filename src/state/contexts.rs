@@ -158,19 +158,21 @@ impl Contexts {
         f: F,
     ) -> Result<T, F> {
         let generation = Self::generation();
-        let mut f = Some(f);
-        let hit = CURRENT.try_with(|c| {
-            let want = ctx.or_else(|| c.known(generation))?;
-            match &*c.cached.borrow() {
-                Some(k) if k.ctx == want && k.generation == generation => {
-                    f.take().map(|f| f(want, &k.pool, k.mine.as_ref()))
-                }
-                _ => None,
+        let Ok(c) = CURRENT.try_with(|c| c as *const ThreadContexts) else {
+            return Err(f);
+        };
+        // SAFETY: this thread's own value, which lives until the thread's thread-local
+        // destructors run; they cannot run during this call, on this thread. (Reached here
+        // rather than inside `try_with`, so that `f` is not moved into a closure there.)
+        let c = unsafe { &*c };
+        let Some(want) = ctx.or_else(|| c.known(generation)) else {
+            return Err(f);
+        };
+        match &*c.cached.borrow() {
+            Some(k) if k.ctx == want && k.generation == generation => {
+                Ok(f(want, &k.pool, k.mine.as_ref()))
             }
-        });
-        match hit {
-            Ok(Some(r)) => Ok(r),
-            _ => Err(f.take().expect("f is given back only when it did not run")),
+            _ => Err(f),
         }
     }
 
