@@ -199,17 +199,23 @@ impl Magazine {
 
 type SharedMagazine = Arc<SpinLock<Magazine>>;
 
-/// Whether an allocation of `size` may take a block from its thread's magazine under `rule`.
+/// Whether an allocation of `size` may take a block from its thread's magazine under `rule`
+/// (asked only for a size that magazines keep).
 #[inline]
-fn magazines_serve(size: u64, rule: ReuseRule) -> bool {
-    rule != ReuseRule::Fenced && size <= MAGAZINE_BLOCK
+fn magazines_serve(size: u64, rule: impl FnOnce() -> ReuseRule) -> bool {
+    size <= MAGAZINE_BLOCK && rule() != ReuseRule::Fenced
 }
 
 /// Whether a free of a block asked as `asked` bytes may go to its thread's magazine under
-/// `rule` (`over_soft_limit`, asked last: the upstream is above its soft limit).
+/// `rule` (`over_soft_limit`: the upstream is above its soft limit); each asked only when
+/// the answer still depends on it.
 #[inline]
-fn magazines_keep(asked: u64, rule: ReuseRule, over_soft_limit: impl FnOnce() -> bool) -> bool {
-    rule != ReuseRule::Fenced && asked <= MAGAZINE_BLOCK && !over_soft_limit()
+fn magazines_keep(
+    asked: u64,
+    rule: impl FnOnce() -> ReuseRule,
+    over_soft_limit: impl FnOnce() -> bool,
+) -> bool {
+    asked <= MAGAZINE_BLOCK && !over_soft_limit() && rule() != ReuseRule::Fenced
 }
 
 /// The calling thread's magazine in one pool, held where the caller keeps its per-thread state
@@ -234,7 +240,7 @@ impl ThreadCache {
     /// that magazines keep). `None`: ask the pool.
     #[inline]
     pub fn take(&self, size: u64) -> Option<Grant> {
-        if !magazines_serve(size, self.clock.rule()) {
+        if !magazines_serve(size, || self.clock.rule()) {
             return None;
         }
         let t = self.magazine.lock().pop(size)?;
@@ -250,7 +256,7 @@ impl ThreadCache {
     /// `over_soft_limit`: the upstream is above its soft limit (blocks then go to the pool).
     #[inline]
     pub fn keep(&self, block: Held, over_soft_limit: bool) -> Result<(), Held> {
-        if !magazines_keep(block.asked, self.clock.rule(), || over_soft_limit) {
+        if !magazines_keep(block.asked, || self.clock.rule(), || over_soft_limit) {
             return Err(block);
         }
         let mut m = self.magazine.lock();
@@ -550,7 +556,7 @@ impl CachingPool {
         };
         let rule = self.clock.rule();
         // Fast path: this thread's own freed blocks, without the pool's lock.
-        if magazines_serve(size, rule) {
+        if magazines_serve(size, || rule) {
             if let Some(Some(t)) = self.with_magazine(|m| m.pop(size)) {
                 return hit(t);
             }
@@ -613,7 +619,7 @@ impl CachingPool {
     ) -> Result<(), CUresult> {
         let rule = self.clock.rule();
         // Fast path: into this thread's magazine, without the pool's lock unless it spills.
-        if magazines_keep(block.asked, rule, || up.over_soft_limit()) {
+        if magazines_keep(block.asked, || rule, || up.over_soft_limit()) {
             let spilled = self.with_magazine(|m| m.push(block));
             match spilled {
                 Some(spill) if spill.is_empty() => return Ok(()),
