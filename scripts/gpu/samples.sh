@@ -172,8 +172,9 @@ run() {
     esac
   done < "$OUT/samples.txt"
   base=$((pass + bad))
-  check "[ $bad = 0 ] && [ $base -gt 0 ]" "NVIDIA CUDA samples under split, binned and simple" \
-    "$pass of $base samples that pass without cudapool pass with it under every kind ($threaded threaded ones $REPEAT times each); $failing_alone fail without cudapool, $skipped skipped (NVIDIA's list, GPU count)"
+  kinds=$(echo $KINDS | sed 's/ \([^ ]*\)$/ and \1/; s/ \([^ ]*\) and/, \1 and/')
+  check "[ $bad = 0 ] && [ $base -gt 0 ]" "NVIDIA CUDA samples under $kinds" \
+    "$pass of $base samples that pass without cudapool pass with it under $kinds ($threaded threaded ones $REPEAT times each); $failing_alone fail without cudapool, $skipped skipped (NVIDIA's list, GPU count)"
   cat "$OUT/samples.txt"
 }
 
