@@ -972,8 +972,8 @@ fn a_parked_block_leaves_splits_choices_as_they_were() {
 /// A thread's cache ([`ThreadCache`]) takes and keeps exactly where the pool's own `alloc` and
 /// `free` would use the thread's magazine, and nowhere else: not under `Fenced`, not above
 /// the magazines' block size, not above the soft limit, never a spill. What it keeps, the
-/// pool sees (cached bytes, another thread's miss) and serves; a thread that exited with a
-/// cache leaves its blocks to the others.
+/// pool counts as cached and serves; a thread that exited with a cache leaves its blocks to
+/// the pool (a trim gives them back).
 #[test]
 fn a_thread_cache_decides_as_the_pool_does() {
     for kind in KINDS_CACHING {
