@@ -92,7 +92,10 @@ def quantile(v, p):
 
 
 def label(s):
-    return f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB" if s >= 1024 else f"{s} B"
+    """`4 KiB`, `16 MiB`; a size that is not a whole number of either in bytes."""
+    if s >= 1 << 20 and s % (1 << 20) == 0:
+        return f"{s >> 20} MiB"
+    return f"{s >> 10} KiB" if s >= 1024 and s % 1024 == 0 else f"{s} B"
 
 
 def main():
