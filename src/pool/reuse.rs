@@ -746,7 +746,9 @@ impl Pool for CachingPool {
     }
 
     fn segments(&self) -> Vec<SegmentView> {
-        let st = self.lock();
+        let mut st = self.lock();
+        // A parked block shows merged, as the next allocation will find it.
+        st.core.settle();
         let mut waiting: std::collections::HashSet<DevPtr> = st
             .pending
             .iter()

@@ -777,6 +777,10 @@ impl Core for SplitCore {
         self.cached
     }
 
+    fn settle(&mut self) {
+        self.unpark();
+    }
+
     fn reserved(&self) -> u64 {
         self.reserved
     }

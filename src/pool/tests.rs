@@ -1052,3 +1052,47 @@ fn a_thread_cache_decides_as_the_pool_does() {
         assert_eq!(up.outstanding(), (0, 0), "{kind:?}: all of it given back");
     }
 }
+
+/// A view of the segments shows free blocks as the next allocation will find them: split's
+/// parked block (the one freed last, not yet merged) shows merged with its free neighbour,
+/// and the view changes no choice of the pool (the same block comes back afterwards).
+#[test]
+fn segments_show_a_parked_block_merged() {
+    for expandable in [false, true] {
+        let up = FakeUpstream::new(1 << 40).with_vmm(2 * MIB);
+        let clock = FakeClock::new(ReuseRule::OneQueue);
+        let p = new_pool(PoolKind::Split, expandable, clock);
+        let whole = p.alloc(32 * MIB, &up).unwrap();
+        p.free(whole.held(32 * MIB), &up).unwrap();
+        let a = p.alloc(8 * MIB, &up).unwrap();
+        let b = p.alloc(8 * MIB, &up).unwrap();
+        assert_eq!(
+            b.ptr,
+            a.ptr + 8 * MIB,
+            "expandable {expandable}: split from one block"
+        );
+        p.free(b.held(8 * MIB), &up).unwrap(); // parked beside the free rest
+        let segs = p.segments();
+        for s in &segs {
+            for w in s.blocks.windows(2) {
+                let adjacent = w[0].ptr + w[0].size == w[1].ptr;
+                assert!(
+                    !(adjacent && w[0].state == BlockState::Free && w[1].state == BlockState::Free),
+                    "expandable {expandable}: two free blocks side by side: {:?}",
+                    s.blocks
+                );
+            }
+        }
+        assert!(
+            segs.iter()
+                .flat_map(|s| &s.blocks)
+                .any(|v| v.ptr == b.ptr && v.state == BlockState::Free && v.size >= 24 * MIB),
+            "expandable {expandable}: the freed block shows merged with the rest: {segs:?}"
+        );
+        assert_eq!(
+            p.alloc(8 * MIB, &up).unwrap().ptr,
+            b.ptr,
+            "expandable {expandable}"
+        );
+    }
+}
