@@ -20,9 +20,10 @@ split,binned,simple,expandable), BASE_LIB (a second build's split worker, or sev
 LABEL=PATH,LABEL=PATH), CORE (default 5), SIZES (default 512,4096,1048576,16777216).
 """
 import os
-import statistics
 import subprocess
 import sys
+
+from lockstep import label, ratio, run, spread
 
 PAIRS = 20000  # a few milliseconds a row at 100-300 ns a pair
 
@@ -83,21 +84,6 @@ def worker():
         print(" ".join(f"{ext.pairs(k, size, n):.1f}" for k in range(len(ROWS))), flush=True)
 
 
-def quantile(v, p):
-    v = sorted(v)
-    k = (len(v) - 1) * p
-    lo = int(k)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (k - lo)
-
-
-def label(s):
-    """`4 KiB`, `16 MiB`; a size that is not a whole number of either in bytes."""
-    if s >= 1 << 20 and s % (1 << 20) == 0:
-        return f"{s >> 20} MiB"
-    return f"{s >> 10} KiB" if s >= 1024 and s % 1024 == 0 else f"{s} B"
-
-
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 30
     core = int(os.environ.get("CORE", "5"))
@@ -117,31 +103,10 @@ def main():
     for b in filter(None, base.split(",")):
         name, path = b.split("=", 1) if "=" in b else ("base build", b)
         workers.append((f"cudapool split ({name})", {"LD_PRELOAD": os.path.abspath(path)}))
-    procs = []
-    for _, extra in workers:
-        env = dict(os.environ)
-        env.pop("LD_PRELOAD", None)
-        env.update(extra)
-        procs.append(subprocess.Popen(
-            ["taskset", "-c", str(core), sys.executable, __file__, "--worker", sizes],
-            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1))
-    for (name, _), p in zip(workers, procs):
-        if p.stdout.readline().strip() != "ready":
-            sys.exit(f"cpp_lockstep: the worker of '{name}' did not start")
+    answers = run(__file__, workers, core, sizes, rounds, PAIRS)
     sizes = [int(s) for s in sizes.split(",")]
-    ns = {}  # (worker, row, size) -> per round
-    for r in range(rounds):
-        order = list(range(len(workers)))
-        order = order[r % len(order):] + order[: r % len(order)]
-        for size in sizes:
-            for w in order:
-                procs[w].stdin.write(f"{size} {PAIRS}\n")
-                procs[w].stdin.flush()
-                for k, v in enumerate(procs[w].stdout.readline().split()):
-                    ns.setdefault((w, k, size), []).append(float(v))
-    for p in procs:
-        p.stdin.close()
-        p.wait()
+    ns = {(w, k, size): [float(a[k]) for a in v]
+          for (w, size), v in answers.items() for k in range(len(ROWS))}
     print(f"# C++ pairs in lockstep: {rounds} rounds, {len(workers)} workers pinned to core {core}, "
           f"{PAIRS} pairs a row a turn, rows back to back in one process")
     print()
@@ -153,8 +118,7 @@ def main():
             cells = []
             for s in sizes:
                 v = ns[w, k, s]
-                cells.append("failed" if min(v) < 0 else
-                             f"{statistics.median(v):.0f} [{quantile(v, .25):.0f}-{quantile(v, .75):.0f}]")
+                cells.append("failed" if min(v) < 0 else spread(v))
             print(f"| {wname} | {row} | " + " | ".join(cells) + " |")
     print()
     print("against PyTorch's caching allocator in the same process and turn: median ratio "
@@ -163,12 +127,7 @@ def main():
     print("| --- | --- |" + " --- |" * len(sizes))
     for w, (wname, _) in enumerate(workers):
         for k, row in enumerate(ROWS[1:], 1):
-            cells = []
-            for s in sizes:
-                q = [a / b for a, b in zip(ns[w, k, s], ns[w, 0, s])]
-                lo, hi = quantile(q, .25), quantile(q, .75)
-                verdict = "" if lo <= 1 <= hi else (" faster" if hi < 1 else " slower")
-                cells.append(f"{statistics.median(q):.2f}x [{lo:.2f}-{hi:.2f}]{verdict}")
+            cells = [ratio([a / b for a, b in zip(ns[w, k, s], ns[w, 0, s])]) for s in sizes]
             print(f"| {wname} | {row} | " + " | ".join(cells) + " |")
 
 

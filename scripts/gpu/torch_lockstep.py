@@ -17,9 +17,10 @@ the core (default 5), SIZES the sizes (default 512,4096,1048576,16777216).
 """
 import os
 import statistics
-import subprocess
 import sys
 import time
+
+from lockstep import label, ratio, run, spread
 
 PAIRS = 2000  # a few milliseconds a turn
 
@@ -46,21 +47,6 @@ def worker():
         print(f"{statistics.median(best):.1f}", flush=True)
 
 
-def quantile(v, p):
-    v = sorted(v)
-    k = (len(v) - 1) * p
-    lo = int(k)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (k - lo)
-
-
-def label(s):
-    """`4 KiB`, `16 MiB`; a size that is not a whole number of either in bytes."""
-    if s >= 1 << 20 and s % (1 << 20) == 0:
-        return f"{s >> 20} MiB"
-    return f"{s >> 10} KiB" if s >= 1024 and s % 1024 == 0 else f"{s} B"
-
-
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     core = int(os.environ.get("CORE", "5"))
@@ -74,32 +60,9 @@ def main():
     rows.append(("caching off, cudapool split expandable", dict(off, CUDAPOOL_SEGMENTS="expandable")))
     if base:
         rows.append(("caching off, cudapool split (base build)", dict(off, LD_PRELOAD=base)))
-    procs = []
-    for _, extra in rows:
-        env = dict(os.environ)
-        env.pop("LD_PRELOAD", None)
-        env.update(extra)
-        p = subprocess.Popen(
-            ["taskset", "-c", str(core), sys.executable, __file__, "--worker", sizes],
-            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-        )
-        procs.append(p)
-    for (name, _), p in zip(rows, procs):
-        if p.stdout.readline().strip() != "ready":
-            sys.exit(f"torch_lockstep: the worker of '{name}' did not start")
+    answers = run(__file__, rows, core, sizes, rounds, PAIRS)
     sizes = [int(s) for s in sizes.split(",")]
-    ns = {}  # (row, size) -> per round
-    for r in range(rounds):
-        order = list(range(len(rows)))
-        order = order[r % len(order):] + order[: r % len(order)]
-        for size in sizes:
-            for i in order:
-                procs[i].stdin.write(f"{size} {PAIRS}\n")
-                procs[i].stdin.flush()
-                ns.setdefault((i, size), []).append(float(procs[i].stdout.readline()))
-    for p in procs:
-        p.stdin.close()
-        p.wait()
+    ns = {(i, size): [float(a[0]) for a in v] for (i, size), v in answers.items()}
     gov = "unknown"
     try:
         gov = open(f"/sys/devices/system/cpu/cpu{core}/cpufreq/scaling_governor").read().strip()
@@ -112,19 +75,14 @@ def main():
     print("| row | " + " | ".join(label(s) for s in sizes) + " |")
     print("| --- |" + " --- |" * len(sizes))
     for i, (name, _) in enumerate(rows):
-        cells = [f"{statistics.median(ns[i, s]):.0f} [{quantile(ns[i, s], .25):.0f}-{quantile(ns[i, s], .75):.0f}]" for s in sizes]
+        cells = [spread(ns[i, s]) for s in sizes]
         print(f"| {name} | " + " | ".join(cells) + " |")
     print()
     print("against PyTorch's own, the same round: median ratio [25th-75th percentile]; a spread that holds 1.00 is no difference")
     print("| row | " + " | ".join(label(s) for s in sizes) + " |")
     print("| --- |" + " --- |" * len(sizes))
     for i, (name, _) in enumerate(rows[1:], 1):
-        cells = []
-        for s in sizes:
-            q = [a / b for a, b in zip(ns[i, s], ns[0, s])]
-            lo, hi = quantile(q, .25), quantile(q, .75)
-            verdict = "" if lo <= 1 <= hi else (" faster" if hi < 1 else " slower")
-            cells.append(f"{statistics.median(q):.2f}x [{lo:.2f}-{hi:.2f}]{verdict}")
+        cells = [ratio([a / b for a, b in zip(ns[i, s], ns[0, s])]) for s in sizes]
         print(f"| {name} | " + " | ".join(cells) + " |")
     print()
     spans = "; ".join(f"{label(s)} {min(ns[0, s]):.0f}-{max(ns[0, s]):.0f}" for s in sizes)

@@ -352,38 +352,31 @@ impl CachingPool {
         lock(&self.state)
     }
 
-    /// This thread's magazine in this pool, made and registered on first use. `None` while
-    /// the thread is being torn down.
-    fn magazine(&self) -> Option<SharedMagazine> {
+    /// Runs `f` on this thread's magazine in this pool, made and registered on first use;
+    /// `None` while the thread is being torn down. Found, it is used in place: no reference
+    /// count touched (`f` never re-enters).
+    fn with_shared_magazine<T>(&self, f: impl FnOnce(&SharedMagazine) -> T) -> Option<T> {
         MAGAZINES
             .try_with(|mags| {
                 if let Some((_, m)) = mags.borrow().iter().find(|(id, _)| *id == self.id) {
-                    return m.clone();
+                    return f(m);
                 }
                 let m = SharedMagazine::default();
                 lock(&self.magazines).push(m.clone());
                 mags.borrow_mut().push((self.id, m.clone()));
-                m
+                f(&m)
             })
             .ok()
     }
 
-    /// Runs `f` on this thread's magazine in this pool, creating and registering it on first
-    /// use. `None` while the thread is being torn down.
+    /// This thread's magazine in this pool (see [`with_shared_magazine`](Self::with_shared_magazine)).
+    fn magazine(&self) -> Option<SharedMagazine> {
+        self.with_shared_magazine(Arc::clone)
+    }
+
+    /// Runs `f` on this thread's magazine in this pool, locked.
     fn with_magazine<T>(&self, f: impl FnOnce(&mut Magazine) -> T) -> Option<T> {
-        MAGAZINES
-            .try_with(|mags| {
-                // Found: used in place, no reference count touched (f never re-enters).
-                if let Some((_, m)) = mags.borrow().iter().find(|(id, _)| *id == self.id) {
-                    return f(&mut m.lock());
-                }
-                let m = SharedMagazine::default();
-                lock(&self.magazines).push(m.clone());
-                mags.borrow_mut().push((self.id, m.clone()));
-                let mut guard = m.lock();
-                f(&mut guard)
-            })
-            .ok()
+        self.with_shared_magazine(|m| f(&mut m.lock()))
     }
 
     /// Moves magazine blocks into the core (they are ready): every thread's (`all`), or only
