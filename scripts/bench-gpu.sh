@@ -48,7 +48,7 @@ for k in $KINDS; do
   row "cudapool $k, cudaMalloc" env LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k "$W/bench" runtime sizes
 done
 row "cudapool split, cuMemAlloc, in a group (CUDAPOOL_GROUP)" env LD_PRELOAD="$LIB" CUDAPOOL_GROUP="bench-$$" CUDAPOOL_GROUP_LIMIT=60GiB "$W/bench" driver sizes
-rm -f "/dev/shm/cudapool-group-$(id -u)-bench-$$"
+rm -f "/dev/shm/cudapool-$(id -u)/group-bench-$$"
 row "cudapool split, cuMemAlloc, CUDAPOOL_TRACK=1" env LD_PRELOAD="$LIB" CUDAPOOL_TRACK=1 "$W/bench" driver sizes
 row "cudapool split, cuMemAlloc, CUDAPOOL_TRACK=2" env LD_PRELOAD="$LIB" CUDAPOOL_TRACK=2 "$W/bench" driver sizes
 row "PyTorch caching allocator (torch.empty+del)" python3 scripts/gpu/torch_pairs.py

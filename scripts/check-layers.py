@@ -14,7 +14,7 @@ import re
 import sys
 
 LAYERS = [
-    ("base", ["config", "log", "cu", "addr_hash", "per_thread", "flags", "sync", "frames"]),
+    ("base", ["config", "log", "cu", "addr_hash", "per_thread", "flags", "sync", "frames", "rundir"]),
     ("mechanisms", ["driver", "nvtx", "budget", "queues", "pool", "group"]),
     ("state", ["state"]),
     ("reporting", ["report"]),

@@ -21,7 +21,7 @@ echo "=== cudapool stat, from outside, while it runs"
 echo "=== nvidia-smi sees"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
 wait $pid
-echo "=== after it exited: $(ls /dev/shm | grep -c cudapool) cudapool pages left"
+echo "=== after it exited: $(ls /dev/shm/cudapool-$(id -u) 2>/dev/null | grep -c page-) cudapool pages left"
 "$CLI" stat
 "$CLI" plot "$OUT/pytorch.trace.json" -o "$OUT/pytorch-memory.svg"
 python3 -c "import json,sys; t=json.load(open(sys.argv[1])); ev=t['traceEvents']; print('trace:', sum(e['ph']=='C' for e in ev), 'samples,', [e['name'] for e in ev if e['ph']=='i'], 'dropped', t['otherData']['dropped_events'])" "$OUT/pytorch.trace.json"

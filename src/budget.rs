@@ -148,6 +148,10 @@ pub struct DeviceBudget {
     soft_limit: AtomicU64,
     reserved: AtomicU64,
     reserved_peak: AtomicU64,
+    /// Bumped each time memory goes back to the driver (after it is uncharged): a thread whose
+    /// allocation failed retries if this moved since it asked (another thread released memory
+    /// between its failed call and its own reclaim).
+    released: AtomicU64,
     /// The credit's peaks of [`ALLOCATED`] and [`REQUESTED`]; written only under `settle`.
     peaks: [AtomicU64; 2],
     /// Credit no thread holds, per figure; taking the lock is what settling means.
@@ -306,18 +310,27 @@ impl DeviceBudget {
     /// Memory unmapped from an expandable segment.
     pub fn on_unmap(&self) {
         self.driver_frees.fetch_add(1, Relaxed);
+        self.released.fetch_add(1, Release);
     }
 
     /// Memory given back to the driver, or dropped with its context.
     pub fn on_driver_free(&self) {
         self.driver_frees.fetch_add(1, Relaxed);
         self.segments.fetch_sub(1, Relaxed);
+        self.released.fetch_add(1, Release);
     }
 
     /// Segments that vanished with their context, without a driver call.
     pub fn on_segments_dropped(&self, count: u64, bytes: u64) {
         self.segments.fetch_sub(count, Relaxed);
         self.uncharge(bytes);
+        self.released.fetch_add(1, Release);
+    }
+
+    /// How many times memory went back to the driver so far: a thread that failed to allocate
+    /// retries when this moved since before it asked.
+    pub fn releases(&self) -> u64 {
+        self.released.load(Acquire)
     }
 
     /// The program got `bytes`; `from_cache` when no driver call was needed. Returns the line

@@ -141,6 +141,9 @@ pub struct Config {
     pub group_limit: DeviceLimits,
     /// `CUDAPOOL_SEGMENTS`.
     pub segments: Segments,
+    /// `CUDAPOOL_RUNTIME_DIR`: where the live page and group ledgers live (`rundir`), when not
+    /// in the default place.
+    pub runtime_dir: Option<PathBuf>,
 }
 
 /// The characters a group name may use (`CUDAPOOL_GROUP`), and its longest length.
@@ -260,6 +263,7 @@ impl Default for Config {
             group: None,
             group_limit: DeviceLimits::default(),
             segments: Segments::Classic,
+            runtime_dir: None,
         }
     }
 }
@@ -369,6 +373,18 @@ impl Config {
         if let Some(v) = get("CUDAPOOL_GROUP") {
             c.group =
                 Some(parse_group(&v).map_err(|why| bad("CUDAPOOL_GROUP", &v, &why, GROUP_CHARS))?);
+        }
+        if let Some(v) = get("CUDAPOOL_RUNTIME_DIR") {
+            let p = PathBuf::from(v.trim());
+            if !p.is_absolute() {
+                return Err(bad(
+                    "CUDAPOOL_RUNTIME_DIR",
+                    &v,
+                    "not an absolute path",
+                    "the absolute path of a directory of yours (made 0700 if absent)",
+                ));
+            }
+            c.runtime_dir = Some(p);
         }
         if let Some(v) = get("CUDAPOOL_GROUP_LIMIT") {
             c.group_limit = parse_device_limits(&v)

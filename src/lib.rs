@@ -42,6 +42,7 @@ pub mod flags;
 pub mod frames;
 pub mod log;
 pub mod per_thread;
+pub mod rundir;
 pub mod sync;
 
 /// Reads the environment when the library loads (SPEC.md: later changes have no effect).

@@ -1411,18 +1411,15 @@ print("snapshot: ok")
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
 }
 
-/// DESIGN.md trap 9: what sits at a live process's page path in /dev/shm is not trusted. A
+/// DESIGN.md trap 9: what sits at a live process's page path is not trusted. A
 /// FIFO there (nobody writes it) must not make `cudapool stat` hang, and `-v` says what was
 /// skipped; a link there is not followed.
 #[test]
 fn stat_skips_what_is_not_a_page_and_never_blocks() {
     let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
     // This test process is alive and publishes nothing: plant things at its page path.
-    let page = PathBuf::from(format!(
-        "{}{}",
-        cudapool::report::publish::prefix(),
-        std::process::id()
-    ));
+    cudapool::rundir::mine(None).expect("a runtime directory");
+    let page = cudapool::report::publish::default_page_path(std::process::id());
     let _ = std::fs::remove_file(&page);
     let c = std::ffi::CString::new(page.to_str().unwrap()).unwrap();
     // SAFETY: mkfifo of a NUL-terminated path.
@@ -1487,7 +1484,7 @@ fn stat_reads_a_running_process_and_it_leaves_nothing_behind() {
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let page = PathBuf::from(format!("{}{pid}", cudapool::report::publish::prefix()));
+    let page = cudapool::report::publish::default_page_path(pid);
     assert!(page.exists(), "{} published", page.display());
 
     let r = run_program(&cli, &["stat", &pid.to_string()], false, &[]);

@@ -14,7 +14,9 @@
 //! open at once, so a slow, half-open or flooding client stalls no other scraper.
 
 use cudapool::budget::DeviceStats;
-use cudapool::report::publish::{fmt_uuid, pages, read_owned, Snapshot};
+use cudapool::report::page::fmt_uuid;
+use cudapool::report::pages::{live, Snapshot};
+use cudapool::rundir::configured_from_env;
 use fastmetrics::encoder::{EncodeLabelSet, LabelSetEncoder};
 use fastmetrics::format::text::{self, EscapingScheme, TextProfile};
 use fastmetrics::metrics::{counter::Counter, family::Family, gauge::Gauge};
@@ -215,7 +217,7 @@ impl Scraper {
                     .get(header::ACCEPT)
                     .and_then(|v| v.to_str().ok());
                 let openmetrics = prefers_openmetrics(accept.unwrap_or(""));
-                let (text, kind) = render(&self.seen(), openmetrics);
+                let (text, kind) = render(&self.seen(), openmetrics, self.all_users);
                 reply(StatusCode::OK, kind, text)
             }
             "/" => reply(
@@ -246,7 +248,7 @@ impl Scraper {
         }
         let seen = Arc::new(Seen {
             procs: collect(self.all_users),
-            groups: cudapool::group::ledgers(self.all_users)
+            groups: cudapool::group::ledgers(self.all_users, configured_from_env().as_deref())
                 .into_iter()
                 .flatten()
                 .collect(),
@@ -289,23 +291,30 @@ fn prefers_openmetrics(accept: &str) -> bool {
     om > 0.0 && om > plain
 }
 
-/// Every page of the processes this exporter may read, with each process's name.
+/// Every page of the processes this exporter may read, with each process's name. The pid is
+/// the kernel's (the holder of the page's lock) and the name is read from `/proc` for it: a
+/// process in a pid namespace the exporter cannot see is left out, since nothing but its own
+/// page would name it. One process shows once, whatever its user's files say.
 fn collect(all_users: bool) -> Vec<Process> {
-    pages(all_users)
-        .into_iter()
-        .filter_map(|p| {
-            let snap = read_owned(&p.path, p.uid).ok()?;
-            let comm = std::fs::read_to_string(format!("/proc/{}/comm", p.pid))
-                .map(|c| c.trim_end().to_string())
-                .unwrap_or_default();
-            Some(Process { snap, comm })
-        })
-        .collect()
+    let (seen, _) = live(all_users, configured_from_env().as_deref());
+    let mut out: Vec<Process> = Vec::new();
+    for snap in seen {
+        if snap.pid == 0 || out.iter().any(|p| p.snap.pid == snap.pid) {
+            continue;
+        }
+        let comm = std::fs::read_to_string(format!("/proc/{}/comm", snap.pid))
+            .map(|c| c.trim_end().to_string())
+            .unwrap_or_default();
+        out.push(Process { snap, comm });
+    }
+    out
 }
 
 /// The labels of one process's device.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct DeviceLabels {
+    /// The page's owner, shown when the exporter reads every user's (as root).
+    uid: Option<u32>,
     pid: u32,
     comm: String,
     device: i32,
@@ -315,12 +324,15 @@ struct DeviceLabels {
 
 impl LabelSetSchema for DeviceLabels {
     fn names() -> Option<&'static [&'static str]> {
-        Some(&["pid", "comm", "device", "uuid", "group"])
+        Some(&["uid", "pid", "comm", "device", "uuid", "group"])
     }
 }
 
 impl EncodeLabelSet for DeviceLabels {
     fn encode(&self, e: &mut dyn LabelSetEncoder) -> fastmetrics::error::Result<()> {
+        if let Some(u) = self.uid {
+            e.encode(&("uid", u))?;
+        }
         e.encode(&("pid", self.pid))?;
         e.encode(&("comm", self.comm.as_str()))?;
         e.encode(&("device", self.device))?;
@@ -335,18 +347,22 @@ impl EncodeLabelSet for DeviceLabels {
 /// The labels of one group's GPU.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct GroupLabels {
+    uid: Option<u32>,
     group: String,
     uuid: String,
 }
 
 impl LabelSetSchema for GroupLabels {
     fn names() -> Option<&'static [&'static str]> {
-        Some(&["group", "uuid"])
+        Some(&["uid", "group", "uuid"])
     }
 }
 
 impl EncodeLabelSet for GroupLabels {
     fn encode(&self, e: &mut dyn LabelSetEncoder) -> fastmetrics::error::Result<()> {
+        if let Some(u) = self.uid {
+            e.encode(&("uid", u))?;
+        }
         e.encode(&("group", self.group.as_str()))?;
         e.encode(&("uuid", self.uuid.as_str()))
     }
@@ -435,7 +451,7 @@ const COUNTERS: &[Metric] = &[
 
 /// The exposition of what was seen: OpenMetrics or the Prometheus text format, with its
 /// content type. Counters are named `..._total` in both (OpenMetrics adds the suffix itself).
-fn render(seen: &Seen, openmetrics: bool) -> (String, &'static str) {
+fn render(seen: &Seen, openmetrics: bool, all_users: bool) -> (String, &'static str) {
     let procs = &seen.procs;
     let build = || -> fastmetrics::error::Result<String> {
         let mut reg = Registry::builder().with_namespace("cudapool").build()?;
@@ -473,6 +489,7 @@ fn render(seen: &Seen, openmetrics: bool) -> (String, &'static str) {
         for p in procs {
             for d in &p.snap.devices {
                 let labels = DeviceLabels {
+                    uid: all_users.then_some(p.snap.uid),
                     pid: p.snap.pid,
                     comm: p.comm.clone(),
                     device: d.device,
@@ -509,6 +526,7 @@ fn render(seen: &Seen, openmetrics: bool) -> (String, &'static str) {
             for g in &seen.groups {
                 for (uuid, l, total) in &g.devices {
                     let labels = GroupLabels {
+                        uid: all_users.then_some(g.uid),
                         group: g.name.clone(),
                         uuid: fmt_uuid(uuid),
                     };

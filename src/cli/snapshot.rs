@@ -3,7 +3,8 @@
 //! through the process's live page (`cudapool::report::publish::ask_snapshot`); the process's
 //! snapshot thread writes a new file beside FILE, which is then renamed to FILE.
 
-use cudapool::report::publish::{ask_snapshot, prefix};
+use cudapool::report::pages::{ask_snapshot, exists};
+use cudapool::rundir::configured_from_env;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -33,12 +34,9 @@ pub fn snapshot(args: &[String]) -> Result<(), String> {
     let ext = if torch { "pickle" } else { "json" };
     let target = PathBuf::from(out.unwrap_or_else(|| format!("cudapool-{pid}.{ext}")));
     let target = std::path::absolute(&target).map_err(|e| format!("{}: {e}", target.display()))?;
-    let page = PathBuf::from(format!("{}{pid}", prefix()));
-    if !page.exists() {
-        return Err(format!(
-            "no cudapool process {pid} of this user (no {})",
-            page.display()
-        ));
+    let configured = configured_from_env();
+    if !exists(pid, configured.as_deref()) {
+        return Err(format!("no cudapool process {pid} of this user"));
     }
     // The process creates this file new; it becomes FILE once complete.
     let part = target.with_file_name(format!(
@@ -50,7 +48,8 @@ pub fn snapshot(args: &[String]) -> Result<(), String> {
         std::process::id()
     ));
     let _ = std::fs::remove_file(&part);
-    ask_snapshot(&page, &part, torch, WAIT).map_err(|e| format!("process {pid}: {e}"))?;
+    ask_snapshot(pid, configured.as_deref(), &part, torch, WAIT)
+        .map_err(|e| format!("process {pid}: {e}"))?;
     let bytes = std::fs::metadata(&part)
         .map_err(|e| {
             format!(

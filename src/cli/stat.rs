@@ -2,8 +2,9 @@
 //! publishes (`cudapool::report::publish`), read from outside.
 
 use cudapool::report::fmt_bytes;
-use cudapool::report::publish::{fmt_uuid, pages, read, Snapshot};
-use std::path::PathBuf;
+use cudapool::report::page::fmt_uuid;
+use cudapool::report::pages::{live, Snapshot};
+use cudapool::rundir::configured_from_env;
 
 fn render(s: &Snapshot) -> String {
     let now = std::time::SystemTime::now()
@@ -56,27 +57,24 @@ fn render(s: &Snapshot) -> String {
 /// The text for `pids` (every cudapool process of this user when empty); `Err` if a pid was
 /// asked for that publishes nothing. With `verbose`, a note for each file skipped and why.
 pub fn stat_text(pids: &[u32], verbose: bool) -> Result<String, String> {
-    let all: Vec<(u32, PathBuf)> = pages(false).into_iter().map(|p| (p.pid, p.path)).collect();
+    let (all, skipped) = live(false, configured_from_env().as_deref());
     let mut out = String::new();
     for &pid in pids {
-        if !all.iter().any(|(p, _)| *p == pid) {
+        if !all.iter().any(|s| s.pid == pid) {
             return Err(format!("no cudapool process with pid {pid} (of this user)"));
         }
     }
     let mut n = 0;
-    for (pid, path) in all {
-        if !pids.is_empty() && !pids.contains(&pid) {
+    for s in &all {
+        if !pids.is_empty() && !pids.contains(&s.pid) {
             continue;
         }
-        match read(&path) {
-            Ok(s) => {
-                out.push_str(&render(&s));
-                n += 1;
-            }
-            Err(why) if verbose => {
-                out.push_str(&format!("(skipped {}: {why})\n", path.display()));
-            }
-            Err(_) => {}
+        out.push_str(&render(s));
+        n += 1;
+    }
+    if verbose {
+        for s in &skipped {
+            out.push_str(&format!("(skipped {}: {})\n", s.path.display(), s.why));
         }
     }
     if n == 0 {
@@ -91,7 +89,7 @@ pub fn stat_text(pids: &[u32], verbose: bool) -> Result<String, String> {
 /// Every group of this user: per GPU its limit, its total and each live member's part.
 fn groups_text(verbose: bool) -> String {
     let mut out = String::new();
-    for g in cudapool::group::ledgers(false) {
+    for g in cudapool::group::ledgers(false, configured_from_env().as_deref()) {
         let g = match g {
             Ok(g) => g,
             Err(why) if verbose => {

@@ -7,6 +7,8 @@
 //! Uses: `state` (its `View`; it is the state's `Observer`), `report::publish`, `report::trace`,
 //! `budget`, `config`, `log`, `cu`.
 
+pub mod page;
+pub mod pages;
 pub mod publish;
 pub mod torch;
 pub mod trace;
@@ -43,8 +45,11 @@ impl Reporting {
     fn page(&self, view: &dyn View) -> Option<&Publisher> {
         self.page
             .get_or_init(|| {
-                let page =
-                    Publisher::create(view.pool_kind().name(), view.config().group.as_deref());
+                let page = Publisher::create(
+                    view.pool_kind().name(),
+                    view.config().group.as_deref(),
+                    view.config().runtime_dir.as_deref(),
+                );
                 if page.is_some() {
                     start_page_thread();
                 }
@@ -102,10 +107,10 @@ impl Observer for Reporting {
 }
 
 /// The figures of every device seen.
-fn figures(view: &dyn View) -> Vec<publish::DeviceFigures> {
+fn figures(view: &dyn View) -> Vec<page::DeviceFigures> {
     view.devices_seen()
         .into_iter()
-        .map(|d| publish::DeviceFigures {
+        .map(|d| page::DeviceFigures {
             device: d,
             uuid: view.device_uuid(d),
             stats: view.device_stats(d),
@@ -156,7 +161,7 @@ fn start_page_thread() {
 }
 
 /// Writes the snapshot `req` asks for: a new file (never through a link), mode 0600.
-fn write_requested_snapshot(req: &publish::SnapshotRequest) -> Result<(), String> {
+fn write_requested_snapshot(req: &page::SnapshotRequest) -> Result<(), String> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt;
     let shim = crate::state::Shim::active().ok_or("cudapool is not active")?;

@@ -23,10 +23,13 @@ impl Shim {
     ) -> Result<DevPtr, CUresult> {
         let (ctx, dev) = self.current()?;
         let budget = self.budget(dev);
+        let seen = budget.releases();
         if !budget.try_charge(charge) {
             let retry = |budget: &crate::budget::DeviceBudget| budget.try_charge(charge);
             let reclaimed = self.reclaim_context(ctx, dev, u64::MAX) > 0 && retry(budget);
-            if !(reclaimed || self.borrow(dev, charge) && retry(budget)) {
+            // Or another thread gave memory back since we asked.
+            let released = || self.released_since(dev, seen, charge);
+            if !(reclaimed || released() || self.borrow(dev, charge) && retry(budget)) {
                 return Err(self.failed(dev, charge, CUDA_ERROR_OUT_OF_MEMORY));
             }
             budget.on_reclaim_retry();
@@ -72,14 +75,37 @@ impl Shim {
     /// first if they do not fit; `Err` is the out-of-memory answer (logged and counted).
     pub(crate) fn charge_counted(&self, dev: CUdevice, bytes: u64) -> Result<(), CUresult> {
         let budget = self.budget(dev);
+        let seen = budget.releases();
         if budget.try_charge(bytes) {
             return Ok(());
         }
-        if (self.reclaim_device(dev) > 0 || self.borrow(dev, bytes)) && budget.try_charge(bytes) {
+        let reclaimed = self.reclaim_device(dev) > 0 && budget.try_charge(bytes);
+        if reclaimed
+            || self.released_since(dev, seen, bytes)
+            || self.borrow(dev, bytes) && budget.try_charge(bytes)
+        {
             budget.on_reclaim_retry();
             return Ok(());
         }
         Err(self.failed(dev, bytes, CUDA_ERROR_OUT_OF_MEMORY))
+    }
+
+    /// Charges `bytes` on `dev` if memory went back to the driver since the count `seen` (another
+    /// thread's reclaim or free, between a failed charge and this one), trying again while it
+    /// keeps coming back (bounded). Whether they are charged.
+    fn released_since(&self, dev: CUdevice, mut seen: u64, bytes: u64) -> bool {
+        let budget = self.budget(dev);
+        for _ in 0..super::pooled::RELEASE_RETRIES {
+            let now = budget.releases();
+            if now == seen {
+                return false;
+            }
+            seen = now;
+            if budget.try_charge(bytes) {
+                return true;
+            }
+        }
+        false
     }
 
     /// The driver handed out `bytes` charged with [`charge_counted`](Self::charge_counted).
@@ -181,13 +207,15 @@ impl Shim {
             0 => 0,
             _ => size.saturating_sub(idle).div_ceil(2 << 20) * (2 << 20),
         };
+        let seen = budget.releases();
         if !budget.try_charge(ahead) {
             // Give back what the driver pool keeps idle, and cudapool's own cache.
             call!(self.driver, mem_pool_trim_to(pool as Opaque, 0));
             self.settle_pool(key, rec);
             self.reclaim_device(dev);
-            let charged =
-                budget.try_charge(ahead) || self.borrow(dev, ahead) && budget.try_charge(ahead);
+            let charged = budget.try_charge(ahead)
+                || self.released_since(dev, seen, ahead)
+                || self.borrow(dev, ahead) && budget.try_charge(ahead);
             if !charged {
                 drop(pools);
                 return Err(self.failed(dev, size, CUDA_ERROR_OUT_OF_MEMORY));

@@ -18,6 +18,9 @@ use crate::log_at;
 use crate::nvtx;
 use crate::pool::{Held, ThreadCache, Upstream};
 
+/// How many more times an allocation is tried while other threads keep giving memory back.
+pub(crate) const RELEASE_RETRIES: usize = 4;
+
 impl Shim {
     /// `cuMemAlloc`: a pooled block of `size` (> 0) bytes in the current context.
     pub fn mem_alloc(&self, size: u64) -> Result<DevPtr, CUresult> {
@@ -63,18 +66,26 @@ impl Shim {
             None => cp.pool.alloc(size, up),
         };
         let hit = mine.and_then(|m| m.take(size));
-        let grant = match hit.map_or_else(|| pool_alloc(&self.upstream(dev)), Ok) {
+        // What had gone back to the driver before the pool asked (read only on a miss).
+        let mut seen = 0;
+        let first = match hit {
+            Some(g) => Ok(g),
+            None => {
+                seen = budget.releases();
+                pool_alloc(&self.upstream(dev))
+            }
+        };
+        let grant = match first {
             Ok(g) => g,
             Err(CUDA_ERROR_OUT_OF_MEMORY) => {
                 let up = self.upstream(dev);
                 // Never report OOM while cached memory could have served the request: the pool
                 // has waited for its fences; give free segments back, as few as make room for
                 // this request first (the rest of the cache keeps serving), then all of them.
+                // The last try is made even with nothing cached here: another thread may have
+                // just given its cache back (its reclaim emptied ours before we looked).
                 let mut retried = None;
                 for need in [size.next_multiple_of(2 << 20), u64::MAX] {
-                    if cp.pool.cached_bytes() == 0 {
-                        break;
-                    }
                     if cp.pool.trim(&up, need) == 0 && need != u64::MAX {
                         continue;
                     }
@@ -87,6 +98,16 @@ impl Shim {
                 if !matches!(retried, Some(Ok(_)))
                     && self.borrow(dev, size.next_multiple_of(2 << 20))
                 {
+                    retried = Some(pool_alloc(&up));
+                }
+                // Memory went back to the driver since we asked (another thread's reclaim or
+                // free): try again, while it keeps coming back (bounded).
+                for _ in 0..RELEASE_RETRIES {
+                    let now = budget.releases();
+                    if matches!(retried, Some(Ok(_))) || now == seen {
+                        break;
+                    }
+                    seen = now;
                     retried = Some(pool_alloc(&up));
                 }
                 if retried.is_some() {

@@ -195,7 +195,7 @@ impl Shim {
         };
         // A group limit this process cannot keep fails closed, like a bad value.
         let group = GROUP.get_or_init(|| match &config.group {
-            Some(name) => crate::group::Group::join(name).map(Some),
+            Some(name) => crate::group::Group::join(name, config.runtime_dir.as_deref()).map(Some),
             None => Ok(None),
         });
         let group = match group {

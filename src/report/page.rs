@@ -1,0 +1,131 @@
+//! The live page's format: what a cudapool process publishes of itself (`publish` writes it,
+//! `pages` reads it). One fixed-size `#[repr(C)]` record per process; `LAYOUT_VERSION` changes
+//! whenever its layout does.
+//!
+//! Uses: `budget`.
+
+use crate::budget::DeviceStats;
+use std::sync::atomic::AtomicU64;
+
+pub const MAGIC: u64 = u64::from_le_bytes(*b"CUDAPOOL");
+pub const LAYOUT_VERSION: u32 = 4;
+/// The longest path a snapshot request may name (with its NUL).
+pub const REQUEST_PATH: usize = 1024;
+pub const MAX_DEVICES: usize = 64;
+/// Counters per device: [`DeviceStats`] in its order, but with the requested bytes (added in
+/// layout 4) last.
+pub const FIELDS: usize = 18;
+
+/// The longest group name (`CUDAPOOL_GROUP`), NUL-padded in the page.
+pub const GROUP_NAME: usize = 64;
+
+/// One device in the page.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PageDevice {
+    pub device: i32,
+    /// 1 if the device was used.
+    pub used: u32,
+    /// Its UUID (all zero if the driver did not say).
+    pub uuid: [u8; 16],
+    pub stats: [u64; FIELDS],
+}
+
+/// What the page says of one device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceFigures {
+    pub device: i32,
+    pub uuid: Option<[u8; 16]>,
+    pub stats: DeviceStats,
+}
+
+/// A UUID as `nvidia-smi -L` prints it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+pub fn fmt_uuid(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// The shared page. Its process maps it; readers copy it with `pread`, never map it.
+#[repr(C)]
+pub struct Page {
+    pub magic: u64,
+    pub version: u32,
+    pub pid: u32,
+    /// Odd while the writer is writing.
+    pub seq: AtomicU64,
+    /// When it was last written, ns since the Unix epoch.
+    pub updated_ns: AtomicU64,
+    /// The pool kind's name, NUL-padded.
+    pub pool: [u8; 8],
+    /// The process's group (`CUDAPOOL_GROUP`), NUL-padded; empty when it is in none.
+    pub group: [u8; GROUP_NAME],
+    pub devices: [PageDevice; MAX_DEVICES],
+    /// A snapshot asked from outside (`cudapool snapshot PID`): the asker writes `snap_format`
+    /// (0 JSON, 1 PyTorch's pickle) and `snap_path` (absolute, NUL-terminated), then bumps
+    /// `snap_request`; the process writes the file there, new, and sets `snap_served` to the
+    /// request it served.
+    pub snap_request: AtomicU64,
+    pub snap_served: AtomicU64,
+    pub snap_format: AtomicU64,
+    pub snap_path: [u8; REQUEST_PATH],
+}
+
+/// A snapshot asked for through the page.
+pub struct SnapshotRequest {
+    pub seq: u64,
+    pub torch: bool,
+    pub path: std::path::PathBuf,
+}
+
+pub fn stats_to_array(s: &DeviceStats) -> [u64; FIELDS] {
+    [
+        s.allocated,
+        s.allocated_peak,
+        s.reserved,
+        s.reserved_peak,
+        s.cached,
+        s.live_allocations,
+        s.segments,
+        s.alloc_calls,
+        s.free_calls,
+        s.cache_hits,
+        s.driver_allocs,
+        s.driver_frees,
+        s.reclaim_retries,
+        s.ooms,
+        s.hard_limit,
+        s.soft_limit,
+        s.requested,
+        s.requested_peak,
+    ]
+}
+
+pub fn array_to_stats(a: &[u64; FIELDS]) -> DeviceStats {
+    DeviceStats {
+        allocated: a[0],
+        allocated_peak: a[1],
+        reserved: a[2],
+        reserved_peak: a[3],
+        cached: a[4],
+        live_allocations: a[5],
+        segments: a[6],
+        alloc_calls: a[7],
+        free_calls: a[8],
+        cache_hits: a[9],
+        driver_allocs: a[10],
+        driver_frees: a[11],
+        reclaim_retries: a[12],
+        ooms: a[13],
+        hard_limit: a[14],
+        soft_limit: a[15],
+        requested: a[16],
+        requested_peak: a[17],
+    }
+}
