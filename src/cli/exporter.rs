@@ -10,8 +10,16 @@
 //! The formats come from one registry type of the `fastmetrics` crate (it writes both; the
 //! Prometheus project's `prometheus-client` writes only OpenMetrics). The server is hyper's
 //! HTTP/1.1 on a tokio runtime of one thread: each connection is a task of its own, a client
-//! has 10 s to send a request's headers and 60 s in all, and at most [`MAX_CONNECTIONS`] are
-//! open at once, so a slow, half-open or flooding client stalls no other scraper.
+//! has 2 s to send a request's headers and 60 s in all, and at most [`MAX_CONNECTIONS`] are
+//! open at once: a new one past that closes the one that has been idle longest. So idle,
+//! slow, half-open or flooding clients (a thousand held open) stall no scraper, and the
+//! exporter's memory stays bounded; a scraper that connects and asks at once is always served.
+//!
+//! What a user's files can cost a scrape is bounded too: pages and ledgers are copied, never
+//! mapped, each at most its fixed size, and at most `pages::MAX_PAGES_PER_DIR` pages and
+//! `group::ledger::MAX_LEDGERS_PER_DIR` ledgers of one runtime directory are read. Run as root,
+//! every series carries the `uid` that owns the file it came from; `pid` and `comm` are the
+//! kernel's, never the page's word.
 
 use cudapool::budget::DeviceStats;
 use cudapool::report::page::fmt_uuid;
@@ -28,14 +36,14 @@ use hyper::{header, Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Where it listens unless told: this machine only, and a port of its own.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9489";
-const MAX_CONNECTIONS: usize = 256;
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+const MAX_CONNECTIONS: usize = 512;
+const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub const USAGE: &str = "usage: cudapool exporter [--listen ADDR:PORT] [--interval SECONDS]
@@ -109,6 +117,7 @@ pub fn exporter(args: &[String]) -> ExitCode {
         }
     };
     let addr = listener.local_addr().unwrap_or(opts.listen);
+    raise_open_files();
     // SAFETY: geteuid has no preconditions.
     let all_users = unsafe { libc::geteuid() } == 0;
     eprintln!(
@@ -144,10 +153,62 @@ pub fn exporter(args: &[String]) -> ExitCode {
     }
 }
 
+/// Lets the exporter hold as many descriptors as the hard limit allows (its connections are
+/// capped below that anyway).
+fn raise_open_files() {
+    // SAFETY: a zeroed rlimit is valid; getrlimit fills it, setrlimit reads it.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max.min(1 << 16);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
+
+/// The open connections, each with when it was last active (a tick of [`Connections::tick`]).
+#[derive(Default)]
+struct Connections {
+    tick: AtomicU64,
+    open: Mutex<Vec<(u64, Arc<AtomicU64>, tokio::task::AbortHandle)>>,
+}
+
+impl Connections {
+    fn now(&self) -> u64 {
+        self.tick.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Makes room for one more: closes finished entries, then, at the cap, the connection idle
+    /// longest.
+    fn make_room(&self) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|(_, _, h)| !h.is_finished());
+        if open.len() >= MAX_CONNECTIONS {
+            if let Some(oldest) = (0..open.len()).min_by_key(|&i| open[i].1.load(Ordering::Relaxed))
+            {
+                let (_, _, h) = open.swap_remove(oldest);
+                h.abort();
+            }
+        }
+    }
+
+    fn add(&self, id: u64, active: Arc<AtomicU64>, h: tokio::task::AbortHandle) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if !h.is_finished() {
+            open.push((id, active, h));
+        }
+    }
+
+    fn remove(&self, id: u64) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|(i, _, _)| *i != id);
+    }
+}
+
 async fn serve(listener: std::net::TcpListener, scraper: Arc<Scraper>) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
-    let open = Arc::new(AtomicUsize::new(0));
+    let conns = Arc::new(Connections::default());
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
@@ -157,14 +218,14 @@ async fn serve(listener: std::net::TcpListener, scraper: Arc<Scraper>) -> std::i
                 continue;
             }
         };
-        if open.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-            open.fetch_sub(1, Ordering::AcqRel);
-            drop(stream);
-            continue;
-        }
-        let (scraper, open) = (scraper.clone(), open.clone());
-        tokio::spawn(async move {
+        conns.make_room();
+        let id = conns.now();
+        let active = Arc::new(AtomicU64::new(id));
+        let (scraper, c2, a2) = (scraper.clone(), conns.clone(), active.clone());
+        let task = tokio::spawn(async move {
+            let (c3, a3) = (c2.clone(), a2.clone());
             let service = hyper::service::service_fn(move |req| {
+                a3.store(c3.now(), Ordering::Relaxed);
                 let scraper = scraper.clone();
                 async move { Ok::<_, std::convert::Infallible>(scraper.answer(&req)) }
             });
@@ -173,8 +234,9 @@ async fn serve(listener: std::net::TcpListener, scraper: Arc<Scraper>) -> std::i
                 .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service);
             let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
-            open.fetch_sub(1, Ordering::AcqRel);
+            c2.remove(id);
         });
+        conns.add(id, active, task.abort_handle());
     }
 }
 

@@ -31,7 +31,7 @@ pub const DEVICES: usize = 32;
 /// Members a group holds at once.
 pub const MEMBERS: usize = 1024;
 const MAGIC: u64 = u64::from_le_bytes(*b"CPGROUP\0");
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 /// More bytes than any GPU has: a figure above it is impossible (64 PiB).
 pub const SANE: u64 = 1 << 56;
 /// The longest wait at a ledger's door.
@@ -77,6 +77,10 @@ pub(super) struct Ledger {
     pub magic: AtomicU64,
     pub version: u32,
     pub _pad: u32,
+    /// A seqlock for readers from outside, who never take the mutex: odd while a member holds
+    /// the mutex, bumped again when it lets go (a member that died holding it left it odd: the
+    /// next holder makes it even first).
+    pub seq: AtomicU64,
     pub mutex: libc::pthread_mutex_t,
     pub devices: [DeviceSlot; DEVICES],
     pub members: [MemberSlot; MEMBERS],
@@ -369,6 +373,19 @@ pub struct LedgerView {
     pub devices: Vec<([u8; 16], u64, u64)>,
     /// (pid, reserved per GPU, in `devices` order) of each live member.
     pub members: Vec<(u32, Vec<u64>)>,
+    /// What the ledger itself records as reserved on each GPU (in `devices` order): the live
+    /// members' shares and the dead ones' not yet reaped. Never above the limit.
+    pub recorded: Vec<u64>,
+}
+
+/// How long a ledger file is (for tests and tools that make or check one).
+pub fn ledger_bytes() -> usize {
+    SIZE
+}
+
+/// Where the ledger's mutex lies in the file (for the tests that plant a garbage lock word).
+pub fn mutex_offset() -> usize {
+    std::mem::offset_of!(Ledger, mutex)
 }
 
 /// Every group ledger of this user (of every user with `all_users`) in the runtime directories
@@ -416,8 +433,30 @@ pub fn read(dir: &RunDir, fname: &str) -> Result<LedgerView, String> {
     // SAFETY: the box holds SIZE bytes; viewed as bytes to be filled by pread.
     let bytes = unsafe { std::slice::from_raw_parts_mut(copy.as_mut_ptr().cast::<u8>(), SIZE) };
     bytes.fill(0);
-    rundir::read_exact_at(fd.as_raw_fd(), bytes, 0)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    // A consistent copy: the seqlock even and the same before and after.
+    let at = std::mem::offset_of!(Ledger, seq) as u64;
+    let seq = || -> Result<u64, String> {
+        let mut b = [0u8; 8];
+        rundir::read_exact_at(fd.as_raw_fd(), &mut b, at)?;
+        Ok(u64::from_ne_bytes(b))
+    };
+    let mut whole = false;
+    for _ in 0..200 {
+        let before = seq().map_err(|e| format!("{}: {e}", path.display()))?;
+        if before % 2 == 1 {
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        }
+        rundir::read_exact_at(fd.as_raw_fd(), bytes, 0)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        if seq().map_err(|e| format!("{}: {e}", path.display()))? == before {
+            whole = true;
+            break;
+        }
+    }
+    if !whole {
+        return Err(format!("{}: always being written", path.display()));
+    }
     // SAFETY: every byte is written; every bit pattern is a valid Ledger (integers, atomics
     // and an opaque mutex that is never used in this copy).
     let l = unsafe { copy.assume_init() };
@@ -448,6 +487,7 @@ pub fn read(dir: &RunDir, fname: &str) -> Result<LedgerView, String> {
                 (m.pid as u32, used.iter().map(|&d| m.reserved[d]).collect())
             })
             .collect(),
+        recorded: used.iter().map(|&d| l.devices[d].total).collect(),
     })
 }
 

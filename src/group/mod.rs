@@ -92,10 +92,26 @@ impl std::fmt::Debug for Group {
 /// The ledger under its mutex.
 struct Locked<'a>(&'a Group);
 
+impl<'a> Locked<'a> {
+    /// The mutex is ours: readers from outside see the ledger being written until we let go.
+    fn new(g: &'a Group) -> Locked<'a> {
+        // SAFETY: mapped for the Group's life; `seq` is an atomic.
+        let seq = unsafe { &(*g.map.ledger).seq };
+        if seq.load(Ordering::Relaxed) % 2 == 1 {
+            seq.fetch_add(1, Ordering::AcqRel); // left odd by a holder that died
+        }
+        seq.fetch_add(1, Ordering::AcqRel);
+        Locked(g)
+    }
+}
+
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        // SAFETY: the mutex this guard locked.
-        unsafe { libc::pthread_mutex_unlock(&mut (*self.0.map.ledger).mutex) };
+        // SAFETY: the mutex this guard locked; `seq` is an atomic in the same mapping.
+        unsafe {
+            (*self.0.map.ledger).seq.fetch_add(1, Ordering::Release);
+            libc::pthread_mutex_unlock(&mut (*self.0.map.ledger).mutex)
+        };
     }
 }
 
@@ -193,9 +209,9 @@ impl Group {
             // valid absolute timeout.
             let r = unsafe { libc::pthread_mutex_timedlock(&mut (*self.map.ledger).mutex, &until) };
             match r {
-                0 => return Ok(Locked(self)),
+                0 => return Ok(Locked::new(self)),
                 libc::EOWNERDEAD => {
-                    let mut l = Locked(self);
+                    let mut l = Locked::new(self);
                     repair(&mut l);
                     // SAFETY: we hold the mutex after EOWNERDEAD; the state is repaired.
                     unsafe { libc::pthread_mutex_consistent(&mut l.mutex) };

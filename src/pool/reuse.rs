@@ -554,12 +554,39 @@ impl CachingPool {
                 return hit(t);
             }
         }
+        self.alloc_locked(size, on, up, false)
+    }
+
+    /// `alloc_ordered` past the thread's magazine, under the pool's lock from the first look
+    /// to the driver's answer; `release_first`: every free segment that is ready goes back to
+    /// the upstream first, in the same hold ([`Pool::alloc_released`]).
+    fn alloc_locked(
+        &self,
+        size: u64,
+        on: Option<StreamKey>,
+        up: &dyn Upstream,
+        release_first: bool,
+    ) -> Result<Grant, CUresult> {
+        let hit = |t: Taken| {
+            Ok(Grant {
+                ptr: t.ptr,
+                size: t.size,
+                from_cache: true,
+            })
+        };
+        let rule = self.clock.rule();
         // Under `Fenced`, a stream-ordered allocation may take its stream's lane.
         let lane = on.filter(|_| rule == ReuseRule::Fenced).unwrap_or(READY);
         let limit = up.limit();
         let mut st = self.lock();
         if st.forgotten {
             return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        if release_first {
+            self.drain_magazines(&mut st, true);
+            self.collect(&mut st);
+            let idle = self.device_idle(&st);
+            st.core.release_free_segments(up, u64::MAX, idle);
         }
         // While fences are still to bring blocks back, only a close fit: blocks come back in
         // fence order, not in the order the program will ask for them, and splitting the
@@ -658,6 +685,15 @@ impl Pool for CachingPool {
 
     fn alloc_on(&self, size: u64, on: StreamKey, up: &dyn Upstream) -> Result<Grant, CUresult> {
         self.alloc_ordered(size, Some(on), up)
+    }
+
+    fn alloc_released(
+        &self,
+        size: u64,
+        on: Option<StreamKey>,
+        up: &dyn Upstream,
+    ) -> Result<Grant, CUresult> {
+        self.alloc_locked(size, on, up, true)
     }
 
     fn free(&self, block: Held, up: &dyn Upstream) -> Result<(), CUresult> {

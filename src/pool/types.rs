@@ -201,6 +201,22 @@ pub trait Pool: Send + Sync {
         let _ = on;
         self.free(block, up)
     }
+    /// The last try before out of memory: gives every free segment that is ready now back to
+    /// the upstream and allocates, under one hold of the pool, so that no other thread of this
+    /// pool takes the room in between (with eight threads freeing sizes that never come again,
+    /// the room a reclaim made was gone before the retry otherwise). `on` as for
+    /// [`alloc_on`](Self::alloc_on).
+    fn alloc_released(
+        &self,
+        size: u64,
+        on: Option<StreamKey>,
+        up: &dyn Upstream,
+    ) -> Result<Grant, CUresult> {
+        match on {
+            Some(s) => self.alloc_on(size, s, up),
+            None => self.alloc(size, up),
+        }
+    }
     /// Waits for every pending free, then gives free segments back to the upstream until at
     /// least `need` bytes went back (`u64::MAX`: all of them); returns the bytes released.
     fn trim(&self, up: &dyn Upstream, need: u64) -> u64;

@@ -54,9 +54,9 @@ pub fn default_page_path(pid: u32) -> std::path::PathBuf {
 /// The pid a page's name gives (`page-<pid>` or `page-<pid>.<k>`).
 pub fn pid_of_name(name: &str) -> Option<u32> {
     let rest = name.strip_prefix("page-")?;
-    let pid =
-        rest.split_once('.')
-            .map_or(rest, |(p, k)| if k.parse::<u8>().is_ok() { p } else { "" });
+    let pid = rest
+        .split_once('.')
+        .map_or(rest, |(p, k)| if k.parse::<u8>().is_ok() { p } else { "" });
     pid.parse().ok()
 }
 

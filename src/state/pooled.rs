@@ -82,14 +82,24 @@ impl Shim {
                 // Never report OOM while cached memory could have served the request: the pool
                 // has waited for its fences; give free segments back, as few as make room for
                 // this request first (the rest of the cache keeps serving), then all of them.
-                // The last try is made even with nothing cached here: another thread may have
-                // just given its cache back (its reclaim emptied ours before we looked).
+                // Nothing cached is no reason to give up by itself: another thread's reclaim
+                // may have emptied the cache since we asked (the release count below says).
+                // The last try releases and allocates under one hold of the pool, so that the
+                // room it makes is not taken by the pool's other threads first.
+                let last_try = |up: &DriverUpstream| cp.pool.alloc_released(size, on, up);
                 let mut retried = None;
                 for need in [size.next_multiple_of(2 << 20), u64::MAX] {
+                    if cp.pool.cached_bytes() == 0 {
+                        break;
+                    }
                     if cp.pool.trim(&up, need) == 0 && need != u64::MAX {
                         continue;
                     }
-                    retried = Some(pool_alloc(&up));
+                    retried = Some(if need == u64::MAX {
+                        last_try(&up)
+                    } else {
+                        pool_alloc(&up)
+                    });
                     if matches!(retried, Some(Ok(_))) {
                         break;
                     }
@@ -108,7 +118,7 @@ impl Shim {
                         break;
                     }
                     seen = now;
-                    retried = Some(pool_alloc(&up));
+                    retried = Some(last_try(&up));
                 }
                 if retried.is_some() {
                     budget.on_reclaim_retry();

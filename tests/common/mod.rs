@@ -86,6 +86,10 @@ pub fn fixture() -> &'static Fixture {
         let mut a = strict.to_vec();
         a.extend(["-o", "memapi", &memapi, "-ldl"]);
         cc(&a, &dir);
+        let chaos = src("tests/c/chaos.c");
+        let mut a = strict.to_vec();
+        a.extend([&inc, "-o", "chaos", &chaos, "-ldl", "-lpthread"]);
+        cc(&a, &dir);
         let ranges = src("tests/c/ranges.c");
         let mut a = strict.to_vec();
         a.extend(["-o", "ranges", &ranges, "-ldl"]);

@@ -1,0 +1,195 @@
+// The chaos suite's client (tests/chaos.rs): a program under LD_PRELOAD against the fake driver
+// that is made to meet what a shared node throws at it. It reaches the driver by dlsym, as
+// most runtimes do.
+//
+//   chaos race WAY ROUNDS THREADS   THREADS threads allocate random sizes (1 B to 4 MiB), each
+//                                   keeping at most 4 live, ROUNDS rounds of 400 steps. WAY:
+//                                   sync (cuMemAlloc/cuMemFree) or async (cuMemAllocAsync and
+//                                   cuMemFreeAsync on a stream per thread). What they hold at
+//                                   once stays far below the device, so every out-of-memory
+//                                   answer is a false one: prints "race ooms=N" and exits 1 if
+//                                   N > 0.
+//   chaos churn SEED                allocates and frees random sizes (1 to 8 MiB) forever, up
+//                                   to 8 live, printing "alive n=STEPS" every 50 steps: a group
+//                                   member to be killed at any instant.
+//   chaos once [hold]               one 1 MiB allocation: prints "once ok us=N", N the
+//                                   microseconds from the first driver call (set-up and a
+//                                   group's join included) to the allocation's answer; with
+//                                   hold, keeps it until its stdin closes. Then frees it.
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_min.h"
+
+static CUresult (*Init)(unsigned);
+static CUresult (*DeviceGet)(CUdevice *, int);
+static CUresult (*Retain)(CUcontext *, CUdevice);
+static CUresult (*SetCurrent)(CUcontext);
+static CUresult (*Alloc)(CUdeviceptr *, size_t);
+static CUresult (*Free)(CUdeviceptr);
+static CUresult (*AllocAsync)(CUdeviceptr *, size_t, void *);
+static CUresult (*FreeAsync)(CUdeviceptr, void *);
+static CUresult (*StreamCreate)(void **, unsigned);
+static CUresult (*StreamSynchronize)(void *);
+static CUcontext ctx;
+
+static void *need(void *lib, const char *name) {
+  void *f = dlsym(lib, name);
+  if (!f) {
+    fprintf(stderr, "chaos: no %s\n", name);
+    exit(3);
+  }
+  return f;
+}
+
+static void setup(void) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!lib) {
+    fprintf(stderr, "chaos: %s\n", dlerror());
+    exit(3);
+  }
+  Init = need(lib, "cuInit");
+  DeviceGet = need(lib, "cuDeviceGet");
+  Retain = need(lib, "cuDevicePrimaryCtxRetain");
+  SetCurrent = need(lib, "cuCtxSetCurrent");
+  Alloc = need(lib, "cuMemAlloc_v2");
+  Free = need(lib, "cuMemFree_v2");
+  AllocAsync = need(lib, "cuMemAllocAsync");
+  FreeAsync = need(lib, "cuMemFreeAsync");
+  StreamCreate = need(lib, "cuStreamCreate");
+  StreamSynchronize = need(lib, "cuStreamSynchronize");
+  CUdevice d;
+  if (Init(0) || DeviceGet(&d, 0) || Retain(&ctx, d) || SetCurrent(ctx)) {
+    fprintf(stderr, "chaos: no context\n");
+    exit(3);
+  }
+}
+
+// xorshift: each thread its own sequence.
+static uint64_t next(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+static int async_way;
+static int rounds_left;
+static long false_ooms;
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+
+enum { SLOTS = 4, STEPS = 400 };
+
+static void *racer(void *arg) {
+  uint64_t seed = (uintptr_t)arg * 0x9e3779b97f4a7c15ull + (uint64_t)getpid();
+  SetCurrent(ctx);
+  void *stream = NULL;
+  if (async_way && StreamCreate(&stream, 0)) return NULL;
+  CUdeviceptr live[SLOTS] = {0};
+  for (int i = 0; i < STEPS; i++) {
+    int k = (int)(next(&seed) % SLOTS);
+    if (live[k]) {
+      if (async_way) FreeAsync(live[k], stream);
+      else Free(live[k]);
+      live[k] = 0;
+    }
+    size_t size = 1 + (size_t)(next(&seed) % (4u << 20));
+    CUresult r = async_way ? AllocAsync(&live[k], size, stream) : Alloc(&live[k], size);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+      pthread_mutex_lock(&m);
+      false_ooms++;
+      pthread_mutex_unlock(&m);
+      live[k] = 0;
+    } else if (r != CUDA_SUCCESS) {
+      fprintf(stderr, "chaos: alloc %zu: error %d\n", size, r);
+      exit(3);
+    }
+  }
+  for (int k = 0; k < SLOTS; k++) {
+    if (!live[k]) continue;
+    if (async_way) FreeAsync(live[k], stream);
+    else Free(live[k]);
+  }
+  if (stream) StreamSynchronize(stream);
+  return NULL;
+}
+
+static int race(int argc, char **argv) {
+  if (argc < 3) return 2;
+  async_way = !strcmp(argv[0], "async");
+  rounds_left = atoi(argv[1]);
+  int threads = atoi(argv[2]);
+  if (threads < 1 || threads > 64) return 2;
+  for (int round = 0; round < rounds_left; round++) {
+    pthread_t t[64];
+    for (int i = 0; i < threads; i++)
+      pthread_create(&t[i], NULL, racer, (void *)(uintptr_t)(round * 64 + i + 1));
+    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+  }
+  printf("race ooms=%ld\n", false_ooms);
+  return false_ooms ? 1 : 0;
+}
+
+static int churn(int argc, char **argv) {
+  uint64_t seed = (argc > 0 ? strtoull(argv[0], NULL, 10) : 1) * 2654435761ull + 1;
+  CUdeviceptr live[8] = {0};
+  size_t sizes[8] = {0};
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  for (long n = 1;; n++) {
+    int k = (int)(next(&seed) % 8);
+    if (live[k]) {
+      if (Free(live[k])) {
+        fprintf(stderr, "chaos: free failed\n");
+        return 3;
+      }
+      live[k] = 0;
+    }
+    sizes[k] = (1 + next(&seed) % 8) << 20;
+    CUresult r = Alloc(&live[k], sizes[k]);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) live[k] = 0; // the group is full: fine
+    else if (r != CUDA_SUCCESS) {
+      fprintf(stderr, "chaos: alloc error %d\n", r);
+      return 3;
+    }
+    if (n % 50 == 0) printf("alive n=%ld\n", n);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: chaos race|churn|once ...\n");
+    return 2;
+  }
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  setup();
+  if (!strcmp(argv[1], "race")) return race(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "churn")) return churn(argc - 2, argv + 2);
+  if (!strcmp(argv[1], "once")) {
+    CUdeviceptr p;
+    CUresult r = Alloc(&p, 1 << 20);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (r) {
+      fprintf(stderr, "chaos: once: error %d\n", r);
+      return 1;
+    }
+    long us = (t1.tv_sec - t0.tv_sec) * 1000000L + (t1.tv_nsec - t0.tv_nsec) / 1000;
+    printf("once ok us=%ld\n", us);
+    fflush(stdout);
+    if (argc > 2 && !strcmp(argv[2], "hold")) {
+      char buf[64];
+      while (read(0, buf, sizeof buf) > 0) {
+      }
+    }
+    Free(p);
+    return 0;
+  }
+  fprintf(stderr, "chaos: unknown scenario %s\n", argv[1]);
+  return 2;
+}
