@@ -352,7 +352,8 @@ impl RunDir {
 }
 
 /// Opens a file found at `name` in `dir` and checks it on the descriptor: a regular file of the
-/// directory's owner. Its size is for the caller to check (and to read no more than).
+/// directory's owner. Its size is for the caller to check (and to read no more than). `Err`
+/// says why, without the path (the caller names it).
 pub fn open_found(
     dir: &RunDir,
     name: &str,
@@ -360,17 +361,15 @@ pub fn open_found(
 ) -> Result<(OwnedFd, libc::stat), String> {
     let fd = dir
         .open(name, flags)
-        .map_err(|e| format!("{}: cannot open: {e}", dir.file(name).display()))?;
-    let st = fstat(fd.as_raw_fd()).map_err(|e| format!("{}: {e}", dir.file(name).display()))?;
+        .map_err(|e| format!("cannot open: {e}"))?;
+    let st = fstat(fd.as_raw_fd()).map_err(|e| e.to_string())?;
     if !is_regular(&st) {
-        return Err(format!("{}: not a regular file", dir.file(name).display()));
+        return Err("not a regular file".into());
     }
     if st.st_uid != dir.owner {
         return Err(format!(
-            "{}: owned by user {}, not by user {}",
-            dir.file(name).display(),
-            st.st_uid,
-            dir.owner
+            "owned by user {}, not by user {}",
+            st.st_uid, dir.owner
         ));
     }
     Ok((fd, st))

@@ -421,7 +421,8 @@ pub fn read(dir: &RunDir, fname: &str) -> Result<LedgerView, String> {
     let mine = dir.owner == unsafe { libc::getuid() };
     // Our own: read-write, to remove it if it is dead (a write lock needs a writable file).
     let mode = if mine { libc::O_RDWR } else { libc::O_RDONLY };
-    let (fd, st) = rundir::open_found(dir, fname, mode)?;
+    let (fd, st) =
+        rundir::open_found(dir, fname, mode).map_err(|e| format!("{}: {e}", path.display()))?;
     if st.st_size as usize != SIZE {
         return Err(format!(
             "{}: {} bytes, not a group ledger of this version",

@@ -554,17 +554,20 @@ impl CachingPool {
                 return hit(t);
             }
         }
-        self.alloc_locked(size, on, up, false)
+        self.alloc_locked(size, on, up, rule, false)
     }
 
     /// `alloc_ordered` past the thread's magazine, under the pool's lock from the first look
     /// to the driver's answer; `release_first`: every free segment that is ready goes back to
-    /// the upstream first, in the same hold ([`Pool::alloc_released`]).
+    /// the upstream first, in the same hold ([`Pool::alloc_released`]). Inlined: a large
+    /// block's pair takes this path every time.
+    #[inline(always)]
     fn alloc_locked(
         &self,
         size: u64,
         on: Option<StreamKey>,
         up: &dyn Upstream,
+        rule: ReuseRule,
         release_first: bool,
     ) -> Result<Grant, CUresult> {
         let hit = |t: Taken| {
@@ -574,7 +577,6 @@ impl CachingPool {
                 from_cache: true,
             })
         };
-        let rule = self.clock.rule();
         // Under `Fenced`, a stream-ordered allocation may take its stream's lane.
         let lane = on.filter(|_| rule == ReuseRule::Fenced).unwrap_or(READY);
         let limit = up.limit();
@@ -693,7 +695,7 @@ impl Pool for CachingPool {
         on: Option<StreamKey>,
         up: &dyn Upstream,
     ) -> Result<Grant, CUresult> {
-        self.alloc_locked(size, on, up, true)
+        self.alloc_locked(size, on, up, self.clock.rule(), true)
     }
 
     fn free(&self, block: Held, up: &dyn Upstream) -> Result<(), CUresult> {
