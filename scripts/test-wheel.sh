@@ -34,5 +34,22 @@ check "python -m cudapool run loads the library into Python" \
 check "the package reports when the library is absent" \
   "venv/bin/python -c 'import cudapool; print(cudapool.is_loaded())'" "False"
 check "a bad option is refused before anything runs" "venv/bin/cudapool run --pool nope -- true; echo rc=\$?" "rc=2"
+# C builds against the installed package (its header, library, pkg-config file, CMake package).
+src=$OLDPWD
+cp "$src/cbindings/c/print_status.c" "$src/cbindings/c/CMakeLists.txt" "$W/"
+check "the package carries the header" "ls \$(venv/bin/cudapool config --includedir)/cudapool.h" "cudapool.h"
+check "cc with cudapool config --cflags --libs, linked" \
+  "gcc -o by_config print_status.c \$(venv/bin/cudapool config --cflags --libs) -ldl && ./by_config" "the phase peaked at 10485760 bytes"
+if command -v pkg-config >/dev/null; then
+  check "cc with pkg-config, linked" \
+    "gcc -o by_pc print_status.c \$(PKG_CONFIG_PATH=\$(venv/bin/cudapool config --pkgconfigdir) pkg-config --cflags --libs cudapool) -ldl && ./by_pc" \
+    "the phase peaked at 10485760 bytes"
+fi
+cmake="$src/target/test-venv/bin/cmake"
+if [ -x "$cmake" ]; then
+  check "CMake's find_package(cudapool), linked" \
+    "$cmake -S . -B cm -Dcudapool_DIR=\$(venv/bin/cudapool config --cmakedir) >/dev/null && $cmake --build cm >/dev/null && ./cm/print_status" \
+    "the phase peaked at 10485760 bytes"
+fi
 echo "wheel: $pass passed, $fail failed"
 [ "$fail" = 0 ]

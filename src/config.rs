@@ -474,6 +474,9 @@ pub fn parse_limit(s: &str) -> Result<Limit, String> {
 /// Parses a SIZE: `1073741824`, `1.5GiB`, `512 MB`, `2g`. Fractional bytes are rounded down.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
+    if s.starts_with('-') {
+        return Err(format!("{s} is negative"));
+    }
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());

@@ -187,7 +187,15 @@ driver_table! {
     get_proc_address_v2 = c"cuGetProcAddress_v2": fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int);
 }
 
-static DRIVER: OnceLock<Option<Driver>> = OnceLock::new();
+/// The driver once opened. A failed open is not kept: the program may load `libcuda.so.1`
+/// later from where only it looks (its own rpath), and then it is found among the loaded
+/// libraries.
+static DRIVER: OnceLock<Driver> = OnceLock::new();
+/// The open by name (which searches the library path) was tried and failed: later tries only
+/// look among the libraries already loaded (`RTLD_NOLOAD`, cheap).
+static SEARCHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// What the last failed open said (for the one warning line).
+static OPEN_ERROR: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
 
 thread_local! {
     /// Set while this thread is inside `dlopen` of the driver: a constructor in there that
@@ -293,31 +301,90 @@ fn check(r: CUresult) -> Result<(), CUresult> {
     }
 }
 
+/// The path of a loaded library named `libcuda.so*` (the driver the program loaded itself).
+fn loaded_driver_path() -> Option<std::ffi::CString> {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: the loader passes a valid info for the call; `data` is our Option below.
+        let (info, found) = unsafe { (&*info, &mut *(data as *mut Option<std::ffi::CString>)) };
+        if info.dlpi_name.is_null() {
+            return 0;
+        }
+        // SAFETY: a NUL-terminated path the loader keeps for the object's life.
+        let name = unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) };
+        let base = name.to_bytes().rsplit(|&b| b == b'/').next().unwrap_or(&[]);
+        if base.starts_with(b"libcuda.so") {
+            *found = Some(name.to_owned());
+            return 1;
+        }
+        0
+    }
+    let mut found: Option<std::ffi::CString> = None;
+    // SAFETY: the callback only reads what the loader passes and writes our local.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut found as *mut _ as *mut c_void) };
+    found
+}
+
 impl Driver {
-    /// The real driver, opened on first use. `None` if `libcuda.so.1` cannot be opened, or while
-    /// this very thread is opening it.
+    /// The real driver, opened on first use: by name (the library path), else, once the
+    /// program has loaded it from wherever it found it, among the loaded libraries. `None` until
+    /// then, and while this very thread is opening it.
     pub fn get() -> Option<&'static Driver> {
         if let Some(d) = DRIVER.get() {
-            return d.as_ref();
+            return Some(d);
         }
         if LOADING.with(|l| l.get()) {
             return None;
         }
-        DRIVER
-            .get_or_init(|| {
-                LOADING.with(|l| l.set(true));
-                // SAFETY: dlopen of a library name; RTLD_NODELETE keeps it (and every pointer
-                // taken from it) valid for the life of the process.
-                let h = unsafe {
+        let searched = SEARCHED.swap(true, std::sync::atomic::Ordering::AcqRel);
+        let mut flags = libc::RTLD_NOW | libc::RTLD_NODELETE;
+        if searched {
+            flags |= libc::RTLD_NOLOAD;
+        }
+        LOADING.with(|l| l.set(true));
+        // SAFETY: dlopen of a library name; RTLD_NODELETE keeps it (and every pointer taken
+        // from it) valid for the life of the process.
+        let mut h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), flags) };
+        if h.is_null() {
+            // Loaded by the program under another name or path (its rpath, `libcuda.so`).
+            if let Some(path) = loaded_driver_path() {
+                // SAFETY: dlopen of the path of a library already loaded; RTLD_NOLOAD opens
+                // nothing new, RTLD_NODELETE as above.
+                h = unsafe {
                     libc::dlopen(
-                        c"libcuda.so.1".as_ptr(),
-                        libc::RTLD_NOW | libc::RTLD_NODELETE,
+                        path.as_ptr(),
+                        libc::RTLD_NOW | libc::RTLD_NODELETE | libc::RTLD_NOLOAD,
                     )
                 };
-                LOADING.with(|l| l.set(false));
-                (!h.is_null()).then(|| Driver::resolve(h))
-            })
-            .as_ref()
+            }
+        }
+        LOADING.with(|l| l.set(false));
+        if h.is_null() {
+            // SAFETY: dlerror returns NULL or a NUL-terminated message of this thread.
+            let e = unsafe { libc::dlerror() };
+            if !e.is_null() && !searched {
+                // SAFETY: non-null, NUL-terminated (above).
+                let msg = unsafe { std::ffi::CStr::from_ptr(e) }
+                    .to_string_lossy()
+                    .into_owned();
+                *crate::sync::lock(&OPEN_ERROR) = msg;
+            }
+            return None;
+        }
+        Some(DRIVER.get_or_init(|| Driver::resolve(h)))
+    }
+
+    /// Why the driver could not be opened, for a warning line: what was tried and the fix.
+    pub fn open_failure() -> String {
+        let e = crate::sync::lock(&OPEN_ERROR).clone();
+        format!(
+            "libcuda.so.1 could not be opened by name ({}) and is not among the libraries the program loaded; \
+             add its folder to LD_LIBRARY_PATH (the program may find it through its own rpath, which cudapool does not see)",
+            if e.is_empty() { "no error given" } else { &e }
+        )
     }
 
     /// The calling thread's current context, or `None` if it has none.
@@ -332,6 +399,12 @@ impl Driver {
         let mut dev: CUdevice = 0;
         check(call!(self, ctx_get_device(&mut dev)))?;
         Ok(dev)
+    }
+
+    /// How many devices this process sees (`None` if the driver cannot say).
+    pub fn device_count(&self) -> Option<i32> {
+        let mut n: c_int = 0;
+        (call!(self, device_get_count(&mut n)) == CUDA_SUCCESS).then_some(n)
     }
 
     pub fn device_total_mem(&self, dev: CUdevice) -> Result<u64, CUresult> {

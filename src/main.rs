@@ -1,244 +1,204 @@
-//! The `cudapool` command:
-//! - `cudapool run [--limit SIZE] [--pool KIND] [--report] -- program args...` sets `LD_PRELOAD`
-//!   and the `CUDAPOOL_*` variables, then execs the program (SPEC.md). Bad options are refused
-//!   before anything runs.
-//! - `cudapool stat [-v] [PID...]`, `cudapool top [-v] [-n N] [-d SECONDS] [PID...]`: live
-//!   figures of running cudapool processes (`cli/stat.rs`).
-//! - `cudapool plot TRACE -o memory.svg`: a picture of a `CUDAPOOL_TRACE` file (`cli/plot.rs`).
-//! - `cudapool snapshot PID [-o FILE] [--format json|torch]`: a running process's snapshot
-//!   (`cli/snapshot.rs`).
-//! - `cudapool exporter [--listen ADDR:PORT] [--interval SECONDS]`: Prometheus `/metrics` for
-//!   every cudapool process of the user (`cli/exporter.rs`).
+//! The `cudapool` command (SPEC.md): `run`, `stat`, `top`, `plot`, `snapshot`, `exporter` and
+//! `config`, parsed by clap (the preloaded library links none of it). Every subcommand answers
+//! `--help` (and `cudapool help SUB`); a usage error names the subcommand and the option and
+//! exits 2; `run` exits 126 or 127 when the program cannot be started; output into a closed
+//! pipe ends quietly with status 0 (`cli::out`).
 
 mod cli {
+    pub mod config;
     pub mod exporter;
+    pub mod out;
     pub mod plot;
+    pub mod run;
     pub mod snapshot;
     pub mod stat;
 }
 
-use cudapool::config::{parse_device_limits, PoolKind, SIZE_FORMS};
+use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
-const USAGE: &str =
-    "usage: cudapool run [--limit SIZE] [--pool KIND] [--report] -- program [args...]
+/// Routes every CUDA allocation of a program through a caching pool with a hard limit per GPU,
+/// and shows where the memory went.
+#[derive(Parser)]
+#[command(
+    name = "cudapool",
+    version,
+    disable_help_subcommand = false,
+    after_help = "Variables (CUDAPOOL_MEMORY_LIMIT, CUDAPOOL_POOL, CUDAPOOL_GROUP, ...): see the README.\n\
+                  Run `cudapool help SUBCOMMAND` or `cudapool SUBCOMMAND --help` for each one."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-Runs program with libcudapool.so preloaded.
-  --limit SIZE   hard limit per device (CUDAPOOL_MEMORY_LIMIT): 8GiB, 1.5G, 50%, 0=8GiB,1=50%
-  --pool KIND    split, binned, simple or none (CUDAPOOL_POOL)
-  --report       print the memory status at exit (CUDAPOOL_REPORT=stderr)
-Other CUDAPOOL_* variables in the environment are passed on.
-stat [-v] [PID...]: the live figures of running cudapool processes of this user (-v: say which
-  files in /dev/shm were skipped and why); top: the same, refreshed.
-plot: allocated, reserved and limit over time from a CUDAPOOL_TRACE file, as SVG.
-snapshot PID [-o FILE] [--format json|torch]: a running cudapool process of this user writes
-  its snapshot (cudapool's JSON, or PyTorch's pickle for its memory viewer) to FILE, without
-  being stopped.
-exporter [--listen ADDR:PORT] [--interval SECONDS]: Prometheus /metrics for every cudapool
-  process of this user (of every user as root), on 127.0.0.1:9489 unless told.
-Groups: CUDAPOOL_GROUP=NAME joins group NAME (processes of this user on this machine with the
-  same NAME share one budget per GPU); CUDAPOOL_GROUP_LIMIT=SIZE (or a per-device list) is the
-  group's hard limit (the first member fixes it). stat and top show each process's group.";
+#[derive(Subcommand)]
+enum Command {
+    /// Run a program with libcudapool.so preloaded
+    #[command(
+        after_help = "Other CUDAPOOL_* variables in the environment are passed on, each checked first \
+                      with the library's own parser (a bad one exits 2 before anything runs).\n\
+                      Example: cudapool run --limit 8GiB --report -- python train.py"
+    )]
+    Run(RunArgs),
+    /// The live figures of running cudapool processes of this user
+    Stat(StatArgs),
+    /// `stat` again and again, refreshed like top
+    Top(TopArgs),
+    /// Draw allocated, reserved and limit over time from a CUDAPOOL_TRACE file, as SVG
+    Plot(PlotArgs),
+    /// Have a running cudapool process of this user write its snapshot, without stopping it
+    Snapshot(SnapshotArgs),
+    /// Serve Prometheus /metrics for every cudapool process of this user (of every user as root)
+    Exporter(ExporterArgs),
+    /// Flags to compile and link C or C++ against cudapool (like pkg-config)
+    Config(cli::config::ConfigArgs),
+}
 
-struct Run {
+#[derive(Args)]
+struct RunArgs {
+    /// Hard limit per device (CUDAPOOL_MEMORY_LIMIT): 8GiB, 1.5G, 50%, or a per-device list
+    /// 0=8GiB,1=50%; 0 means no limit
+    #[arg(long, value_name = "SIZE", value_parser = cli::run::parse_limit_arg, allow_hyphen_values = true)]
     limit: Option<String>,
+    /// Pool kind (CUDAPOOL_POOL): split, binned, simple or none
+    #[arg(long, value_name = "KIND", value_parser = cli::run::parse_pool_arg)]
     pool: Option<String>,
+    /// Print the memory status at exit (CUDAPOOL_REPORT=stderr)
+    #[arg(long)]
     report: bool,
+    /// The program and its arguments (after `--`, or the first word that is not an option)
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     program: Vec<OsString>,
 }
 
-fn parse_run(args: &[OsString]) -> Result<Run, String> {
-    let mut run = Run {
-        limit: None,
-        pool: None,
-        report: false,
-        program: Vec::new(),
-    };
-    let mut i = 0;
-    while i < args.len() {
-        let a = args[i].to_string_lossy().into_owned();
-        let mut value = |name: &str| -> Result<String, String> {
-            if let Some(v) = a.strip_prefix(&format!("{name}=")) {
-                return Ok(v.to_string());
-            }
-            i += 1;
-            args.get(i)
-                .map(|v| v.to_string_lossy().into_owned())
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        if a == "--" {
-            run.program = args[i + 1..].to_vec();
-            break;
-        } else if a == "--limit" || a.starts_with("--limit=") {
-            let v = value("--limit")?;
-            parse_device_limits(&v)
-                .map_err(|why| format!("invalid --limit {v:?}: {why}; accepted: {SIZE_FORMS}"))?;
-            run.limit = Some(v);
-        } else if a == "--pool" || a.starts_with("--pool=") {
-            let v = value("--pool")?;
-            PoolKind::parse(&v)
-                .ok_or_else(|| format!("invalid --pool {v:?}; accepted: {}", PoolKind::ACCEPTED))?;
-            run.pool = Some(v);
-        } else if a == "--report" {
-            run.report = true;
-        } else if a.starts_with('-') {
-            return Err(format!("unknown option {a}"));
+#[derive(Args)]
+struct StatArgs {
+    /// Also say which files were skipped, and why
+    #[arg(short, long)]
+    verbose: bool,
+    /// Only these processes
+    pids: Vec<u32>,
+}
+
+#[derive(Args)]
+struct TopArgs {
+    /// Also say which files were skipped, and why
+    #[arg(short, long)]
+    verbose: bool,
+    /// Stop after COUNT screens
+    #[arg(short = 'n', long, value_name = "COUNT", default_value_t = u64::MAX, hide_default_value = true)]
+    count: u64,
+    /// Seconds between screens
+    #[arg(short = 'd', long, value_name = "SECONDS", default_value_t = 1.0, value_parser = positive_seconds)]
+    delay: f64,
+    /// Only these processes
+    pids: Vec<u32>,
+}
+
+#[derive(Args)]
+struct PlotArgs {
+    /// A trace written under CUDAPOOL_TRACE
+    trace: PathBuf,
+    /// The picture to write (.svg)
+    #[arg(short, long, value_name = "FILE", default_value = "memory.svg")]
+    output: PathBuf,
+}
+
+#[derive(Args)]
+struct SnapshotArgs {
+    /// The process (as `cudapool stat` lists it)
+    pid: u32,
+    /// Where to write it (default cudapool-PID.json or .pickle)
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// cudapool's JSON, or PyTorch's pickle for pytorch.org/memory_viz
+    #[arg(long, value_name = "FORMAT", default_value = "json", value_parser = ["json", "torch"])]
+    format: String,
+}
+
+#[derive(Args)]
+struct ExporterArgs {
+    /// Where to listen (port 0: any free port)
+    #[arg(long, value_name = "ADDR:PORT", default_value = cli::exporter::DEFAULT_LISTEN)]
+    listen: std::net::SocketAddr,
+    /// Read the processes' pages at most this often (0: every scrape)
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = seconds)]
+    interval: f64,
+}
+
+const SUBCOMMANDS: [&str; 7] = [
+    "run", "stat", "top", "plot", "snapshot", "exporter", "config",
+];
+
+fn seconds(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .ok_or(format!("{s:?} is not a number of seconds, 0 or more"))
+}
+
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    seconds(s).and_then(|v| {
+        if v > 0.0 {
+            Ok(v)
         } else {
-            run.program = args[i..].to_vec();
-            break;
+            Err("must be more than 0".into())
         }
-        i += 1;
-    }
-    if run.program.is_empty() {
-        return Err("no program to run".into());
-    }
-    Ok(run)
+    })
 }
 
-/// `$CUDAPOOL_LIB`, else `libcudapool.so` beside this binary, in `../lib`, or (installed by
-/// `pip`, this binary in a `bin/` folder) in the `cudapool` package of that prefix's Python
-/// (`../lib/python3.*/site-packages/cudapool/`, or `dist-packages` on Debian's Python).
-fn find_library() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("CUDAPOOL_LIB") {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!("CUDAPOOL_LIB={} is not a file", p.display()))
-        };
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
-    let dir = exe.parent().ok_or("binary has no folder")?;
-    let mut candidates = vec![
-        dir.join("libcudapool.so"),
-        dir.join("../lib/libcudapool.so"),
-    ];
-    candidates.extend(pip_installed(&dir.join("../lib")));
-    for candidate in candidates {
-        if candidate.is_file() {
-            return candidate
-                .canonicalize()
-                .map_err(|e| format!("{}: {e}", candidate.display()));
+/// A subcommand's result: its error printed as `cudapool SUB: ...`, exit 2 (or its own code).
+fn finish(sub: &str, r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cudapool {sub}: {e}");
+            ExitCode::from(2)
         }
     }
-    Err(format!(
-        "libcudapool.so not found beside {} or in ../lib (nor in a pip-installed cudapool \
-         package there); set CUDAPOOL_LIB",
-        exe.display()
-    ))
-}
-
-/// `lib/python3.*/{site,dist}-packages/cudapool/libcudapool.so` under `lib`, newest Python
-/// first.
-fn pip_installed(lib: &std::path::Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(lib) else {
-        return Vec::new();
-    };
-    let mut pythons: Vec<PathBuf> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("python3"))
-        })
-        .collect();
-    pythons.sort();
-    pythons
-        .iter()
-        .rev()
-        .flat_map(|py| {
-            ["site-packages", "dist-packages"]
-                .map(|d| py.join(d).join("cudapool").join("libcudapool.so"))
-        })
-        .collect()
-}
-
-fn run(args: &[OsString]) -> Result<std::convert::Infallible, (u8, String)> {
-    let r = parse_run(args).map_err(|e| (2, format!("{e}\n{USAGE}")))?;
-    let lib = find_library().map_err(|e| (2, e))?;
-    let mut preload = OsString::from(&lib);
-    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-        preload.push(":");
-        preload.push(old);
-    }
-    let mut cmd = Command::new(&r.program[0]);
-    cmd.args(&r.program[1..]).env("LD_PRELOAD", preload);
-    if let Some(l) = &r.limit {
-        cmd.env("CUDAPOOL_MEMORY_LIMIT", l);
-    }
-    if let Some(p) = &r.pool {
-        cmd.env("CUDAPOOL_POOL", p);
-    }
-    if r.report {
-        cmd.env("CUDAPOOL_REPORT", "stderr");
-    }
-    let err = cmd.exec();
-    let code = if err.kind() == std::io::ErrorKind::NotFound {
-        127
-    } else {
-        126
-    };
-    Err((
-        code,
-        format!("cannot run {}: {err}", r.program[0].to_string_lossy()),
-    ))
 }
 
 fn main() -> ExitCode {
-    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    match args
-        .first()
-        .map(|a| a.to_string_lossy().into_owned())
-        .as_deref()
-    {
-        Some("run") => match run(&args[1..]) {
-            Ok(never) => match never {},
-            Err((code, msg)) => {
-                eprintln!("cudapool: {msg}");
-                ExitCode::from(code)
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) if !e.use_stderr() => {
+            // Help and version, on stdout (a closed pipe there is no error).
+            cli::out::out(&e.render().to_string());
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // A usage error, on stderr, naming the subcommand: "cudapool run: invalid value ...".
+            let sub = std::env::args()
+                .skip(1)
+                .find(|a| !a.starts_with('-'))
+                .filter(|a| SUBCOMMANDS.contains(&a.as_str()));
+            let text = e.render().to_string();
+            let text = text.strip_prefix("error: ").unwrap_or(&text);
+            match sub {
+                Some(sub) => eprint!("cudapool {sub}: {text}"),
+                None => eprint!("cudapool: {text}"),
             }
-        },
-        Some("exporter") => {
-            let rest: Vec<String> = args[1..]
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect();
-            cli::exporter::exporter(&rest)
+            return ExitCode::from(2);
         }
-        Some(cmd @ ("stat" | "top" | "plot" | "snapshot")) => {
-            let rest: Vec<String> = args[1..]
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect();
-            let r = match cmd {
-                "stat" => cli::stat::stat(&rest),
-                "top" => cli::stat::top(&rest),
-                "snapshot" => cli::snapshot::snapshot(&rest),
-                _ => cli::plot::plot(&rest),
-            };
-            match r {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("cudapool {cmd}: {e}");
-                    ExitCode::from(2)
-                }
-            }
+    };
+    match cli.command {
+        Command::Run(a) => cli::run::run(a.limit, a.pool, a.report, a.program),
+        Command::Stat(a) => finish("stat", cli::stat::stat(&a.pids, a.verbose)),
+        Command::Top(a) => finish("top", cli::stat::top(&a.pids, a.verbose, a.count, a.delay)),
+        Command::Plot(a) => finish(
+            "plot",
+            cli::plot::plot(&a.trace.to_string_lossy(), &a.output.to_string_lossy()),
+        ),
+        Command::Snapshot(a) => finish(
+            "snapshot",
+            cli::snapshot::snapshot(a.pid, a.output, a.format == "torch"),
+        ),
+        Command::Exporter(a) => {
+            cli::exporter::exporter(a.listen, std::time::Duration::from_secs_f64(a.interval))
         }
-        Some("--version" | "-V" | "version") => {
-            println!("cudapool {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
-        }
-        Some("--help" | "-h" | "help") => {
-            println!("{USAGE}");
-            ExitCode::SUCCESS
-        }
-        _ => {
-            eprintln!("{USAGE}");
-            ExitCode::from(2)
-        }
+        Command::Config(a) => finish("config", cli::config::config(&a)),
     }
 }

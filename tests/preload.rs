@@ -749,7 +749,9 @@ fn the_cli_runs_a_program_under_the_shim() {
     );
     assert_eq!(r.code, 2);
     assert!(
-        r.stderr.contains("invalid --limit \"lots\"") && r.stderr.contains("accepted"),
+        r.stderr
+            .contains("cudapool run: invalid value 'lots' for '--limit <SIZE>'")
+            && r.stderr.contains("accepted"),
         "{}",
         r.stderr
     );
@@ -1711,4 +1713,235 @@ fn every_other_allocation_api_counts_against_the_limit() {
     let mips: u64 = (0..5).map(|l| (1024u64 >> l) * (1024 >> l) * 4).sum();
     let texels = 1000 * 1000 * 4 + 100 * 100 * 100 * 4 + mips;
     assert!(r.num("arrays_held", "reserved") >= texels);
+}
+
+/// A program that finds the driver only through its own RUNPATH (cudapool, preloaded, cannot
+/// open `libcuda.so.1` by name): cudapool uses the driver the program loaded, and counts its
+/// allocation. Before: every hooked call returned "not initialized", with no line at any level.
+#[test]
+fn the_driver_the_program_found_through_its_rpath_is_the_one_cudapool_uses() {
+    let f = fixture();
+    let rp = f.dir.join("rpath-only");
+    let _ = std::fs::remove_dir_all(&rp);
+    std::fs::create_dir_all(&rp).unwrap();
+    std::fs::copy(f.dir.join("libcuda.so.1"), rp.join("libcuda.so.1")).unwrap();
+    std::os::unix::fs::symlink("libcuda.so.1", rp.join("libcuda.so")).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    let inc = format!("-I{}", src.display());
+    let l = format!("-L{}", rp.display());
+    let r = format!("-Wl,-rpath,{}", rp.display());
+    cc(
+        &[
+            &inc,
+            "-o",
+            "rpath",
+            src.join("rpath.c").to_str().unwrap(),
+            &l,
+            "-lcuda",
+            &r,
+            "-Wl,--enable-new-dtags",
+        ],
+        &f.dir,
+    );
+    let out = Command::new(f.dir.join("rpath"))
+        .env_remove("LD_LIBRARY_PATH")
+        .env("LD_PRELOAD", &f.lib)
+        .env("CUDAPOOL_REPORT", "stderr")
+        .output()
+        .unwrap();
+    let (so, se) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(so.contains("rpath rc=0"), "{so}{se}");
+    assert!(se.contains("peak 1.00 MiB"), "cudapool counted it: {se}");
+}
+
+/// The CLI a newcomer meets (issue 38): `--help` for every subcommand and `help SUB`, errors
+/// that name the subcommand and the option with exit 2, every `CUDAPOOL_*` variable `run`
+/// passes on checked before anything runs, and output into a closed pipe ending quietly with
+/// status 0.
+#[test]
+fn the_cli_helps_and_names_what_is_wrong() {
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+    let r = run_program(&cli, &["--help"], false, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    for sub in [
+        "run", "stat", "top", "plot", "snapshot", "exporter", "config",
+    ] {
+        assert!(r.stdout.contains(sub), "the help lists {sub}: {}", r.stdout);
+        for args in [vec![sub, "--help"], vec!["help", sub]] {
+            let r = run_program(&cli, &args, false, &[]);
+            assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+            assert!(
+                r.stdout.contains(&format!("Usage: cudapool {sub}")),
+                "{args:?}: {}",
+                r.stdout
+            );
+        }
+    }
+    let bad = |args: &[&str], env: &[(&str, &str)], want: &str| {
+        let r = run_program(&cli, args, false, env);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(
+            r.stderr.contains(want),
+            "{args:?}: want {want:?} in {}",
+            r.stderr
+        );
+    };
+    bad(
+        &["run", "--limit", "-1", "--", "/bin/true"],
+        &[],
+        "-1 is negative",
+    );
+    bad(
+        &["run", "--frob", "--", "/bin/true"],
+        &[],
+        "cudapool run: unexpected argument '--frob'",
+    );
+    bad(
+        &["stat", "--frob"],
+        &[],
+        "cudapool stat: unexpected argument '--frob'",
+    );
+    bad(&["top", "-d", "0"], &[], "cudapool top: invalid value '0'");
+    bad(
+        &["snapshot"],
+        &[],
+        "cudapool snapshot: the following required arguments",
+    );
+    bad(
+        &["config"],
+        &[],
+        "cudapool config: the following required arguments",
+    );
+    bad(&["frob"], &[], "cudapool: unrecognized subcommand 'frob'");
+    bad(
+        &["run", "--", "/bin/true"],
+        &[("CUDAPOOL_MEMORY_LIMIT", "abc")],
+        "cudapool run: invalid CUDAPOOL_MEMORY_LIMIT=\"abc\"",
+    );
+    bad(
+        &["run", "--", "/bin/true"],
+        &[("CUDAPOOL_GROUP", "a/b")],
+        "invalid CUDAPOOL_GROUP=\"a/b\"",
+    );
+    // Into a pipe whose reader is gone: no panic, status 0.
+    for args in [vec!["--help"], vec!["stat"], vec!["run", "--help"]] {
+        let mut fds = [0; 2];
+        // SAFETY: pipe(2) fills two descriptors; the read end is closed at once.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: our own descriptor, closed once.
+        unsafe { libc::close(fds[0]) };
+        // SAFETY: the write end is ours; the Stdio takes it over.
+        let write =
+            unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1]) };
+        let out = Command::new(&cli)
+            .args(&args)
+            .stdout(std::process::Stdio::from(write))
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// C and C++ users link cudapool the usual ways (issue 38): `cudapool config --cflags --libs`,
+/// pkg-config with `cudapool config --pkgconfigdir`, and CMake's `find_package(cudapool)` with
+/// `cudapool config --cmakedir`. The worked example builds all three ways, linked against the
+/// library (no preload), and runs on the fake driver.
+#[test]
+fn c_programs_link_cudapool_three_ways() {
+    let f = fixture();
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let example = root.join("cbindings/c/print_status.c");
+    let config = |what: &str| {
+        let r = run_program(&cli, &["config", what], false, &[]);
+        assert_eq!(r.code, 0, "config {what}: {}", r.stderr);
+        r.stdout.trim().to_string()
+    };
+    let flags = {
+        let r = run_program(&cli, &["config", "--cflags", "--libs"], false, &[]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout
+    };
+    assert!(Path::new(&config("--includedir"))
+        .join("cudapool.h")
+        .is_file());
+    assert!(Path::new(&config("--libdir"))
+        .join("libcudapool.so")
+        .is_file());
+    let dir = f.dir.join("linking");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let build = |out: &str, flags: &str| {
+        let mut args = vec![
+            "-o".to_string(),
+            out.to_string(),
+            example.to_str().unwrap().to_string(),
+        ];
+        args.extend(flags.split_whitespace().map(String::from));
+        args.push("-ldl".into());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        cc(&args, &dir);
+        dir.join(out)
+    };
+    let mut built = vec![("cudapool config", build("by_config", &flags))];
+    // pkg-config, where the machine has it.
+    let pc = config("--pkgconfigdir");
+    match Command::new("pkg-config")
+        .args(["--cflags", "--libs", "cudapool"])
+        .env("PKG_CONFIG_PATH", &pc)
+        .output()
+    {
+        Ok(o) => {
+            assert!(
+                o.status.success(),
+                "pkg-config: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            built.push((
+                "pkg-config",
+                build("by_pkgconfig", &String::from_utf8_lossy(&o.stdout)),
+            ));
+        }
+        Err(e) => eprintln!("no pkg-config on this machine ({e}): that way not checked"),
+    }
+    // CMake, from the tests' own pinned venv.
+    let cmake = test_venv().parent().unwrap().join("cmake");
+    let bdir = dir.join("cmake-build");
+    let cmake_dir = config("--cmakedir");
+    for args in [
+        vec![
+            "-S".to_string(),
+            root.join("cbindings/c").display().to_string(),
+            "-B".into(),
+            bdir.display().to_string(),
+            format!("-Dcudapool_DIR={cmake_dir}"),
+        ],
+        vec!["--build".into(), bdir.display().to_string()],
+    ] {
+        let o = Command::new(&cmake).args(&args).output().expect("cmake");
+        assert!(
+            o.status.success(),
+            "cmake {args:?}:\n{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    built.push(("cmake", bdir.join("print_status")));
+    for (how, bin) in built {
+        // Linked, not preloaded: the program's own link to the library interposes.
+        let r = run_program(&bin, &[], false, &[]);
+        assert_eq!(r.code, 0, "{how}: {}{}", r.stdout, r.stderr);
+        assert!(
+            r.stdout
+                .contains("the phase peaked at 10485760 bytes in 4 allocations"),
+            "{how}: {}",
+            r.stdout
+        );
+    }
 }

@@ -46,69 +46,13 @@ const MAX_CONNECTIONS: usize = 512;
 const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
 
-pub const USAGE: &str = "usage: cudapool exporter [--listen ADDR:PORT] [--interval SECONDS]
-
-Serves the figures of every cudapool process of this user (of every user, run as root) for
-Prometheus: GET /metrics (Prometheus text, or OpenMetrics when asked by Accept).
-  --listen ADDR:PORT   where to listen (default 127.0.0.1:9489; port 0: any free port)
-  --interval SECONDS   read the processes' pages at most this often (default 1; 0: every scrape)";
-
-struct Options {
-    listen: SocketAddr,
-    interval: Duration,
-}
-
-fn parse(args: &[String]) -> Result<Options, String> {
-    let mut listen = DEFAULT_LISTEN.to_string();
-    let mut interval = 1.0f64;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) => (f, Some(v.to_string())),
-            None => (a.as_str(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| it.next().cloned())
-                .ok_or(format!("{flag} needs a value"))
-        };
-        match flag {
-            "--listen" => listen = value()?,
-            "--interval" => {
-                let v = value()?;
-                interval = v
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|s| s.is_finite() && *s >= 0.0)
-                    .ok_or(format!("--interval {v:?}: seconds, 0 or more"))?;
-            }
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unexpected argument {other:?}")),
-        }
+/// `cudapool exporter ...`: runs until killed. 1 if it cannot listen.
+pub fn exporter(listen: SocketAddr, interval: Duration) -> ExitCode {
+    struct Options {
+        listen: SocketAddr,
+        interval: Duration,
     }
-    let listen = listen
-        .parse::<SocketAddr>()
-        .map_err(|_| format!("--listen {listen:?}: not ADDR:PORT (127.0.0.1:9489, [::1]:9489)"))?;
-    Ok(Options {
-        listen,
-        interval: Duration::from_secs_f64(interval),
-    })
-}
-
-/// `cudapool exporter ...`: runs until killed. 2 for bad options, 1 if it cannot listen.
-pub fn exporter(args: &[String]) -> ExitCode {
-    let opts = match parse(args) {
-        Ok(o) => o,
-        Err(e) if e.is_empty() => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("cudapool exporter: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let opts = Options { listen, interval };
     let listener = match std::net::TcpListener::bind(opts.listen) {
         Ok(l) => l,
         Err(e) => {
@@ -636,28 +580,5 @@ mod tests {
         assert!(!prefers_openmetrics("text/plain"));
         assert!(!prefers_openmetrics("application/openmetrics-text;q=0"));
         assert!(prefers_openmetrics("application/openmetrics-text"));
-    }
-
-    #[test]
-    fn options_are_checked() {
-        assert!(parse(&[]).is_ok());
-        let o = parse(&[
-            "--listen=127.0.0.1:0".into(),
-            "--interval".into(),
-            "0".into(),
-        ])
-        .unwrap();
-        assert_eq!(o.listen.port(), 0);
-        assert_eq!(o.interval, Duration::ZERO);
-        for bad in [
-            vec!["--listen", "nowhere"],
-            vec!["--listen"],
-            vec!["--interval", "-1"],
-            vec!["--interval", "soon"],
-            vec!["--port", "1"],
-        ] {
-            let args: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
-            assert!(parse(&args).is_err(), "{bad:?}");
-        }
     }
 }

@@ -17,22 +17,11 @@ struct Series {
 
 const GIB: f64 = (1u64 << 30) as f64;
 
-pub fn plot(args: &[String]) -> Result<(), String> {
-    let (mut input, mut output) = (None, None);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-o" => output = Some(it.next().ok_or("-o needs a file")?.clone()),
-            f if input.is_none() => input = Some(f.to_string()),
-            other => return Err(format!("unexpected argument {other}")),
-        }
-    }
-    let input = input.ok_or("usage: cudapool plot TRACE -o memory.svg")?;
-    let output = output.unwrap_or_else(|| "memory.svg".into());
+pub fn plot(input: &str, output: &str) -> Result<(), String> {
     if !output.ends_with(".svg") {
         return Err(format!("{output}: only .svg pictures are drawn"));
     }
-    let text = std::fs::read_to_string(&input).map_err(|e| format!("{input}: {e}"))?;
+    let text = std::fs::read_to_string(input).map_err(|e| format!("{input}: {e}"))?;
     let json: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("{input}: not a trace: {e}"))?;
     let events = json["traceEvents"]
@@ -142,6 +131,6 @@ pub fn plot(args: &[String]) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     root.present().map_err(|e| e.to_string())?;
-    println!("wrote {output}");
+    super::out::outln(&format!("wrote {output}"));
     Ok(())
 }

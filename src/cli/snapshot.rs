@@ -11,28 +11,9 @@ use std::time::Duration;
 /// How long to wait for the process's answer (it looks every 50 ms).
 const WAIT: Duration = Duration::from_secs(10);
 
-pub fn snapshot(args: &[String]) -> Result<(), String> {
-    let mut pid = None;
-    let mut out = None;
-    let mut torch = false;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-o" | "--output" => out = Some(it.next().ok_or("-o needs a file")?.clone()),
-            "--format" => {
-                torch = match it.next().map(String::as_str) {
-                    Some("json") => false,
-                    Some("torch") => true,
-                    other => return Err(format!("--format {}: json or torch", other.unwrap_or("(missing)"))),
-                }
-            }
-            p if pid.is_none() && p.parse::<u32>().is_ok() => pid = p.parse().ok(),
-            other => return Err(format!("unexpected argument {other:?}; usage: cudapool snapshot PID [-o FILE] [--format json|torch]")),
-        }
-    }
-    let pid: u32 = pid.ok_or("usage: cudapool snapshot PID [-o FILE] [--format json|torch]")?;
+pub fn snapshot(pid: u32, out: Option<PathBuf>, torch: bool) -> Result<(), String> {
     let ext = if torch { "pickle" } else { "json" };
-    let target = PathBuf::from(out.unwrap_or_else(|| format!("cudapool-{pid}.{ext}")));
+    let target = out.unwrap_or_else(|| PathBuf::from(format!("cudapool-{pid}.{ext}")));
     let target = std::path::absolute(&target).map_err(|e| format!("{}: {e}", target.display()))?;
     let configured = configured_from_env();
     if !exists(pid, configured.as_deref()) {
@@ -59,10 +40,10 @@ pub fn snapshot(args: &[String]) -> Result<(), String> {
         })?
         .len();
     std::fs::rename(&part, &target).map_err(|e| format!("{}: {e}", target.display()))?;
-    println!(
+    super::out::outln(&format!(
         "{} ({bytes} bytes, {} format)",
         target.display(),
         if torch { "torch" } else { "json" }
-    );
+    ));
     Ok(())
 }

@@ -122,46 +122,19 @@ fn groups_text(verbose: bool) -> String {
 }
 
 /// `cudapool stat [-v] [PID...]`.
-pub fn stat(args: &[String]) -> Result<(), String> {
-    let verbose = args.iter().any(|a| a == "-v");
-    let pids = args
-        .iter()
-        .filter(|a| *a != "-v")
-        .map(|a| a.parse::<u32>().map_err(|_| format!("not a pid: {a}")))
-        .collect::<Result<Vec<_>, _>>()?;
-    print!("{}", stat_text(&pids, verbose)?);
+pub fn stat(pids: &[u32], verbose: bool) -> Result<(), String> {
+    super::out::out(&stat_text(pids, verbose)?);
     Ok(())
 }
 
 /// `cudapool top [-v] [-n COUNT] [-d SECONDS] [PID...]`: `stat` again and again, like top.
-pub fn top(args: &[String]) -> Result<(), String> {
-    let (mut count, mut delay, mut pids, mut verbose) = (u64::MAX, 1.0f64, Vec::new(), false);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-v" => verbose = true,
-            "-n" => {
-                count = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .ok_or("-n needs a count")?
-            }
-            "-d" => {
-                delay = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|d: &f64| *d > 0.0)
-                    .ok_or("-d needs seconds")?
-            }
-            p => pids.push(p.parse::<u32>().map_err(|_| format!("not a pid: {p}"))?),
-        }
-    }
+pub fn top(pids: &[u32], verbose: bool, count: u64, delay: f64) -> Result<(), String> {
     for i in 0..count {
-        let text = stat_text(&pids, verbose)?;
+        let text = stat_text(pids, verbose)?;
         // Clear the screen and go home, like top.
-        print!("\x1b[H\x1b[2Jcudapool top (every {delay} s, Ctrl-C to quit)\n\n{text}");
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
+        super::out::out(&format!(
+            "\x1b[H\x1b[2Jcudapool top (every {delay} s, Ctrl-C to quit)\n\n{text}"
+        ));
         if i + 1 < count {
             std::thread::sleep(std::time::Duration::from_secs_f64(delay));
         }

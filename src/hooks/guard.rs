@@ -52,7 +52,13 @@ pub(crate) fn hook(
     body: impl FnOnce(&'static Shim) -> CUresult,
 ) -> CUresult {
     catch_unwind(AssertUnwindSafe(|| {
-        let forward = || Driver::get().map_or(CUDA_ERROR_NOT_INITIALIZED, real);
+        let forward = || match Driver::get() {
+            Some(d) => real(d),
+            None => {
+                no_driver_said();
+                CUDA_ERROR_NOT_INITIALIZED
+            }
+        };
         let Some(_guard) = Reentry::enter() else {
             return forward();
         };
@@ -63,6 +69,18 @@ pub(crate) fn hook(
         }
     }))
     .unwrap_or(CUDA_ERROR_UNKNOWN)
+}
+
+/// Says once why a driver call gets "not initialized": cudapool cannot reach the driver.
+fn no_driver_said() {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        crate::log_at!(
+            crate::config::LogLevel::Warn,
+            "{}; until then every driver call gets CUDA_ERROR_NOT_INITIALIZED",
+            Driver::open_failure()
+        );
+    }
 }
 
 /// A panic boundary for exported functions that are not driver hooks.

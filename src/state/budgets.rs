@@ -27,6 +27,8 @@ pub struct Budgets {
     uuids: [OnceLock<Option<[u8; 16]>>; MAX_DEVICES],
     group: Option<Arc<Group>>,
     shares: [OnceLock<GroupDevice>; MAX_DEVICES],
+    /// The per-device limits' ordinals were checked against the devices seen.
+    ordinals_checked: std::sync::Once,
 }
 
 impl Default for Budgets {
@@ -44,6 +46,7 @@ impl Budgets {
             uuids: std::array::from_fn(|_| OnceLock::new()),
             group,
             shares: std::array::from_fn(|_| OnceLock::new()),
+            ordinals_checked: std::sync::Once::new(),
         }
     }
 
@@ -66,8 +69,33 @@ impl Budgets {
         }
     }
 
+    /// Says once, at the first device's first use, which per-device limits name a device this
+    /// process does not see (a typo or a `CUDA_VISIBLE_DEVICES` that hides it): they apply to
+    /// nothing.
+    fn check_ordinals(&self, driver: &Driver, config: &Config) {
+        self.ordinals_checked.call_once(|| {
+            let Some(n) = driver.device_count() else { return };
+            for (var, limits) in [
+                ("CUDAPOOL_MEMORY_LIMIT", &config.memory_limit),
+                ("CUDAPOOL_SOFT_LIMIT", &config.soft_limit),
+                ("CUDAPOOL_GROUP_LIMIT", &config.group_limit),
+            ] {
+                for (ord, _) in &limits.per_device {
+                    if i64::from(*ord) >= i64::from(n) {
+                        log_at!(
+                            Warn,
+                            "{var} names device {ord}, but this process sees {n} device{}: that entry applies to nothing",
+                            if n == 1 { "" } else { "s" }
+                        );
+                    }
+                }
+            }
+        });
+    }
+
     #[cold]
     fn first_use(&self, dev: CUdevice, driver: &Driver, config: &Config) -> &DeviceBudget {
+        self.check_ordinals(driver, config);
         let Some(slot) = usize::try_from(dev).ok().and_then(|d| self.slots.get(d)) else {
             log_at!(
                 Warn,

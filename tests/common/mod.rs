@@ -236,3 +236,42 @@ pub fn ok(r: Run) -> Run {
 pub fn all_modes() -> impl Iterator<Item = &'static str> {
     std::iter::once("link").chain(DL_MODES)
 }
+
+/// A virtual environment with `tests/python/requirements.txt`, made once (again when the
+/// requirements change). Its python.
+pub fn test_venv() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = root.join("target/test-venv");
+    let req = root.join("tests/python/requirements.txt");
+    let stamp = venv.join("installed.txt");
+    let python = venv.join("bin/python");
+    if std::fs::read(&stamp).ok() != std::fs::read(&req).ok() {
+        let _ = std::fs::remove_dir_all(&venv);
+        let ok = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "python3 -m venv failed (python3 with venv is needed)");
+        let out = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "-r",
+            ])
+            .arg(&req)
+            .output()
+            .expect("pip");
+        assert!(
+            out.status.success(),
+            "pip install -r {}:\n{}",
+            req.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::copy(&req, &stamp).unwrap();
+    }
+    python
+}

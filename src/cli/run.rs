@@ -1,0 +1,140 @@
+//! `cudapool run [--limit SIZE] [--pool KIND] [--report] -- program args...`: sets `LD_PRELOAD`
+//! and the variables, then execs the program. Everything it passes on is checked first with the
+//! library's own parser (its options and every `CUDAPOOL_*` variable of the environment): a bad
+//! value exits 2 with the library's own message, before anything runs. 127: the program was
+//! not found; 126: it could not be started.
+
+use cudapool::config::{parse_device_limits, Config, PoolKind, SIZE_FORMS};
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+/// `--limit`, checked as `CUDAPOOL_MEMORY_LIMIT` would be.
+pub fn parse_limit_arg(s: &str) -> Result<String, String> {
+    parse_device_limits(s)
+        .map(|_| s.to_string())
+        .map_err(|why| format!("{why}; accepted: {SIZE_FORMS}"))
+}
+
+/// `--pool`, checked as `CUDAPOOL_POOL` would be.
+pub fn parse_pool_arg(s: &str) -> Result<String, String> {
+    PoolKind::parse(s)
+        .map(|_| s.to_string())
+        .ok_or_else(|| format!("unknown pool kind; accepted: {}", PoolKind::ACCEPTED))
+}
+
+/// `$CUDAPOOL_LIB`, else `libcudapool.so` beside this binary, in `../lib`, or (installed by
+/// `pip`, this binary in a `bin/` folder) in the `cudapool` package of that prefix's Python
+/// (`../lib/python3.*/site-packages/cudapool/`, or `dist-packages` on Debian's Python).
+pub fn find_library() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("CUDAPOOL_LIB") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("CUDAPOOL_LIB={} is not a file", p.display()))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
+    let dir = exe.parent().ok_or("binary has no folder")?;
+    let mut candidates = vec![
+        dir.join("libcudapool.so"),
+        dir.join("../lib/libcudapool.so"),
+    ];
+    candidates.extend(pip_installed(&dir.join("../lib")));
+    for candidate in &candidates {
+        if candidate.is_file() {
+            return candidate
+                .canonicalize()
+                .map_err(|e| format!("{}: {e}", candidate.display()));
+        }
+    }
+    Err(format!(
+        "libcudapool.so not found (tried {}); set CUDAPOOL_LIB",
+        candidates
+            .iter()
+            .map(|c| c.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// `lib/python3.*/{site,dist}-packages/cudapool/libcudapool.so` under `lib`, newest Python
+/// first.
+fn pip_installed(lib: &std::path::Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(lib) else {
+        return Vec::new();
+    };
+    let mut pythons: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("python3"))
+        })
+        .collect();
+    pythons.sort();
+    pythons
+        .iter()
+        .rev()
+        .flat_map(|py| {
+            ["site-packages", "dist-packages"]
+                .map(|d| py.join(d).join("cudapool").join("libcudapool.so"))
+        })
+        .collect()
+}
+
+pub fn run(
+    limit: Option<String>,
+    pool: Option<String>,
+    report: bool,
+    program: Vec<OsString>,
+) -> ExitCode {
+    let fail = |code: u8, msg: String| {
+        eprintln!("cudapool run: {msg}");
+        ExitCode::from(code)
+    };
+    // What the library will read, checked now with its own parser.
+    let set: [(&str, Option<String>); 3] = [
+        ("CUDAPOOL_MEMORY_LIMIT", limit),
+        ("CUDAPOOL_POOL", pool),
+        ("CUDAPOOL_REPORT", report.then(|| "stderr".to_string())),
+    ];
+    let lookup = |name: &str| {
+        set.iter()
+            .find(|(n, v)| *n == name && v.is_some())
+            .and_then(|(_, v)| v.clone())
+            .or_else(|| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+    };
+    if let Err(e) = Config::from_lookup(lookup) {
+        return fail(2, e.to_string());
+    }
+    let lib = match find_library() {
+        Ok(l) => l,
+        Err(e) => return fail(2, e),
+    };
+    let mut preload = OsString::from(&lib);
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    let mut cmd = Command::new(&program[0]);
+    cmd.args(&program[1..]).env("LD_PRELOAD", preload);
+    for (name, value) in &set {
+        if let Some(v) = value {
+            cmd.env(name, v);
+        }
+    }
+    let err = cmd.exec();
+    let code = if err.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    };
+    fail(
+        code,
+        format!("cannot run {}: {err}", program[0].to_string_lossy()),
+    )
+}
