@@ -31,6 +31,7 @@ check "... and its address queries are cudapool's" \
 check "python -m cudapool run loads the library into Python" \
   "venv/bin/python -m cudapool run --limit 64MiB -- venv/bin/python -c 'import cudapool; print(\"loaded\", cudapool.is_loaded(), cudapool.memory_stats(0)[\"hard_limit\"])'" \
   "loaded True 67108864"
+check "python -m cudapool answers --help" "venv/bin/python -m cudapool --help" "Usage: cudapool"
 check "the package reports when the library is absent" \
   "venv/bin/python -c 'import cudapool; print(cudapool.is_loaded())'" "False"
 check "a bad option is refused before anything runs" "venv/bin/cudapool run --pool nope -- true; echo rc=\$?" "rc=2"

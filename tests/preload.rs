@@ -1297,6 +1297,7 @@ fn a_running_process_writes_its_snapshot_when_asked_from_outside() {
         .env_remove("CUDAPOOL_POOL");
     let mut child = cmd
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("python3");
     let mut ready = String::new();
@@ -1305,6 +1306,15 @@ fn a_running_process_writes_its_snapshot_when_asked_from_outside() {
         .unwrap();
     assert_eq!(ready.trim(), "ready");
     let pid = child.id().to_string();
+    // An observer's mistakes stay with the observer: a folder that does not exist (said
+    // before asking), and one where the process cannot create the file (said by the process
+    // through its page, reported by the CLI, never written into the program's stderr).
+    let r = run_program(&cli, &["snapshot", &pid, "-o", "/no/such/dir/x.json"], false, &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("/no/such/dir: no such folder"), "{}", r.stderr);
+    let r = run_program(&cli, &["snapshot", &pid, "-o", "/proc/x.json"], false, &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("could not write /proc/x.json"), "{}", r.stderr);
     let json = f.dir.join("outside.json");
     let pickle = f.dir.join("outside.pickle");
     let asked = [
@@ -1326,6 +1336,9 @@ fn a_running_process_writes_its_snapshot_when_asked_from_outside() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(still_running, "the process was not stopped");
+    let mut job_err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut job_err).unwrap();
+    assert!(!job_err.contains("snapshot"), "the program's stderr: {job_err}");
     for r in &outs {
         assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     }
@@ -1944,4 +1957,50 @@ fn c_programs_link_cudapool_three_ways() {
             r.stdout
         );
     }
+}
+
+/// `python -m cudapool` and `cudapool.library_path()` from the source tree (the package on
+/// `PYTHONPATH`, after the set-up's build), and what they say from a layout with no build:
+/// every place they tried (issue 38; the wheel's layout is checked by scripts/test-wheel.sh).
+#[test]
+fn the_python_package_finds_the_cli_and_library_of_its_source_tree() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let py = |pythonpath: &Path, args: &[&str]| {
+        let out = Command::new("python3")
+            .args(args)
+            .current_dir(std::env::temp_dir())
+            .env("PYTHONPATH", pythonpath)
+            .env_remove("CUDAPOOL_LIB")
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let tree = root.join("cbindings/python");
+    let (code, out, err) = py(&tree, &["-m", "cudapool", "--help"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("Usage: cudapool"), "{out}");
+    let (code, out, err) = py(&tree, &["-c", "import cudapool; print(cudapool.library_path())"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.trim().starts_with(&root.join("target").display().to_string())
+            && out.trim().ends_with("libcudapool.so"),
+        "{out}"
+    );
+    // The package alone, away from any build: both say what they tried.
+    let alone = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-alone");
+    let _ = std::fs::remove_dir_all(&alone);
+    std::fs::create_dir_all(alone.join("cudapool")).unwrap();
+    for f in ["__init__.py", "__main__.py"] {
+        std::fs::copy(tree.join("cudapool").join(f), alone.join("cudapool").join(f)).unwrap();
+    }
+    let (code, _, err) = py(&alone, &["-m", "cudapool", "--help"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("tried") && err.contains("target/release/cudapool"), "{err}");
+    let (_, _, err) = py(&alone, &["-c", "import cudapool; cudapool.library_path()"]);
+    assert!(err.contains("tried") && err.contains("libcudapool.so"), "{err}");
 }

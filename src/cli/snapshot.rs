@@ -28,13 +28,17 @@ pub fn snapshot(pid: u32, out: Option<PathBuf>, torch: bool) -> Result<(), Strin
             .unwrap_or("snapshot"),
         std::process::id()
     ));
+    let folder = target.parent().unwrap_or(std::path::Path::new("/"));
+    if !folder.is_dir() {
+        return Err(format!("{}: no such folder", folder.display()));
+    }
     let _ = std::fs::remove_file(&part);
     ask_snapshot(pid, configured.as_deref(), &part, torch, WAIT)
         .map_err(|e| format!("process {pid}: {e}"))?;
     let bytes = std::fs::metadata(&part)
         .map_err(|e| {
             format!(
-                "process {pid} answered but wrote nothing to {}: {e} (see its stderr)",
+                "process {pid} answered but wrote nothing to {}: {e}",
                 part.display()
             )
         })?

@@ -143,13 +143,17 @@ fn start_page_thread() {
         let Some(req) = page.pending_request() else {
             continue;
         };
-        if let Err(e) = write_requested_snapshot(&req) {
-            crate::log::line(&format!(
+        // A failure goes back to the asker (`cudapool snapshot` reports it), not to the
+        // program's stderr: it is the observer's, not the program's.
+        let failed = write_requested_snapshot(&req).err();
+        if let Some(e) = &failed {
+            crate::log_at!(
+                crate::config::LogLevel::Debug,
                 "snapshot asked from outside: {}: {e}",
                 req.path.display()
-            ));
+            );
         }
-        page.served(req.seq);
+        page.served(req.seq, failed.as_deref());
     };
     let spawned = std::thread::Builder::new()
         .name("cudapool-page".into())

@@ -8,9 +8,11 @@ use crate::budget::DeviceStats;
 use std::sync::atomic::AtomicU64;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CUDAPOOL");
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 /// The longest path a snapshot request may name (with its NUL).
 pub const REQUEST_PATH: usize = 1024;
+/// The longest reason a served request may give for failing (with its NUL).
+pub const REQUEST_ERROR: usize = 256;
 pub const MAX_DEVICES: usize = 64;
 /// Counters per device: [`DeviceStats`] in its order, but with the requested bytes (added in
 /// layout 4) last.
@@ -75,6 +77,9 @@ pub struct Page {
     pub snap_served: AtomicU64,
     pub snap_format: AtomicU64,
     pub snap_path: [u8; REQUEST_PATH],
+    /// Why the request `snap_served` names failed, NUL-terminated; empty when it was written.
+    /// For the asker to report: an observer's mistake never reaches the program's stderr.
+    pub snap_error: [u8; REQUEST_ERROR],
 }
 
 /// A snapshot asked for through the page.

@@ -8,7 +8,7 @@
 //!
 //! Uses: `report::page`, `report::publish` (the page names), `rundir`.
 
-use super::page::{array_to_stats, DeviceFigures, Page, LAYOUT_VERSION, MAGIC, REQUEST_PATH};
+use super::page::{array_to_stats, DeviceFigures, Page, LAYOUT_VERSION, MAGIC, REQUEST_ERROR, REQUEST_PATH};
 use super::publish::pid_of_name;
 use crate::rundir::{self, RunDir};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -262,6 +262,20 @@ pub fn ask_snapshot(
             return Err(format!("no answer within {} s", timeout.as_secs()));
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut why = [0u8; REQUEST_ERROR];
+    rundir::read_exact_at(
+        fd.as_raw_fd(),
+        &mut why,
+        std::mem::offset_of!(Page, snap_error) as u64,
+    )?;
+    let len = why.iter().position(|&b| b == 0).unwrap_or(why.len());
+    if len > 0 {
+        return Err(format!(
+            "it could not write {}: {}",
+            target.display(),
+            String::from_utf8_lossy(&why[..len])
+        ));
     }
     Ok(())
 }

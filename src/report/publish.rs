@@ -269,12 +269,20 @@ impl Publisher {
         })
     }
 
-    /// The request `seq` was served (its file written, or failed for good).
-    pub fn served(&self, seq: u64) {
-        // SAFETY: as in `pending_request`.
-        unsafe { &*self.page }
-            .snap_served
-            .store(seq, Ordering::Release);
+    /// The request `seq` was served: its file written, or (`error`) failed for good, which the
+    /// asker reads and reports.
+    pub fn served(&self, seq: u64, error: Option<&str>) {
+        let mut why = [0u8; super::page::REQUEST_ERROR];
+        if let Some(e) = error {
+            let n = e.len().min(why.len() - 1);
+            why[..n].copy_from_slice(&e.as_bytes()[..n]);
+        }
+        // SAFETY: as in `pending_request`; a plain store of bytes the asker reads only after
+        // `snap_served` (Release below).
+        unsafe {
+            std::ptr::write_volatile(&mut (*self.page).snap_error, why);
+            (*self.page).snap_served.store(seq, Ordering::Release);
+        }
     }
 
     /// Removes the file (at exit). The mapping stays until the process ends.

@@ -89,26 +89,33 @@ class NotInGroup(RuntimeError):
     """Raised by group_stats when the process is in no group (CUDAPOOL_GROUP unset)."""
 
 
+def _source_tree_builds(name):
+    """``name`` in the builds of the source tree this package sits in (``cbindings/python/cudapool``
+    -> the tree's ``target/release``, then ``target/debug``)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.normpath(os.path.join(here, "..", "..", ".."))
+    return [os.path.join(root, "target", profile, name) for profile in ("release", "debug")]
+
+
 def library_path():
     """The path of ``libcudapool.so`` to preload: ``$CUDAPOOL_LIB`` if set, else the one installed
     in this package (pip), else a build of the source tree this package sits in
-    (``target/release``). Raises FileNotFoundError naming the places it looked."""
+    (``target/release``, then ``target/debug``). Raises FileNotFoundError naming every place it
+    looked."""
     here = os.path.dirname(os.path.abspath(__file__))
     env = os.environ.get("CUDAPOOL_LIB")
     if env:
         if os.path.isfile(env):
             return os.path.abspath(env)
         raise FileNotFoundError(f"CUDAPOOL_LIB={env} is not a file")
-    places = [
-        os.path.join(here, "libcudapool.so"),
-        os.path.join(here, "..", "..", "target", "release", "libcudapool.so"),
-    ]
+    places = [os.path.join(here, "libcudapool.so")] + _source_tree_builds("libcudapool.so")
     for p in places:
         if os.path.isfile(p):
             return os.path.realpath(p)
     raise FileNotFoundError(
-        "libcudapool.so not found in " + ", ".join(os.path.normpath(p) for p in places)
-        + "; install cudapool with pip, build it (cargo build --release), or set CUDAPOOL_LIB"
+        "libcudapool.so not found; tried " + ", ".join(os.path.normpath(p) for p in places)
+        + ". Install cudapool with pip, build the source tree (scripts/demo.sh or cargo build"
+        " --release), or set CUDAPOOL_LIB"
     )
 
 

@@ -9,23 +9,25 @@ import shutil
 import sys
 import sysconfig
 
-from . import library_path
+from . import _source_tree_builds, library_path
 
 
 def cli_path():
     """The ``cudapool`` command installed beside this package's Python (pip puts it in the
-    scripts folder), else the first on PATH, else a build of the source tree."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    scripts folder), else a build of the source tree this package sits in, else the first on
+    PATH. Raises FileNotFoundError naming every place it looked."""
     places = [
         os.path.join(sysconfig.get_path("scripts"), "cudapool"),
         os.path.join(os.path.dirname(sys.executable), "cudapool"),
-        shutil.which("cudapool") or "",
-        os.path.join(here, "..", "..", "target", "release", "cudapool"),
-    ]
+    ] + _source_tree_builds("cudapool") + [shutil.which("cudapool") or "(cudapool on PATH)"]
     for p in places:
-        if p and os.path.isfile(p) and os.access(p, os.X_OK):
+        if os.path.isfile(p) and os.access(p, os.X_OK):
             return p
-    raise FileNotFoundError("the cudapool command was not found; install cudapool with pip")
+    raise FileNotFoundError(
+        "the cudapool command was not found; tried " + ", ".join(places)
+        + ". Install cudapool with pip, or build the source tree (scripts/demo.sh or cargo build"
+        " --release)"
+    )
 
 
 def main():
