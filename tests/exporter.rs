@@ -43,6 +43,7 @@ fn the_preloaded_library_links_none_of_the_exporters_crates() {
         "/hyper-1.",
         "/fastmetrics-0.",
         "/hyper-util-0.",
+        "/clap_builder-4.",
     ] {
         assert!(has(&cli, krate), "the check sees {krate} in the CLI");
         assert!(!has(&lib, krate), "libcudapool.so carries {krate}");

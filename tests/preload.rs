@@ -1309,12 +1309,25 @@ fn a_running_process_writes_its_snapshot_when_asked_from_outside() {
     // An observer's mistakes stay with the observer: a folder that does not exist (said
     // before asking), and one where the process cannot create the file (said by the process
     // through its page, reported by the CLI, never written into the program's stderr).
-    let r = run_program(&cli, &["snapshot", &pid, "-o", "/no/such/dir/x.json"], false, &[]);
+    let r = run_program(
+        &cli,
+        &["snapshot", &pid, "-o", "/no/such/dir/x.json"],
+        false,
+        &[],
+    );
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("/no/such/dir: no such folder"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("/no/such/dir: no such folder"),
+        "{}",
+        r.stderr
+    );
     let r = run_program(&cli, &["snapshot", &pid, "-o", "/proc/x.json"], false, &[]);
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("could not write /proc/x.json"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("could not write /proc/x.json"),
+        "{}",
+        r.stderr
+    );
     let json = f.dir.join("outside.json");
     let pickle = f.dir.join("outside.pickle");
     let asked = [
@@ -1338,7 +1351,10 @@ fn a_running_process_writes_its_snapshot_when_asked_from_outside() {
     assert!(still_running, "the process was not stopped");
     let mut job_err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut job_err).unwrap();
-    assert!(!job_err.contains("snapshot"), "the program's stderr: {job_err}");
+    assert!(
+        !job_err.contains("snapshot"),
+        "the program's stderr: {job_err}"
+    );
     for r in &outs {
         assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     }
@@ -1984,10 +2000,14 @@ fn the_python_package_finds_the_cli_and_library_of_its_source_tree() {
     let (code, out, err) = py(&tree, &["-m", "cudapool", "--help"]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("Usage: cudapool"), "{out}");
-    let (code, out, err) = py(&tree, &["-c", "import cudapool; print(cudapool.library_path())"]);
+    let (code, out, err) = py(
+        &tree,
+        &["-c", "import cudapool; print(cudapool.library_path())"],
+    );
     assert_eq!(code, Some(0), "{err}");
     assert!(
-        out.trim().starts_with(&root.join("target").display().to_string())
+        out.trim()
+            .starts_with(&root.join("target").display().to_string())
             && out.trim().ends_with("libcudapool.so"),
         "{out}"
     );
@@ -1996,11 +2016,21 @@ fn the_python_package_finds_the_cli_and_library_of_its_source_tree() {
     let _ = std::fs::remove_dir_all(&alone);
     std::fs::create_dir_all(alone.join("cudapool")).unwrap();
     for f in ["__init__.py", "__main__.py"] {
-        std::fs::copy(tree.join("cudapool").join(f), alone.join("cudapool").join(f)).unwrap();
+        std::fs::copy(
+            tree.join("cudapool").join(f),
+            alone.join("cudapool").join(f),
+        )
+        .unwrap();
     }
     let (code, _, err) = py(&alone, &["-m", "cudapool", "--help"]);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("tried") && err.contains("target/release/cudapool"), "{err}");
+    assert!(
+        err.contains("tried") && err.contains("target/release/cudapool"),
+        "{err}"
+    );
     let (_, _, err) = py(&alone, &["-c", "import cudapool; cudapool.library_path()"]);
-    assert!(err.contains("tried") && err.contains("libcudapool.so"), "{err}");
+    assert!(
+        err.contains("tried") && err.contains("libcudapool.so"),
+        "{err}"
+    );
 }

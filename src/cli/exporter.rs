@@ -562,14 +562,64 @@ fn render(seen: &Seen, openmetrics: bool, all_users: bool) -> (String, &'static 
         "text/plain; version=0.0.4; charset=utf-8"
     };
     match build() {
-        Ok(text) => (text, kind),
+        Ok(text) => (in_order(&text), kind),
         Err(e) => (format!("# cudapool exporter: {e}\n"), kind),
     }
+}
+
+/// The exposition with its metric families in one fixed order, by name (the registry keeps
+/// them in a hash map: another order on every scrape otherwise). A family is its metadata lines
+/// (`# HELP`, `# TYPE`, `# UNIT` of one name, in whatever order they come) and the samples
+/// after them; OpenMetrics' `# EOF` stays last.
+fn in_order(text: &str) -> String {
+    let mut families: Vec<(String, String)> = Vec::new();
+    let mut head = String::new();
+    let mut eof = String::new();
+    let mut in_samples = true;
+    for line in text.split_inclusive('\n') {
+        if line.trim_end() == "# EOF" {
+            eof.push_str(line);
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE ", "# UNIT "]
+            .iter()
+            .find_map(|p| line.strip_prefix(p))
+            .and_then(|rest| rest.split_whitespace().next());
+        if let Some(name) = meta {
+            let same = families.last().is_some_and(|(n, _)| n == name);
+            if in_samples || !same {
+                families.push((name.to_string(), String::new()));
+            }
+            in_samples = false;
+        } else {
+            in_samples = true;
+        }
+        match families.last_mut() {
+            Some((_, body)) => body.push_str(line),
+            None => head.push_str(line),
+        }
+    }
+    families.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = head;
+    for (_, body) in families {
+        out.push_str(&body);
+    }
+    out.push_str(&eof);
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn families_come_out_in_one_order() {
+        let a = "# TYPE b gauge\n# HELP b x\nb 1\n# TYPE a gauge\n# UNIT a bytes\n# HELP a y\na{p=\"1\"} 2\n# EOF\n";
+        assert_eq!(
+            in_order(a),
+            "# TYPE a gauge\n# UNIT a bytes\n# HELP a y\na{p=\"1\"} 2\n# TYPE b gauge\n# HELP b x\nb 1\n# EOF\n"
+        );
+    }
 
     #[test]
     fn accept_picks_the_format() {

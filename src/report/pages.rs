@@ -8,7 +8,9 @@
 //!
 //! Uses: `report::page`, `report::publish` (the page names), `rundir`.
 
-use super::page::{array_to_stats, DeviceFigures, Page, LAYOUT_VERSION, MAGIC, REQUEST_ERROR, REQUEST_PATH};
+use super::page::{
+    array_to_stats, DeviceFigures, Page, LAYOUT_VERSION, MAGIC, REQUEST_ERROR, REQUEST_PATH,
+};
 use super::publish::pid_of_name;
 use crate::rundir::{self, RunDir};
 use std::os::fd::{AsRawFd, OwnedFd};

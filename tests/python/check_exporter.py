@@ -138,6 +138,17 @@ try:
     check("the group's reserved bytes: B's", len(greserved) == 1 and greserved[0].value == 8 * MIB, greserved)
     gmembers = [s.value for f in fams for s in f.samples if s.name == "cudapool_group_members" and s.labels.get("group") == "job-7"]
     check("the group's members", gmembers == [1], gmembers)
+    # Every family emitted is documented, and they come out in one order.
+    doc = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "observability.md")).read()
+    listed = set()
+    for row in re.findall(r"^\| (`cudapool_[^|]*)\|", doc, re.M):
+        for name in re.findall(r"`(cudapool_\w+)`", row):
+            listed.add(re.sub(r"_total$", "", name))
+    emitted = {re.sub(r"_total$", "", f.name) for f in fams}
+    check("docs/observability.md lists every family emitted", emitted <= listed, sorted(emitted - listed))
+    order = [l.split()[2] for l in body.splitlines() if l.startswith("# TYPE ")]
+    again = [l.split()[2] for l in get(base + "/metrics")[2].splitlines() if l.startswith("# TYPE ")]
+    check("families in one fixed order", order == sorted(order) and again == order, order)
     labels_a = next(s.labels for f in fams for s in f.samples if s.name == "cudapool_reserved_bytes" and s.labels.get("pid") == str(a.pid))
     check("no group label on a process in no group", "group" not in labels_a, labels_a)
 
@@ -194,7 +205,7 @@ try:
     busy = subprocess.run([CUDAPOOL, "exporter", "--listen", base[len("http://"):]], capture_output=True, text=True, timeout=10)
     check("a port in use: exit 1 and why", busy.returncode == 1 and "cannot listen" in busy.stderr, busy.stderr)
     bad = subprocess.run([CUDAPOOL, "exporter", "--listen", "nowhere:port"], capture_output=True, text=True, timeout=10)
-    check("a bad address: exit 2 and the usage", bad.returncode == 2 and "not ADDR:PORT" in bad.stderr, bad.stderr)
+    check("a bad address: exit 2, naming the option", bad.returncode == 2 and "cudapool exporter: invalid value 'nowhere:port' for '--listen" in bad.stderr, bad.stderr)
 finally:
     exp.kill()
     exp.wait()
