@@ -10,7 +10,7 @@
 //! The formats come from one registry type of the `fastmetrics` crate (it writes both; the
 //! Prometheus project's `prometheus-client` writes only OpenMetrics). The server is hyper's
 //! HTTP/1.1 on a tokio runtime of one thread: each connection is a task of its own, a client
-//! has 2 s to send a request's headers and 60 s in all, and at most [`MAX_CONNECTIONS`] are
+//! has 10 s to send a request's headers and 60 s in all, and at most [`MAX_CONNECTIONS`] are
 //! open at once: a new one past that closes the one that has been idle longest. So idle,
 //! slow, half-open or flooding clients (a thousand held open) stall no scraper, and the
 //! exporter's memory stays bounded; a scraper that connects and asks at once is always served.
@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 /// Where it listens unless told: this machine only, and a port of its own.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9489";
 const MAX_CONNECTIONS: usize = 512;
-const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `cudapool exporter ...`: runs until killed. 1 if it cannot listen.
