@@ -2034,3 +2034,47 @@ fn the_python_package_finds_the_cli_and_library_of_its_source_tree() {
         "{err}"
     );
 }
+
+/// The README's worked example is what the demo prints (issue 38): its first two lines are the
+/// demo script's own (no GPU here), the rest what `cudapool run --limit 512MiB --report` of the
+/// sample prints, stdout and stderr as they come, the pid masked.
+#[test]
+fn the_readmes_worked_example_is_what_the_demo_prints() {
+    let f = fixture();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let demo = std::fs::read_to_string(root.join("scripts/demo.sh")).unwrap();
+    let after = &readme[readme.find("## A worked example").expect("the section")..];
+    let start = after.find("```\n").expect("its block") + 4;
+    let block: Vec<&str> = after[start..][..after[start..].find("```").unwrap()]
+        .lines()
+        .collect();
+    assert!(
+        demo.contains(&format!("echo \"{}\"", block[0])),
+        "the demo says {:?}",
+        block[0]
+    );
+    assert_eq!(block[1], "$ cudapool run --limit 512MiB --report -- sample");
+    assert!(demo.contains("echo \"\\$ cudapool run --limit $limit --report -- sample\""));
+    assert!(demo.contains("limit=${LIMIT:-512MiB}"));
+    assert!(demo.contains("\"$work/sample\" dlsym sample"));
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+    let r = run_program(
+        Path::new("sh"),
+        &[
+            "-c",
+            "exec \"$0\" run --limit 512MiB --report -- \"$1\" dlsym sample 2>&1",
+            cli.to_str().unwrap(),
+            f.dir.join("client").to_str().unwrap(),
+        ],
+        false,
+        &[("CUDAPOOL_SEGMENTS", "classic")],
+    );
+    let mask = |l: &str| match l.find(", pid ") {
+        Some(i) => format!("{}, pid N)", &l[..i]),
+        None => l.to_string(),
+    };
+    let got: Vec<String> = r.stdout.lines().map(mask).collect();
+    let want: Vec<String> = block[2..].iter().map(|l| mask(l)).collect();
+    assert_eq!(got, want, "the README's worked example is stale");
+}
