@@ -172,6 +172,7 @@ driver_table! {
     mem_set_access = c"cuMemSetAccess": fn(DevPtr, usize, *const MemAccessDesc, usize);
     mem_get_allocation_granularity = c"cuMemGetAllocationGranularity": fn(*mut usize, *const MemAllocProp, c_int);
     device_get_count = c"cuDeviceGetCount": fn(*mut c_int);
+    cu_init = c"cuInit": fn(c_uint);
     device_can_access_peer = c"cuDeviceCanAccessPeer": fn(*mut c_int, CUdevice, CUdevice);
     ctx_synchronize = c"cuCtxSynchronize": fn();
     array_create_v2 = c"cuArrayCreate_v2": fn(*mut Opaque, *const ArrayDesc);
@@ -399,6 +400,12 @@ impl Driver {
         let mut dev: CUdevice = 0;
         check(call!(self, ctx_get_device(&mut dev)))?;
         Ok(dev)
+    }
+
+    /// `cuInit(0)`: for answering a question about devices before the program has asked the
+    /// driver anything (NVML's view in a process that never uses CUDA, such as nvidia-smi).
+    pub fn init(&self) -> bool {
+        call!(self, cu_init(0)) == CUDA_SUCCESS
     }
 
     /// How many devices this process sees (`None` if the driver cannot say).

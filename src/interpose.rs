@@ -226,6 +226,8 @@ extern "C" fn dlsym_hooked(handle: *mut c_void, symbol: *const c_char) -> *mut c
         let name = unsafe { CStr::from_ptr(symbol) };
         if is_hooked_name(name) {
             substitute(p)
+        } else if name.to_bytes().starts_with(b"nvmlDeviceGetMemoryInfo") {
+            crate::hooks::nvml::substitute(name, p).unwrap_or(p)
         } else if is_per_thread_name(name.to_bytes()) && !is_harmless(name.to_bytes()) {
             hand_out(p, true)
         } else {

@@ -2078,3 +2078,135 @@ fn the_readmes_worked_example_is_what_the_demo_prints() {
     let want: Vec<String> = block[2..].iter().map(|l| mask(l)).collect();
     assert_eq!(got, want, "the README's worked example is stale");
 }
+
+/// NVML tells the budget (issue 35): through a program that looks NVML up (pynvml's way) and
+/// one linked against it, `nvmlDeviceGetMemoryInfo` and `_v2` report, for a GPU with a limit,
+/// total = the limit, used = what the process (or its group) holds, free = the room left and
+/// never more than the device has free; GPUs without a limit are untouched. In a process that
+/// never uses CUDA (as nvidia-smi) the settings decide; in one that does, its budgets.
+#[test]
+fn nvml_reports_the_budget() {
+    let f = fixture();
+    const GIB: u64 = 1 << 30;
+    let read = |bin: &str, args: &[&str], env: &[(&str, &str)]| {
+        let r = run_program(&f.dir.join(bin), args, true, env);
+        assert_eq!(
+            r.code, 0,
+            "{bin} {args:?} {env:?}: {}{}",
+            r.stdout, r.stderr
+        );
+        let figure = |tag: &str, i: u32, key: &str| -> u64 {
+            r.stdout
+                .lines()
+                .find(|l| l.starts_with(&format!("{tag} i={i} ")))
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+                })
+                .unwrap_or_else(|| panic!("no {tag} {key} for {i}: {}", r.stdout))
+                .parse()
+                .unwrap()
+        };
+        // (v1 total, used, free), then v2's (total, reserved, used, free), for devices 0 and 1.
+        (0..2)
+            .map(|i| {
+                (
+                    (
+                        figure("nvml", i, "total"),
+                        figure("nvml", i, "used"),
+                        figure("nvml", i, "free"),
+                    ),
+                    (
+                        figure("nvml2", i, "total"),
+                        figure("nvml2", i, "reserved"),
+                        figure("nvml2", i, "used"),
+                        figure("nvml2", i, "free"),
+                    ),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let untouched = (
+        (GIB, 108 * MIB, GIB - 108 * MIB),
+        (GIB, 8 * MIB, 100 * MIB, GIB - 108 * MIB),
+    );
+    for bin in ["nvml", "nvml_linked"] {
+        // No limit: NVML's own figures.
+        assert_eq!(read(bin, &[], &[]), vec![untouched, untouched], "{bin}");
+        // A limit for every GPU, in a process that never touches CUDA.
+        let b = ((512 * MIB, 0, 512 * MIB), (512 * MIB, 0, 0, 512 * MIB));
+        assert_eq!(
+            read(bin, &[], &[("CUDAPOOL_MEMORY_LIMIT", "512MiB")]),
+            vec![b, b],
+            "{bin}"
+        );
+        // Free never more than the device has: 900 MiB used by others.
+        let v = read(
+            bin,
+            &[],
+            &[
+                ("CUDAPOOL_MEMORY_LIMIT", "512MiB"),
+                ("FAKENVML_USED", &(900 * MIB).to_string()),
+            ],
+        );
+        assert_eq!(v[0].0, (512 * MIB, 0, GIB - 908 * MIB), "{bin}");
+        assert_eq!(
+            v[0].1,
+            (512 * MIB, 512 * MIB - (GIB - 908 * MIB), 0, GIB - 908 * MIB),
+            "{bin}"
+        );
+        // One GPU's limit, in a process holding 64 MiB of it: its own figures.
+        let v = read(bin, &["64"], &[("CUDAPOOL_MEMORY_LIMIT", "0=256MiB")]);
+        assert_eq!(v[0].0, (256 * MIB, 64 * MIB, 192 * MIB), "{bin}");
+        assert_eq!(v[0].1, (256 * MIB, 0, 64 * MIB, 192 * MIB), "{bin}");
+        assert_eq!(v[1], untouched, "{bin}: device 1 has no limit");
+    }
+    // A group: a member holds memory; another member's NVML, and that of a process of the
+    // group that never uses CUDA, show the group's limit and what the group holds.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nvml-group");
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().unwrap();
+    let genv = [
+        ("CUDAPOOL_RUNTIME_DIR", d),
+        ("CUDAPOOL_GROUP", "g"),
+        ("CUDAPOOL_GROUP_LIMIT", "96MiB"),
+    ];
+    let mut holder = Command::new(f.dir.join("chaos"))
+        .args(["once", "hold"])
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", &f.lib)
+        .envs(genv)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("once ok"), "{line}");
+    let held = cudapool::group::ledgers(false, Some(&dir))
+        .into_iter()
+        .flatten()
+        .map(|v| v.devices[0].2)
+        .next()
+        .expect("the group's ledger");
+    assert!(held >= MIB, "{held}");
+    let v = read("nvml", &[], &genv);
+    assert_eq!(
+        v[0].0,
+        (96 * MIB, held, 96 * MIB - held),
+        "a process of the group that never used CUDA"
+    );
+    let v = read("nvml", &["8"], &genv);
+    let held2 = held + 8 * MIB;
+    assert!(
+        v[0].0 .0 == 96 * MIB && v[0].0 .1 >= held2 && v[0].0 .2 == 96 * MIB - v[0].0 .1,
+        "a member holding 8 MiB more: {:?} (the other holds {held})",
+        v[0].0
+    );
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+}

@@ -22,6 +22,7 @@ pub mod contexts;
 pub mod counted;
 pub mod guard;
 pub mod lookups;
+pub mod nvml;
 pub mod pooled;
 pub mod streams;
 pub mod work;

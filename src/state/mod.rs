@@ -38,6 +38,7 @@ mod groups;
 pub mod history;
 pub mod ipc;
 pub mod live;
+pub mod nvml;
 mod pooled;
 mod ranges;
 mod shim;

@@ -246,6 +246,12 @@ impl Shim {
     }
 
     /// The shim if it is active (not disabled, refused or driverless).
+    /// The shim if it is already set up, without setting it up (for questions a process that
+    /// never used CUDA may ask, such as NVML's: answering them must not make it a CUDA process).
+    pub fn if_set_up() -> Option<&'static Shim> {
+        SHIM.get()
+    }
+
     pub fn active() -> Option<&'static Shim> {
         match Shim::state() {
             State::Active(s) => Some(s),

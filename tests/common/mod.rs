@@ -86,6 +86,28 @@ pub fn fixture() -> &'static Fixture {
         let mut a = strict.to_vec();
         a.extend(["-o", "memapi", &memapi, "-ldl"]);
         cc(&a, &dir);
+        // The fake NVML and a program that reads it, looked up and linked.
+        let fake_nvml = src("tests/fake/libnvidia-ml.c");
+        let mut a = strict.to_vec();
+        a.extend(["-shared", "-fPIC", "-o", "libnvidia-ml.so.1", &fake_nvml]);
+        cc(&a, &dir);
+        let _ = std::fs::remove_file(dir.join("libnvidia-ml.so"));
+        std::os::unix::fs::symlink("libnvidia-ml.so.1", dir.join("libnvidia-ml.so")).unwrap();
+        let nvml = src("tests/c/nvml.c");
+        let mut a = strict.to_vec();
+        a.extend(["-o", "nvml", &nvml, "-ldl"]);
+        cc(&a, &dir);
+        let mut a = strict.to_vec();
+        a.extend([
+            "-DLINKED",
+            "-o",
+            "nvml_linked",
+            &nvml,
+            "-L.",
+            "-lnvidia-ml",
+            "-ldl",
+        ]);
+        cc(&a, &dir);
         let chaos = src("tests/c/chaos.c");
         let mut a = strict.to_vec();
         a.extend([&inc, "-o", "chaos", &chaos, "-ldl", "-lpthread"]);
