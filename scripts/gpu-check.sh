@@ -290,6 +290,17 @@ else
   result FAIL "exporter" "carry target/release/cudapool too"
 fi
 
+echo "=== NVML under cudapool: nvidia-smi and pynvml see the budget (scripts/gpu/nvml_check.sh)"
+if [ -x target/release/cudapool ]; then
+  $T bash scripts/gpu/nvml_check.sh > "$W/nvml.out" 2>&1
+  cat "$W/nvml.out"
+  while read -r verdict what; do
+    result "$verdict" "NVML: ${what%% (*}" "$(echo "$what" | sed -n 's/.*(\(.*\))$/\1/p')"
+  done < <(grep -E '^(PASS|FAIL) ' "$W/nvml.out")
+else
+  result FAIL "NVML" "carry target/release/cudapool too"
+fi
+
 echo "=== a group of two PyTorch processes under one limit; one killed, the other grows"
 $T python3 scripts/gpu/group_check.py "$LIB" > "$W/group.out" 2>&1
 cat "$W/group.out"

@@ -120,6 +120,19 @@ fn uuid_of(device: *mut c_void) -> Option<[u8; 16]> {
     parse_uuid(s)
 }
 
+/// The budget's view of `device`, whose real figures are `total` and `free` (`None`: none
+/// applies, or the device's UUID could not be had).
+fn budgeted(device: *mut c_void, total: u64, free: u64) -> Option<crate::state::nvml::NvmlView> {
+    let uuid = uuid_of(device);
+    let v = uuid.and_then(|u| crate::state::nvml::view(&u, total, free));
+    crate::log_at!(
+        crate::config::LogLevel::Debug,
+        "nvml: device {:?}: total {total}, free {free} -> {v:?}",
+        uuid.map(|u| crate::report::page::fmt_uuid(&u))
+    );
+    v
+}
+
 /// `GPU-b130ed9d-f60d-8609-a92c-84ec86ed66fb` (or `MIG-...`) -> its 16 bytes.
 pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
     let hex: String = s.split_once('-')?.1.chars().filter(|c| *c != '-').collect();
@@ -153,8 +166,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
         }
         // SAFETY: NVML just filled it: non-null and valid (the caller's contract).
         let m = unsafe { &mut *memory };
-        if let Some(v) = uuid_of(device).and_then(|u| crate::state::nvml::view(&u, m.total, m.free))
-        {
+        if let Some(v) = budgeted(device, m.total, m.free) {
             (m.total, m.used, m.free) = (v.total, v.used, v.free);
         }
         r
@@ -183,8 +195,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         }
         // SAFETY: NVML just filled it: non-null and valid (the caller's contract).
         let m = unsafe { &mut *memory };
-        if let Some(v) = uuid_of(device).and_then(|u| crate::state::nvml::view(&u, m.total, m.free))
-        {
+        if let Some(v) = budgeted(device, m.total, m.free) {
             m.total = v.total;
             m.used = v.used;
             m.free = v.free;
