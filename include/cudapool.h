@@ -107,6 +107,16 @@ typedef struct cudapool_group_stats {
  * no group. */
 int cudapool_get_group_stats(int device, cudapool_group_stats *out);
 
+/* The program's out-of-memory handler: called on the allocating thread, with no cudapool lock
+ * held and outside cudapool (what it frees or allocates goes through cudapool as usual), after
+ * cudapool gave its cache back and before CUDA_ERROR_OUT_OF_MEMORY reaches the program. A
+ * non-zero return asks for one more try (counted as a reclaim retry). Not called again from
+ * inside itself: an allocation it makes that fails gets its answer at once. */
+typedef int (*cudapool_oom_handler)(int device, size_t bytes, void *user_data);
+
+/* Installs `handler` with `user_data` (NULL removes it). Returns 0. */
+int cudapool_set_oom_handler(cudapool_oom_handler handler, void *user_data);
+
 #ifdef __cplusplus
 }
 #endif

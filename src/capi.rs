@@ -9,7 +9,7 @@ use crate::cu::*;
 use crate::hooks::boundary;
 use crate::report::REPORTING;
 use crate::state::{Shim, View};
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 
 /// Mirrors `cudapool_stats` in `include/cudapool.h`. Append fields only, never reorder:
 /// `struct_size` lets an old caller keep working with a newer library and the reverse.
@@ -270,6 +270,18 @@ pub extern "C" fn cudapool_set_memory_limit(device: c_int, bytes: usize) -> c_in
         });
     }
     r
+}
+
+/// Installs the program's out-of-memory handler (`NULL`: none); see `state::oom`.
+#[no_mangle]
+pub extern "C" fn cudapool_set_oom_handler(
+    handler: Option<crate::state::oom::OomHandler>,
+    user_data: *mut c_void,
+) -> c_int {
+    boundary(CUDA_ERROR_UNKNOWN as c_int, || {
+        crate::state::oom::set_handler(handler, user_data);
+        CUDA_SUCCESS as c_int
+    })
 }
 
 /// The status text, snprintf-style: writes at most `len` bytes including the NUL and returns

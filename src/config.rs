@@ -144,6 +144,9 @@ pub struct Config {
     /// `CUDAPOOL_RUNTIME_DIR`: where the live page and group ledgers live (`rundir`), when not
     /// in the default place.
     pub runtime_dir: Option<PathBuf>,
+    /// `CUDAPOOL_OOM_SNAPSHOT`: where to write a snapshot at each out-of-memory answer the
+    /// program receives (`%p` the pid, `%n` the answer's number).
+    pub oom_snapshot: Option<String>,
 }
 
 /// The characters a group name may use (`CUDAPOOL_GROUP`), and its longest length.
@@ -264,6 +267,7 @@ impl Default for Config {
             group_limit: DeviceLimits::default(),
             segments: Segments::Classic,
             runtime_dir: None,
+            oom_snapshot: None,
         }
     }
 }
@@ -386,6 +390,9 @@ impl Config {
             }
             c.runtime_dir = Some(p);
         }
+        if let Some(v) = get("CUDAPOOL_OOM_SNAPSHOT") {
+            c.oom_snapshot = Some(v.trim().to_string());
+        }
         if let Some(v) = get("CUDAPOOL_GROUP_LIMIT") {
             c.group_limit = parse_device_limits(&v)
                 .map_err(|why| bad("CUDAPOOL_GROUP_LIMIT", &v, &why, SIZE_FORMS))?;
@@ -424,9 +431,17 @@ impl Config {
                 }
             };
         }
+        // A snapshot at the moment of OOM carries the history leading to it.
+        if c.oom_snapshot.is_some() && c.history == 0 && get("CUDAPOOL_HISTORY").is_none() {
+            c.history = OOM_SNAPSHOT_HISTORY;
+        }
         Ok(c)
     }
 }
+
+/// The allocator events kept per device when `CUDAPOOL_OOM_SNAPSHOT` is set and
+/// `CUDAPOOL_HISTORY` is not.
+pub const OOM_SNAPSHOT_HISTORY: usize = 10_000;
 
 /// Parses a bare SIZE (every device) or a list `ORD=SIZE[,ORD=SIZE...]`.
 pub fn parse_device_limits(s: &str) -> Result<DeviceLimits, String> {

@@ -862,6 +862,8 @@ fn the_header_matches_the_library() {
     );
     assert_eq!(r.get("group", "no_group"), "801", "in no group");
     assert_eq!(r.get("group", "null"), "1");
+    assert_eq!(r.get("oom_handler", "set"), "0");
+    assert_eq!(r.get("oom_handler", "unset"), "0");
 }
 
 #[test]
@@ -2209,4 +2211,45 @@ fn nvml_reports_the_budget() {
     );
     drop(holder.stdin.take());
     assert!(holder.wait().unwrap().success());
+}
+
+/// The moment of out-of-memory (issue 35): the program's handler (Python's
+/// `cudapool.set_oom_handler` over `cudapool_set_oom_handler`) frees and its retry succeeds, one
+/// that allocates or raises is safe, and `CUDAPOOL_OOM_SNAPSHOT` leaves a snapshot in PyTorch's
+/// format at each OOM the program receives, named in the OOM line
+/// (`tests/python/check_oom.py`).
+#[test]
+fn the_oom_handler_and_the_oom_snapshot() {
+    let f = fixture();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("oom-snapshots");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let template = dir.join("oom-%p-%n.pickle");
+    let r = run_program(
+        &python3(),
+        &[
+            root.join("tests/python/check_oom.py").to_str().unwrap(),
+            root.join("cbindings/python").to_str().unwrap(),
+            root.join("tests/python").to_str().unwrap(),
+        ],
+        true,
+        &[
+            ("CUDAPOOL_MEMORY_LIMIT", "64MiB"),
+            ("CUDAPOOL_POOL", "simple"),
+            ("CUDAPOOL_OOM_SNAPSHOT", template.to_str().unwrap()),
+        ],
+    );
+    print!("{}", r.stdout);
+    assert!(
+        r.code == 0 && r.stdout.contains(" 0 failed"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("snapshot of this moment in") && r.stderr.contains("oom-"),
+        "the OOM line names the file: {}",
+        r.stderr
+    );
 }

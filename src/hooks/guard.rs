@@ -7,7 +7,7 @@
 
 use crate::cu::*;
 use crate::driver::Driver;
-use crate::state::{Shim, State};
+use crate::state::{oom, Shim, State};
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -49,7 +49,7 @@ pub(crate) enum OnBadConfig {
 pub(crate) fn hook(
     on_bad: OnBadConfig,
     real: impl FnOnce(&'static Driver) -> CUresult,
-    body: impl FnOnce(&'static Shim) -> CUresult,
+    body: impl Fn(&'static Shim) -> CUresult,
 ) -> CUresult {
     catch_unwind(AssertUnwindSafe(|| {
         let forward = || match Driver::get() {
@@ -63,12 +63,50 @@ pub(crate) fn hook(
             return forward();
         };
         match Shim::state() {
+            State::Active(shim) if on_bad == OnBadConfig::Refuse && oom::offered() => {
+                with_handler(shim, &body)
+            }
             State::Active(shim) => body(shim),
             State::Refused if on_bad == OnBadConfig::Refuse => CUDA_ERROR_NOT_INITIALIZED,
             _ => forward(),
         }
     }))
     .unwrap_or(CUDA_ERROR_UNKNOWN)
+}
+
+/// `body` with the program's out-of-memory handler offered (`state::oom`): an out-of-memory
+/// answer it would give is held back; the handler runs outside this hook (what it frees goes
+/// through cudapool) and may ask for one more try; whatever the program then receives is what
+/// is counted and said.
+fn with_handler(shim: &'static Shim, body: &impl Fn(&'static Shim) -> CUresult) -> CUresult {
+    let (r, found) = oom::deferring(|| body(shim));
+    let Some((dev, bytes)) = found else {
+        return r;
+    };
+    if r == CUDA_ERROR_OUT_OF_MEMORY && outside_hook(|| oom::call_handler(dev, bytes)) {
+        shim.budget(dev).on_reclaim_retry();
+        let (again, found) = oom::deferring(|| body(shim));
+        if let Some((dev, bytes)) = found.filter(|_| again == CUDA_ERROR_OUT_OF_MEMORY) {
+            shim.report_oom(dev, bytes);
+        }
+        return again;
+    }
+    shim.report_oom(dev, bytes);
+    r
+}
+
+/// Runs `f` as if this thread were in no hook (calls it makes into hooked entry points go
+/// through the shim again), then marks it back.
+fn outside_hook<T>(f: impl FnOnce() -> T) -> T {
+    let was = IN_HOOK.with(|c| c.replace(false));
+    struct Back(bool);
+    impl Drop for Back {
+        fn drop(&mut self) {
+            IN_HOOK.with(|c| c.set(self.0));
+        }
+    }
+    let _back = Back(was);
+    f()
 }
 
 /// Says once why a driver call gets "not initialized": cudapool cannot reach the driver.

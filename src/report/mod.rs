@@ -96,6 +96,21 @@ impl Observer for Reporting {
         self.sample(view, dev);
     }
 
+    fn oom(&self, view: &dyn View, _dev: CUdevice, _bytes: u64) -> Option<String> {
+        let template = view.config().oom_snapshot.as_deref()?;
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let path = template
+            .replace("%p", &std::process::id().to_string())
+            .replace("%n", &n.to_string());
+        Some(match write_oom_snapshot(&path) {
+            Ok(bytes) => {
+                format!("snapshot of this moment in {path} ({bytes} bytes, PyTorch's format)")
+            }
+            Err(e) => format!("no snapshot: {path}: {e}"),
+        })
+    }
+
     fn at_exit(&self, view: &dyn View) {
         write_exit_report(view);
         self.publish(view);
@@ -162,6 +177,25 @@ fn start_page_thread() {
     if let Err(e) = spawned {
         crate::log::line(&format!("no page thread (no snapshots from outside): {e}"));
     }
+}
+
+/// Writes the PyTorch snapshot of this moment to `path` (replacing a file there, never through
+/// a link); its size.
+fn write_oom_snapshot(path: &str) -> Result<usize, String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let shim = crate::state::Shim::active().ok_or("cudapool is not active")?;
+    let bytes = torch::snapshot_torch(shim)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    f.write_all(&bytes).map_err(|e| e.to_string())?;
+    Ok(bytes.len())
 }
 
 /// Writes the snapshot `req` asks for: a new file (never through a link), mode 0600.

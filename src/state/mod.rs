@@ -39,6 +39,7 @@ pub mod history;
 pub mod ipc;
 pub mod live;
 pub mod nvml;
+pub mod oom;
 mod pooled;
 mod ranges;
 mod shim;

@@ -81,6 +81,12 @@ pub trait Observer: Send + Sync {
     fn sample(&self, view: &dyn View, dev: CUdevice);
     /// Something happened on `dev`: `"oom"`, `"reclaim"`, `"limit"`, with its bytes.
     fn event(&self, view: &dyn View, dev: CUdevice, name: &'static str, bytes: u64);
+    /// The program receives an out-of-memory answer for `bytes` on `dev`: what the observer
+    /// kept of the moment, for the OOM line (`CUDAPOOL_OOM_SNAPSHOT`'s file).
+    fn oom(&self, view: &dyn View, dev: CUdevice, bytes: u64) -> Option<String> {
+        let _ = (view, dev, bytes);
+        None
+    }
     /// The process is exiting (the driver may already be gone).
     fn at_exit(&self, view: &dyn View);
 }
@@ -299,14 +305,25 @@ impl Shim {
     /// Counts and logs an out-of-memory answer (from the limit or from the driver); returns `err`
     /// unchanged whatever it is.
     pub(crate) fn failed(&self, dev: CUdevice, asked: u64, err: CUresult) -> CUresult {
-        if err != CUDA_ERROR_OUT_OF_MEMORY {
+        if err != CUDA_ERROR_OUT_OF_MEMORY || self.deferred_oom(dev, asked) {
             return err;
         }
+        self.report_oom(dev, asked);
+        err
+    }
+
+    /// An out-of-memory answer reaches the program: counted, recorded, handed to the observer
+    /// (which may write a snapshot and add a note), and said in one line.
+    pub fn report_oom(&self, dev: CUdevice, asked: u64) {
         let budget = self.budget(dev);
         budget.on_oom();
         self.history
             .record(dev, super::history::Action::Oom, 0, asked, 0, None);
         self.event(dev, "oom", asked);
+        let note = OBSERVER
+            .get()
+            .and_then(|o| o.oom(self, dev, asked))
+            .map_or(String::new(), |n| format!("; {n}"));
         if log::enabled(Warn) {
             let s = self.device_stats(dev);
             let device_free = self
@@ -333,14 +350,13 @@ impl Shim {
                 _ => String::new(),
             };
             log::line(&format!(
-                "out of memory on device {dev}: asked {}; limit {limit}, allocated {}, reserved {}, cached after reclaim {}, device free {device_free}{group}",
+                "out of memory on device {dev}: asked {}; limit {limit}, allocated {}, reserved {}, cached after reclaim {}, device free {device_free}{group}{note}",
                 fmt_bytes(asked),
                 fmt_bytes(s.allocated),
                 fmt_bytes(s.reserved),
                 fmt_bytes(s.cached),
             ));
         }
-        err
     }
 }
 

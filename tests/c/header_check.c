@@ -65,5 +65,7 @@ int main(void) {
   printf("\n");
   printf("group sizeof=%zu no_group=%d null=%d\n", sizeof g, cudapool_get_group_stats(0, &g),
          cudapool_get_group_stats(0, NULL));
+  cudapool_oom_handler h = NULL;
+  printf("oom_handler set=%d unset=%d\n", cudapool_set_oom_handler(h, &g), cudapool_set_oom_handler(NULL, NULL));
   return 0;
 }

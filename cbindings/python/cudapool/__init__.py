@@ -151,6 +151,8 @@ def _lib():
         lib.cudapool_version.restype = ctypes.c_char_p
         lib.cudapool_get_group_stats.argtypes = [ctypes.c_int, ctypes.POINTER(_GroupStats)]
         lib.cudapool_get_group_stats.restype = ctypes.c_int
+        lib.cudapool_set_oom_handler.argtypes = [_OOM_HANDLER_TYPE, ctypes.c_void_p]
+        lib.cudapool_set_oom_handler.restype = ctypes.c_int
         _LIB = lib
     return _LIB
 
@@ -232,6 +234,35 @@ def group_stats(device=0):
         "limit": g.limit,
         "process_reserved_bytes": g.process_reserved_bytes,
     }
+
+
+_OOM_HANDLER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p)
+_OOM_HANDLER = None  # the C callback kept alive while installed
+
+
+def set_oom_handler(fn):
+    """Calls ``fn(device, bytes)`` when an allocation is about to fail with out-of-memory, after
+    cudapool gave its own cache back: on the allocating thread, with no cudapool lock held. It
+    may free memory; a true result asks for one more try. An exception it raises counts as no
+    retry. ``None`` removes it."""
+    global _OOM_HANDLER
+    if fn is None:
+        _check(_lib().cudapool_set_oom_handler(_OOM_HANDLER_TYPE(), None), "set_oom_handler")
+        _OOM_HANDLER = None
+        return
+
+    def call(device, nbytes, _data):
+        try:
+            return 1 if fn(device, nbytes) else 0
+        except BaseException:  # never unwind into C
+            import traceback
+
+            traceback.print_exc()
+            return 0
+
+    cb = _OOM_HANDLER_TYPE(call)
+    _check(_lib().cudapool_set_oom_handler(cb, None), "set_oom_handler")
+    _OOM_HANDLER = cb
 
 
 def memory_allocated(device=None):
