@@ -2220,7 +2220,7 @@ fn nvml_reports_the_budget() {
 /// (`tests/python/check_oom.py`).
 #[test]
 fn the_oom_handler_and_the_oom_snapshot() {
-    let f = fixture();
+    fixture();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("oom-snapshots");
     let _ = std::fs::remove_dir_all(&dir);
