@@ -78,6 +78,8 @@ pub(crate) fn hook(
 /// answer it would give is held back; the handler runs outside this hook (what it frees goes
 /// through cudapool) and may ask for one more try; whatever the program then receives is what
 /// is counted and said.
+#[cold]
+#[inline(never)]
 fn with_handler(shim: &'static Shim, body: &impl Fn(&'static Shim) -> CUresult) -> CUresult {
     let (r, found) = oom::deferring(|| body(shim));
     let Some((dev, bytes)) = found else {

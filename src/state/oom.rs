@@ -17,6 +17,7 @@ use super::Shim;
 use crate::cu::CUdevice;
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// `cudapool_oom_handler` of `include/cudapool.h`.
@@ -24,6 +25,9 @@ pub type OomHandler = unsafe extern "C" fn(c_int, usize, *mut c_void) -> c_int;
 
 /// The handler and its user data (an address).
 static HANDLER: Mutex<Option<(OomHandler, usize)>> = Mutex::new(None);
+/// Whether a handler is set: what every allocation hook asks (one relaxed load: the hot path
+/// never takes the lock above).
+static SET: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// `Some` while a hook defers out-of-memory answers: the first one found, if any.
@@ -34,12 +38,23 @@ thread_local! {
 
 /// Sets the handler (`None` removes it).
 pub fn set_handler(h: Option<OomHandler>, user_data: *mut c_void) {
-    *crate::sync::lock(&HANDLER) = h.map(|h| (h, user_data as usize));
+    let mut slot = crate::sync::lock(&HANDLER);
+    *slot = h.map(|h| (h, user_data as usize));
+    SET.store(slot.is_some(), Ordering::Release);
 }
 
 /// Whether a handler may run on this thread now (one is set, and this thread is not in it).
+#[inline]
 pub fn offered() -> bool {
-    !IN_HANDLER.with(|c| c.get()) && crate::sync::lock(&HANDLER).is_some()
+    SET.load(Ordering::Relaxed) && not_in_handler()
+}
+
+/// Apart, so that the thread-local lookup is made only when a handler is set (inlined, the
+/// compiler hoists it above the test: one more lookup on every allocation).
+#[cold]
+#[inline(never)]
+fn not_in_handler() -> bool {
+    !IN_HANDLER.with(|c| c.get())
 }
 
 /// Runs `f` deferring the out-of-memory answers it finds; its result and the first one found.
