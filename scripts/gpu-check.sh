@@ -301,6 +301,14 @@ else
   result FAIL "NVML" "carry target/release/cudapool too"
 fi
 
+echo "=== the moment of OOM with PyTorch (scripts/gpu/oom_check.py)"
+$T python3 scripts/gpu/oom_check.py "$LIB" "$W/oom" > "$W/oom.out" 2>&1
+cat "$W/oom.out"
+while read -r verdict what; do
+  result "$verdict" "OOM: $what" ""
+done < <(grep -E '^(PASS|FAIL) ' "$W/oom.out" | sed 's/ \[.*//')
+cp "$W"/oom/oom_segment_plot.html "$OUT/" 2>/dev/null
+
 echo "=== a group of two PyTorch processes under one limit; one killed, the other grows"
 $T python3 scripts/gpu/group_check.py "$LIB" > "$W/group.out" 2>&1
 cat "$W/group.out"
