@@ -15,9 +15,14 @@ fn render(s: &Snapshot) -> String {
         .group
         .as_ref()
         .map_or(String::new(), |g| format!("  group {g}"));
+    // A process in a pid namespace this reader cannot see: the pid its page gives, said so.
+    let pid = match s.pid {
+        0 => format!("{} (its own pid namespace's)", s.claimed_pid),
+        p => p.to_string(),
+    };
     let mut out = format!(
-        "pid {}  pool {}{group}  updated {age:.1} s ago\n",
-        s.pid, s.pool
+        "pid {pid}  pool {}{group}  updated {age:.1} s ago\n",
+        s.pool
     );
     if s.devices.is_empty() {
         out.push_str("  no device memory used yet\n");
