@@ -31,18 +31,6 @@ fn uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
-/// Two descriptors a child: as many as the hard limit allows.
-fn raise_open_files() {
-    // SAFETY: a zeroed rlimit is valid; getrlimit fills it, setrlimit reads it.
-    unsafe {
-        let mut r: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
-            r.rlim_cur = r.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-        }
-    }
-}
-
 /// A runtime directory of this test's own (removed first), so scenarios do not meet.
 fn runtime_dir(what: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chaos-{what}"));

@@ -84,14 +84,7 @@ fn rss_kib(pid: u32) -> u64 {
 #[test]
 fn a_thousand_idle_connections_do_not_blind_the_exporter() {
     use std::io::BufRead;
-    // SAFETY: a zeroed rlimit is valid; getrlimit fills it, setrlimit reads it.
-    unsafe {
-        let mut r: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
-            r.rlim_cur = r.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-        }
-    }
+    raise_open_files();
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("exporter-idle");
     let _ = std::fs::remove_dir_all(&dir);
     let mut exporter = Command::new(env!("CARGO_BIN_EXE_cudapool"))

@@ -209,15 +209,12 @@ pub(super) fn initialise(l: *mut Ledger) {
     // mutex is then initialised in place.
     unsafe {
         std::ptr::write_bytes(l.cast::<u8>(), 0, SIZE);
-        let l = &mut *l;
-        let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
-        libc::pthread_mutexattr_init(&mut attr);
-        libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
-        libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
-        libc::pthread_mutex_init(&mut l.mutex, &attr);
-        libc::pthread_mutexattr_destroy(&mut attr);
-        l.version = VERSION;
-        l.magic.store(MAGIC, Ordering::Release);
+    }
+    reset_mutex(l);
+    // SAFETY: as above; the magic last, so that a joiner that sees it sees the rest.
+    unsafe {
+        (*l).version = VERSION;
+        (*l).magic.store(MAGIC, Ordering::Release);
     }
 }
 

@@ -540,13 +540,7 @@ impl CachingPool {
         on: Option<StreamKey>,
         up: &dyn Upstream,
     ) -> Result<Grant, CUresult> {
-        let hit = |t: Taken| {
-            Ok(Grant {
-                ptr: t.ptr,
-                size: t.size,
-                from_cache: true,
-            })
-        };
+        let hit = cache_hit;
         let rule = self.clock.rule();
         // Fast path: this thread's own freed blocks, without the pool's lock.
         if magazines_serve(size, || rule) {
@@ -570,13 +564,7 @@ impl CachingPool {
         rule: ReuseRule,
         release_first: bool,
     ) -> Result<Grant, CUresult> {
-        let hit = |t: Taken| {
-            Ok(Grant {
-                ptr: t.ptr,
-                size: t.size,
-                from_cache: true,
-            })
-        };
+        let hit = cache_hit;
         // Under `Fenced`, a stream-ordered allocation may take its stream's lane.
         let lane = on.filter(|_| rule == ReuseRule::Fenced).unwrap_or(READY);
         let limit = up.limit();
@@ -674,6 +662,15 @@ impl CachingPool {
         }
         Ok(())
     }
+}
+
+/// A block taken from the cache, as a grant.
+fn cache_hit(t: Taken) -> Result<Grant, CUresult> {
+    Ok(Grant {
+        ptr: t.ptr,
+        size: t.size,
+        from_cache: true,
+    })
 }
 
 impl Pool for CachingPool {

@@ -297,3 +297,15 @@ pub fn test_venv() -> PathBuf {
     }
     python
 }
+
+/// As many open descriptors as the hard limit allows (tests that hold a thousand).
+pub fn raise_open_files() {
+    // SAFETY: a zeroed rlimit is valid; getrlimit fills it, setrlimit reads it.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
