@@ -410,16 +410,22 @@ pub fn reserve(fd: libc::c_int, size: usize) -> std::io::Result<()> {
     }
 }
 
+/// A lock request of `kind` on `len` bytes at `start` of a file (for `fcntl`).
+pub fn flock(kind: libc::c_int, start: i64, len: usize) -> libc::flock {
+    // SAFETY: flock is plain old data; zero is a valid start.
+    let mut f: libc::flock = unsafe { std::mem::zeroed() };
+    f.l_type = kind as libc::c_short;
+    f.l_whence = libc::SEEK_SET as libc::c_short;
+    f.l_start = start;
+    f.l_len = len as libc::off_t;
+    f
+}
+
 /// The pid of the process that holds a classic (process-owned) write lock on byte 0 of `fd`'s
 /// file, as the kernel says: `Some(0)` if it lives in a pid namespace this process cannot see,
 /// `None` if nobody holds it (or only this process does).
 pub fn lock_holder(fd: libc::c_int) -> Option<u32> {
-    // SAFETY: flock is plain old data; zero is a valid start.
-    let mut f: libc::flock = unsafe { std::mem::zeroed() };
-    f.l_type = libc::F_WRLCK as libc::c_short;
-    f.l_whence = libc::SEEK_SET as libc::c_short;
-    f.l_start = 0;
-    f.l_len = 1;
+    let mut f = flock(libc::F_WRLCK, 0, 1);
     // SAFETY: a lock test on our descriptor with a valid flock.
     if unsafe { libc::fcntl(fd, libc::F_GETLK, &mut f) } != 0 {
         return None;
@@ -430,12 +436,7 @@ pub fn lock_holder(fd: libc::c_int) -> Option<u32> {
 /// Takes a classic write lock on byte 0 of `fd`'s file for this process (kept until the process
 /// ends or closes a descriptor of that file; a child does not inherit it). Whether it was taken.
 pub fn hold(fd: libc::c_int) -> bool {
-    // SAFETY: flock is plain old data; zero is a valid start.
-    let mut f: libc::flock = unsafe { std::mem::zeroed() };
-    f.l_type = libc::F_WRLCK as libc::c_short;
-    f.l_whence = libc::SEEK_SET as libc::c_short;
-    f.l_start = 0;
-    f.l_len = 1;
+    let f = flock(libc::F_WRLCK, 0, 1);
     // SAFETY: a lock request on our descriptor with a valid flock; never blocks.
     unsafe { libc::fcntl(fd, libc::F_SETLK, &f) == 0 }
 }

@@ -21,7 +21,7 @@
 //!
 //! Uses: `rundir`.
 
-use crate::rundir::{self, RunDir};
+use crate::rundir::{self, flock, RunDir};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -99,16 +99,6 @@ pub(super) fn member_byte(i: usize) -> i64 {
 
 fn door_byte() -> i64 {
     (SIZE + MEMBERS) as i64
-}
-
-fn flock(kind: libc::c_int, start: i64, len: usize) -> libc::flock {
-    // SAFETY: flock is plain old data; zero is a valid start.
-    let mut f: libc::flock = unsafe { std::mem::zeroed() };
-    f.l_type = kind as libc::c_short;
-    f.l_whence = libc::SEEK_SET as libc::c_short;
-    f.l_start = start;
-    f.l_len = len as libc::off_t;
-    f
 }
 
 /// Takes an exclusive open-file-description lock on `len` bytes at `start`, without waiting.

@@ -32,8 +32,6 @@ pub struct NvmlMemoryV2 {
     used: u64,
 }
 
-type GetMemoryInfo = unsafe extern "C" fn(*mut c_void, *mut NvmlMemory) -> NvmlReturn;
-type GetMemoryInfoV2 = unsafe extern "C" fn(*mut c_void, *mut NvmlMemoryV2) -> NvmlReturn;
 type GetUuid = unsafe extern "C" fn(*mut c_void, *mut c_char, c_uint) -> NvmlReturn;
 
 /// The NVML functions this module replaces: (name, our hook).
@@ -146,6 +144,63 @@ pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
+/// One of NVML's memory structs: what the budget reads of it and how its view goes back in.
+trait Memory {
+    /// (total, free) as NVML gave them.
+    fn real(&self) -> (u64, u64);
+    fn set(&mut self, v: crate::state::nvml::NvmlView);
+}
+
+impl Memory for NvmlMemory {
+    fn real(&self) -> (u64, u64) {
+        (self.total, self.free)
+    }
+    fn set(&mut self, v: crate::state::nvml::NvmlView) {
+        (self.total, self.used, self.free) = (v.total, v.used, v.free);
+    }
+}
+
+/// `reserved` (what the driver keeps) is what the budget's total leaves beside used and free,
+/// so that the four still add up.
+impl Memory for NvmlMemoryV2 {
+    fn real(&self) -> (u64, u64) {
+        (self.total, self.free)
+    }
+    fn set(&mut self, v: crate::state::nvml::NvmlView) {
+        (self.total, self.used, self.free) = (v.total, v.used, v.free);
+        self.reserved = v.total.saturating_sub(v.used).saturating_sub(v.free);
+    }
+}
+
+/// Calls the real function kept in `slot` (`name`), then puts the budget's view of `device`
+/// into what it filled.
+fn through_budget<M: Memory>(
+    slot: &AtomicPtr<c_void>,
+    name: &CStr,
+    device: *mut c_void,
+    memory: *mut M,
+) -> NvmlReturn {
+    boundary(NVML_ERROR_UNKNOWN, || {
+        let Some(f) = real(slot, name) else {
+            return NVML_ERROR_UNKNOWN;
+        };
+        type Real<M> = unsafe extern "C" fn(*mut c_void, *mut M) -> NvmlReturn;
+        // SAFETY: `f` is NVML's function `name`, of this signature for this struct; called with
+        // the caller's own arguments.
+        let r = unsafe { std::mem::transmute::<*mut c_void, Real<M>>(f)(device, memory) };
+        if r != NVML_SUCCESS || memory.is_null() {
+            return r;
+        }
+        // SAFETY: NVML just filled it: non-null and valid (the caller's contract).
+        let m = unsafe { &mut *memory };
+        let (total, free) = m.real();
+        if let Some(v) = budgeted(device, total, free) {
+            m.set(v);
+        }
+        r
+    })
+}
+
 /// `nvmlDeviceGetMemoryInfo`, through the budget.
 ///
 /// # Safety
@@ -155,26 +210,10 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     device: *mut c_void,
     memory: *mut NvmlMemory,
 ) -> NvmlReturn {
-    boundary(NVML_ERROR_UNKNOWN, || {
-        let Some(f) = real(&REAL_V1, c"nvmlDeviceGetMemoryInfo") else {
-            return NVML_ERROR_UNKNOWN;
-        };
-        // SAFETY: the real function with the caller's own arguments.
-        let r = unsafe { std::mem::transmute::<*mut c_void, GetMemoryInfo>(f)(device, memory) };
-        if r != NVML_SUCCESS || memory.is_null() {
-            return r;
-        }
-        // SAFETY: NVML just filled it: non-null and valid (the caller's contract).
-        let m = unsafe { &mut *memory };
-        if let Some(v) = budgeted(device, m.total, m.free) {
-            (m.total, m.used, m.free) = (v.total, v.used, v.free);
-        }
-        r
-    })
+    through_budget(&REAL_V1, c"nvmlDeviceGetMemoryInfo", device, memory)
 }
 
-/// `nvmlDeviceGetMemoryInfo_v2`, through the budget. `reserved` (what the driver keeps) is
-/// what the budget's total leaves beside used and free, so that the four still add up.
+/// `nvmlDeviceGetMemoryInfo_v2`, through the budget.
 ///
 /// # Safety
 /// NVML's contract: `device` a handle NVML gave, `memory` NULL or valid for reads and writes
@@ -184,25 +223,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: *mut c_void,
     memory: *mut NvmlMemoryV2,
 ) -> NvmlReturn {
-    boundary(NVML_ERROR_UNKNOWN, || {
-        let Some(f) = real(&REAL_V2, c"nvmlDeviceGetMemoryInfo_v2") else {
-            return NVML_ERROR_UNKNOWN;
-        };
-        // SAFETY: the real function with the caller's own arguments.
-        let r = unsafe { std::mem::transmute::<*mut c_void, GetMemoryInfoV2>(f)(device, memory) };
-        if r != NVML_SUCCESS || memory.is_null() {
-            return r;
-        }
-        // SAFETY: NVML just filled it: non-null and valid (the caller's contract).
-        let m = unsafe { &mut *memory };
-        if let Some(v) = budgeted(device, m.total, m.free) {
-            m.total = v.total;
-            m.used = v.used;
-            m.free = v.free;
-            m.reserved = v.total.saturating_sub(v.used).saturating_sub(v.free);
-        }
-        r
-    })
+    through_budget(&REAL_V2, c"nvmlDeviceGetMemoryInfo_v2", device, memory)
 }
 
 #[cfg(test)]
