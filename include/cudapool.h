@@ -58,7 +58,8 @@ typedef struct cudapool_stats {
 int cudapool_get_stats(int device, cudapool_stats *out);
 
 /* Gives every cached block on `device` (-1: every device) back to the driver, after waiting
- * for device work that may still touch them. Returns the bytes released (0 when nothing was
+ * for device work that may still touch them, and the memory the driver holds for CUDA graphs
+ * that no graph is using (cuDeviceGraphMemTrim). Returns the bytes released (0 when nothing was
  * cached, or the shim is not active). Like torch.cuda.empty_cache and CUDA.reclaim. */
 size_t cudapool_reclaim(int device);
 

@@ -309,6 +309,13 @@ while read -r verdict what; do
 done < <(grep -E '^(PASS|FAIL) ' "$W/oom.out" | sed 's/ \[.*//')
 cp "$W"/oom/oom_segment_plot.html "$OUT/" 2>/dev/null
 
+echo "=== graph memory nodes under a limit (scripts/gpu/graph_check.sh)"
+$T bash scripts/gpu/graph_check.sh "$LIB" "$W/graphs" > "$W/graphs.out" 2>&1
+cat "$W/graphs.out"
+while read -r verdict what; do
+  result "$verdict" "graphs: $what" "$(grep -h '^runs_2g' "$W/graphs.out" | head -1)"
+done < <(grep -E '^(PASS|FAIL) ' "$W/graphs.out" | sed 's/^\(PASS\|FAIL\) /\1 /')
+
 echo "=== a group of two PyTorch processes under one limit; one killed, the other grows"
 $T python3 scripts/gpu/group_check.py "$LIB" > "$W/group.out" 2>&1
 cat "$W/group.out"

@@ -53,6 +53,11 @@ pub const CU_MEM_LOCATION_TYPE_DEVICE: std::ffi::c_int = 1;
 pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: std::ffi::c_int = 5;
 /// `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`: bytes of a driver pool handed out and not yet freed.
 pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: std::ffi::c_int = 7;
+/// `CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`: device memory the driver holds for graphs' memory
+/// nodes now (`cuDeviceGetGraphMemAttribute`).
+pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: std::ffi::c_int = 2;
+/// `CU_GRAPH_NODE_TYPE_MEM_ALLOC`: a graph's memory allocation node.
+pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: std::ffi::c_int = 10;
 /// `CUDA_ARRAY3D_DEFERRED_MAPPING`: an array created without memory (to ask its footprint).
 pub const CUDA_ARRAY3D_DEFERRED_MAPPING: std::ffi::c_uint = 0x80;
 
@@ -231,5 +236,39 @@ impl Array3DDesc {
             .saturating_mul(dim(self.depth))
             .saturating_mul(per_element)
             .saturating_mul(self.channels.max(1) as u64)
+    }
+}
+
+/// `CUDA_MEM_ALLOC_NODE_PARAMS` (v1), as `cuGraphMemAllocNodeGetParams` writes it: the pool
+/// properties (88 bytes; where the memory lives at their head), the access descriptors, the
+/// size and the address. The hooks only read `props` and `bytesize`.
+#[repr(C)]
+pub struct MemAllocNodeParams {
+    pub props: MemPropHead,
+    props_rest: [u8; 72],
+    access_descs: *const std::ffi::c_void,
+    access_desc_count: usize,
+    pub bytesize: usize,
+    dptr: DevPtr,
+    /// Room for fields a later driver might add behind these (never read).
+    spare: [u8; 64],
+}
+
+impl Default for MemAllocNodeParams {
+    fn default() -> Self {
+        MemAllocNodeParams {
+            props: MemPropHead {
+                kind: 0,
+                handle_types: 0,
+                location_type: 0,
+                location_id: 0,
+            },
+            props_rest: [0; 72],
+            access_descs: std::ptr::null(),
+            access_desc_count: 0,
+            bytesize: 0,
+            dptr: 0,
+            spare: [0; 64],
+        }
     }
 }

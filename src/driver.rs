@@ -171,6 +171,21 @@ driver_table! {
     mem_address_free = c"cuMemAddressFree": fn(DevPtr, usize);
     mem_set_access = c"cuMemSetAccess": fn(DevPtr, usize, *const MemAccessDesc, usize);
     mem_get_allocation_granularity = c"cuMemGetAllocationGranularity": fn(*mut usize, *const MemAllocProp, c_int);
+    graph_get_nodes = c"cuGraphGetNodes": fn(Opaque, *mut Opaque, *mut usize);
+    graph_node_get_type = c"cuGraphNodeGetType": fn(Opaque, *mut c_int);
+    graph_mem_alloc_node_get_params = c"cuGraphMemAllocNodeGetParams": fn(Opaque, *mut MemAllocNodeParams);
+    device_get_graph_mem_attribute = c"cuDeviceGetGraphMemAttribute": fn(CUdevice, c_int, *mut c_void);
+    device_graph_mem_trim = c"cuDeviceGraphMemTrim": fn(CUdevice);
+    graph_launch = c"cuGraphLaunch": fn(Opaque, CUstream);
+    graph_launch_ptsz = c"cuGraphLaunch_ptsz": fn(Opaque, CUstream);
+    graph_upload = c"cuGraphUpload": fn(Opaque, CUstream);
+    graph_upload_ptsz = c"cuGraphUpload_ptsz": fn(Opaque, CUstream);
+    graph_instantiate_v1 = c"cuGraphInstantiate": fn(*mut Opaque, Opaque, *mut Opaque, *mut c_char, usize);
+    graph_instantiate_v2 = c"cuGraphInstantiate_v2": fn(*mut Opaque, Opaque, *mut Opaque, *mut c_char, usize);
+    graph_instantiate_with_flags = c"cuGraphInstantiateWithFlags": fn(*mut Opaque, Opaque, u64);
+    graph_instantiate_with_params = c"cuGraphInstantiateWithParams": fn(*mut Opaque, Opaque, *mut c_void);
+    graph_instantiate_with_params_ptsz = c"cuGraphInstantiateWithParams_ptsz": fn(*mut Opaque, Opaque, *mut c_void);
+    graph_exec_destroy = c"cuGraphExecDestroy": fn(Opaque);
     device_get_count = c"cuDeviceGetCount": fn(*mut c_int);
     cu_init = c"cuInit": fn(c_uint);
     device_can_access_peer = c"cuDeviceCanAccessPeer": fn(*mut c_int, CUdevice, CUdevice);
@@ -433,6 +448,58 @@ impl Driver {
         let (mut free, mut total) = (0usize, 0usize);
         check(call!(self, mem_get_info_v2(&mut free, &mut total)))?;
         Ok((free as u64, total as u64))
+    }
+
+    /// Bytes each device's memory nodes take in `graph` (allocation nodes only: the driver
+    /// refuses them in child graphs and conditional bodies, so the top level holds them all).
+    /// Empty for a graph without memory nodes. `graph` is the handle's value (a bad one gets
+    /// the driver's error).
+    pub fn graph_memory_nodes(&self, graph: usize) -> Result<Vec<(CUdevice, u64)>, CUresult> {
+        let graph = graph as Opaque;
+        let mut n = 0usize;
+        check(call!(
+            self,
+            graph_get_nodes(graph, std::ptr::null_mut(), &mut n)
+        ))?;
+        let mut nodes: Vec<Opaque> = vec![std::ptr::null_mut(); n];
+        check(call!(
+            self,
+            graph_get_nodes(graph, nodes.as_mut_ptr(), &mut n)
+        ))?;
+        nodes.truncate(n);
+        let mut per_device: Vec<(CUdevice, u64)> = Vec::new();
+        for node in nodes {
+            let mut kind: c_int = -1;
+            check(call!(self, graph_node_get_type(node, &mut kind)))?;
+            if kind != CU_GRAPH_NODE_TYPE_MEM_ALLOC {
+                continue;
+            }
+            let mut params = MemAllocNodeParams::default();
+            check(call!(
+                self,
+                graph_mem_alloc_node_get_params(node, &mut params)
+            ))?;
+            if params.props.location_type != CU_MEM_LOCATION_TYPE_DEVICE {
+                continue;
+            }
+            let dev = params.props.location_id;
+            match per_device.iter_mut().find(|(d, _)| *d == dev) {
+                Some((_, b)) => *b += params.bytesize as u64,
+                None => per_device.push((dev, params.bytesize as u64)),
+            }
+        }
+        Ok(per_device)
+    }
+
+    /// Device memory the driver holds for graphs on `dev` now.
+    pub fn graph_reserved(&self, dev: CUdevice) -> Result<u64, CUresult> {
+        let mut v: u64 = 0;
+        let out = &mut v as *mut u64 as *mut c_void;
+        check(call!(
+            self,
+            device_get_graph_mem_attribute(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, out)
+        ))?;
+        Ok(v)
     }
 
     pub fn mem_alloc(&self, bytes: u64) -> Result<DevPtr, CUresult> {

@@ -1644,7 +1644,8 @@ const MEMAPI_MODES: [&str; 3] = ["dlsym", "gpa", "gpa-ptsz"];
 
 /// `cuMemAllocAsync`/`cuMemFreeAsync` (and `_ptsz`) are served by the pool: counted, limited,
 /// reused at once on the freeing stream and never early on another; a capture's allocation
-/// goes to the driver and is counted.
+/// goes to the driver (a memory node: charged with its graph, see
+/// `graph_memory_counts_against_the_limit`).
 #[test]
 fn stream_ordered_allocations_are_pooled_ordered_and_limited() {
     for mode in MEMAPI_MODES {
@@ -1662,8 +1663,8 @@ fn stream_ordered_allocations_are_pooled_ordered_and_limited() {
             let freed = r.num("freed", "reserved");
             assert_eq!(
                 r.num("captured", "reserved"),
-                r.num("after_capture", "reserved") + 7 * MIB,
-                "{what}: the captured allocation is charged while it lives"
+                r.num("after_capture", "reserved"),
+                "{what}: a memory node is not memory until its graph is uploaded or launched"
             );
             assert!(r.num("captured", "allocated") >= 7 * MIB, "{what}");
             assert!(freed <= 64 * MIB, "{what}");
@@ -1744,6 +1745,89 @@ fn every_other_allocation_api_counts_against_the_limit() {
     let mips: u64 = (0..5).map(|l| (1024u64 >> l) * (1024 >> l) * 4).sum();
     let texels = 1000 * 1000 * 4 + 100 * 100 * 100 * 4 + mips;
     assert!(r.num("arrays_held", "reserved") >= texels);
+}
+
+/// Graph memory nodes (issue 35): what the driver maps for graphs is charged when a graph is
+/// uploaded or launched and counted until trimmed; an ordinary allocation that needs the room
+/// gets it by a trim of the graphs' idle memory; a launch that cannot fit is refused with
+/// out-of-memory before it runs; a graph without memory nodes is never checked. Every
+/// instantiation entry point is followed (`WithFlags`, the 5-argument one, `WithParams`).
+#[test]
+fn graph_memory_counts_against_the_limit() {
+    for mode in MEMAPI_MODES {
+        let r = memapi(mode, "graphs", &[]);
+        let what = format!("{mode}:\n{}\n{}", r.stdout, r.stderr);
+        let at = |tag: &str, key: &str| r.num(tag, key);
+        assert_eq!(
+            at("instantiated", "reserved"),
+            0,
+            "{what}: nothing at instantiation"
+        );
+        assert_eq!(at("uploaded", "graph_reserve"), 40 * MIB, "{what}");
+        assert_eq!(
+            at("uploaded", "reserved"),
+            40 * MIB,
+            "{what}: the upload is charged"
+        );
+        assert_eq!(
+            at("launched", "reserved"),
+            40 * MIB,
+            "{what}: graphs share the reserve"
+        );
+        assert_eq!(
+            at("eager", "graph_reserve"),
+            0,
+            "{what}: trimmed for the allocation"
+        );
+        assert!(at("eager", "allocated") >= 30 * MIB, "{what}");
+        assert!(at("eager", "reserved") <= 64 * MIB, "{what}");
+        assert_eq!(at("relaunched", "graph_reserve"), 40 * MIB, "{what}");
+        assert_eq!(
+            at("relaunched", "reserved"),
+            40 * MIB,
+            "{what}: the cache gave way"
+        );
+        assert_eq!(
+            at("trimmed", "reserved"),
+            0,
+            "{what}: the program's trim followed"
+        );
+        assert_eq!(at("trimmed", "graph_reserve"), 0, "{what}");
+        assert_eq!(r.num("big", "launch"), 2, "{what}: out of memory");
+        assert_eq!(r.num("big", "upload"), 2, "{what}: out of memory");
+        assert_eq!(
+            at("big_refused", "maps"),
+            at("trimmed", "maps") + 1,
+            "{what}: the refused graph never reached the driver"
+        );
+        assert_eq!(at("big_refused", "ooms"), 2, "{what}");
+        assert_eq!(
+            at("big_refused", "reserved"),
+            at("big_refused", "graph_reserve"),
+            "{what}: the charge follows the driver after the trim that tried to make room"
+        );
+        for tag in [
+            "uploaded",
+            "launched",
+            "eager",
+            "relaunched",
+            "big_refused",
+            "trimmed",
+        ] {
+            assert!(
+                at(tag, "device_used") <= 64 * MIB,
+                "{what}: {tag} over the limit"
+            );
+            assert!(
+                at(tag, "reserved") >= at(tag, "graph_reserve"),
+                "{what}: {tag}"
+            );
+            assert!(
+                at(tag, "device_used") <= at(tag, "reserved"),
+                "{what}: {tag} uncounted"
+            );
+        }
+    }
 }
 
 /// A program that finds the driver only through its own RUNPATH (cudapool, preloaded, cannot

@@ -10,6 +10,7 @@
 //! - [`counted`]: allocations passed through and counted (pitched, legacy, managed, driver
 //!   pools, virtual memory, arrays);
 //! - [`streams`]: stream creation and destruction, graph capture;
+//! - [`graphs`]: graph memory nodes: instantiation, upload and launch, trims;
 //! - [`contexts`]: context teardown, and the calling thread's current context followed;
 //! - [`lookups`]: `cuMemGetInfo` and the address queries (`cuMemGetAddressRange`,
 //!   `cuPointerGetAttribute(s)`) and legacy IPC (`cuIpc*MemHandle`);
@@ -20,6 +21,7 @@
 
 pub mod contexts;
 pub mod counted;
+pub mod graphs;
 pub mod guard;
 pub mod lookups;
 pub mod nvml;
@@ -117,6 +119,17 @@ pub fn table() -> Vec<(&'static CStr, *const c_void)> {
         contexts::cuCtxCreate_v4,
         contexts::cuCtxAttach,
         contexts::cuCtxDetach,
+        graphs::cuGraphInstantiate,
+        graphs::cuGraphInstantiate_v2,
+        graphs::cuGraphInstantiateWithFlags,
+        graphs::cuGraphInstantiateWithParams,
+        graphs::cuGraphInstantiateWithParams_ptsz,
+        graphs::cuGraphLaunch,
+        graphs::cuGraphLaunch_ptsz,
+        graphs::cuGraphUpload,
+        graphs::cuGraphUpload_ptsz,
+        graphs::cuGraphExecDestroy,
+        graphs::cuDeviceGraphMemTrim,
     ];
     t.extend(work::table());
     t

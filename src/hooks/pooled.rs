@@ -77,21 +77,13 @@ fn alloc_async(dptr: *mut DevPtr, bytesize: usize, stream: CUstream, ptsz: bool)
             return real(shim.driver);
         }
         let d = shim.driver;
-        let got = shim.mem_alloc_async(
-            bytesize as u64,
-            stream as usize,
-            ptsz,
-            || {
-                let mut p: DevPtr = 0;
-                match real_alloc_async(d, &mut p, bytesize, stream, ptsz) {
-                    CUDA_SUCCESS => Ok(p),
-                    e => Err(e),
-                }
-            },
-            |p| {
-                real_free_async(d, p, stream, ptsz);
-            },
-        );
+        let got = shim.mem_alloc_async(bytesize as u64, stream as usize, ptsz, || {
+            let mut p: DevPtr = 0;
+            match real_alloc_async(d, &mut p, bytesize, stream, ptsz) {
+                CUDA_SUCCESS => Ok(p),
+                e => Err(e),
+            }
+        });
         to_result(got.map(|p| {
             // SAFETY: checked non-null above; the caller passes a writable CUdeviceptr.
             unsafe { put(dptr, p) }

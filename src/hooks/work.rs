@@ -1,7 +1,7 @@
-//! Hooks on the entry points that issue device work: kernel launches, copies, memsets, graph
-//! launches, stream memory operations, event records and waits. Each reports the queue its work
-//! goes to (see `queues`), then calls the driver's own function with the caller's arguments,
-//! unchanged, whatever the report did. This is how reuse safety knows when a context's work all
+//! Hooks on the entry points that issue device work: kernel launches, copies, memsets, stream
+//! memory operations, event records and waits (graph launches are in `graphs`, which reports
+//! through [`report`] too). Each reports the queue its work goes to (see `queues`), then calls
+//! the driver's own function with the caller's arguments, unchanged, whatever the report did. This is how reuse safety knows when a context's work all
 //! went to one queue (`pool::reuse`).
 //!
 //! Measured on an H100 with PyTorch 2.11 (`scripts/gpu/work-survey.sh`): every kernel the
@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Where a hooked call's work goes.
 #[derive(Clone, Copy)]
-enum Queue {
+pub(super) enum Queue {
     /// The stream argument of an ordinary entry point (0 is the legacy stream).
     Stream(CUstream),
     /// The stream argument of a `_ptsz` entry point (0 is the per-thread default stream).
@@ -48,7 +48,7 @@ impl Queue {
 
 /// Reports work on `q` (see `Shim::work_on`); the returned guard must live until the driver
 /// has the work. Never panics, never fails.
-fn report(q: Queue) -> Option<crate::queues::Entered> {
+pub(super) fn report(q: Queue) -> Option<crate::queues::Entered> {
     super::guard::boundary(None, || {
         let shim = crate::state::Shim::active().filter(|s| s.watches_work())?;
         let entered = crate::queues::Entered::new();
@@ -148,8 +148,6 @@ work_hooks! {
     cuLaunch(f: Func) => Queue::Legacy;
     cuLaunchGrid(f: Func, w: c_int, h: c_int) => Queue::Legacy;
     cuLaunchGridAsync(f: Func, w: c_int, h: c_int, s: CUstream) => Queue::Stream(s);
-    cuGraphLaunch(g: Func, s: CUstream) => Queue::Stream(s);
-    cuGraphLaunch_ptsz(g: Func, s: CUstream) => Queue::PerThread(s);
 
     cuMemcpy(d: DevPtr, src: DevPtr, n: usize) => Queue::Legacy;
     cuMemcpy_ptds(d: DevPtr, src: DevPtr, n: usize) => Queue::PerThreadDefault;
@@ -272,8 +270,6 @@ pub const HARMLESS_PER_THREAD: &[&str] = &[
     "cuStreamGetCaptureInfo_v3_ptsz",
     "cuStreamUpdateCaptureDependencies_ptsz",
     "cuStreamUpdateCaptureDependencies_v2_ptsz",
-    "cuGraphInstantiateWithParams_ptsz",
-    "cuGraphUpload_ptsz",
     "cuStreamQuery_ptsz",
     "cuStreamSynchronize_ptsz",
     "cuStreamAddCallback_ptsz",

@@ -412,6 +412,7 @@ pub fn snapshot_json(shim: &dyn View) -> String {
                 crate::state::Origin::Pool => "pool",
                 crate::state::Origin::Counted => "counted",
                 crate::state::Origin::DriverPool(_) => "driver_pool",
+                crate::state::Origin::Graph => "graph",
             };
             let _ = write!(
                 o,

@@ -201,6 +201,7 @@ pub fn snapshot_torch(view: &dyn View) -> Result<Vec<u8>, String> {
             Origin::Pool => "pool",
             Origin::Counted => "counted",
             Origin::DriverPool(_) => "driver_pool",
+            Origin::Graph => "graph",
         };
         segments.push(whole(l.device, *ptr, l.size, origin, frames(bt.as_deref())));
     }

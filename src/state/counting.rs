@@ -93,7 +93,7 @@ impl Shim {
     /// Charges `bytes` on `dev` if memory went back to the driver since the count `seen` (another
     /// thread's reclaim or free, between a failed charge and this one), trying again while it
     /// keeps coming back (bounded). Whether they are charged.
-    fn released_since(&self, dev: CUdevice, mut seen: u64, bytes: u64) -> bool {
+    pub(super) fn released_since(&self, dev: CUdevice, mut seen: u64, bytes: u64) -> bool {
         let budget = self.budget(dev);
         for _ in 0..super::pooled::RELEASE_RETRIES {
             let now = budget.releases();
@@ -498,6 +498,7 @@ impl Shim {
 
     /// The context `ctx` died: its arrays went with it.
     pub(crate) fn counted_context_gone(&self, ctx: usize) {
+        self.graphs_context_gone();
         let gone: Vec<ArrayRec> = {
             let mut arrays = lock(&self.counted.arrays);
             let keys: Vec<usize> = arrays

@@ -45,6 +45,10 @@ pub enum Origin {
     /// From a driver memory pool (`cuMemAllocFromPoolAsync`, the pool's handle): its free goes
     /// to the driver, and the pool's reserved memory is what is charged (see `counted`).
     DriverPool(usize),
+    /// A memory node of a graph under capture (`cuMemAllocAsync` on a capturing stream): its
+    /// free goes to the driver; nothing is charged for it, as its memory is the graph's, counted
+    /// when the graph is uploaded or launched (`graphs`).
+    Graph,
 }
 
 /// One allocation the program holds. Keyed by its address in the [`LiveTable`].
@@ -92,6 +96,7 @@ impl Slot {
             Origin::Pool => (0, 0),
             Origin::Counted => (1, 0),
             Origin::DriverPool(p) => (2, p as u64),
+            Origin::Graph => (3, 0),
         };
         let w = [
             l.ctx as u64,
@@ -117,6 +122,7 @@ impl Slot {
             origin: match w[4] {
                 0 => Origin::Pool,
                 1 => Origin::Counted,
+                3 => Origin::Graph,
                 _ => Origin::DriverPool(w[5] as usize),
             },
             holder: LineId::from_bits(w[6] as u32),

@@ -28,20 +28,19 @@ impl Shim {
     }
 
     /// `cuMemAllocAsync` of `size` (> 0) bytes on `stream` (as the program passed it; `ptsz`
-    /// for the per-thread-default-stream entry point). `driver_alloc` and `driver_free` are the
-    /// driver's own, for an allocation made while `stream` captures a graph: that one goes to
-    /// the driver (it becomes a node of the graph) and is counted.
+    /// for the per-thread-default-stream entry point). `driver_alloc` is the driver's own, for an allocation made while `stream` captures a graph: that one goes to
+    /// the driver and becomes a memory node of the graph; it is not charged, as what the graph
+    /// takes is charged when it is uploaded or launched (`graphs`).
     pub fn mem_alloc_async(
         &self,
         size: u64,
         stream: usize,
         ptsz: bool,
         driver_alloc: impl FnOnce() -> Result<DevPtr, CUresult>,
-        driver_free: impl FnOnce(DevPtr),
     ) -> Result<DevPtr, CUresult> {
         let stream = clock::resolve(stream, ptsz);
         if clock::capturing(self.driver, stream) {
-            return self.alloc_counted(size, || driver_alloc().map(|p| (p, size)), driver_free);
+            return self.graph_node_made(size, driver_alloc);
         }
         let on = Some(clock::key(stream));
         self.in_stream_context(stream, || {
@@ -103,6 +102,10 @@ impl Shim {
                     if matches!(retried, Some(Ok(_))) {
                         break;
                     }
+                }
+                // What the driver holds for graphs and no graph is using.
+                if !matches!(retried, Some(Ok(_))) && self.trim_graph_memory(dev) > 0 {
+                    retried = Some(last_try(&up));
                 }
                 // In a group short of room: the other members' idle cache, lent.
                 if !matches!(retried, Some(Ok(_)))
@@ -228,6 +231,7 @@ impl Shim {
                 }
                 r
             }
+            Origin::Graph => driver_free(ptr),
             Origin::DriverPool(pool) => {
                 let r = driver_free(ptr);
                 if r == CUDA_SUCCESS {

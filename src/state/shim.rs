@@ -34,6 +34,8 @@ pub struct Shim {
     /// Pass-through allocations that are not device pointers (arrays, physical memory) and the
     /// driver pools.
     pub(super) counted: Counted,
+    /// Graphs with memory nodes and the driver's graph memory, as charged.
+    pub(super) graphs: super::graphs::Graphs,
     /// Segments imported through tagged IPC handles.
     pub(super) imports: super::ipc::Imports,
     /// `CUDAPOOL_HISTORY`: the last allocator events of each device.
@@ -221,6 +223,7 @@ impl Shim {
                 contexts: Contexts::default(),
                 live: LiveTable::new(config.track),
                 counted: Counted::default(),
+                graphs: Default::default(),
                 imports: Default::default(),
                 history: super::history::History::new(config.history),
                 config: config.clone(),

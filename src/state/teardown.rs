@@ -39,7 +39,8 @@ impl Shim {
                 self.event(cp.device, "reclaim", released);
                 released
             })
-            .sum()
+            .sum::<u64>()
+            + self.trim_graph_memory(device)
     }
 
     /// Runs `end`, the program's call that may destroy the context `ctx` (`cuCtxDestroy`, a
@@ -80,7 +81,7 @@ impl Shim {
             match l.origin {
                 Origin::Counted => budget.on_segments_dropped(1, l.size),
                 Origin::DriverPool(pool) => driver_pools.push((pool, l.size)),
-                Origin::Pool => {}
+                Origin::Pool | Origin::Graph => {}
             }
             dropped += 1;
         });

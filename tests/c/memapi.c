@@ -2,7 +2,7 @@
 // the driver's handle, or cuGetProcAddress_v2 like the CUDA runtime; gpa-ptsz asks with the
 // per-thread-default-stream flag). Prints key=value lines the tests read; run it under a limit.
 //
-// usage: memapi MODE async|counted
+// usage: memapi MODE async|counted|graphs
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
@@ -162,7 +162,8 @@ static int async_scenario(void) {
   CUresult r = MemAllocAsync(&b, 48 * MIB, s2);
   printf("limit second=%d\n", r);
   CHECK(MemFreeAsync(a, s1));
-  // A capture: the allocation goes to the driver (a graph node) and is counted.
+  // A capture: the allocation goes to the driver (a graph's memory node, charged when the graph
+  // is uploaded or launched).
   CUresult (*Begin)(void *, int) = get("cuStreamBeginCapture", 10010);
   CUresult (*End)(void *, void **) = get("cuStreamEndCapture", 10000);
   long before = calls("cuMemAllocAsync") + calls("cuMemAllocAsync_ptsz");
@@ -290,12 +291,93 @@ static int counted_scenario(void) {
   return 0;
 }
 
+// Graph memory nodes (issue 35): what the driver maps for graphs counts against the limit
+// (64 MiB in the test) and in the stats; a launch that cannot fit is refused before it runs.
+struct node_params {
+  struct loc_head head;
+  unsigned char props_rest[72];
+  const void *access;
+  size_t access_count;
+  size_t bytesize;
+  CUdeviceptr dptr;
+};
+static void *graph_of(size_t bytes) {
+  CUresult (*Create)(void **, unsigned) = get("cuGraphCreate", 10000);
+  CUresult (*AddAlloc)(void **, void *, const void *, size_t, struct node_params *) =
+      get("cuGraphAddMemAllocNode", 11040);
+  CUresult (*AddEmpty)(void **, void *, const void *, size_t) = get("cuGraphAddEmptyNode", 10000);
+  void *g, *n;
+  CHECK(Create(&g, 0));
+  CHECK(AddEmpty(&n, g, NULL, 0));
+  if (bytes) {
+    struct node_params p = {.head = {1, 0, 1, 0}, .bytesize = bytes};
+    CHECK(AddAlloc(&n, g, NULL, 0, &p));
+  }
+  return g;
+}
+static void show_graphs(const char *tag) {
+  struct stats s = stats();
+  size_t (*reserve)(int) = (size_t(*)(int))dlsym(driver, "fakecu_graph_reserve");
+  size_t (*used)(int) = (size_t(*)(int))dlsym(driver, "fakecu_used");
+  long (*maps)(void) = (long (*)(void))dlsym(driver, "fakecu_graph_maps");
+  printf("%s reserved=%llu allocated=%llu ooms=%llu graph_reserve=%zu device_used=%zu maps=%ld\n",
+         tag, (unsigned long long)s.reserved, (unsigned long long)s.allocated,
+         (unsigned long long)s.ooms, reserve(0), used(0), maps());
+}
+static int graphs_scenario(void) {
+  CUresult (*WithFlags)(void **, void *, unsigned long long) = get("cuGraphInstantiateWithFlags", 11040);
+  CUresult (*Legacy)(void **, void *, void **, char *, size_t) = get("cuGraphInstantiate", 11000);
+  CUresult (*WithParams)(void **, void *, void *) = get("cuGraphInstantiateWithParams", 12000);
+  CUresult (*Launch)(void *, void *) = get("cuGraphLaunch", 10000);
+  CUresult (*Upload)(void *, void *) = get("cuGraphUpload", 11010);
+  CUresult (*Trim)(int) = get("cuDeviceGraphMemTrim", 11040);
+  CUresult (*ExecDestroy)(void *) = get("cuGraphExecDestroy", 10000);
+  CUresult (*Alloc)(CUdeviceptr *, size_t) = get("cuMemAlloc", 3020);
+  CUresult (*Free)(CUdeviceptr) = get("cuMemFree", 3020);
+  void *s, *a, *b, *c, *none;
+  CHECK(StreamCreate(&s, 1));
+  unsigned char params[64] = {0};
+  CHECK(WithFlags(&a, graph_of(40 * MIB), 0));
+  CHECK(Legacy(&b, graph_of(100 * MIB), NULL, NULL, 0));
+  CHECK(WithParams(&c, graph_of(20 * MIB), params));
+  CHECK(WithFlags(&none, graph_of(0), 0));
+  show_graphs("instantiated");
+  CHECK(Upload(a, s));
+  show_graphs("uploaded");
+  CHECK(Launch(a, s));
+  CHECK(Launch(c, s)); // fits in what the driver holds for graphs already
+  show_graphs("launched");
+  // An ordinary allocation that fits only once the graphs' idle memory is given back.
+  CUdeviceptr p;
+  CHECK(Alloc(&p, 30 * MIB));
+  show_graphs("eager");
+  CHECK(Free(p)); // cached by the pool
+  // The graph was unmapped by that trim: its launch needs 40 MiB again, and gets it once the
+  // pool's cache is given back.
+  CHECK(Launch(a, s));
+  show_graphs("relaunched");
+  CHECK(Trim(0));
+  show_graphs("trimmed");
+  CHECK(Launch(a, s));
+  // 100 MiB can never fit under 64 MiB: refused, not run (the idle graph memory was given
+  // back trying).
+  printf("big launch=%d upload=%d\n", Launch(b, s), Upload(b, s));
+  show_graphs("big_refused");
+  CHECK(Launch(none, s)); // no memory nodes: never checked
+  CHECK(ExecDestroy(a));
+  CHECK(ExecDestroy(b));
+  CHECK(ExecDestroy(c));
+  CHECK(ExecDestroy(none));
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  if (argc < 3) return fprintf(stderr, "usage: memapi MODE async|counted\n"), 2;
+  if (argc < 3) return fprintf(stderr, "usage: memapi MODE async|counted|graphs\n"), 2;
   mode = argv[1];
   setup();
   if (!strcmp(argv[2], "async")) return async_scenario();
   if (!strcmp(argv[2], "counted")) return counted_scenario();
+  if (!strcmp(argv[2], "graphs")) return graphs_scenario();
   fprintf(stderr, "memapi: unknown scenario %s\n", argv[2]);
   return 2;
 }

@@ -1192,6 +1192,192 @@ CUresult cuDeviceGetDefaultMemPool(void **pool, CUdevice d) {
 }
 size_t fakecu_pool_reserved(void *pool) { return ((struct fake_pool *)pool)->reserved; }
 
+// ---- graphs with memory nodes -------------------------------------------------------------
+// As the real driver (H100, driver 580, scripts/gpu/graph_mem.cu): an upload or launch maps the
+// graph's memory nodes into one reserve per device, shared by every graph (it grows to the
+// largest graph mapped since the last trim); instantiation takes nothing; only
+// cuDeviceGraphMemTrim gives it back. The reserve is device memory (fakecu_used counts it).
+#define MAX_GRAPH_NODES 16
+struct fake_node {
+  int type;      // 10: memory allocation; 0: anything else
+  int dev;
+  size_t bytes;
+};
+struct fake_graph {
+  int nnodes;
+  struct fake_node nodes[MAX_GRAPH_NODES];
+};
+struct fake_exec {
+  size_t need[MAX_DEV];
+  unsigned long long mapped_in[MAX_DEV];
+};
+static size_t graph_reserve[MAX_DEV];
+static unsigned long long graph_epoch[MAX_DEV] = {1, 1, 1, 1, 1, 1, 1, 1};
+static long graph_maps;
+
+CUresult cuGraphCreate(void **g, unsigned flags) {
+  (void)flags;
+  count("cuGraphCreate");
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  *g = calloc(1, sizeof(struct fake_graph));
+  return CUDA_SUCCESS;
+}
+CUresult cuGraphDestroy(void *g) { count("cuGraphDestroy"); free(g); return CUDA_SUCCESS; }
+static struct fake_node *add_node(void *graph, int type) {
+  struct fake_graph *g = graph;
+  if (!g || g->nnodes == MAX_GRAPH_NODES) return NULL;
+  struct fake_node *n = &g->nodes[g->nnodes++];
+  n->type = type;
+  return n;
+}
+// CUDA_MEM_ALLOC_NODE_PARAMS: pool properties (where at their head), access descriptors, size,
+// address.
+struct mem_alloc_node_params {
+  int kind, handle_types, location_type, location_id;
+  unsigned char props_rest[72];
+  const void *access;
+  size_t access_count;
+  size_t bytesize;
+  CUdeviceptr dptr;
+};
+CUresult cuGraphAddMemAllocNode(void **node, void *graph, const void *deps, size_t ndeps,
+                                struct mem_alloc_node_params *p) {
+  (void)deps; (void)ndeps;
+  count("cuGraphAddMemAllocNode");
+  if (!node || !p || !p->bytesize) return CUDA_ERROR_INVALID_VALUE;
+  struct fake_node *n = add_node(graph, 10);
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  n->dev = p->location_id;
+  n->bytes = p->bytesize;
+  p->dptr = 0x7f0000000000ull; // a fixed virtual address; never touched
+  *node = n;
+  return CUDA_SUCCESS;
+}
+CUresult cuGraphAddEmptyNode(void **node, void *graph, const void *deps, size_t ndeps) {
+  (void)deps; (void)ndeps;
+  count("cuGraphAddEmptyNode");
+  struct fake_node *n = add_node(graph, 0);
+  if (!node || !n) return CUDA_ERROR_INVALID_VALUE;
+  *node = n;
+  return CUDA_SUCCESS;
+}
+CUresult cuGraphGetNodes(void *graph, void **nodes, size_t *n) {
+  count("cuGraphGetNodes");
+  struct fake_graph *g = graph;
+  if (!g || !n) return CUDA_ERROR_INVALID_VALUE;
+  if (nodes) {
+    size_t k = *n < (size_t)g->nnodes ? *n : (size_t)g->nnodes;
+    for (size_t i = 0; i < k; i++) nodes[i] = &g->nodes[i];
+  }
+  *n = g->nnodes;
+  return CUDA_SUCCESS;
+}
+CUresult cuGraphNodeGetType(void *node, int *type) {
+  count("cuGraphNodeGetType");
+  if (!node || !type) return CUDA_ERROR_INVALID_VALUE;
+  *type = ((struct fake_node *)node)->type;
+  return CUDA_SUCCESS;
+}
+CUresult cuGraphMemAllocNodeGetParams(void *node, struct mem_alloc_node_params *p) {
+  count("cuGraphMemAllocNodeGetParams");
+  struct fake_node *n = node;
+  if (!n || !p || n->type != 10) return CUDA_ERROR_INVALID_VALUE;
+  memset(p, 0, sizeof *p);
+  p->kind = 1;
+  p->location_type = 1;
+  p->location_id = n->dev;
+  p->bytesize = n->bytes;
+  p->dptr = 0x7f0000000000ull;
+  return CUDA_SUCCESS;
+}
+static CUresult instantiate(void **exec, void *graph) {
+  struct fake_graph *g = graph;
+  if (!exec || !g) return CUDA_ERROR_INVALID_VALUE;
+  struct fake_exec *x = calloc(1, sizeof *x);
+  for (int i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].type == 10 && g->nodes[i].dev >= 0 && g->nodes[i].dev < MAX_DEV)
+      x->need[g->nodes[i].dev] += g->nodes[i].bytes;
+  *exec = x;
+  return CUDA_SUCCESS;
+}
+CUresult cuGraphInstantiate(void **exec, void *graph, void **err, char *log, size_t n) {
+  (void)err; (void)log; (void)n;
+  count("cuGraphInstantiate");
+  return instantiate(exec, graph);
+}
+CUresult cuGraphInstantiate_v2(void **exec, void *graph, void **err, char *log, size_t n) {
+  (void)err; (void)log; (void)n;
+  count("cuGraphInstantiate_v2");
+  return instantiate(exec, graph);
+}
+CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
+  (void)flags;
+  count("cuGraphInstantiateWithFlags");
+  return instantiate(exec, graph);
+}
+CUresult cuGraphInstantiateWithParams(void **exec, void *graph, void *params) {
+  (void)params;
+  count("cuGraphInstantiateWithParams");
+  return instantiate(exec, graph);
+}
+CUresult cuGraphInstantiateWithParams_ptsz(void **exec, void *graph, void *params) {
+  (void)params;
+  count("cuGraphInstantiateWithParams_ptsz");
+  return instantiate(exec, graph);
+}
+CUresult cuGraphExecDestroy(void *exec) { count("cuGraphExecDestroy"); free(exec); return CUDA_SUCCESS; }
+// Maps what the graph needs; out-of-memory (and nothing mapped) if the device has no room.
+static CUresult graph_map(void *exec) {
+  struct fake_exec *x = exec;
+  if (!x) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  for (int d = 0; d < MAX_DEV; d++) {
+    if (!x->need[d] || x->mapped_in[d] == graph_epoch[d] || x->need[d] <= graph_reserve[d]) continue;
+    if (used[d] + (x->need[d] - graph_reserve[d]) > total_mem) {
+      pthread_mutex_unlock(&mu);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  }
+  for (int d = 0; d < MAX_DEV; d++) {
+    if (!x->need[d]) continue;
+    if (x->need[d] > graph_reserve[d]) {
+      used[d] += x->need[d] - graph_reserve[d];
+      if (used[d] > peak[d]) peak[d] = used[d];
+      graph_reserve[d] = x->need[d];
+    }
+    x->mapped_in[d] = graph_epoch[d];
+  }
+  graph_maps++;
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+CUresult cuGraphLaunch(void *exec, void *s) { count("cuGraphLaunch"); stream_alive(s, "cuGraphLaunch"); return graph_map(exec); }
+CUresult cuGraphLaunch_ptsz(void *exec, void *s) { count("cuGraphLaunch_ptsz"); stream_alive(s, "cuGraphLaunch_ptsz"); return graph_map(exec); }
+CUresult cuGraphUpload(void *exec, void *s) { count("cuGraphUpload"); stream_alive(s, "cuGraphUpload"); return graph_map(exec); }
+CUresult cuGraphUpload_ptsz(void *exec, void *s) { count("cuGraphUpload_ptsz"); stream_alive(s, "cuGraphUpload_ptsz"); return graph_map(exec); }
+CUresult cuDeviceGraphMemTrim(CUdevice d) {
+  count("cuDeviceGraphMemTrim");
+  if (d < 0 || d >= ndev) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  used[d] -= graph_reserve[d];
+  graph_reserve[d] = 0;
+  graph_epoch[d]++;
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+// 0/2: used/reserved now (the same here: every mapped byte serves some graph); 1/3: their highs
+// (not kept: answered as now).
+CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void *value) {
+  count("cuDeviceGetGraphMemAttribute");
+  if (d < 0 || d >= ndev || !value || attr < 0 || attr > 3) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  *(unsigned long long *)value = graph_reserve[d];
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+size_t fakecu_graph_reserve(int d) { return d >= 0 && d < MAX_DEV ? graph_reserve[d] : 0; }
+long fakecu_graph_maps(void) { return graph_maps; }
+
 CUresult cuStreamSynchronize(void *s) {
   count("cuStreamSynchronize");
   stream_alive(s, "cuStreamSynchronize");
@@ -1772,6 +1958,25 @@ static const struct proc procs[] = {
     {"cuMipmappedArrayDestroy", 5000, 0, (void *)cuMipmappedArrayDestroy},
     {"cuArrayGetMemoryRequirements", 11060, 0, (void *)cuArrayGetMemoryRequirements},
     {"cuMipmappedArrayGetMemoryRequirements", 11060, 0, (void *)cuMipmappedArrayGetMemoryRequirements},
+    {"cuGraphCreate", 10000, 0, (void *)cuGraphCreate},
+    {"cuGraphDestroy", 10000, 0, (void *)cuGraphDestroy},
+    {"cuGraphAddMemAllocNode", 11040, 0, (void *)cuGraphAddMemAllocNode},
+    {"cuGraphAddEmptyNode", 10000, 0, (void *)cuGraphAddEmptyNode},
+    {"cuGraphGetNodes", 10000, 0, (void *)cuGraphGetNodes},
+    {"cuGraphNodeGetType", 10000, 0, (void *)cuGraphNodeGetType},
+    {"cuGraphMemAllocNodeGetParams", 11040, 0, (void *)cuGraphMemAllocNodeGetParams},
+    {"cuGraphInstantiate", 10000, 0, (void *)cuGraphInstantiate},
+    {"cuGraphInstantiate", 11000, 0, (void *)cuGraphInstantiate_v2},
+    {"cuGraphInstantiateWithFlags", 11040, 0, (void *)cuGraphInstantiateWithFlags},
+    {"cuGraphInstantiateWithParams", 12000, 0, (void *)cuGraphInstantiateWithParams},
+    {"cuGraphInstantiateWithParams", 12000, 1, (void *)cuGraphInstantiateWithParams_ptsz},
+    {"cuGraphExecDestroy", 10000, 0, (void *)cuGraphExecDestroy},
+    {"cuGraphLaunch", 10000, 0, (void *)cuGraphLaunch},
+    {"cuGraphLaunch", 10000, 1, (void *)cuGraphLaunch_ptsz},
+    {"cuGraphUpload", 11010, 0, (void *)cuGraphUpload},
+    {"cuGraphUpload", 11010, 1, (void *)cuGraphUpload_ptsz},
+    {"cuDeviceGraphMemTrim", 11040, 0, (void *)cuDeviceGraphMemTrim},
+    {"cuDeviceGetGraphMemAttribute", 11040, 0, (void *)cuDeviceGetGraphMemAttribute},
     {"cuGetProcAddress", 11030, 0, (void *)cuGetProcAddress},
     {"cuGetProcAddress", 12000, 0, (void *)cuGetProcAddress_v2},
 };
