@@ -161,62 +161,67 @@ def step():
     return loss
 
 
-pooled = cudapool.is_loaded()
+def main():
+    pooled = cudapool.is_loaded()
 
 
-def counts():
-    if not pooled:
-        return (0, 0)
-    s = cudapool.memory_stats(dev)
-    return (s["alloc_calls"], s["driver_allocs"])
+    def counts():
+        if not pooled:
+            return (0, 0)
+        s = cudapool.memory_stats(dev)
+        return (s["alloc_calls"], s["driver_allocs"])
 
 
-for _ in range(args.warmup):
-    step()
-torch.cuda.synchronize()
-before = counts()
-t = time.perf_counter()
-for _ in range(args.steps):
-    loss = step()
-torch.cuda.synchronize()
-dt = time.perf_counter() - t
-after = counts()
+    for _ in range(args.warmup):
+        step()
+    torch.cuda.synchronize()
+    before = counts()
+    t = time.perf_counter()
+    for _ in range(args.steps):
+        loss = step()
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t
+    after = counts()
 
-outside = 0
-if pooled:
-    peak_reserved, peak_allocated, source = cudapool.max_memory_reserved(dev), cudapool.max_memory_allocated(dev), "cudapool"
-    peak_requested = cudapool.memory_stats(dev)["peak_requested_bytes"]
-    import json
-    import tempfile
+    outside = 0
+    if pooled:
+        peak_reserved, peak_allocated, source = cudapool.max_memory_reserved(dev), cudapool.max_memory_allocated(dev), "cudapool"
+        peak_requested = cudapool.memory_stats(dev)["peak_requested_bytes"]
+        import json
+        import tempfile
 
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        cudapool.snapshot(f.name)
-        snap = json.load(open(f.name))
-    for d in snap["devices"]:
-        if d["device"] == dev:
-            outside = d["stats"]["reserved_bytes"] - sum(s["size"] for s in d["segments"])
-else:
-    peak_reserved, peak_allocated, source = torch.cuda.max_memory_reserved(dev), torch.cuda.max_memory_allocated(dev), "torch"
-    peak_requested = torch.cuda.memory_stats(dev).get("requested_bytes.all.peak", -1)
+        with tempfile.NamedTemporaryFile(suffix=".json") as f:
+            cudapool.snapshot(f.name)
+            snap = json.load(open(f.name))
+        for d in snap["devices"]:
+            if d["device"] == dev:
+                outside = d["stats"]["reserved_bytes"] - sum(s["size"] for s in d["segments"])
+    else:
+        peak_reserved, peak_allocated, source = torch.cuda.max_memory_reserved(dev), torch.cuda.max_memory_allocated(dev), "torch"
+        peak_requested = torch.cuda.memory_stats(dev).get("requested_bytes.all.peak", -1)
 
-nvml_used = -1
-try:
-    import pynvml
+    nvml_used = -1
+    try:
+        import pynvml
 
-    pynvml.nvmlInit()
-    h = pynvml.nvmlDeviceGetHandleByIndex(dev)
-    for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
-        if proc.pid == os.getpid():
-            nvml_used = proc.usedGpuMemory
-except Exception as e:  # noqa: BLE001 - a figure we can do without
-    print(f"nvml: {e}", file=sys.stderr)
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(dev)
+        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+            if proc.pid == os.getpid():
+                nvml_used = proc.usedGpuMemory
+    except Exception as e:  # noqa: BLE001 - a figure we can do without
+        print(f"nvml: {e}", file=sys.stderr)
 
-name = args.workload + (" sync" if args.sync else "") + (" ddp" if args.ddp else "") + (" side" if side is not None else "")
-print(
-    f"workload={name.replace(' ', '+')} rank={rank} steps_per_s={args.steps / dt:.3f} peak_reserved={peak_reserved} "
-    f"peak_allocated={peak_allocated} peak_requested={peak_requested} source={source} outside={outside} nvml_used={nvml_used} allocs={after[0] - before[0]} "
-    f"driver_allocs={after[1] - before[1]} loss={loss.item():.4f}",
-    flush=True,
-)
-if args.ddp:
-    dist.destroy_process_group()
+    name = args.workload + (" sync" if args.sync else "") + (" ddp" if args.ddp else "") + (" side" if side is not None else "")
+    print(
+        f"workload={name.replace(' ', '+')} rank={rank} steps_per_s={args.steps / dt:.3f} peak_reserved={peak_reserved} "
+        f"peak_allocated={peak_allocated} peak_requested={peak_requested} source={source} outside={outside} nvml_used={nvml_used} allocs={after[0] - before[0]} "
+        f"driver_allocs={after[1] - before[1]} loss={loss.item():.4f}",
+        flush=True,
+    )
+    if args.ddp:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
