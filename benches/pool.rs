@@ -7,7 +7,7 @@
 //! The figures measure the pool's own work. Through the shim a pair also costs the context
 //! lookup, the live table and the counters; `scripts/bench-gpu.sh` measures that on a GPU.
 
-use cudapool::config::PoolKind;
+use cudapool::base::config::PoolKind;
 use cudapool::pool::testing::{parse_trace, replay, replay_in, FakeClock, FakeUpstream, Op};
 use cudapool::pool::{new_pool, Pool, ReuseRule};
 use std::sync::atomic::Ordering;
@@ -71,7 +71,7 @@ fn per_pair(iters: u64, mut f: impl FnMut(u64)) -> f64 {
 /// The steps of a cached `cuMemAlloc`+`cuMemFree` pair through the shim, each alone (issue 14):
 /// the pool, the live table, the device counters, a thread-local lookup.
 fn step_costs() -> Vec<(&'static str, f64)> {
-    use cudapool::budget::DeviceBudget;
+    use cudapool::limits::budget::DeviceBudget;
     use cudapool::state::live::LiveTable;
     use cudapool::state::{Live, Origin};
     let n = 1_000_000;
@@ -88,7 +88,7 @@ fn step_costs() -> Vec<(&'static str, f64)> {
         size: 4096,
         handed: 4096,
         origin: Origin::Pool,
-        holder: cudapool::per_thread::LineId::SHARED,
+        holder: cudapool::base::per_thread::LineId::SHARED,
     };
     let live_pair = per_pair(n, |i| {
         let p = 0x7f00_0000_0000 + (i % 64) * 4096;
@@ -101,7 +101,7 @@ fn step_costs() -> Vec<(&'static str, f64)> {
         budget.on_free(4096, Some(holder));
     });
     let tls = per_pair(n, |_| {
-        std::hint::black_box(cudapool::per_thread::thread_number());
+        std::hint::black_box(cudapool::base::per_thread::thread_number());
     });
     vec![
         ("pool alloc+free (split, 4 KiB, one queue)", pool_pair),

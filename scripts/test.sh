@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test that needs no GPU: the pool and config unit tests, then the whole library under
-# LD_PRELOAD against the fake libcuda.so.1 with C clients (tests/preload.rs), plus fmt, clippy
+# LD_PRELOAD against the fake libcuda.so.1 with C clients (tests/preload/), plus fmt, clippy
 # and the layering check; then the pip wheel, installed into a fresh venv
 # (scripts/test-wheel.sh). Needs cargo, a C compiler (cc) and python3 with venv and pip.
 set -euo pipefail

@@ -1,55 +1,38 @@
 //! cudapool: preloaded into an unmodified CUDA program, it routes every device allocation
 //! through a pool with per-device memory limits and statistics.
 //!
-//! Layers, top to bottom; each module uses only the layers below its own (checked in CI by
+//! Layers, top to bottom, one folder each (the tree is the diagram; `docs/design.md` draws it);
+//! each module uses only its own layer and the ones below (checked in CI by
 //! `scripts/check-layers.py`):
-//! 1. the C ABI: [`interpose`] (how calls arrive: overridden `dlsym`, `cuGetProcAddress`
-//!    wrappers), [`hooks`] (the exported `cu*` entry points, by family), [`capi`]
-//!    (`cudapool_*`);
+//! 1. [`abi`]: the C ABI: how calls arrive (`interpose`), the exported `cu*` entry points
+//!    (`hooks`), the `cudapool_*` C API (`capi`);
 //! 2. [`report`]: status text, snapshots, the exit report, the trace and the live page; it
 //!    reads the state through `state::View` and is its `state::Observer`;
 //! 3. [`state`]: the process state: contexts and their pools, the live table, the OOM policy,
-//!    pass-through accounting, the driver side of reuse safety;
-//! 4. the mechanisms: [`pool`] (pure Rust, generic over an upstream), [`queues`] (which
-//!    queues got work), [`budget`] (limits and counters), [`driver`] (the real
-//!    `libcuda.so.1`);
-//! 5. the base: [`config`], [`log`], [`flags`] (process-wide flags), [`cu`] (driver types),
-//!    [`addr_hash`], [`per_thread`], [`sync`] (locks that outlive a panic).
+//!    pass-through and graph accounting, the driver side of reuse safety;
+//! 4. the mechanisms: [`pool`] (pure Rust, generic over an upstream; and `queues`, which
+//!    queues got work), [`limits`] (budgets and groups), [`driver`] (the real `libcuda.so.1`,
+//!    and NVTX);
+//! 5. [`base`]: configuration, logging, flags, driver types, the runtime directory, support
+//!    code.
 //!
 //! This file wires them together: the module tree, and the load-time constructor that reads
 //! the environment and installs reporting as the state's observer.
 
-// 1. the C ABI
-pub mod capi;
-pub mod hooks;
-pub mod interpose;
-// 2. reporting
+pub mod abi;
 pub mod report;
-// 3. the process state
 pub mod state;
-// 4. mechanisms
-pub mod budget;
+// mechanisms
+pub mod base;
 pub mod driver;
-pub mod group;
-pub mod nvtx;
+pub mod limits;
 pub mod pool;
-pub mod queues;
-// 5. the base
-pub mod addr_hash;
-pub mod config;
-pub mod cu;
-pub mod flags;
-pub mod frames;
-pub mod log;
-pub mod per_thread;
-pub mod rundir;
-pub mod sync;
 
 /// Reads the environment when the library loads (SPEC.md: later changes have no effect).
 /// Prints nothing and touches no driver: a process that never calls CUDA is not disturbed.
 #[ctor::ctor]
 unsafe fn load() {
     let _ = state::config();
-    nvtx::init();
+    driver::nvtx::init();
     state::set_observer(&report::REPORTING);
 }

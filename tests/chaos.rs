@@ -209,7 +209,7 @@ fn members_killed_at_any_instant_never_break_the_group() {
         std::thread::spawn(move || {
             let mut reads = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                for v in cudapool::group::ledgers(false, Some(&dir))
+                for v in cudapool::limits::group::ledgers(false, Some(&dir))
                     .into_iter()
                     .flatten()
                 {
@@ -274,7 +274,7 @@ fn members_killed_at_any_instant_never_break_the_group() {
     );
     assert!(kills > 0 && reads > 0 && recorded > 0, "nothing happened");
     // Every member gone: nothing held, and the reader that saw it so removed the ledger.
-    let views: Vec<_> = cudapool::group::ledgers(false, Some(&dir))
+    let views: Vec<_> = cudapool::limits::group::ledgers(false, Some(&dir))
         .into_iter()
         .flatten()
         .collect();
@@ -400,7 +400,7 @@ fn garbage_in_the_runtime_directory_neither_crashes_nor_hangs() {
     );
     assert!(o.status.success(), "{}", o.stderr);
     let ledger = dir.join("group-g");
-    let size = cudapool::group::ledger::ledger_bytes();
+    let size = cudapool::limits::group::ledger::ledger_bytes();
     assert_eq!(std::fs::metadata(&ledger).unwrap().len() as usize, size);
     // Pages of every kind of wrong.
     let link = dir.join("page-1");
@@ -417,7 +417,7 @@ fn garbage_in_the_runtime_directory_neither_crashes_nor_hangs() {
     // The lock word of a thread that does not exist: the old joiner waited on it forever.
     scribble(
         &ledger,
-        cudapool::group::ledger::mutex_offset() as u64,
+        cudapool::limits::group::ledger::mutex_offset() as u64,
         &0x3fff_fff0u32.to_ne_bytes(),
     );
     let t = Instant::now();
@@ -539,7 +539,7 @@ fn readers_survive_files_cut_and_regrown_under_them() {
     // And the library's own readers in this process, many times over.
     for _ in 0..300 {
         let _ = cudapool::report::pages::live(false, Some(&dir));
-        let _ = cudapool::group::ledgers(false, Some(&dir));
+        let _ = cudapool::limits::group::ledgers(false, Some(&dir));
     }
     stop.store(true, Ordering::Relaxed);
     cutter.join().unwrap();
@@ -628,7 +628,7 @@ fn a_thousand_processes_join_one_group() {
         }
     }
     let all_in = t.elapsed();
-    let members = cudapool::group::ledgers(false, Some(&dir))
+    let members = cudapool::limits::group::ledgers(false, Some(&dir))
         .into_iter()
         .flatten()
         .map(|v| v.members.len())

@@ -21,10 +21,10 @@
 //! every series carries the `uid` that owns the file it came from; `pid` and `comm` are the
 //! kernel's, never the page's word.
 
-use cudapool::budget::DeviceStats;
+use cudapool::base::rundir::configured_from_env;
+use cudapool::limits::budget::DeviceStats;
 use cudapool::report::page::fmt_uuid;
 use cudapool::report::pages::{live, Snapshot};
-use cudapool::rundir::configured_from_env;
 use fastmetrics::encoder::{EncodeLabelSet, LabelSetEncoder};
 use fastmetrics::format::text::{self, EscapingScheme, TextProfile};
 use fastmetrics::metrics::{counter::Counter, family::Family, gauge::Gauge};
@@ -193,7 +193,7 @@ struct Process {
 /// What a scrape reads: the processes and the groups.
 struct Seen {
     procs: Vec<Process>,
-    groups: Vec<cudapool::group::LedgerView>,
+    groups: Vec<cudapool::limits::group::LedgerView>,
 }
 
 struct Scraper {
@@ -254,10 +254,13 @@ impl Scraper {
         }
         let seen = Arc::new(Seen {
             procs: collect(self.all_users),
-            groups: cudapool::group::ledgers(self.all_users, configured_from_env().as_deref())
-                .into_iter()
-                .flatten()
-                .collect(),
+            groups: cudapool::limits::group::ledgers(
+                self.all_users,
+                configured_from_env().as_deref(),
+            )
+            .into_iter()
+            .flatten()
+            .collect(),
         });
         *cache = Some((Instant::now(), seen.clone()));
         seen

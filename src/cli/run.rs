@@ -4,7 +4,7 @@
 //! value exits 2 with the library's own message, before anything runs. 127: the program was
 //! not found; 126: it could not be started.
 
-use cudapool::config::{parse_device_limits, Config, PoolKind, SIZE_FORMS};
+use cudapool::base::config::{parse_device_limits, Config, PoolKind, SIZE_FORMS};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;

@@ -3,8 +3,8 @@
 //! through the process's live page (`cudapool::report::publish::ask_snapshot`); the process's
 //! snapshot thread writes a new file beside FILE, which is then renamed to FILE.
 
+use cudapool::base::rundir::configured_from_env;
 use cudapool::report::pages::{ask_snapshot, exists};
-use cudapool::rundir::configured_from_env;
 use std::path::PathBuf;
 use std::time::Duration;
 

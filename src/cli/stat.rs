@@ -1,10 +1,10 @@
 //! `cudapool stat [PID...]` and `cudapool top`: the live figures every cudapool process
 //! publishes (`cudapool::report::publish`), read from outside.
 
+use cudapool::base::rundir::configured_from_env;
 use cudapool::report::fmt_bytes;
 use cudapool::report::page::fmt_uuid;
 use cudapool::report::pages::{live, Snapshot};
-use cudapool::rundir::configured_from_env;
 
 fn render(s: &Snapshot) -> String {
     let now = std::time::SystemTime::now()
@@ -94,7 +94,7 @@ pub fn stat_text(pids: &[u32], verbose: bool) -> Result<String, String> {
 /// Every group of this user: per GPU its limit, its total and each live member's part.
 fn groups_text(verbose: bool) -> String {
     let mut out = String::new();
-    for g in cudapool::group::ledgers(false, configured_from_env().as_deref()) {
+    for g in cudapool::limits::group::ledgers(false, configured_from_env().as_deref()) {
         let g = match g {
             Ok(g) => g,
             Err(why) if verbose => {

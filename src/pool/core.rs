@@ -15,8 +15,8 @@
 
 pub use super::types::{ArenaLeft, Forgotten};
 use super::types::{BlockSpan, SegmentView, Upstream};
-use crate::config::PoolKind;
-use crate::cu::{CUresult, DevPtr, CUDA_ERROR_OUT_OF_MEMORY};
+use crate::base::config::PoolKind;
+use crate::base::cu::{CUresult, DevPtr, CUDA_ERROR_OUT_OF_MEMORY};
 use std::collections::BTreeMap;
 
 /// Who may take a free block: [`READY`] (anyone), or the key of the one queue whose ordered

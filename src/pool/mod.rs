@@ -13,6 +13,7 @@
 
 pub mod core;
 mod none;
+pub mod queues;
 pub mod reuse;
 pub mod split;
 pub mod testing;
@@ -26,7 +27,7 @@ pub use none::NonePool;
 pub use reuse::{CachingPool, Clock, FenceId, ImmediateClock, ReuseRule, ThreadCache};
 pub use types::*;
 
-use crate::config::PoolKind;
+use crate::base::config::PoolKind;
 
 /// The core of `kind` (`none` has no core: it never caches); `expandable`: large requests of
 /// `split` grow one range of mapped memory (`CUDAPOOL_SEGMENTS=expandable`; the other kinds

@@ -3,8 +3,8 @@
 //! Uses: `pool::types`, `config`, `cu`.
 
 use super::types::{Grant, Held, Pool, SegmentView, Upstream};
-use crate::config::PoolKind;
-use crate::cu::{CUresult, DevPtr};
+use crate::base::config::PoolKind;
+use crate::base::cu::{CUresult, DevPtr};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Invariant: `segments`/`bytes` count exactly the blocks handed out and not yet freed or

@@ -6,9 +6,9 @@
 use super::new_pool;
 use super::reuse::{Clock, FenceId, ReuseRule};
 use super::types::*;
-use crate::config::PoolKind;
-use crate::cu::CUDA_ERROR_OUT_OF_MEMORY;
-use crate::cu::{CUresult, DevPtr};
+use crate::base::config::PoolKind;
+use crate::base::cu::CUDA_ERROR_OUT_OF_MEMORY;
+use crate::base::cu::{CUresult, DevPtr};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 

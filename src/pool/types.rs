@@ -3,8 +3,8 @@
 //!
 //! Uses: `config`, `cu`.
 
-use crate::config::PoolKind;
-use crate::cu::{CUresult, DevPtr, CUDA_ERROR_NOT_SUPPORTED};
+use crate::base::config::PoolKind;
+use crate::base::cu::{CUresult, DevPtr, CUDA_ERROR_NOT_SUPPORTED};
 
 /// Where a pool gets device memory.
 pub trait Upstream {

@@ -5,9 +5,9 @@
 
 use super::core::{pick_releases, segment, within, Core, Forgotten, Lane, Taken, MIN_BLOCK, READY};
 use super::types::{BlockSpan, BlockState, BlockView, SegmentView, Upstream};
-use crate::addr_hash::AddrMap as HashMap;
-use crate::config::PoolKind;
-use crate::cu::{CUresult, DevPtr};
+use crate::base::addr_hash::AddrMap as HashMap;
+use crate::base::config::PoolKind;
+use crate::base::cu::{CUresult, DevPtr};
 use std::collections::BTreeMap;
 
 /// Blocks that are whole segments, cached under a key (`simple`: the size; `binned`: the class).

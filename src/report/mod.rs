@@ -13,9 +13,9 @@ pub mod publish;
 pub mod torch;
 pub mod trace;
 
-use crate::budget::DeviceStats;
-use crate::config::ReportTarget;
-use crate::cu::CUdevice;
+use crate::base::config::ReportTarget;
+use crate::base::cu::CUdevice;
+use crate::limits::budget::DeviceStats;
 use crate::state::{Observer, View};
 use publish::Publisher;
 use std::fmt::Write as _;
@@ -146,7 +146,7 @@ const PAGE_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
 fn start_page_thread() {
     let watch = || loop {
         std::thread::sleep(PAGE_POLL);
-        if crate::flags::exiting() {
+        if crate::base::flags::exiting() {
             return;
         }
         let Some(page) = REPORTING.page.get().and_then(|p| p.as_ref()) else {
@@ -163,7 +163,7 @@ fn start_page_thread() {
         let failed = write_requested_snapshot(&req).err();
         if let Some(e) = &failed {
             crate::log_at!(
-                crate::config::LogLevel::Debug,
+                crate::base::config::LogLevel::Debug,
                 "snapshot asked from outside: {}: {e}",
                 req.path.display()
             );
@@ -175,7 +175,7 @@ fn start_page_thread() {
         .stack_size(256 << 10)
         .spawn(watch);
     if let Err(e) = spawned {
-        crate::log::line(&format!("no page thread (no snapshots from outside): {e}"));
+        crate::base::log::line(&format!("no page thread (no snapshots from outside): {e}"));
     }
 }
 
@@ -222,7 +222,7 @@ fn write_requested_snapshot(req: &page::SnapshotRequest) -> Result<(), String> {
 }
 
 /// `1536` -> `1.50 KiB`; exact bytes below 1 KiB.
-pub use crate::log::fmt_bytes;
+pub use crate::base::log::fmt_bytes;
 
 fn limit(l: u64) -> String {
     if l == 0 {
@@ -278,8 +278,8 @@ pub fn device_status(dev: i32, s: &DeviceStats) -> String {
 /// The whole status: a header line and one block per device the shim has seen.
 pub fn memory_status(shim: &dyn View) -> String {
     let kind = shim.pool_kind();
-    let segments = if kind == crate::config::PoolKind::Split
-        && shim.config().segments == crate::config::Segments::Expandable
+    let segments = if kind == crate::base::config::PoolKind::Split
+        && shim.config().segments == crate::base::config::Segments::Expandable
     {
         " with expandable segments"
     } else {
@@ -311,7 +311,7 @@ pub fn write_exit_report(shim: &dyn View) {
     };
     let Some(target) = &shim.config().report else {
         for line in leaks.lines() {
-            crate::log::line(line);
+            crate::base::log::line(line);
         }
         return;
     };
@@ -319,12 +319,12 @@ pub fn write_exit_report(shim: &dyn View) {
     match target {
         ReportTarget::Stderr => {
             for line in text.lines() {
-                crate::log::line(line);
+                crate::base::log::line(line);
             }
         }
         ReportTarget::File(path) => {
             if let Err(e) = std::fs::write(path, &text) {
-                crate::log::line(&format!("cannot write report to {}: {e}", path.display()));
+                crate::base::log::line(&format!("cannot write report to {}: {e}", path.display()));
             }
         }
     }
@@ -352,7 +352,7 @@ fn json_str(s: &str) -> String {
     out
 }
 
-pub use crate::frames::program_frames;
+pub use crate::base::frames::program_frames;
 
 /// The whole state as JSON (schema in the README, "Snapshot").
 pub fn snapshot_json(shim: &dyn View) -> String {

@@ -4,7 +4,7 @@
 //!
 //! Uses: `budget`.
 
-use crate::budget::DeviceStats;
+use crate::limits::budget::DeviceStats;
 use std::sync::atomic::AtomicU64;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CUDAPOOL");

@@ -12,7 +12,7 @@ use super::page::{
     array_to_stats, DeviceFigures, Page, LAYOUT_VERSION, MAGIC, REQUEST_ERROR, REQUEST_PATH,
 };
 use super::publish::pid_of_name;
-use crate::rundir::{self, RunDir};
+use crate::base::rundir::{self, RunDir};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -304,7 +304,7 @@ fn write_at(fd: &OwnedFd, b: &[u8], offset: u64) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::DeviceStats;
+    use crate::limits::budget::DeviceStats;
     use crate::report::publish::{page_name, Publisher};
     use std::ffi::CString;
 

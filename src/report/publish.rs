@@ -21,9 +21,9 @@
 
 use super::page::{stats_to_array, DeviceFigures, Page, PageDevice, SnapshotRequest};
 use super::page::{GROUP_NAME, LAYOUT_VERSION, MAGIC};
-use crate::config::LogLevel::Warn;
+use crate::base::config::LogLevel::Warn;
+use crate::base::rundir::{self, RunDir};
 use crate::log_at;
-use crate::rundir::{self, RunDir};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;

@@ -13,7 +13,7 @@
 //!
 //! Uses: `state` (its view), `frames`, `pool`, `cu`.
 
-use crate::cu::*;
+use crate::base::cu::*;
 use crate::pool::BlockState;
 use crate::state::history::Event;
 use crate::state::{Origin, View};
@@ -74,7 +74,7 @@ struct Snapshot {
 /// "symbol (file:line:column)" as `program_frames` gives them, in PyTorch's frame fields.
 fn frames(bt: Option<&std::backtrace::Backtrace>) -> Vec<Frame> {
     let Some(bt) = bt else { return Vec::new() };
-    crate::frames::program_frames(bt, 16)
+    crate::base::frames::program_frames(bt, 16)
         .into_iter()
         .filter(|f| !f.starts_with("<unknown>"))
         .map(|f| {

@@ -47,7 +47,7 @@ impl Trace {
     }
 
     fn push(&self, e: Event) {
-        let mut g = crate::sync::lock(&self.events);
+        let mut g = crate::base::sync::lock(&self.events);
         if g.0.len() == MAX_EVENTS {
             g.0.pop_front();
             g.1 += 1;
@@ -83,7 +83,7 @@ impl Trace {
 
     pub fn json(&self, pool: &str) -> String {
         let pid = std::process::id();
-        let g = crate::sync::lock(&self.events);
+        let g = crate::base::sync::lock(&self.events);
         let mut o = format!(
             "{{\"displayTimeUnit\":\"ms\",\"otherData\":{{\"cudapool\":\"{}\",\"pool\":\"{pool}\",\"dropped_events\":{}}},\"traceEvents\":[{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"args\":{{\"name\":\"cudapool pid {pid}\"}}}}",
             env!("CARGO_PKG_VERSION"),
@@ -122,7 +122,7 @@ impl Trace {
 
     pub fn write(&self, pool: &str) {
         if let Err(e) = std::fs::write(&self.path, self.json(pool)) {
-            crate::log::line(&format!(
+            crate::base::log::line(&format!(
                 "cannot write trace to {}: {e}",
                 self.path.display()
             ));

@@ -4,13 +4,13 @@
 //!
 //! Uses: `budget`, `group`, `driver`, `config`, `log`, `cu`.
 
-use crate::budget::DeviceBudget;
-use crate::config::Config;
-use crate::config::LogLevel::{Error, Info, Warn};
-use crate::cu::CUdevice;
+use crate::base::config::Config;
+use crate::base::config::LogLevel::{Error, Info, Warn};
+use crate::base::cu::CUdevice;
+use crate::base::log::fmt_bytes;
 use crate::driver::Driver;
-use crate::group::{Group, GroupDevice};
-use crate::log::fmt_bytes;
+use crate::limits::budget::DeviceBudget;
+use crate::limits::group::{Group, GroupDevice};
 use crate::log_at;
 use std::sync::{Arc, OnceLock};
 
@@ -104,9 +104,9 @@ impl Budgets {
             return &self.overflow;
         };
         slot.get_or_init(|| {
-            let resolve = |what: &str, spec: Option<crate::config::Limit>| -> u64 {
+            let resolve = |what: &str, spec: Option<crate::base::config::Limit>| -> u64 {
                 let Some(spec) = spec else { return 0 };
-                if let crate::config::Limit::Bytes(b) = spec {
+                if let crate::base::config::Limit::Bytes(b) = spec {
                     return b;
                 }
                 match driver.device_total_mem(dev) {

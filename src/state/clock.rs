@@ -66,14 +66,14 @@
 //! Uses: `queues`, `pool` (its `Clock`), `driver`, `flags`, `config`, `addr_hash`, `per_thread`,
 //! `sync`, `cu`.
 
-use crate::addr_hash::AddrMap as HashMap;
-use crate::config::Reuse;
-use crate::cu::*;
+use crate::base::addr_hash::AddrMap as HashMap;
+use crate::base::config::Reuse;
+use crate::base::cu::*;
+use crate::base::flags::{capturing_somewhere, exiting, unwatched_work};
+use crate::base::sync::{lock, Lifetime, Use};
 use crate::driver::{call, Driver};
-use crate::flags::{capturing_somewhere, exiting, unwatched_work};
+use crate::pool::queues::{QueueDevice, QueueKey, Queues};
 use crate::pool::{Clock, FenceId, ReuseRule};
-use crate::queues::{QueueDevice, QueueKey, Queues};
-use crate::sync::{lock, Lifetime, Use};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
 
@@ -100,7 +100,7 @@ pub fn resolve(stream: usize, ptsz: bool) -> usize {
 /// pointers, so keys cannot clash).
 pub fn key(stream: usize) -> crate::pool::StreamKey {
     match stream {
-        CU_STREAM_PER_THREAD => (crate::per_thread::thread_number() << 3) | 2,
+        CU_STREAM_PER_THREAD => (crate::base::per_thread::thread_number() << 3) | 2,
         s => s as u64,
     }
 }
@@ -313,7 +313,7 @@ impl ContextClock {
             }
             ((), false)
         });
-        crate::queues::bump_epoch();
+        crate::pool::queues::bump_epoch();
     }
 
     /// Whether the queues can be trusted: no queue went unordered, no work went unwatched.
@@ -414,7 +414,7 @@ impl Alive<'_> {
         });
         owed.waited.insert(q, gen);
         crate::log_at!(
-            crate::config::LogLevel::Debug,
+            crate::base::config::LogLevel::Debug,
             "queue {target:#x} waits for a handed-over fence ({})",
             if on_host {
                 "on the host"
@@ -487,7 +487,7 @@ impl Alive<'_> {
         });
         if let Some(s) = busy {
             crate::log_at!(
-                crate::config::LogLevel::Warn,
+                crate::base::config::LogLevel::Warn,
                 "stream {s:#x} runs device work that reached the driver through an entry point cudapool does not watch; freed memory now waits for fences in this context"
             );
             c.queues.mark_unordered();
@@ -653,11 +653,11 @@ impl Clock for ContextClock {
         self.owing.store(true, SeqCst);
         drop(owed);
         crate::log_at!(
-            crate::config::LogLevel::Debug,
+            crate::base::config::LogLevel::Debug,
             "fence {f} handed over: every queue's next work waits for it on the device"
         );
         // Every thread's next work call reports again, and pays: before the block is handed out.
-        crate::queues::bump_epoch();
+        crate::pool::queues::bump_epoch();
         if BUSY_CONTEXTS.load(SeqCst) > 1 {
             // A second context began meanwhile and may not have seen this fence owed: it is
             // waited for here, on the host.

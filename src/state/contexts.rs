@@ -4,8 +4,8 @@
 //! Uses: `state::clock`, `pool`, `addr_hash`, `cu`.
 
 use super::clock::ContextClock;
-use crate::addr_hash::AddrMap as HashMap;
-use crate::cu::*;
+use crate::base::addr_hash::AddrMap as HashMap;
+use crate::base::cu::*;
 use crate::pool::{BlockSpan, Pool, SegmentView, ThreadCache};
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -13,8 +13,8 @@
 //!
 //! Uses: `addr_hash`, `cu`.
 
-use crate::addr_hash::AddrMap as HashMap;
-use crate::cu::*;
+use crate::base::addr_hash::AddrMap as HashMap;
+use crate::base::cu::*;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -51,15 +51,15 @@ pub(super) struct ArrayRec {
 impl Counted {
     /// Virtual-memory mappings and arrays on `dev`: (kind, address, bytes).
     pub fn memory_on(&self, dev: CUdevice) -> Vec<(&'static str, DevPtr, u64)> {
-        let handles = crate::sync::lock(&self.handles);
-        let mut out: Vec<_> = crate::sync::lock(&self.maps)
+        let handles = crate::base::sync::lock(&self.handles);
+        let mut out: Vec<_> = crate::base::sync::lock(&self.maps)
             .iter()
             .filter(|(_, (_, h))| handles.get(h).is_some_and(|p| p.device == dev))
             .map(|(&va, &(bytes, _))| ("vmm", va, bytes))
             .collect();
         drop(handles);
         out.extend(
-            crate::sync::lock(&self.arrays)
+            crate::base::sync::lock(&self.arrays)
                 .iter()
                 .filter(|(_, a)| a.device == dev)
                 .map(|(&h, a)| ("array", h as DevPtr, a.size)),

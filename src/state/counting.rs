@@ -5,10 +5,10 @@
 
 use super::counted::{ArrayRec, DriverPool, Phys};
 use super::{Live, Origin, Shim};
-use crate::addr_hash::AddrMap as HashMap;
-use crate::cu::*;
+use crate::base::addr_hash::AddrMap as HashMap;
+use crate::base::cu::*;
+use crate::base::sync::lock;
 use crate::driver::call;
-use crate::sync::lock;
 use std::ffi::c_void;
 
 impl Shim {
@@ -25,7 +25,7 @@ impl Shim {
         let budget = self.budget(dev);
         let seen = budget.releases();
         if !budget.try_charge(charge) {
-            let retry = |budget: &crate::budget::DeviceBudget| budget.try_charge(charge);
+            let retry = |budget: &crate::limits::budget::DeviceBudget| budget.try_charge(charge);
             let reclaimed = self.reclaim_context(ctx, dev, u64::MAX) > 0 && retry(budget);
             // Or another thread gave memory back since we asked.
             let released = || self.released_since(dev, seen, charge);

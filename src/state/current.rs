@@ -6,7 +6,7 @@
 use super::clock::ContextClock;
 use super::contexts::{ContextPool, Contexts};
 use super::Shim;
-use crate::cu::*;
+use crate::base::cu::*;
 use crate::pool::new_pool;
 use crate::pool::ThreadCache;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ impl Shim {
                 device,
                 pool: new_pool(
                     self.config.pool,
-                    self.config.segments == crate::config::Segments::Expandable
+                    self.config.segments == crate::base::config::Segments::Expandable
                         && super::ipc::may_expand(),
                     clock.clone(),
                 ),

@@ -24,10 +24,10 @@
 //! Uses: the `Shim` and its parts (budgets), `driver`, `sync`, `cu`.
 
 use super::{Live, Origin, Shim};
-use crate::addr_hash::AddrMap as HashMap;
-use crate::cu::*;
+use crate::base::addr_hash::AddrMap as HashMap;
+use crate::base::cu::*;
+use crate::base::sync::lock;
 use crate::driver::call;
-use crate::sync::lock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 

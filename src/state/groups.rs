@@ -4,8 +4,8 @@
 //! Uses: the `Shim` and its parts, `group`, `cu`.
 
 use super::Shim;
-use crate::cu::CUdevice;
-use crate::group::GroupFigures;
+use crate::base::cu::CUdevice;
+use crate::limits::group::GroupFigures;
 
 impl Shim {
     /// Gives back up to `bytes` of cached memory that is ready now on the GPU `uuid`, waiting

@@ -9,8 +9,8 @@
 //!
 //! Uses: `sync`, `cu`.
 
-use crate::cu::*;
-use crate::sync::lock;
+use crate::base::cu::*;
+use crate::base::sync::lock;
 use std::backtrace::Backtrace;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

@@ -21,10 +21,10 @@
 //! Uses: the `Shim` and its parts (`state::ranges`), `sync`, `config`, `log`, `cu`.
 
 use super::Shim;
-use crate::config::LogLevel::Debug;
-use crate::cu::*;
+use crate::base::config::LogLevel::Debug;
+use crate::base::cu::*;
+use crate::base::sync::lock;
 use crate::log_at;
-use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -121,7 +121,7 @@ impl Shim {
     fn stop_expanding(&self) {
         if !CLASSIC_ONLY.swap(true, std::sync::atomic::Ordering::Relaxed) {
             log_at!(
-                crate::config::LogLevel::Warn,
+                crate::base::config::LogLevel::Warn,
                 "cuIpcGetMemHandle of a block in an expandable segment: refused (mapped memory has no legacy IPC handle); large blocks come from classic segments from now on"
             );
         }

@@ -24,11 +24,11 @@
 //!
 //! Uses: `addr_hash`, `per_thread`, `sync`, `cu`.
 
-use crate::addr_hash::AddrBuild;
-use crate::budget::Bytes;
-use crate::cu::*;
-use crate::per_thread::LineId;
-use crate::sync::lock;
+use crate::base::addr_hash::AddrBuild;
+use crate::base::cu::*;
+use crate::base::per_thread::LineId;
+use crate::base::sync::lock;
+use crate::limits::budget::Bytes;
 use dashmap::DashMap;
 use std::backtrace::Backtrace;
 use std::cell::{Cell, RefCell};

@@ -13,8 +13,8 @@
 //! Uses: the `Shim` and its parts, `config`, `driver`, `group`, `rundir`, `cu`.
 
 use super::Shim;
-use crate::config::{Config, Limit};
-use crate::cu::CUdevice;
+use crate::base::config::{Config, Limit};
+use crate::base::cu::CUdevice;
 use crate::driver::Driver;
 
 /// A GPU's memory as NVML should show it.
@@ -99,10 +99,10 @@ fn ledger_figures(uuid: &[u8; 16], config: &Config) -> (u64, u64) {
     let Some(name) = &config.group else {
         return (0, 0);
     };
-    let Ok((dir, _)) = crate::rundir::mine(config.runtime_dir.as_deref()) else {
+    let Ok((dir, _)) = crate::base::rundir::mine(config.runtime_dir.as_deref()) else {
         return (0, 0);
     };
-    match crate::group::ledger::read(&dir, &crate::group::ledger::file_name(name)) {
+    match crate::limits::group::ledger::read(&dir, &crate::limits::group::ledger::file_name(name)) {
         Ok(v) => v
             .devices
             .iter()

@@ -14,7 +14,7 @@
 //! Uses: the `Shim` and its parts, `cu`.
 
 use super::Shim;
-use crate::cu::CUdevice;
+use crate::base::cu::CUdevice;
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,7 +38,7 @@ thread_local! {
 
 /// Sets the handler (`None` removes it).
 pub fn set_handler(h: Option<OomHandler>, user_data: *mut c_void) {
-    let mut slot = crate::sync::lock(&HANDLER);
+    let mut slot = crate::base::sync::lock(&HANDLER);
     *slot = h.map(|h| (h, user_data as usize));
     SET.store(slot.is_some(), Ordering::Release);
 }
@@ -80,7 +80,7 @@ fn defer(dev: CUdevice, asked: u64) -> bool {
 /// Calls the handler for `bytes` on `dev` (the caller has left its hook); whether it asks for
 /// one more try.
 pub fn call_handler(dev: CUdevice, bytes: u64) -> bool {
-    let Some((h, data)) = *crate::sync::lock(&HANDLER) else {
+    let Some((h, data)) = *crate::base::sync::lock(&HANDLER) else {
         return false;
     };
     IN_HANDLER.with(|c| c.set(true));

@@ -9,13 +9,13 @@ use super::clock;
 use super::contexts::ContextPool;
 use super::history::{Action, History};
 use super::{Live, Origin, Shim};
-use crate::budget::{Bytes, DeviceBudget};
-use crate::config::LogLevel::Debug;
-use crate::config::PoolKind;
-use crate::cu::*;
+use crate::base::config::LogLevel::Debug;
+use crate::base::config::PoolKind;
+use crate::base::cu::*;
+use crate::driver::nvtx;
 use crate::driver::Driver;
+use crate::limits::budget::{Bytes, DeviceBudget};
 use crate::log_at;
-use crate::nvtx;
 use crate::pool::{Held, ThreadCache, Upstream};
 
 /// How many more times an allocation is tried while other threads keep giving memory back.
@@ -273,7 +273,7 @@ impl Shim {
         };
         let mut name = format!("{api} {size} B");
         if let Some(bt) = self.live.backtrace(ptr) {
-            if let Some(frame) = crate::frames::program_frames(&bt, 1).first() {
+            if let Some(frame) = crate::base::frames::program_frames(&bt, 1).first() {
                 name.push_str(" at ");
                 name.push_str(frame);
             }
@@ -378,7 +378,7 @@ impl Upstream for DriverUpstream<'_> {
     }
 
     fn free(&self, ptr: DevPtr, bytes: u64) -> Result<(), CUresult> {
-        if crate::flags::exiting() {
+        if crate::base::flags::exiting() {
             // Past exit() the driver may be torn down: leak rather than call it.
             return Ok(());
         }
@@ -413,7 +413,7 @@ impl Upstream for DriverUpstream<'_> {
     }
 
     fn unreserve(&self, at: DevPtr, bytes: u64) {
-        if crate::flags::exiting() {
+        if crate::base::flags::exiting() {
             return;
         }
         if self.driver.vmm_unreserve(at, bytes).is_ok() {
@@ -441,7 +441,7 @@ impl Upstream for DriverUpstream<'_> {
     }
 
     fn unmap(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
-        if crate::flags::exiting() {
+        if crate::base::flags::exiting() {
             return Ok(());
         }
         self.driver.vmm_unmap(at, bytes, chunk)?;

@@ -17,7 +17,7 @@
 //! Uses: the `Shim` and its parts (`state::contexts`, `state::live`), `pool`, `cu`.
 
 use super::{Origin, Shim};
-use crate::cu::*;
+use crate::base::cu::*;
 use crate::pool::BlockSpan;
 
 impl Shim {

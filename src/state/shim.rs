@@ -10,14 +10,15 @@ use super::budgets::Budgets;
 use super::contexts::Contexts;
 use super::counted::Counted;
 use super::live::{Live, LiveTable};
-use crate::budget::{DeviceBudget, DeviceStats};
-use crate::config::LogLevel::{Info, Warn};
-use crate::config::{Config, ConfigError, PoolKind};
-use crate::cu::*;
+use crate::base::config::LogLevel::{Info, Warn};
+use crate::base::config::{Config, ConfigError, PoolKind};
+use crate::base::cu::*;
+use crate::base::log;
+use crate::base::log::fmt_bytes;
 use crate::driver::Driver;
-use crate::log::fmt_bytes;
+use crate::limits::budget::{DeviceBudget, DeviceStats};
+use crate::log_at;
 use crate::pool::SegmentView;
-use crate::{log, log_at};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -95,7 +96,7 @@ pub trait Observer: Send + Sync {
 
 static CONFIG: OnceLock<Result<Config, ConfigError>> = OnceLock::new();
 /// The group this process joined (`CUDAPOOL_GROUP`), or why it could not.
-static GROUP: OnceLock<Result<Option<Arc<crate::group::Group>>, String>> = OnceLock::new();
+static GROUP: OnceLock<Result<Option<Arc<crate::limits::group::Group>>, String>> = OnceLock::new();
 static SHIM: OnceLock<Shim> = OnceLock::new();
 static OBSERVER: OnceLock<&'static dyn Observer> = OnceLock::new();
 static REFUSAL_SAID: AtomicBool = AtomicBool::new(false);
@@ -115,7 +116,7 @@ pub fn config() -> &'static Result<Config, ConfigError> {
                     var: "CUDAPOOL_FAULTS",
                     value: std::env::var("CUDAPOOL_FAULTS").unwrap_or_default(),
                     why: format!("cudapool never calls {}", f.call),
-                    accepted: crate::config::Fault::ACCEPTED,
+                    accepted: crate::base::config::Fault::ACCEPTED,
                 }),
                 None => Ok(c),
             }
@@ -133,7 +134,7 @@ pub fn set_observer(o: &'static dyn Observer) {
 }
 
 extern "C" fn at_exit() {
-    crate::flags::set_exiting();
+    crate::base::flags::set_exiting();
     if let (Some(shim), Some(o)) = (SHIM.get(), OBSERVER.get()) {
         o.at_exit(shim);
     }
@@ -163,7 +164,7 @@ fn now_ns() -> u64 {
 }
 
 /// Whether observers should be sampled after a thread's `ops`-th allocation or free on a device
-/// (the count its budget line keeps: [`DeviceBudget::on_alloc`](crate::budget::DeviceBudget)).
+/// (the count its budget line keeps: [`DeviceBudget::on_alloc`](crate::limits::budget::DeviceBudget)).
 pub(crate) fn sample_due(ops: u64) -> bool {
     if !ops.is_multiple_of(CHECK_EVERY as u64) {
         return false;
@@ -203,7 +204,9 @@ impl Shim {
         };
         // A group limit this process cannot keep fails closed, like a bad value.
         let group = GROUP.get_or_init(|| match &config.group {
-            Some(name) => crate::group::Group::join(name, config.runtime_dir.as_deref()).map(Some),
+            Some(name) => {
+                crate::limits::group::Group::join(name, config.runtime_dir.as_deref()).map(Some)
+            }
             None => Ok(None),
         });
         let group = match group {
@@ -239,7 +242,7 @@ impl Shim {
                 }));
             }
             log_at!(Info, "active: pool {}", config.pool.name());
-            if config.segments == crate::config::Segments::Expandable
+            if config.segments == crate::base::config::Segments::Expandable
                 && config.pool != PoolKind::Split
             {
                 log_at!(

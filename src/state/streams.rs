@@ -5,13 +5,13 @@
 
 use super::clock;
 use super::Shim;
-use crate::cu::*;
+use crate::base::cu::*;
 
 impl Shim {
     /// Whether the work hooks report queues: reuse is `auto` and the pool caches.
     pub fn watches_work(&self) -> bool {
-        self.config.reuse == crate::config::Reuse::Auto
-            && self.config.pool != crate::config::PoolKind::None
+        self.config.reuse == crate::base::config::Reuse::Auto
+            && self.config.pool != crate::base::config::PoolKind::None
     }
 
     /// Device work is about to be issued on `stream` (as the program passed it; `ptsz` for a
@@ -30,10 +30,10 @@ impl Shim {
         } else {
             0
         };
-        if crate::queues::seen(stream, ctx) {
+        if crate::pool::queues::seen(stream, ctx) {
             return;
         }
-        let at = crate::queues::epoch();
+        let at = crate::pool::queues::epoch();
         if clock::capturing(self.driver, stream) {
             return;
         }
@@ -42,7 +42,7 @@ impl Shim {
             self.with_current_pool(|_, cp, _| cp.clock.work_on(key))
         });
         if reported.is_ok() {
-            crate::queues::remember(stream, ctx, at);
+            crate::pool::queues::remember(stream, ctx, at);
         }
     }
 

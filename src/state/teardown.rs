@@ -4,8 +4,8 @@
 //! Uses: the `Shim` and its parts, `nvtx`, `config`, `log`, `cu`.
 
 use super::{Origin, Shim, View};
-use crate::config::LogLevel::Info;
-use crate::cu::*;
+use crate::base::config::LogLevel::Info;
+use crate::base::cu::*;
 use crate::log_at;
 
 impl Shim {
@@ -88,7 +88,7 @@ impl Shim {
         if let Some(cp) = cp {
             if self.tools_see_blocks() {
                 for s in cp.pool.segments() {
-                    crate::nvtx::segment_removed(s.ptr);
+                    crate::driver::nvtx::segment_removed(s.ptr);
                 }
             }
             let gone = cp.pool.forget_all();
@@ -96,7 +96,7 @@ impl Shim {
                 .on_segments_dropped(gone.segments, gone.bytes);
             // Mapped memory and reserved address space are the process's, not the context's:
             // they go back now (the context's work is over, nothing uses them).
-            if let Some(arena) = gone.arena.filter(|_| !crate::flags::exiting()) {
+            if let Some(arena) = gone.arena.filter(|_| !crate::base::flags::exiting()) {
                 for (at, len) in arena.mapped {
                     let _ = self.driver.vmm_unmap(at, len, arena.chunk);
                 }

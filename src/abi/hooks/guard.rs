@@ -1,0 +1,153 @@
+//! What every hook runs inside, in one place: [`hook`] is a panic boundary (no unwinding through
+//! C), a per-thread re-entry guard (a hook entered from inside a hook goes straight to the
+//! driver), and the process state (disabled, refused by a bad setting, or active). Plus the
+//! helpers hooks use to write out-pointers and result codes.
+//!
+//! Uses: `state` (its process state), `driver`, `cu`.
+
+use crate::base::cu::*;
+use crate::driver::Driver;
+use crate::state::{oom, Shim, State};
+use std::cell::Cell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+thread_local! {
+    /// True while this thread runs a hook body.
+    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread as inside a hook until dropped. Holds the address of the thread's own
+/// flag, so that leaving costs no second thread-local lookup (the raw pointer also keeps the
+/// guard on its thread: it is neither `Send` nor `Sync`).
+struct Reentry(*const Cell<bool>);
+
+impl Reentry {
+    /// `None` when this thread is already inside a hook.
+    fn enter() -> Option<Reentry> {
+        IN_HOOK.with(|f| (!f.replace(true)).then_some(Reentry(f)))
+    }
+}
+
+impl Drop for Reentry {
+    fn drop(&mut self) {
+        // SAFETY: the flag of this thread, which outlives the guard: the guard lives inside a
+        // hook call on this thread and cannot move to another.
+        unsafe { (*self.0).set(false) }
+    }
+}
+
+/// Whether a hook refuses (allocations, memory queries) or forwards (frees, teardown) when a
+/// `CUDAPOOL_*` value was bad.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnBadConfig {
+    Refuse,
+    Forward,
+}
+
+/// Runs `body` against the active shim, or `real` against the driver when the shim is
+/// disabled, re-entered, or (for `Forward` hooks) refused. Never unwinds.
+pub(crate) fn hook(
+    on_bad: OnBadConfig,
+    real: impl FnOnce(&'static Driver) -> CUresult,
+    body: impl Fn(&'static Shim) -> CUresult,
+) -> CUresult {
+    catch_unwind(AssertUnwindSafe(|| {
+        let forward = || match Driver::get() {
+            Some(d) => real(d),
+            None => {
+                no_driver_said();
+                CUDA_ERROR_NOT_INITIALIZED
+            }
+        };
+        let Some(_guard) = Reentry::enter() else {
+            return forward();
+        };
+        match Shim::state() {
+            State::Active(shim) if on_bad == OnBadConfig::Refuse && oom::offered() => {
+                with_handler(shim, &body)
+            }
+            State::Active(shim) => body(shim),
+            State::Refused if on_bad == OnBadConfig::Refuse => CUDA_ERROR_NOT_INITIALIZED,
+            _ => forward(),
+        }
+    }))
+    .unwrap_or(CUDA_ERROR_UNKNOWN)
+}
+
+/// `body` with the program's out-of-memory handler offered (`state::oom`): an out-of-memory
+/// answer it would give is held back; the handler runs outside this hook (what it frees goes
+/// through cudapool) and may ask for one more try; whatever the program then receives is what
+/// is counted and said.
+#[cold]
+#[inline(never)]
+fn with_handler(shim: &'static Shim, body: &impl Fn(&'static Shim) -> CUresult) -> CUresult {
+    let (r, found) = oom::deferring(|| body(shim));
+    let Some((dev, bytes)) = found else {
+        return r;
+    };
+    if r == CUDA_ERROR_OUT_OF_MEMORY && outside_hook(|| oom::call_handler(dev, bytes)) {
+        shim.budget(dev).on_reclaim_retry();
+        let (again, found) = oom::deferring(|| body(shim));
+        if let Some((dev, bytes)) = found.filter(|_| again == CUDA_ERROR_OUT_OF_MEMORY) {
+            shim.report_oom(dev, bytes);
+        }
+        return again;
+    }
+    shim.report_oom(dev, bytes);
+    r
+}
+
+/// Runs `f` as if this thread were in no hook (calls it makes into hooked entry points go
+/// through the shim again), then marks it back.
+fn outside_hook<T>(f: impl FnOnce() -> T) -> T {
+    let was = IN_HOOK.with(|c| c.replace(false));
+    struct Back(bool);
+    impl Drop for Back {
+        fn drop(&mut self) {
+            IN_HOOK.with(|c| c.set(self.0));
+        }
+    }
+    let _back = Back(was);
+    f()
+}
+
+/// Says once why a driver call gets "not initialized": cudapool cannot reach the driver.
+fn no_driver_said() {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        crate::log_at!(
+            crate::base::config::LogLevel::Warn,
+            "{}; until then every driver call gets CUDA_ERROR_NOT_INITIALIZED",
+            Driver::open_failure()
+        );
+    }
+}
+
+/// A panic boundary for exported functions that are not driver hooks.
+pub fn boundary<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
+}
+
+/// Writes `v` through an out-pointer the hook checked to be non-null.
+///
+/// # Safety
+/// `p` must be non-null and valid for a write of `T` (the driver's contract with the caller).
+pub(crate) unsafe fn put<T>(p: *mut T, v: T) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { p.write(v) }
+}
+
+/// Writes `v` through `p` unless `p` is NULL.
+///
+/// # Safety
+/// `p` must be NULL or valid for a write of `T`.
+pub(crate) unsafe fn put_some<T>(p: *mut T, v: T) {
+    if !p.is_null() {
+        // SAFETY: non-null, and valid by the caller's contract.
+        unsafe { put(p, v) }
+    }
+}
+
+pub(crate) fn to_result(r: Result<(), CUresult>) -> CUresult {
+    r.err().unwrap_or(CUDA_SUCCESS)
+}

@@ -1,0 +1,532 @@
+//! `CUDAPOOL_*` environment parsing (SPEC.md, "Environment"). Pure: no driver, no FFI.
+//!
+//! The environment is read once when the library loads. A bad value does not print anything at
+//! load time (a process that makes no CUDA call is never disturbed); it is kept as a
+//! [`ConfigError`] and the shim refuses allocations, loudly, at the first CUDA call it sees.
+//!
+//! Uses: nothing of the crate.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Which pool serves `cuMemAlloc`/`cuMemFree` (SPEC.md `CUDAPOOL_POOL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolKind {
+    Split,
+    Binned,
+    Simple,
+    None,
+}
+
+impl PoolKind {
+    pub const ACCEPTED: &'static str = "split, binned, simple or none";
+
+    pub fn parse(s: &str) -> Option<PoolKind> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "split" => Some(PoolKind::Split),
+            "binned" => Some(PoolKind::Binned),
+            "simple" => Some(PoolKind::Simple),
+            "none" => Some(PoolKind::None),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolKind::Split => "split",
+            PoolKind::Binned => "binned",
+            PoolKind::Simple => "simple",
+            PoolKind::None => "none",
+        }
+    }
+}
+
+/// `CUDAPOOL_REUSE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reuse {
+    Auto,
+    Immediate,
+}
+
+/// `CUDAPOOL_SEGMENTS`: how `split` takes memory for large requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Segments {
+    /// Whole driver allocations (`cuMemAlloc`).
+    Classic,
+    /// One reserved address range per context that grows and shrinks by mapping chunks.
+    Expandable,
+}
+
+/// `CUDAPOOL_LOG`, ordered from quietest to loudest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+/// `CUDAPOOL_REPORT`: where the exit report goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReportTarget {
+    Stderr,
+    File(PathBuf),
+}
+
+/// One limit as written by the user, before the device's total memory is known.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Limit {
+    /// Bytes; 0 means "no limit" (as for `cudapool_set_memory_limit`).
+    Bytes(u64),
+    /// Percent of the device's total memory, in (0, 100].
+    Percent(f64),
+}
+
+impl Limit {
+    /// The limit in bytes for a device with `total` bytes of memory; 0 means none.
+    pub fn resolve(self, total: u64) -> u64 {
+        match self {
+            Limit::Bytes(b) => b,
+            Limit::Percent(p) => ((total as f64) * p / 100.0).floor() as u64,
+        }
+    }
+}
+
+/// A SIZE or a per-device list (`0=8GiB,1=50%`). Devices not named have no limit.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeviceLimits {
+    /// Applies to every device (a bare SIZE).
+    pub all: Option<Limit>,
+    /// (CUDA ordinal, limit) pairs of a per-device list.
+    pub per_device: Vec<(u32, Limit)>,
+}
+
+impl DeviceLimits {
+    pub fn for_device(&self, ordinal: u32) -> Option<Limit> {
+        self.per_device
+            .iter()
+            .find(|(d, _)| *d == ordinal)
+            .map(|(_, l)| *l)
+            .or(self.all)
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.all.is_some() || !self.per_device.is_empty()
+    }
+}
+
+/// Everything the environment says. `Default` is what an empty environment means.
+/// The most events `CUDAPOOL_HISTORY` keeps per device (about 1 GiB of host memory).
+pub const MAX_HISTORY: usize = 10_000_000;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub pool: PoolKind,
+    pub memory_limit: DeviceLimits,
+    pub soft_limit: DeviceLimits,
+    pub reuse: Reuse,
+    pub report: Option<ReportTarget>,
+    pub track: u8,
+    /// `CUDAPOOL_HISTORY`: allocator events kept per device (0: none).
+    pub history: usize,
+    pub trace: Option<PathBuf>,
+    pub log: LogLevel,
+    pub disable: bool,
+    /// `CUDAPOOL_FAULTS` (a debug setting, README): driver calls made to fail.
+    pub faults: Vec<Fault>,
+    /// `CUDAPOOL_GROUP`: the group this process joins (processes of the same user and name
+    /// share one budget per GPU).
+    pub group: Option<String>,
+    /// `CUDAPOOL_GROUP_LIMIT`: the group's hard limit, as this process names it.
+    pub group_limit: DeviceLimits,
+    /// `CUDAPOOL_SEGMENTS`.
+    pub segments: Segments,
+    /// `CUDAPOOL_RUNTIME_DIR`: where the live page and group ledgers live (`rundir`), when not
+    /// in the default place.
+    pub runtime_dir: Option<PathBuf>,
+    /// `CUDAPOOL_OOM_SNAPSHOT`: where to write a snapshot at each out-of-memory answer the
+    /// program receives (`%p` the pid, `%n` the answer's number).
+    pub oom_snapshot: Option<String>,
+}
+
+/// The characters a group name may use (`CUDAPOOL_GROUP`), and its longest length.
+pub const GROUP_CHARS: &str = "1 to 64 of A-Z a-z 0-9 . _ - (not . or .. alone)";
+pub const GROUP_MAX: usize = 64;
+
+/// Checks a group name: 1 to 64 of `[A-Za-z0-9._-]`, not `.` or `..` (it names a file).
+pub fn parse_group(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.is_empty() || s.len() > GROUP_MAX {
+        return Err(format!("{} characters", s.len()));
+    }
+    if let Some(c) = s
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!("{c:?} is not allowed"));
+    }
+    if s == "." || s == ".." {
+        return Err("not a name".into());
+    }
+    Ok(s.to_string())
+}
+
+/// One `CUDAPOOL_FAULTS` entry: the `from`-th to the `to`-th call (counted from 1, both
+/// included) that cudapool makes to the driver's entry point `call` return `code` instead of
+/// reaching the driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fault {
+    pub call: String,
+    pub from: u64,
+    pub to: u64,
+    pub code: u32,
+}
+
+impl Fault {
+    pub const ACCEPTED: &'static str = "a comma-separated list of NAME@N (the N-th call), NAME@N-M (the N-th to the M-th) or NAME@N+ (the N-th and every later one), each optionally followed by =CODE (a CUresult; default 2, out of memory, for an entry point named with Alloc or Create, else 999), NAME a driver entry point cudapool calls (cuMemAlloc_v2, cuEventRecord, ...)";
+
+    /// The error a fault returns when its entry does not say: what an allocation fails with,
+    /// or CUDA_ERROR_UNKNOWN.
+    fn default_code(call: &str) -> u32 {
+        if call.contains("Alloc") || call.contains("Create") {
+            2
+        } else {
+            999
+        }
+    }
+}
+
+/// Parses `CUDAPOOL_FAULTS` (see [`Fault::ACCEPTED`]); the names are checked against the
+/// driver's table by the caller.
+pub fn parse_faults(s: &str) -> Result<Vec<Fault>, String> {
+    let mut out = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (spec, code) = match item.split_once('=') {
+            Some((spec, code)) => {
+                let code = code
+                    .trim()
+                    .parse::<u32>()
+                    .map_err(|_| format!("{code:?} is not a CUresult"))?;
+                (spec.trim(), Some(code))
+            }
+            None => (item, None),
+        };
+        let (call, when) = spec
+            .split_once('@')
+            .ok_or_else(|| format!("{item:?} names no call (NAME@N)"))?;
+        let call = call.trim();
+        if !call.starts_with("cu") || !call.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("{call:?} is not a driver entry point"));
+        }
+        let count = |n: &str| match n.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("{n:?} is not a call count (1, 2, ...)")),
+        };
+        let when = when.trim();
+        let (from, to) = if let Some(n) = when.strip_suffix('+') {
+            (count(n)?, u64::MAX)
+        } else if let Some((a, b)) = when.split_once('-') {
+            (count(a)?, count(b)?)
+        } else {
+            let n = count(when)?;
+            (n, n)
+        };
+        if to < from {
+            return Err(format!("{when:?} ends before it begins"));
+        }
+        out.push(Fault {
+            code: code.unwrap_or_else(|| Fault::default_code(call)),
+            call: call.to_string(),
+            from,
+            to,
+        });
+    }
+    if out.is_empty() {
+        return Err("no fault listed".into());
+    }
+    Ok(out)
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            // The benchmarks' choice (README): as fast as the other kinds, the least memory
+            // reserved on the traces, the most cache hits on a real training run.
+            pool: PoolKind::Split,
+            memory_limit: DeviceLimits::default(),
+            soft_limit: DeviceLimits::default(),
+            reuse: Reuse::Auto,
+            report: None,
+            track: 0,
+            history: 0,
+            trace: None,
+            log: LogLevel::Warn,
+            disable: false,
+            faults: Vec::new(),
+            group: None,
+            group_limit: DeviceLimits::default(),
+            segments: Segments::Classic,
+            runtime_dir: None,
+            oom_snapshot: None,
+        }
+    }
+}
+
+/// A variable whose value cannot be used. Displayed as the one line SPEC.md asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    pub var: &'static str,
+    pub value: String,
+    pub why: String,
+    pub accepted: &'static str,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid {}={:?}: {}; accepted: {}",
+            self.var, self.value, self.why, self.accepted
+        )
+    }
+}
+
+pub const SIZE_FORMS: &str = "bytes (1073741824), decimal units k/K/KB/M/MB/G/GB/T/TB (powers of 1000), binary units KiB/MiB/GiB/TiB (powers of 1024), decimals (1.5GiB), a percentage of the device's memory (50%), or a per-device list (0=8GiB,1=50%)";
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_lookup(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    /// Parses from any lookup (tests pass a closure over a table). An empty value means unset.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let get = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+        let bad = |var: &'static str, value: &str, why: &str, accepted: &'static str| ConfigError {
+            var,
+            value: value.to_string(),
+            why: why.to_string(),
+            accepted,
+        };
+        let mut c = Config::default();
+
+        if let Some(v) = get("CUDAPOOL_DISABLE") {
+            c.disable = match v.trim() {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" => false,
+                _ => return Err(bad("CUDAPOOL_DISABLE", &v, "not a switch", "1 or 0")),
+            };
+        }
+        if let Some(v) = get("CUDAPOOL_POOL") {
+            c.pool = PoolKind::parse(&v)
+                .ok_or_else(|| bad("CUDAPOOL_POOL", &v, "unknown pool kind", PoolKind::ACCEPTED))?;
+        }
+        for (var, slot) in [
+            ("CUDAPOOL_MEMORY_LIMIT", &mut c.memory_limit),
+            ("CUDAPOOL_SOFT_LIMIT", &mut c.soft_limit),
+        ] {
+            if let Some(v) = get(var) {
+                *slot = parse_device_limits(&v).map_err(|why| bad(var, &v, &why, SIZE_FORMS))?;
+            }
+        }
+        if let Some(v) = get("CUDAPOOL_REUSE") {
+            c.reuse = match v.trim().to_ascii_lowercase().as_str() {
+                "auto" => Reuse::Auto,
+                "immediate" => Reuse::Immediate,
+                _ => {
+                    return Err(bad(
+                        "CUDAPOOL_REUSE",
+                        &v,
+                        "unknown mode",
+                        "auto or immediate",
+                    ))
+                }
+            };
+        }
+        if let Some(v) = get("CUDAPOOL_REPORT") {
+            c.report = match v.trim() {
+                "0" => None,
+                "1" | "stderr" => Some(ReportTarget::Stderr),
+                path => Some(ReportTarget::File(PathBuf::from(path))),
+            };
+        }
+        if let Some(v) = get("CUDAPOOL_TRACK") {
+            c.track = match v.trim() {
+                "0" => 0,
+                "1" => 1,
+                "2" => 2,
+                _ => return Err(bad("CUDAPOOL_TRACK", &v, "unknown level", "0, 1 or 2")),
+            };
+        }
+        if let Some(v) = get("CUDAPOOL_HISTORY") {
+            c.history = match v.trim().parse::<usize>() {
+                Ok(n) if n <= MAX_HISTORY => n,
+                _ => {
+                    return Err(bad(
+                        "CUDAPOOL_HISTORY",
+                        &v,
+                        "not a count of events",
+                        "0 to 10000000",
+                    ))
+                }
+            };
+        }
+        if let Some(v) = get("CUDAPOOL_TRACE") {
+            c.trace = Some(PathBuf::from(v.trim()));
+        }
+        if let Some(v) = get("CUDAPOOL_GROUP") {
+            c.group =
+                Some(parse_group(&v).map_err(|why| bad("CUDAPOOL_GROUP", &v, &why, GROUP_CHARS))?);
+        }
+        if let Some(v) = get("CUDAPOOL_RUNTIME_DIR") {
+            let p = PathBuf::from(v.trim());
+            if !p.is_absolute() {
+                return Err(bad(
+                    "CUDAPOOL_RUNTIME_DIR",
+                    &v,
+                    "not an absolute path",
+                    "the absolute path of a directory of yours (made 0700 if absent)",
+                ));
+            }
+            c.runtime_dir = Some(p);
+        }
+        if let Some(v) = get("CUDAPOOL_OOM_SNAPSHOT") {
+            c.oom_snapshot = Some(v.trim().to_string());
+        }
+        if let Some(v) = get("CUDAPOOL_GROUP_LIMIT") {
+            c.group_limit = parse_device_limits(&v)
+                .map_err(|why| bad("CUDAPOOL_GROUP_LIMIT", &v, &why, SIZE_FORMS))?;
+        }
+        if let Some(v) = get("CUDAPOOL_SEGMENTS") {
+            c.segments = match v.trim().to_ascii_lowercase().as_str() {
+                "classic" => Segments::Classic,
+                "expandable" => Segments::Expandable,
+                _ => {
+                    return Err(bad(
+                        "CUDAPOOL_SEGMENTS",
+                        &v,
+                        "unknown mode",
+                        "classic or expandable",
+                    ))
+                }
+            };
+        }
+        if let Some(v) = get("CUDAPOOL_FAULTS") {
+            c.faults = parse_faults(&v)
+                .map_err(|why| bad("CUDAPOOL_FAULTS", &v, &why, Fault::ACCEPTED))?;
+        }
+        if let Some(v) = get("CUDAPOOL_LOG") {
+            c.log = match v.trim().to_ascii_lowercase().as_str() {
+                "error" => LogLevel::Error,
+                "warn" | "warning" => LogLevel::Warn,
+                "info" => LogLevel::Info,
+                "debug" => LogLevel::Debug,
+                _ => {
+                    return Err(bad(
+                        "CUDAPOOL_LOG",
+                        &v,
+                        "unknown level",
+                        "error, warn, info or debug",
+                    ))
+                }
+            };
+        }
+        // A snapshot at the moment of OOM carries the history leading to it.
+        if c.oom_snapshot.is_some() && c.history == 0 && get("CUDAPOOL_HISTORY").is_none() {
+            c.history = OOM_SNAPSHOT_HISTORY;
+        }
+        Ok(c)
+    }
+}
+
+/// The allocator events kept per device when `CUDAPOOL_OOM_SNAPSHOT` is set and
+/// `CUDAPOOL_HISTORY` is not.
+pub const OOM_SNAPSHOT_HISTORY: usize = 10_000;
+
+/// Parses a bare SIZE (every device) or a list `ORD=SIZE[,ORD=SIZE...]`.
+pub fn parse_device_limits(s: &str) -> Result<DeviceLimits, String> {
+    let s = s.trim();
+    if !s.contains('=') {
+        return Ok(DeviceLimits {
+            all: Some(parse_limit(s)?),
+            per_device: Vec::new(),
+        });
+    }
+    let mut out = DeviceLimits::default();
+    for item in s.split(',') {
+        let item = item.trim();
+        let (ord, size) = item
+            .split_once('=')
+            .ok_or_else(|| format!("list item {item:?} is not ORDINAL=SIZE"))?;
+        let ord: u32 = ord
+            .trim()
+            .parse()
+            .map_err(|_| format!("{:?} is not a device ordinal", ord.trim()))?;
+        if out.per_device.iter().any(|(d, _)| *d == ord) {
+            return Err(format!("device {ord} is listed twice"));
+        }
+        out.per_device.push((ord, parse_limit(size)?));
+    }
+    Ok(out)
+}
+
+/// Parses one SIZE or percentage.
+pub fn parse_limit(s: &str) -> Result<Limit, String> {
+    let s = s.trim();
+    if let Some(p) = s.strip_suffix('%') {
+        let p: f64 = p
+            .trim()
+            .parse()
+            .map_err(|_| format!("{:?} is not a percentage", s))?;
+        if !(p > 0.0 && p <= 100.0) {
+            return Err(format!("{s} is not between 0% and 100%"));
+        }
+        return Ok(Limit::Percent(p));
+    }
+    parse_size(s).map(Limit::Bytes)
+}
+
+/// Parses a SIZE: `1073741824`, `1.5GiB`, `512 MB`, `2g`. Fractional bytes are rounded down.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    if s.starts_with('-') {
+        return Err(format!("{s} is negative"));
+    }
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = (&s[..split], s[split..].trim());
+    let multiplier: u128 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "m" | "mb" => 1_000_000,
+        "g" | "gb" => 1_000_000_000,
+        "t" | "tb" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        _ => return Err(format!("unknown unit {unit:?}")),
+    };
+    // Exact decimal arithmetic: "1.5GiB" is 1610612736, not a float approximation.
+    let (int_part, frac_part) = num.split_once('.').unwrap_or((num, ""));
+    if int_part.is_empty() && frac_part.is_empty() {
+        return Err(format!("{s:?} has no number"));
+    }
+    if frac_part.contains('.') || frac_part.len() > 18 {
+        return Err(format!("{num:?} is not a number"));
+    }
+    let digits = format!("{int_part}{frac_part}");
+    let mantissa: u128 = digits
+        .parse()
+        .map_err(|_| format!("{num:?} is too large"))?;
+    let scale = 10u128.pow(frac_part.len() as u32);
+    let bytes = mantissa
+        .checked_mul(multiplier)
+        .ok_or_else(|| format!("{s:?} is too large"))?
+        / scale;
+    u64::try_from(bytes).map_err(|_| format!("{s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests;

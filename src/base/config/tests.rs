@@ -1,0 +1,216 @@
+use super::*;
+
+#[test]
+fn group_names_are_safe_file_names() {
+    for good in ["job", "a.b_c-9", &"x".repeat(64)] {
+        assert_eq!(parse_group(good).as_deref(), Ok(good));
+    }
+    for bad in [
+        "",
+        "a/b",
+        "..",
+        ".",
+        "a b",
+        "naïve",
+        &"x".repeat(65),
+        "../etc",
+    ] {
+        assert!(parse_group(bad).is_err(), "{bad:?} accepted");
+    }
+    let e = Config::from_lookup(|n| (n == "CUDAPOOL_GROUP").then(|| "a/b".to_string()));
+    assert_eq!(e.unwrap_err().var, "CUDAPOOL_GROUP");
+    let c = Config::from_lookup(|n| match n {
+        "CUDAPOOL_GROUP" => Some("job-1".to_string()),
+        "CUDAPOOL_GROUP_LIMIT" => Some("0=1GiB,1=50%".to_string()),
+        _ => None,
+    })
+    .unwrap();
+    assert_eq!(c.group.as_deref(), Some("job-1"));
+    assert!(c.group_limit.is_set());
+}
+
+#[test]
+fn faults_name_a_call_and_which_of_its_calls_fail() {
+    let f = parse_faults("cuMemAlloc_v2@3, cuEventRecord@2-5=700,cuEventQuery@4+").unwrap();
+    assert_eq!(
+        f,
+        vec![
+            Fault {
+                call: "cuMemAlloc_v2".into(),
+                from: 3,
+                to: 3,
+                code: 2
+            },
+            Fault {
+                call: "cuEventRecord".into(),
+                from: 2,
+                to: 5,
+                code: 700
+            },
+            Fault {
+                call: "cuEventQuery".into(),
+                from: 4,
+                to: u64::MAX,
+                code: 999
+            },
+        ]
+    );
+    for bad in [
+        "",
+        "cuMemAlloc_v2",
+        "cuMemAlloc_v2@0",
+        "cuMemAlloc_v2@5-2",
+        "cuMemAlloc_v2@x",
+        "malloc@1",
+        "cuMem Alloc@1",
+        "cuMemAlloc_v2@1=oom",
+    ] {
+        assert!(parse_faults(bad).is_err(), "{bad:?} accepted");
+    }
+    let c = Config::from_lookup(|n| (n == "CUDAPOOL_FAULTS").then(|| "cuFoo@1".to_string()));
+    assert_eq!(
+        c.unwrap().faults.len(),
+        1,
+        "names are checked by the driver's table"
+    );
+    let e = Config::from_lookup(|n| (n == "CUDAPOOL_FAULTS").then(|| "@1".to_string()));
+    assert_eq!(e.unwrap_err().var, "CUDAPOOL_FAULTS");
+}
+use std::collections::HashMap;
+
+fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let m: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Config::from_lookup(|k| m.get(k).cloned())
+}
+
+#[test]
+fn sizes_in_every_form() {
+    assert_eq!(parse_size("1073741824"), Ok(1 << 30));
+    assert_eq!(parse_size("1k"), Ok(1000));
+    assert_eq!(parse_size("1K"), Ok(1000));
+    assert_eq!(parse_size("2KB"), Ok(2000));
+    assert_eq!(parse_size("3M"), Ok(3_000_000));
+    assert_eq!(parse_size("3mb"), Ok(3_000_000));
+    assert_eq!(parse_size("4G"), Ok(4_000_000_000));
+    assert_eq!(parse_size("4GB"), Ok(4_000_000_000));
+    assert_eq!(parse_size("1T"), Ok(1_000_000_000_000));
+    assert_eq!(parse_size("1TB"), Ok(1_000_000_000_000));
+    assert_eq!(parse_size("1KiB"), Ok(1024));
+    assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+    assert_eq!(parse_size("64mib"), Ok(64 << 20));
+    assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+    assert_eq!(parse_size("1TiB"), Ok(1 << 40));
+    assert_eq!(parse_size("1.5GiB"), Ok(1_610_612_736));
+    assert_eq!(parse_size("0.5 KiB"), Ok(512));
+    assert_eq!(parse_size(" 512 MB "), Ok(512_000_000));
+    assert_eq!(parse_size("1.1"), Ok(1));
+    assert_eq!(parse_size(".5k"), Ok(500));
+}
+
+#[test]
+fn bad_sizes_are_refused() {
+    for bad in [
+        "",
+        "GiB",
+        "-1",
+        "1.2.3",
+        "1 PiB",
+        "1e9",
+        "abc",
+        "1GiBs",
+        "99999999999999999999999",
+        "20000000TiB",
+        "1,5G",
+    ] {
+        assert!(parse_size(bad).is_err(), "{bad:?} should be refused");
+    }
+}
+
+#[test]
+fn percentages_and_lists() {
+    assert_eq!(parse_limit("50%"), Ok(Limit::Percent(50.0)));
+    assert_eq!(parse_limit("12.5 %"), Ok(Limit::Percent(12.5)));
+    assert!(parse_limit("0%").is_err());
+    assert!(parse_limit("101%").is_err());
+    assert!(parse_limit("x%").is_err());
+    assert_eq!(Limit::Percent(50.0).resolve(1000), 500);
+    assert_eq!(Limit::Bytes(7).resolve(1000), 7);
+
+    let l = parse_device_limits("0=8GiB, 1=50%").unwrap();
+    assert_eq!(l.for_device(0), Some(Limit::Bytes(8 << 30)));
+    assert_eq!(l.for_device(1), Some(Limit::Percent(50.0)));
+    assert_eq!(l.for_device(2), None);
+    let all = parse_device_limits("1GiB").unwrap();
+    assert_eq!(all.for_device(5), Some(Limit::Bytes(1 << 30)));
+    for bad in ["0=1G,0=2G", "a=1G", "0=", "0=1G,1G", "-1=1G", "0=1G,,1=2G"] {
+        assert!(
+            parse_device_limits(bad).is_err(),
+            "{bad:?} should be refused"
+        );
+    }
+}
+
+#[test]
+fn environment_defaults_and_values() {
+    assert_eq!(cfg(&[]).unwrap(), Config::default());
+    let c = cfg(&[
+        ("CUDAPOOL_POOL", "Binned"),
+        ("CUDAPOOL_MEMORY_LIMIT", "0=1GiB"),
+        ("CUDAPOOL_SOFT_LIMIT", "512MiB"),
+        ("CUDAPOOL_REUSE", "immediate"),
+        ("CUDAPOOL_REPORT", "stderr"),
+        ("CUDAPOOL_TRACK", "2"),
+        ("CUDAPOOL_TRACE", "/tmp/t.json"),
+        ("CUDAPOOL_LOG", "debug"),
+        ("CUDAPOOL_DISABLE", "0"),
+        ("CUDAPOOL_SEGMENTS", "Expandable"),
+    ])
+    .unwrap();
+    assert_eq!(c.segments, Segments::Expandable);
+    assert_eq!(c.pool, PoolKind::Binned);
+    assert_eq!(c.memory_limit.for_device(0), Some(Limit::Bytes(1 << 30)));
+    assert_eq!(c.memory_limit.for_device(1), None);
+    assert_eq!(c.soft_limit.for_device(3), Some(Limit::Bytes(512 << 20)));
+    assert_eq!(c.reuse, Reuse::Immediate);
+    assert_eq!(c.report, Some(ReportTarget::Stderr));
+    assert_eq!(c.track, 2);
+    assert_eq!(c.trace, Some(PathBuf::from("/tmp/t.json")));
+    assert_eq!(c.log, LogLevel::Debug);
+    assert!(!c.disable);
+    assert_eq!(
+        cfg(&[("CUDAPOOL_REPORT", "/tmp/r.txt")]).unwrap().report,
+        Some(ReportTarget::File("/tmp/r.txt".into()))
+    );
+    // An empty value is the same as unset.
+    assert_eq!(
+        cfg(&[("CUDAPOOL_MEMORY_LIMIT", " ")]).unwrap(),
+        Config::default()
+    );
+}
+
+#[test]
+fn a_bad_value_names_variable_value_and_forms() {
+    let e = cfg(&[("CUDAPOOL_MEMORY_LIMIT", "8GB5")]).unwrap_err();
+    assert_eq!(e.var, "CUDAPOOL_MEMORY_LIMIT");
+    let line = e.to_string();
+    assert!(line.contains("CUDAPOOL_MEMORY_LIMIT=\"8GB5\""), "{line}");
+    assert!(line.contains("GiB") && line.contains("50%"), "{line}");
+    for (var, val) in [
+        ("CUDAPOOL_POOL", "fast"),
+        ("CUDAPOOL_SOFT_LIMIT", "lots"),
+        ("CUDAPOOL_REUSE", "never"),
+        ("CUDAPOOL_TRACK", "3"),
+        ("CUDAPOOL_HISTORY", "-5"),
+        ("CUDAPOOL_HISTORY", "20000000"),
+        ("CUDAPOOL_LOG", "loud"),
+        ("CUDAPOOL_DISABLE", "maybe"),
+        ("CUDAPOOL_SEGMENTS", "elastic"),
+    ] {
+        let e = cfg(&[(var, val)]).unwrap_err();
+        assert_eq!(e.var, var);
+        assert_eq!(e.value, val);
+    }
+}

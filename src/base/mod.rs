@@ -1,0 +1,16 @@
+//! The base every layer uses: the configuration ([`config`]), logging ([`log`]), process-wide
+//! flags ([`flags`]), the driver's types ([`cu`], types only), the user's runtime directory
+//! ([`rundir`]), and support code ([`addr_hash`], [`per_thread`], [`sync`], [`frames`]). None of
+//! it knows pools, limits or the driver's functions.
+//!
+//! Uses: its own files.
+
+pub mod addr_hash;
+pub mod config;
+pub mod cu;
+pub mod flags;
+pub mod frames;
+pub mod log;
+pub mod per_thread;
+pub mod rundir;
+pub mod sync;

@@ -1,0 +1,496 @@
+//! A group's ledger: the file its members share (`group-<name>` in the user's runtime
+//! directory, `rundir`), its format, how a joiner opens it, and how it is read from outside.
+//!
+//! **Format.** One `#[repr(C)]` [`Ledger`]: a magic and version, a process-shared robust mutex,
+//! [`DEVICES`] GPU slots and [`MEMBERS`] member slots. Past its end lie lock bytes that carry
+//! no data: member `i`'s liveness byte at `SIZE + i` (an open-file-description lock its member
+//! holds for life; the kernel drops it however the member dies) and the door at
+//! `SIZE + MEMBERS`.
+//!
+//! **The door.** A joiner holds the door (an exclusive lock) from opening the file until it
+//! holds its member byte; so does whoever rebuilds or removes the ledger. So a ledger is
+//! removed or rebuilt only while no member lives in it and nobody is joining it, and a joiner
+//! that waited at the door of a ledger removed meanwhile (its link count is 0) opens the new
+//! one. Every wait at the door is bounded.
+//!
+//! **Nothing in it is trusted.** A joiner checks the file on its descriptor (a regular file of
+//! this user), reserves its blocks before mapping it (a full filesystem costs the join, never a
+//! SIGBUS), and checks every figure ([`check`]). A file that is not a valid ledger is rebuilt,
+//! with one line, when no member lives in it; while members do, it is refused. Readers copy it
+//! with bounded `pread`s into their own memory and never map it.
+//!
+//! Uses: `rundir`.
+
+use crate::base::rundir::{self, flock, RunDir};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// GPUs a group's ledger holds.
+pub const DEVICES: usize = 32;
+/// Members a group holds at once.
+pub const MEMBERS: usize = 1024;
+const MAGIC: u64 = u64::from_le_bytes(*b"CPGROUP\0");
+const VERSION: u32 = 3;
+/// More bytes than any GPU has: a figure above it is impossible (64 PiB).
+pub const SANE: u64 = 1 << 56;
+/// The longest wait at a ledger's door.
+pub const DOOR_WAIT: Duration = Duration::from_secs(10);
+/// The most ledgers read from one runtime directory in one pass.
+pub const MAX_LEDGERS_PER_DIR: usize = 256;
+
+/// A GPU of the group. Under the mutex.
+#[repr(C)]
+pub(super) struct DeviceSlot {
+    pub uuid: [u8; 16],
+    /// 1 once a member claimed it (0 or 1: anything else is impossible).
+    pub used: u64,
+    /// 0: no limit.
+    pub limit: u64,
+    /// The members' reserved bytes on it, summed (the dead ones' until they are reaped).
+    pub total: u64,
+}
+
+/// A member. `live`, `pid`, `joined_ns` and `reserved` are under the mutex; the lending words
+/// are atomics.
+#[repr(C)]
+pub(super) struct MemberSlot {
+    /// 1 while a member holds it (0 or 1); alive only while its byte is locked too.
+    pub live: u64,
+    pub pid: u64,
+    pub joined_ns: u64,
+    /// Bytes it holds from the driver on each device slot.
+    pub reserved: [u64; DEVICES],
+    /// Bumped by a member that asks this one to lend (a futex word).
+    pub request: AtomicU32,
+    /// The last request it served.
+    pub served: AtomicU32,
+    /// Bytes asked of it on each device slot.
+    pub want: [AtomicU64; DEVICES],
+}
+
+/// The ledger file. Invariant (under the mutex, after a repair): each device slot's `total` is
+/// the sum of the `reserved` of the members marked live on it, and every figure is below
+/// [`SANE`].
+#[repr(C)]
+pub(super) struct Ledger {
+    pub magic: AtomicU64,
+    pub version: u32,
+    pub _pad: u32,
+    /// A seqlock for readers from outside, who never take the mutex: odd while a member holds
+    /// the mutex, bumped again when it lets go (a member that died holding it left it odd: the
+    /// next holder makes it even first).
+    pub seq: AtomicU64,
+    pub mutex: libc::pthread_mutex_t,
+    pub devices: [DeviceSlot; DEVICES],
+    pub members: [MemberSlot; MEMBERS],
+}
+
+pub(super) const SIZE: usize = std::mem::size_of::<Ledger>();
+
+/// The file name of group `name`'s ledger.
+pub fn file_name(name: &str) -> String {
+    format!("group-{name}")
+}
+
+pub(super) fn member_byte(i: usize) -> i64 {
+    (SIZE + i) as i64
+}
+
+fn door_byte() -> i64 {
+    (SIZE + MEMBERS) as i64
+}
+
+/// Takes an exclusive open-file-description lock on `len` bytes at `start`, without waiting.
+pub(super) fn try_lock(fd: libc::c_int, start: i64, len: usize) -> bool {
+    let f = flock(libc::F_WRLCK, start, len);
+    // SAFETY: a lock request on our descriptor with a valid flock; never blocks.
+    unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &f) == 0 }
+}
+
+pub(super) fn unlock(fd: libc::c_int, start: i64, len: usize) {
+    let f = flock(libc::F_UNLCK, start, len);
+    // SAFETY: an unlock on our descriptor with a valid flock.
+    unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &f) };
+}
+
+/// Whether another open file description holds a lock on any of `len` bytes at `start` (this
+/// descriptor's own locks never show). An error counts as held: the careful answer.
+pub(super) fn held(fd: libc::c_int, start: i64, len: usize) -> bool {
+    let mut f = flock(libc::F_WRLCK, start, len);
+    // SAFETY: a lock test on our descriptor with a valid flock.
+    let r = unsafe { libc::fcntl(fd, libc::F_OFD_GETLK, &mut f) };
+    r != 0 || f.l_type != libc::F_UNLCK as libc::c_short
+}
+
+/// Whether any member other than this descriptor's lives in the ledger.
+pub(super) fn others_live(fd: libc::c_int) -> bool {
+    held(fd, member_byte(0), MEMBERS)
+}
+
+/// The door, held until dropped.
+pub(super) struct Door(libc::c_int);
+
+impl Drop for Door {
+    fn drop(&mut self) {
+        unlock(self.0, door_byte(), 1);
+    }
+}
+
+/// Waits at the door of the ledger behind `fd`, at most `wait`.
+fn enter(fd: libc::c_int, wait: Duration) -> Result<Door, String> {
+    let deadline = Instant::now() + wait;
+    let mut pause = Duration::from_micros(50);
+    loop {
+        if try_lock(fd, door_byte(), 1) {
+            return Ok(Door(fd));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "another process has been joining or rebuilding the ledger for more than {} s (stopped?)",
+                wait.as_secs()
+            ));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(5));
+    }
+}
+
+/// A ledger mapped by a member, and the descriptor it came through (kept open: it carries the
+/// member's liveness lock).
+pub(super) struct Mapping {
+    pub ledger: *mut Ledger,
+    pub fd: OwnedFd,
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping of SIZE bytes, unmapped once (the descriptor closes itself).
+        unsafe { libc::munmap(self.ledger.cast(), SIZE) };
+    }
+}
+
+/// Why the figures of `l` are impossible, if they are.
+pub(super) fn check(l: &Ledger) -> Result<(), String> {
+    if l.magic.load(Ordering::Acquire) != MAGIC {
+        return Err("no ledger's magic".into());
+    }
+    if l.version != VERSION {
+        return Err(format!("version {}, not {VERSION}", l.version));
+    }
+    for (d, s) in l.devices.iter().enumerate() {
+        if s.used > 1 || s.total >= SANE || s.limit >= SANE {
+            return Err(format!("GPU slot {d} holds impossible figures"));
+        }
+    }
+    for (i, m) in l.members.iter().enumerate() {
+        if m.live > 1 || m.reserved.iter().any(|&r| r >= SANE) {
+            return Err(format!("member slot {i} holds impossible figures"));
+        }
+    }
+    Ok(())
+}
+
+/// Writes a fresh ledger into `l` (zeroed, its mutex process-shared and robust, the magic
+/// last). Only while nobody else uses it: the door held and no member alive.
+pub(super) fn initialise(l: *mut Ledger) {
+    // SAFETY: `l` is a whole mapped Ledger that no other process uses now (the caller holds the
+    // door and no member byte is held); zero is a valid bit pattern for every field, and the
+    // mutex is then initialised in place.
+    unsafe {
+        std::ptr::write_bytes(l.cast::<u8>(), 0, SIZE);
+    }
+    reset_mutex(l);
+    // SAFETY: as above; the magic last, so that a joiner that sees it sees the rest.
+    unsafe {
+        (*l).version = VERSION;
+        (*l).magic.store(MAGIC, Ordering::Release);
+    }
+}
+
+/// Makes the ledger's mutex usable again, in place (its lock word named a holder that no
+/// longer exists). Only while nobody else uses it, as for [`initialise`].
+pub(super) fn reset_mutex(l: *mut Ledger) {
+    // SAFETY: as in `initialise`: nobody else touches the mutex while the door is held and no
+    // other member lives.
+    unsafe {
+        let l = &mut *l;
+        std::ptr::write_bytes(
+            (&mut l.mutex as *mut libc::pthread_mutex_t).cast::<u8>(),
+            0,
+            std::mem::size_of::<libc::pthread_mutex_t>(),
+        );
+        let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
+        libc::pthread_mutexattr_init(&mut attr);
+        libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
+        libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
+        libc::pthread_mutex_init(&mut l.mutex, &attr);
+        libc::pthread_mutexattr_destroy(&mut attr);
+    }
+}
+
+/// Takes the door without waiting, for a member that must reset the mutex in place.
+pub(super) fn try_enter(fd: libc::c_int) -> Option<Door> {
+    try_lock(fd, door_byte(), 1).then_some(Door(fd))
+}
+
+fn map(fd: &OwnedFd) -> Result<*mut Ledger, String> {
+    // SAFETY: mapping SIZE bytes of a regular file of ours whose blocks were reserved.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(format!("cannot map: {}", std::io::Error::last_os_error()));
+    }
+    Ok(p.cast())
+}
+
+/// What a joiner found, for its one line.
+pub(super) enum Opened {
+    /// A new ledger, or a valid one.
+    Fine,
+    /// A file that was no valid ledger, rebuilt (no member lived in it): why it was not.
+    Rebuilt(String),
+}
+
+/// Opens group `name`'s ledger in `dir` for a joiner, creating it if absent, and returns it
+/// mapped with the door held (the joiner takes its member byte, then lets the door go). A file
+/// of ours that is no valid ledger is rebuilt when no member lives in it; while members do, it
+/// is refused. Anything but a regular file of ours is refused.
+pub(super) fn open_for_join(dir: &RunDir, name: &str) -> Result<(Mapping, Door, Opened), String> {
+    let fname = file_name(name);
+    let path = dir.file(&fname);
+    let me = dir.owner;
+    for _ in 0..8 {
+        let fd = dir
+            .open(&fname, libc::O_RDWR | libc::O_CREAT)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let st = rundir::fstat(fd.as_raw_fd()).map_err(|e| format!("{}: {e}", path.display()))?;
+        if !rundir::is_regular(&st) {
+            return Err(format!("{} is not a regular file", path.display()));
+        }
+        if st.st_uid != me {
+            return Err(format!(
+                "{} belongs to user {}, not to user {me}",
+                path.display(),
+                st.st_uid
+            ));
+        }
+        let door =
+            enter(fd.as_raw_fd(), DOOR_WAIT).map_err(|e| format!("{}: {e}", path.display()))?;
+        // Removed while we waited (its last member gone): open the new one.
+        let st = rundir::fstat(fd.as_raw_fd()).map_err(|e| format!("{}: {e}", path.display()))?;
+        if st.st_nlink == 0 {
+            continue;
+        }
+        let others = others_live(fd.as_raw_fd());
+        let size = st.st_size;
+        if size as usize != SIZE {
+            if others {
+                return Err(format!(
+                    "{} is {size} bytes, not a group ledger of this version ({SIZE} bytes), and members use it; remove it once no member of the group runs",
+                    path.display()
+                ));
+            }
+            // SAFETY: sizing a regular file of ours that nobody else uses now (door held).
+            if unsafe { libc::ftruncate(fd.as_raw_fd(), SIZE as libc::off_t) } != 0 {
+                return Err(format!(
+                    "cannot size {}: {}",
+                    path.display(),
+                    std::io::Error::last_os_error()
+                ));
+            }
+        }
+        rundir::reserve(fd.as_raw_fd(), SIZE).map_err(|e| {
+            if size == 0 {
+                dir.unlink(&fname);
+            }
+            format!("cannot reserve {SIZE} bytes for {}: {e}", path.display())
+        })?;
+        let ledger = map(&fd).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mapping = Mapping { ledger, fd };
+        // SAFETY: a whole mapped Ledger; `check` only reads it.
+        let valid = if size as usize == SIZE {
+            check(unsafe { &*ledger })
+        } else if size == 0 {
+            Err(String::new())
+        } else {
+            Err(format!("{size} bytes, not {SIZE}"))
+        };
+        let opened = match valid {
+            Ok(()) => Opened::Fine,
+            Err(why) if others => {
+                return Err(format!(
+                    "{} is damaged ({why}) while members use it; refusing",
+                    path.display()
+                ))
+            }
+            Err(why) => {
+                initialise(ledger);
+                if why.is_empty() {
+                    Opened::Fine
+                } else {
+                    Opened::Rebuilt(why)
+                }
+            }
+        };
+        return Ok((mapping, door, opened));
+    }
+    Err(format!(
+        "{} keeps being removed while joining",
+        path.display()
+    ))
+}
+
+/// A ledger read from outside (`cudapool stat`, the exporter): no membership, no lock taken, no
+/// mapping. Dead members are left out and their shares with them.
+#[derive(Clone, Debug, Default)]
+pub struct LedgerView {
+    pub name: String,
+    /// The file's owner.
+    pub uid: u32,
+    /// (uuid, limit, reserved by the live members) of each GPU the group used.
+    pub devices: Vec<([u8; 16], u64, u64)>,
+    /// (pid, reserved per GPU, in `devices` order) of each live member.
+    pub members: Vec<(u32, Vec<u64>)>,
+    /// What the ledger itself records as reserved on each GPU (in `devices` order): the live
+    /// members' shares and the dead ones' not yet reaped. Never above the limit.
+    pub recorded: Vec<u64>,
+}
+
+/// How long a ledger file is (for tests and tools that make or check one).
+pub fn ledger_bytes() -> usize {
+    SIZE
+}
+
+/// Where the ledger's mutex lies in the file (for the tests that plant a garbage lock word).
+pub fn mutex_offset() -> usize {
+    std::mem::offset_of!(Ledger, mutex)
+}
+
+/// Every group ledger of this user (of every user with `all_users`) in the runtime directories
+/// `configured` or the defaults name, read. A ledger of this user with no live member shows 0
+/// reserved and is removed; nothing of another user is ever touched.
+pub fn ledgers(
+    all_users: bool,
+    configured: Option<&std::path::Path>,
+) -> Vec<Result<LedgerView, String>> {
+    let mut out = Vec::new();
+    for dir in rundir::readable(all_users, configured) {
+        let names: Vec<String> = dir
+            .names(usize::MAX)
+            .into_iter()
+            .filter(|n| n.starts_with("group-"))
+            .take(MAX_LEDGERS_PER_DIR)
+            .collect();
+        for fname in names {
+            let name = fname["group-".len()..].to_string();
+            out.push(read(&dir, &fname).map(|mut v| {
+                v.name = name;
+                v
+            }));
+        }
+    }
+    out
+}
+
+/// Reads ledger `fname` of `dir`, as [`ledgers`] says.
+pub fn read(dir: &RunDir, fname: &str) -> Result<LedgerView, String> {
+    let path = dir.file(fname);
+    // SAFETY: getuid has no preconditions.
+    let mine = dir.owner == unsafe { libc::getuid() };
+    // Our own: read-write, to remove it if it is dead (a write lock needs a writable file).
+    let mode = if mine { libc::O_RDWR } else { libc::O_RDONLY };
+    let (fd, st) =
+        rundir::open_found(dir, fname, mode).map_err(|e| format!("{}: {e}", path.display()))?;
+    if st.st_size as usize != SIZE {
+        return Err(format!(
+            "{}: {} bytes, not a group ledger of this version",
+            path.display(),
+            st.st_size
+        ));
+    }
+    let mut copy: Box<std::mem::MaybeUninit<Ledger>> = Box::new_uninit();
+    // SAFETY: the box holds SIZE bytes; viewed as bytes to be filled by pread.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(copy.as_mut_ptr().cast::<u8>(), SIZE) };
+    bytes.fill(0);
+    // A consistent copy: the seqlock even and the same before and after.
+    let at = std::mem::offset_of!(Ledger, seq) as u64;
+    let seq = || -> Result<u64, String> {
+        let mut b = [0u8; 8];
+        rundir::read_exact_at(fd.as_raw_fd(), &mut b, at)?;
+        Ok(u64::from_ne_bytes(b))
+    };
+    let mut whole = false;
+    for _ in 0..200 {
+        let before = seq().map_err(|e| format!("{}: {e}", path.display()))?;
+        if before % 2 == 1 {
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        }
+        rundir::read_exact_at(fd.as_raw_fd(), bytes, 0)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        if seq().map_err(|e| format!("{}: {e}", path.display()))? == before {
+            whole = true;
+            break;
+        }
+    }
+    if !whole {
+        return Err(format!("{}: always being written", path.display()));
+    }
+    // SAFETY: every byte is written; every bit pattern is a valid Ledger (integers, atomics
+    // and an opaque mutex that is never used in this copy).
+    let l = unsafe { copy.assume_init() };
+    check(&l).map_err(|why| format!("{}: not a valid group ledger ({why})", path.display()))?;
+    let used: Vec<usize> = (0..DEVICES).filter(|&d| l.devices[d].used != 0).collect();
+    let live: Vec<usize> = (0..MEMBERS)
+        .filter(|&i| l.members[i].live != 0 && held(fd.as_raw_fd(), member_byte(i), 1))
+        .collect();
+    if live.is_empty() && mine {
+        remove_if_dead(dir, fname, &fd, &st);
+    }
+    Ok(LedgerView {
+        name: String::new(),
+        uid: dir.owner,
+        devices: used
+            .iter()
+            .map(|&d| {
+                let total = live
+                    .iter()
+                    .fold(0u64, |t, &i| t.saturating_add(l.members[i].reserved[d]));
+                (l.devices[d].uuid, l.devices[d].limit, total)
+            })
+            .collect(),
+        members: live
+            .iter()
+            .map(|&i| {
+                let m = &l.members[i];
+                (m.pid as u32, used.iter().map(|&d| m.reserved[d]).collect())
+            })
+            .collect(),
+        recorded: used.iter().map(|&d| l.devices[d].total).collect(),
+    })
+}
+
+/// Removes a ledger of ours in which no member lives, behind its door (no joiner is let in
+/// meanwhile; one that waited finds it unlinked and makes a new one).
+fn remove_if_dead(dir: &RunDir, fname: &str, fd: &OwnedFd, st: &libc::stat) {
+    let Some(_door) = try_enter(fd.as_raw_fd()) else {
+        return; // someone is joining
+    };
+    if others_live(fd.as_raw_fd()) {
+        return;
+    }
+    if let Ok((_, now)) = rundir::open_found(dir, fname, libc::O_RDONLY) {
+        if now.st_ino == st.st_ino && now.st_dev == st.st_dev {
+            dir.unlink(fname);
+        }
+    }
+}
