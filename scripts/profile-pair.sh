@@ -27,14 +27,14 @@ callgrind_annotate --inclusive=yes "$out" 2>/dev/null | awk -v n="$N" '
   END {
     print "| part of a 4 KiB cuMemAlloc_v2 + cuMemFree_v2 pair | instructions per pair |"
     print "| --- | --- |"
-    row("all of cudapool: the hook guard (panic boundary, re-entry flag) and below", "cudapool::hooks::guard::hook")
+    row("all of cudapool: the hook guard (panic boundary, re-entry flag) and below", "cudapool::abi::hooks::guard::hook")
     row("cuMemAlloc_v2 hook", "cuMemAlloc_v2")
     row("cuMemFree_v2 hook", "cuMemFree_v2")
-    row("pool free: into the thread magazine (ThreadCache::keep; its take is inlined in the alloc hook)", "cudapool::pool::reuse::ThreadCache::keep")
+    row("pool free: into the thread magazine (ThreadCache::keep; its take is inlined in the alloc hook)", "cudapool::pool::reuse::magazines::ThreadCache::keep")
     row("live table insert (the thread front)", "cudapool::state::live::LiveTable::insert")
     row("live table remove (the thread front)", "cudapool::state::live::LiveTable::find")
-    row("budget counters on alloc (the thread line, peaks)", "cudapool::budget::DeviceBudget::on_alloc")
-    row("budget counters on free", "cudapool::budget::DeviceBudget::on_free")
+    row("budget counters on alloc (the thread line, peaks)", "cudapool::limits::budget::DeviceBudget::on_alloc")
+    row("budget counters on free", "cudapool::limits::budget::DeviceBudget::on_free")
     row("thread-local lookups through __tls_get_addr", "__tls_get_addr")
     row("the reuse rule (the clock)", "<cudapool::state::clock::ContextClock as cudapool::pool::reuse::Clock>::rule")
   }'
