@@ -93,7 +93,7 @@ impl Shim {
     /// Charges `bytes` on `dev` if memory went back to the driver since the count `seen` (another
     /// thread's reclaim or free, between a failed charge and this one), trying again while it
     /// keeps coming back (bounded). Whether they are charged.
-    pub(super) fn released_since(&self, dev: CUdevice, mut seen: u64, bytes: u64) -> bool {
+    fn released_since(&self, dev: CUdevice, mut seen: u64, bytes: u64) -> bool {
         let budget = self.budget(dev);
         for _ in 0..super::pooled::RELEASE_RETRIES {
             let now = budget.releases();

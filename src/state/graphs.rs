@@ -135,7 +135,7 @@ impl Shim {
         };
         let mut ahead: Vec<(CUdevice, u64)> = Vec::with_capacity(needs.len());
         for need in needs.iter().filter(|n| !self.graph_mapped(n)) {
-            match self.charge_graph(need.device, need.bytes) {
+            match self.charge_counted(need.device, need.bytes) {
                 Ok(()) => ahead.push((need.device, need.bytes)),
                 Err(e) => {
                     for &(dev, bytes) in &ahead {
@@ -170,25 +170,6 @@ impl Shim {
                 n.mapped_in = reserves.get(&n.device).map_or(0, |r| r.epoch);
             }
         }
-    }
-
-    /// Charges `bytes` of graph memory ahead on `dev`, giving back cudapool's cache and the
-    /// graphs' idle memory if they do not fit; `Err` is the out-of-memory answer.
-    fn charge_graph(&self, dev: CUdevice, bytes: u64) -> Result<(), CUresult> {
-        let budget = self.budget(dev);
-        let seen = budget.releases();
-        if budget.try_charge(bytes) {
-            return Ok(());
-        }
-        self.reclaim_device(dev);
-        if budget.try_charge(bytes)
-            || self.released_since(dev, seen, bytes)
-            || self.borrow(dev, bytes) && budget.try_charge(bytes)
-        {
-            budget.on_reclaim_retry();
-            return Ok(());
-        }
-        Err(self.failed(dev, bytes, CUDA_ERROR_OUT_OF_MEMORY))
     }
 
     /// Brings the graph charge of `dev` to the driver's reading, returning `ahead` bytes
@@ -229,10 +210,16 @@ impl Shim {
     /// Graph memory of `dev` was trimmed (`cuDeviceGraphMemTrim`, the program's or cudapool's
     /// own): every graph of the device is unmapped, the charge follows the driver.
     pub fn graphs_trimmed(&self, dev: CUdevice) {
+        self.graphs_unmapped(dev, None);
+    }
+
+    /// Every graph of `dev` is unmapped (a new epoch); the charge follows the driver, or
+    /// `unread` if it cannot say.
+    fn graphs_unmapped(&self, dev: CUdevice, unread: Option<u64>) {
         if let Some(r) = lock(&self.graphs.reserves).get_mut(&dev) {
             r.epoch += 1;
         }
-        self.settle_graphs(dev, 0);
+        self.settle_graphs_or(dev, 0, unread);
     }
 
     /// Gives back the graph memory of `dev` (-1: of every device) that no graph is using (part
@@ -266,11 +253,8 @@ impl Shim {
         }
         let devices: Vec<CUdevice> = lock(&self.graphs.reserves).keys().copied().collect();
         for dev in devices {
-            if let Some(r) = lock(&self.graphs.reserves).get_mut(&dev) {
-                r.epoch += 1;
-            }
             // A device whose context is gone may not answer: its graph memory went with it.
-            self.settle_graphs_or(dev, 0, Some(0));
+            self.graphs_unmapped(dev, Some(0));
         }
     }
 }
