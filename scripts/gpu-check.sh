@@ -206,13 +206,15 @@ for k in split binned; do
   check "grep -q 'memset a_rc=0 b_rc=0 a_ok=1 b_ok=1' '$W/ranges.blocks' && grep -q '^b range_rc=0 base_off=0 size=1000' '$W/ranges.blocks'" \
     "a block sized by its address range ($k)" "$(grep -E '^(b|memset|ipc) ' "$W/ranges.blocks" | tr '\n' ';')"
 done
-# PyTorch's own IPC: a child process reads the parent's tensors, pieces of PyTorch's segments
-# that are blocks inside shared cudapool segments. (With PYTORCH_NO_CUDA_MEMORY_CACHING set,
+# Legacy IPC between processes, expandable (the default) and classic segments: a C exporter
+# and its importers, and PyTorch's own IPC (a child reads the parent's tensors, pieces of
+# PyTorch's segments that are cudapool blocks). (With PYTORCH_NO_CUDA_MEMORY_CACHING set,
 # PyTorch itself cannot share CUDA tensors: "invalid device pointer", with or without cudapool.)
-$T python3 scripts/gpu/ipc_torch.py > "$W/ipc.plain" 2>&1
-shim python3 scripts/gpu/ipc_torch.py > "$W/ipc.shim" 2>&1
-check "grep -q 'torch ipc ok' '$W/ipc.plain' && grep -q 'torch ipc ok' '$W/ipc.shim'" \
-  "PyTorch IPC between processes" "$(tail -1 "$W/ipc.shim")"
+$T bash scripts/gpu/ipc_check.sh "$LIB" "$W/ipc" > "$W/ipc.txt" 2>&1
+while IFS='|' read -r verdict what detail; do
+  result "$(echo $verdict)" "$(echo $what)" "$detail"
+done < <(grep -E '^(PASS|FAIL) \|' "$W/ipc.txt")
+[ "$(grep -cE '^(PASS|FAIL) \|' "$W/ipc.txt")" = 4 ] || result FAIL "IPC checks ran" "$(tail -3 "$W/ipc.txt")"
 
 echo "=== numba-cuda's own driver and IPC tests, with and without cudapool"
 # A real client's test suite as a regression gate: any test that passes without cudapool and

@@ -26,6 +26,7 @@ pub const CUDA_ERROR_UNKNOWN: CUresult = E::CUDA_ERROR_UNKNOWN as CUresult;
 
 pub const CUDA_ERROR_NOT_READY: CUresult = E::CUDA_ERROR_NOT_READY as CUresult;
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = E::CUDA_ERROR_NOT_SUPPORTED as CUresult;
+pub const CUDA_ERROR_NOT_PERMITTED: CUresult = E::CUDA_ERROR_NOT_PERMITTED as CUresult;
 
 /// `CU_POINTER_ATTRIBUTE_RANGE_START_ADDR`: the start of the allocation holding a pointer.
 pub const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: std::ffi::c_int = 11;
@@ -104,11 +105,32 @@ impl MemAllocProp {
         }
     }
 
+    /// As [`device`](Self::device), and exportable as a POSIX file descriptor
+    /// (`cuMemExportToShareableHandle`: how a block of an expandable segment crosses processes).
+    pub fn exportable(dev: CUdevice) -> Self {
+        let mut p = Self::device(dev);
+        p.head.handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        p
+    }
+
     /// As `cuMemCreate` takes it.
     pub fn head(&self) -> *const MemPropHead {
         &self.head
     }
+
+    /// As `cuMemGetAllocationPropertiesFromHandle` fills it.
+    pub fn head_mut(&mut self) -> *mut MemAllocProp {
+        self
+    }
+
+    /// The device whose memory this is (`None`: not device memory).
+    pub fn device_id(&self) -> Option<CUdevice> {
+        (self.head.location_type == CU_MEM_LOCATION_TYPE_DEVICE).then_some(self.head.location_id)
+    }
 }
+
+/// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`.
+pub const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: std::ffi::c_int = 1;
 
 /// `CUmemAccessDesc`: who may touch mapped memory, and how.
 #[repr(C)]

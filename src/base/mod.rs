@@ -1,6 +1,6 @@
 //! The base every layer uses: the configuration ([`config`]), logging ([`log`]), process-wide
 //! flags ([`flags`]), the driver's types ([`cu`], types only), the user's runtime directory
-//! ([`rundir`]), and support code ([`addr_hash`], [`per_thread`], [`sync`], [`frames`]). None of
+//! ([`rundir`]), descriptors across processes ([`fds`]), and support code ([`addr_hash`], [`per_thread`], [`sync`], [`frames`]). None of
 //! it knows pools, limits or the driver's functions.
 //!
 //! Uses: its own files.
@@ -8,6 +8,7 @@
 pub mod addr_hash;
 pub mod config;
 pub mod cu;
+pub mod fds;
 pub mod flags;
 pub mod frames;
 pub mod log;

@@ -11,6 +11,7 @@
 //! Uses: `config` (the faults' type), `log`, `cu`.
 
 pub mod nvtx;
+mod vmm;
 
 use crate::base::cu::*;
 use std::cell::Cell;
@@ -169,6 +170,9 @@ driver_table! {
     mem_map = c"cuMemMap": fn(DevPtr, usize, usize, MemHandle, u64);
     mem_unmap = c"cuMemUnmap": fn(DevPtr, usize);
     mem_retain_allocation_handle = c"cuMemRetainAllocationHandle": fn(*mut MemHandle, *mut c_void);
+    mem_export_to_shareable_handle = c"cuMemExportToShareableHandle": fn(*mut c_void, MemHandle, c_int, u64);
+    mem_import_from_shareable_handle = c"cuMemImportFromShareableHandle": fn(*mut MemHandle, *mut c_void, c_int);
+    mem_get_allocation_properties_from_handle = c"cuMemGetAllocationPropertiesFromHandle": fn(*mut MemAllocProp, MemHandle);
     mem_address_reserve = c"cuMemAddressReserve": fn(*mut DevPtr, usize, usize, DevPtr, u64);
     mem_address_free = c"cuMemAddressFree": fn(DevPtr, usize);
     mem_set_access = c"cuMemSetAccess": fn(DevPtr, usize, *const MemAccessDesc, usize);
@@ -549,110 +553,6 @@ impl Driver {
         let (mut flags, mut active) = (0 as c_uint, 0 as c_int);
         call!(self, primary_ctx_get_state(dev, &mut flags, &mut active)) == CUDA_SUCCESS
             && active != 0
-    }
-
-    // ---- virtual memory, for expandable segments (`pool::split`'s arena) -------------------
-
-    /// The granularity of physical memory on `dev` (`cuMemCreate`'s minimum), if this driver
-    /// and device support the virtual memory API.
-    pub fn vmm_granularity(&self, dev: CUdevice) -> Option<u64> {
-        let mut g = 0usize;
-        let prop = MemAllocProp::device(dev);
-        (call!(self, mem_get_allocation_granularity(&mut g, &prop, 0)) == CUDA_SUCCESS && g > 0)
-            .then_some(g as u64)
-    }
-
-    /// Reserves `bytes` of device address space, aligned to `align` (no memory behind it).
-    pub fn vmm_reserve(&self, bytes: u64, align: u64) -> Result<DevPtr, CUresult> {
-        let mut p: DevPtr = 0;
-        check(call!(
-            self,
-            mem_address_reserve(&mut p, bytes as usize, align as usize, 0, 0)
-        ))?;
-        Ok(p)
-    }
-
-    /// Gives back address space from [`vmm_reserve`](Self::vmm_reserve) (nothing mapped in it).
-    pub fn vmm_unreserve(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
-        check(call!(self, mem_address_free(at, bytes as usize)))
-    }
-
-    /// Maps new memory of `dev` at `[at, at + bytes)`, one physical allocation of `chunk`
-    /// bytes per chunk (so that any chunk can be unmapped alone), readable and writable by
-    /// `dev` and by every device that can access its memory as a peer (what peer access
-    /// enabled later would give classic memory). All or nothing.
-    pub fn vmm_map(
-        &self,
-        dev: CUdevice,
-        at: DevPtr,
-        bytes: u64,
-        chunk: u64,
-    ) -> Result<(), CUresult> {
-        let prop = MemAllocProp::device(dev);
-        let mut done = 0;
-        let mut result = Ok(());
-        while done < bytes {
-            let mut h: MemHandle = 0;
-            let r = check(call!(
-                self,
-                mem_create(&mut h, chunk as usize, prop.head(), 0)
-            ));
-            if let Err(e) = r {
-                result = Err(e);
-                break;
-            }
-            let mapped = check(call!(self, mem_map(at + done, chunk as usize, 0, h, 0)));
-            // The mapping keeps the memory; the handle is not needed past it.
-            call!(self, mem_release(h));
-            if let Err(e) = mapped {
-                result = Err(e);
-                break;
-            }
-            done += chunk;
-        }
-        if result.is_ok() {
-            let access = self.vmm_access(dev);
-            result = check(call!(
-                self,
-                mem_set_access(at, bytes as usize, access.as_ptr(), access.len())
-            ));
-        }
-        if result.is_err() {
-            let _ = self.vmm_unmap(at, done, chunk);
-        }
-        result
-    }
-
-    /// Who may read and write memory of `dev`: `dev`, and its peers.
-    fn vmm_access(&self, dev: CUdevice) -> Vec<MemAccessDesc> {
-        let mut n: c_int = 0;
-        call!(self, device_get_count(&mut n));
-        let mut out = vec![MemAccessDesc::read_write(dev)];
-        for peer in 0..n {
-            let mut can: c_int = 0;
-            if peer != dev
-                && call!(self, device_can_access_peer(&mut can, peer, dev)) == CUDA_SUCCESS
-                && can != 0
-            {
-                out.push(MemAccessDesc::read_write(peer));
-            }
-        }
-        out
-    }
-
-    /// Unmaps `[at, at + bytes)`, mapped by [`vmm_map`](Self::vmm_map) in chunks of `chunk`;
-    /// its memory goes back to the device. No device work may still use it (unlike
-    /// `cuMemFree`, `cuMemUnmap` does not wait for the device). Every chunk is tried; the
-    /// first error is returned.
-    pub fn vmm_unmap(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
-        let mut result = Ok(());
-        let mut off = 0;
-        while off < bytes {
-            let r = check(call!(self, mem_unmap(at + off, chunk as usize)));
-            result = result.and(r);
-            off += chunk;
-        }
-        result
     }
 
     /// Waits for all work of the calling thread's current context.

@@ -166,6 +166,9 @@ pub struct BlockSpan {
     pub segment: DevPtr,
     /// The segment is an expandable one: mapped memory, which has no legacy IPC handle.
     pub expandable: bool,
+    /// In an expandable segment, the size of the chunks its memory is mapped in (0 otherwise):
+    /// what an export of the block shares (`state::ipc`).
+    pub chunk: u64,
 }
 
 /// One segment (driver allocation) and the blocks that tile it.

@@ -86,6 +86,7 @@ impl SegmentCache {
             size,
             segment: start,
             expandable: false,
+            chunk: 0,
         })
     }
 

@@ -16,7 +16,8 @@
 //! handle once per segment and hands out the segment's address plus the offset; closes are
 //! counted per segment. A block that starts its segment exports the driver's handle unchanged.
 //! An importer that does not run cudapool maps the segment's start, so both sides must run
-//! under it (processes the program starts inherit `LD_PRELOAD`).
+//! under it (processes the program starts inherit `LD_PRELOAD`). Blocks of expandable
+//! segments have no driver allocation: their export is `state::ipc_mapped`'s.
 //!
 //! Uses: the `Shim` and its parts (`state::ranges`), `sync`, `config`, `log`, `cu`.
 
@@ -57,10 +58,13 @@ pub enum Export {
     /// Pooled memory the program does not hold: the driver's answer for an address that is not
     /// allocated.
     NotAllocated,
-    /// A block of an expandable segment: mapped memory has no legacy IPC handle. Refused with
-    /// `CUDA_ERROR_NOT_SUPPORTED`; from then on every pool of the process serves large
-    /// requests from classic segments, so that blocks allocated later can be exported.
-    Mapped,
+    /// A block of an expandable segment: mapped memory has no driver handle; this handle
+    /// shares its chunks (`state::ipc_mapped`).
+    Mapped(HandleBytes),
+    /// A block of an expandable segment that cannot be shared (the error to return); from
+    /// then on every pool of the process serves large requests from classic segments, so that
+    /// blocks allocated later can be exported.
+    Refused(CUresult),
 }
 
 /// The segments this process imported through tagged handles.
@@ -108,10 +112,13 @@ impl Shim {
         match self.held_block(ptr) {
             None => Export::Driver,
             Some(None) => Export::NotAllocated,
-            Some(Some((s, _))) if s.expandable => {
-                self.stop_expanding();
-                Export::Mapped
-            }
+            Some(Some((s, _))) if s.expandable => match self.export_mapped(&s) {
+                Ok(h) => Export::Mapped(h),
+                Err(e) => {
+                    self.stop_expanding();
+                    Export::Refused(e)
+                }
+            },
             Some(Some((s, _))) if s.ptr == s.segment => Export::Driver,
             Some(Some((s, _))) => Export::Tagged(s.ptr - s.segment),
         }
@@ -122,7 +129,7 @@ impl Shim {
         if !CLASSIC_ONLY.swap(true, std::sync::atomic::Ordering::Relaxed) {
             log_at!(
                 crate::base::config::LogLevel::Warn,
-                "cuIpcGetMemHandle of a block in an expandable segment: refused (mapped memory has no legacy IPC handle); large blocks come from classic segments from now on"
+                "cuIpcGetMemHandle of a block in an expandable segment could not share it; large blocks come from classic segments from now on"
             );
         }
         for (_, cp) in self.contexts.on_device(-1) {

@@ -38,6 +38,7 @@ mod graphs;
 mod groups;
 pub mod history;
 pub mod ipc;
+pub mod ipc_mapped;
 pub mod live;
 pub mod nvml;
 pub mod oom;

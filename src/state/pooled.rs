@@ -444,7 +444,8 @@ impl Upstream for DriverUpstream<'_> {
         if crate::base::flags::exiting() {
             return Ok(());
         }
-        self.driver.vmm_unmap(at, bytes, chunk)?;
+        // Exports of these chunks go first: their descriptors would keep the memory alive.
+        super::ipc_mapped::while_unmapping(at, bytes, || self.driver.vmm_unmap(at, bytes, chunk))?;
         if let Some((h, dev)) = self.history {
             h.record(dev, Action::SegmentUnmap, at, bytes, 0, None);
         }

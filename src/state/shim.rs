@@ -39,6 +39,7 @@ pub struct Shim {
     pub(super) graphs: super::graphs::Graphs,
     /// Segments imported through tagged IPC handles.
     pub(super) imports: super::ipc::Imports,
+    pub(super) mapped_imports: super::ipc_mapped::MappedImports,
     /// `CUDAPOOL_HISTORY`: the last allocator events of each device.
     pub(super) history: super::history::History,
 }
@@ -228,6 +229,7 @@ impl Shim {
                 counted: Counted::default(),
                 graphs: Default::default(),
                 imports: Default::default(),
+                mapped_imports: Default::default(),
                 history: super::history::History::new(config.history),
                 config: config.clone(),
                 driver,
@@ -243,6 +245,7 @@ impl Shim {
             }
             log_at!(Info, "active: pool {}", config.pool.name());
             if config.segments == crate::base::config::Segments::Expandable
+                && config.segments_set
                 && config.pool != PoolKind::Split
             {
                 log_at!(

@@ -4,13 +4,17 @@
 // lines the tests read. Run it with and without cudapool: for memory cudapool did not hand
 // out, the two outputs must be the same.
 //
-// usage: ranges dlsym|gpa blocks|host|ipc|ipc-large
+// usage: ranges dlsym|gpa blocks|host|ipc|ipc-large|ipc-cross
+//        ranges dlsym|gpa ipc-import HEX SIZE   (ipc-cross's importer: a process of its own)
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -219,6 +223,95 @@ static int ipc_large(void) {
   return 0;
 }
 
+// ---- legacy IPC of a block of an expandable segment, across processes --------------------
+// Descriptors of this process whose target names `what`.
+static int open_fds(const char *what) {
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  char link[300], target[300];
+  for (struct dirent *e; d && (e = readdir(d));) {
+    snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+    ssize_t len = readlink(link, target, sizeof target - 1);
+    if (len > 0) target[len] = 0, n += strstr(target, what) != NULL;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+// cudapool's descriptors: its export tables, and the chunks' descriptors it exported (the
+// fake's chunks are memfds of their own too: those it holds are not counted).
+static int exported_fds(void) {
+  int (*own)(void) = (int (*)(void))dlsym(driver, "fakecu_chunk_memfds");
+  return open_fds("memfd:cudapool-ipc") + open_fds("memfd:fakecu-chunk") - (own ? own() : 0);
+}
+
+// Runs this program as `ipc-import HEX SIZE` (with or without the shim, as `preload` says)
+// and returns its exit status; its output goes to ours.
+static int importer(const char *self_mode, const struct handle *h, size_t size, int preload) {
+  char hex[129], sz[32];
+  for (int i = 0; i < 64; i++) sprintf(hex + 2 * i, "%02x", h->bytes[i]);
+  snprintf(sz, sizeof sz, "%zu", size);
+  fflush(stdout);
+  pid_t c = fork();
+  if (c == 0) {
+    if (!preload) unsetenv("LD_PRELOAD");
+    execl("/proc/self/exe", "ranges", self_mode, "ipc-import", hex, sz, (char *)0);
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(c, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int ipc_import(const char *hex, size_t size) {
+  struct handle h;
+  for (int i = 0; i < 64; i++) sscanf(hex + 2 * i, "%2hhx", &h.bytes[i]);
+  CUdeviceptr p = 0, q = 0;
+  CUresult r = IpcOpen(&p, h, 1);
+  if (r) {
+    printf("import open_rc=%d\n", r);
+    return 0;
+  }
+  unsigned char first = 0, last = 0;
+  CHECK(DtoH(&first, p + 100, 1));
+  CHECK(DtoH(&last, p + size - 1, 1));
+  CHECK(Memset(p, 0x3d, size));
+  CUresult r2 = IpcOpen(&q, h, 1);
+  CUresult c1 = IpcClose(p), c2 = IpcClose(q), c3 = IpcClose(p);
+  printf("import open_rc=0 first=%#x last=%#x again_rc=%d same=%d closes=%d,%d,%d\n", first, last,
+         r2, q == p, c1, c2, c3 != 0);
+  return 0;
+}
+
+static int ipc_cross(void) {
+  int fds0 = exported_fds();
+  CUdeviceptr a, b;
+  size_t size = (5 << 20) + 4096;
+  CHECK(MemAlloc(&a, 3 << 20));
+  CHECK(MemAlloc(&b, size));
+  CHECK(Memset(b, 0x5c, size));
+  struct handle h, h2;
+  CUresult rc = Ipc(&h, b);
+  CUresult rc2 = Ipc(&h2, b);
+  int fds1 = exported_fds();
+  printf("export rc=%d again_rc=%d same_handle=%d fds_held=%d\n", rc, rc2,
+         !memcmp(&h, &h2, sizeof h), fds1 - fds0);
+  if (rc) return 0;
+  int with = importer(mode, &h, size, 1);
+  unsigned char v = 0;
+  CHECK(DtoH(&v, b + 100, 1));
+  int without = importer(mode, &h, size, 0);
+  printf("parent importer_exit=%d bare_exit=%d value=%#x\n", with, without, v);
+  CHECK(MemFree(a));
+  CHECK(MemFree(b));
+  size_t (*reclaim)(int) = (size_t (*)(int))dlsym(RTLD_DEFAULT, "cudapool_reclaim");
+  if (reclaim) reclaim(0);
+  int fds2 = exported_fds();
+  int stale = importer(mode, &h, size, 1);
+  printf("after fds_left=%d stale_exit=%d\n", fds2 - fds0, stale);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) return fprintf(stderr, "usage: ranges dlsym|gpa blocks|host|ipc|ipc-large\n"), 2;
   mode = argv[1];
@@ -227,6 +320,8 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[2], "host")) return host();
   if (!strcmp(argv[2], "ipc")) return ipc();
   if (!strcmp(argv[2], "ipc-large")) return ipc_large();
+  if (!strcmp(argv[2], "ipc-cross")) return ipc_cross();
+  if (!strcmp(argv[2], "ipc-import") && argc == 5) return ipc_import(argv[3], strtoull(argv[4], 0, 10));
   fprintf(stderr, "ranges: unknown scenario %s\n", argv[2]);
   return 2;
 }

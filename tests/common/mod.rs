@@ -218,7 +218,7 @@ pub fn run_program(program: &Path, args: &[&str], shim: bool, env: &[(&str, &str
             cmd.env_remove(k);
         }
     }
-    // The whole suite runs again with expandable segments (scripts/test.sh): every client
+    // The whole suite runs again with classic segments (scripts/test.sh): every client
     // gets the mode the runner names, unless its test sets one.
     if let Ok(mode) = std::env::var("CUDAPOOL_TEST_SEGMENTS") {
         cmd.env("CUDAPOOL_SEGMENTS", mode);

@@ -129,9 +129,15 @@ CUresult cuMemFreeHost(void *p) {
 
 #define MAX_PHYS 4096
 #define MAX_MAPS 4096
+// A chunk created exportable (requestedHandleTypes POSIX_FILE_DESCRIPTOR) lives in a memfd,
+// mapped shared wherever it is mapped: its descriptor, exported, carries the very bytes to
+// another process, which imports and maps it as the real driver lets it. A chunk imported so
+// is not counted against this process's device (the exporter holds the memory).
 struct fake_phys {
   int live, dev, refs, maps;
   size_t size;
+  int memfd; // -1: not exportable
+  int imported;
 };
 static struct fake_phys phys[MAX_PHYS];
 static struct {
@@ -143,7 +149,9 @@ static void phys_check(int h) {
   struct fake_phys *p = &phys[h - 1];
   if (p->live && p->refs == 0 && p->maps == 0) {
     p->live = 0;
-    if (p->dev >= 0) used[p->dev] -= p->size;
+    if (p->dev >= 0 && !p->imported) used[p->dev] -= p->size;
+    if (p->memfd >= 0) close(p->memfd);
+    p->memfd = -1;
   }
 }
 CUresult cuMemCreate(unsigned long long *handle, size_t size, const struct loc_head *prop,
@@ -157,9 +165,20 @@ CUresult cuMemCreate(unsigned long long *handle, size_t size, const struct loc_h
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  int memfd = -1;
+  if (prop->handle_types == 1) {
+    memfd = memfd_create("fakecu-chunk", MFD_CLOEXEC);
+    if (memfd < 0 || ftruncate(memfd, (off_t)size)) {
+      pthread_mutex_unlock(&mu);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  } else if (prop->handle_types) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
   for (int i = 0; i < MAX_PHYS; i++)
     if (!phys[i].live) {
-      phys[i] = (struct fake_phys){1, dev, 1, 0, size};
+      phys[i] = (struct fake_phys){1, dev, 1, 0, size, memfd, 0};
       if (dev >= 0) {
         used[dev] += size;
         if (used[dev] > peak[dev]) peak[dev] = used[dev];
@@ -225,7 +244,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
 long fakecu_reserved_ranges(void) { return reserved_ranges; }
 CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, unsigned long long handle,
                   unsigned long long flags) {
-  (void)offset, (void)flags;
+  (void)flags;
   count("cuMemMap");
   pthread_mutex_lock(&mu);
   int h = phys_index(handle);
@@ -233,8 +252,13 @@ CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, unsigned long long
     if (!vmaps[i].h) {
       vmaps[i].va = va, vmaps[i].size = size, vmaps[i].h = h;
       phys[h - 1].maps++;
-      // The host pages behind the reserved range become usable (memsets and copies run on them).
-      mprotect((void *)(uintptr_t)va, size, PROT_READ | PROT_WRITE);
+      // The host pages behind the reserved range become usable (memsets and copies run on them);
+      // an exportable chunk's are its memfd's, shared with every mapping of it.
+      if (phys[h - 1].memfd >= 0)
+        mmap((void *)(uintptr_t)va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+             phys[h - 1].memfd, (off_t)offset);
+      else
+        mprotect((void *)(uintptr_t)va, size, PROT_READ | PROT_WRITE);
       pthread_mutex_unlock(&mu);
       return CUDA_SUCCESS;
     }
@@ -262,11 +286,14 @@ CUresult cuMemUnmap(CUdeviceptr va, size_t size) {
     if (vmaps[i].h && vmaps[i].va >= va && vmaps[i].va < va + size) {
       int h = vmaps[i].h;
       vmaps[i].h = 0;
+      void *p = (void *)(uintptr_t)vmaps[i].va;
+      if (phys[h - 1].memfd >= 0)
+        mmap(p, vmaps[i].size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+             -1, 0);
+      else
+        madvise(p, vmaps[i].size, MADV_DONTNEED), mprotect(p, vmaps[i].size, PROT_NONE);
       phys[h - 1].maps--;
       phys_check(h);
-      void *p = (void *)(uintptr_t)vmaps[i].va;
-      madvise(p, vmaps[i].size, MADV_DONTNEED);
-      mprotect(p, vmaps[i].size, PROT_NONE);
       n++;
     }
   pthread_mutex_unlock(&mu);
@@ -311,6 +338,61 @@ CUresult cuMemRetainAllocationHandle(unsigned long long *handle, void *addr) {
     }
   pthread_mutex_unlock(&mu);
   return CUDA_ERROR_INVALID_VALUE;
+}
+
+// Export: a new descriptor of the chunk's memfd (the real driver's keeps the memory alive
+// until closed; the fake does not count that). Only chunks created exportable.
+CUresult cuMemExportToShareableHandle(void *out, unsigned long long handle, int type,
+                                      unsigned long long flags) {
+  (void)flags;
+  count("cuMemExportToShareableHandle");
+  if (!out || type != 1) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  int h = phys_index(handle);
+  int fd = h && phys[h - 1].memfd >= 0 ? fcntl(phys[h - 1].memfd, F_DUPFD, 3) : -1;
+  pthread_mutex_unlock(&mu);
+  if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
+  *(int *)out = fd;
+  return CUDA_SUCCESS;
+}
+CUresult cuMemImportFromShareableHandle(unsigned long long *handle, void *os_handle, int type) {
+  count("cuMemImportFromShareableHandle");
+  struct stat st;
+  int fd = (int)(intptr_t)os_handle;
+  if (!handle || type != 1 || fstat(fd, &st) || !S_ISREG(st.st_mode) || !st.st_size ||
+      st.st_size % POOL_STEP)
+    return CUDA_ERROR_INVALID_VALUE;
+  int mine = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  if (mine < 0) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAX_PHYS; i++)
+    if (!phys[i].live) {
+      phys[i] = (struct fake_phys){1, 0, 1, 0, (size_t)st.st_size, mine, 1};
+      *handle = (unsigned long long)(i + 1) << 20;
+      pthread_mutex_unlock(&mu);
+      return CUDA_SUCCESS;
+    }
+  pthread_mutex_unlock(&mu);
+  close(mine);
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+CUresult cuMemGetAllocationPropertiesFromHandle(struct loc_head *prop, unsigned long long handle) {
+  count("cuMemGetAllocationPropertiesFromHandle");
+  if (!prop) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  int h = phys_index(handle);
+  if (h) *prop = (struct loc_head){1, phys[h - 1].memfd >= 0, 1, phys[h - 1].dev < 0 ? 0 : phys[h - 1].dev};
+  pthread_mutex_unlock(&mu);
+  return h ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+// The memfds the fake itself holds for live exportable chunks.
+int fakecu_chunk_memfds(void) {
+  int n = 0;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAX_PHYS; i++) n += phys[i].live && phys[i].memfd >= 0;
+  pthread_mutex_unlock(&mu);
+  return n;
 }
 
 // ---- arrays ------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-//! Preload tests: how programs reach the driver, limits, bad input, contexts, address queries, IPC, NVTX, configuration.
+//! Preload tests: how programs reach the driver, limits, bad input, contexts, address queries, NVTX, configuration (IPC: `ipc.rs`).
 
 use super::*;
 
@@ -374,65 +374,6 @@ fn address_queries_describe_the_block_the_program_holds() {
     }
 }
 
-/// Legacy IPC of a block inside a shared segment: the importer gets the block's address (the
-/// exporter tags the driver's handle with the block's offset, the importer's cudapool takes it
-/// out before the driver sees it), every open and close reaches the driver once per segment.
-#[test]
-fn an_ipc_import_maps_the_block_not_its_segment() {
-    for mode in ["dlsym", "gpa"] {
-        for pool in ["none", "split", "binned", "simple"] {
-            let r = ranges(mode, "ipc", true, &[("CUDAPOOL_POOL", pool)]);
-            let what = format!("{mode} {pool}:\n{}\n{}", r.stdout, r.stderr);
-            let l = r.line("ipc");
-            for k in ["same_handle", "b_at_block", "a_at_block", "b2_at_block"] {
-                assert_eq!(l[k], "1", "{k}: {what}");
-            }
-            assert_eq!(l["value"], "0x5c", "{what}");
-            // Untagged handles go to the driver at each open (b's twice, a's once); under
-            // `split` b's tagged handle reaches it once for both.
-            let driver_opens = if pool == "split" { "2" } else { "3" };
-            assert_eq!(l["opens"], driver_opens, "{what}");
-            // Three opens, three closes; a fourth close is the driver's error.
-            let c = r.line("closed");
-            assert_eq!((&*c["rc"], &*c["opens"]), ("0,0,0,1", "0"), "{what}");
-        }
-    }
-}
-
-/// Mapped memory has no legacy IPC handle: under expandable segments the export of a large
-/// block is refused (`CUDA_ERROR_NOT_SUPPORTED`), and the next large block, from a classic
-/// segment, exports and imports; with classic segments both export.
-#[test]
-fn ipc_of_an_expandable_block_is_refused_and_later_blocks_export() {
-    for mode in ["dlsym", "gpa"] {
-        for (segments, a_rc) in [("expandable", "801"), ("classic", "0")] {
-            let env = [
-                ("CUDAPOOL_POOL", "split"),
-                ("CUDAPOOL_SEGMENTS", segments),
-                ("CUDAPOOL_REPORT", "stderr"),
-            ];
-            let r = ranges(mode, "ipc-large", true, &env);
-            let what = format!("{mode} {segments}:\n{}\n{}", r.stdout, r.stderr);
-            let l = r.line("ipc_large");
-            assert_eq!(l["a_rc"], a_rc, "{what}");
-            assert_eq!(l["b_rc"], "0", "{what}");
-            assert_eq!(l["b_at_block"], "1", "{what}");
-            assert_eq!(l["value"], "0x5c", "{what}");
-            assert_eq!(
-                r.stderr.contains("expandable segment: refused"),
-                segments == "expandable",
-                "{what}"
-            );
-            // The status says which segments the pool takes.
-            assert_eq!(
-                r.stderr.contains("pool split with expandable segments,"),
-                segments == "expandable",
-                "{what}"
-            );
-        }
-    }
-}
-
 /// Under an NVTX tool (as compute-sanitizer attaches one), each block the program holds is a
 /// region of its segment's heap, named; a freed block is none, whether it waits for its fence,
 /// sits in a magazine or is cached; segments that go back take their heaps. The fake tool
@@ -443,9 +384,9 @@ fn an_nvtx_tool_sees_each_block_the_program_holds() {
     let f = fixture();
     let tool = f.dir.join("libfakenvtx.so");
     let tool = tool.to_str().unwrap();
-    // Under expandable segments (the suite's second run) split's 8 MiB block lies in mapped
+    // Under expandable segments (the default; the suite's second run is classic) split's 8 MiB block lies in mapped
     // memory, which has no heap: memcheck sees the mapped chunks themselves.
-    let expandable = std::env::var("CUDAPOOL_TEST_SEGMENTS").is_ok_and(|m| m == "expandable");
+    let expandable = !std::env::var("CUDAPOOL_TEST_SEGMENTS").is_ok_and(|m| m == "classic");
     for pool in ["split", "binned", "simple"] {
         let env = [("CUDAPOOL_POOL", pool), ("NVTX_INJECTION64_PATH", tool)];
         let r = ok(run_program(&f.dir.join("nvtx"), &[], true, &env));

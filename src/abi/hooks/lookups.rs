@@ -226,7 +226,8 @@ unsafe fn write_range(out: *mut c_void, attribute: c_int, start: DevPtr, size: u
 
 /// Legacy IPC exports a whole driver allocation: a pooled block further into its segment is
 /// exported as the segment's handle tagged with the block's offset, which the importer's
-/// cudapool takes out (`state::ipc`). Everything else is the driver's.
+/// cudapool takes out (`state::ipc`); a block of an expandable segment as a handle of its
+/// mapped chunks (`state::ipc_mapped`). Everything else is the driver's.
 ///
 /// # Safety
 /// The driver's contract: `handle` NULL or valid for a write of a `CUipcMemHandle`.
@@ -237,7 +238,16 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(handle: *mut CUipcMemHandle, dptr: De
         match shim.ipc_export(dptr) {
             IpcExport::Driver => real(shim.driver),
             IpcExport::NotAllocated => CUDA_ERROR_INVALID_VALUE,
-            IpcExport::Mapped => CUDA_ERROR_NOT_SUPPORTED,
+            IpcExport::Refused(e) => e,
+            IpcExport::Mapped(bytes) => {
+                if handle.is_null() {
+                    return CUDA_ERROR_INVALID_VALUE;
+                }
+                // SAFETY: non-null, valid for a write of a whole handle by the caller's
+                // contract (64 bytes, any value valid).
+                unsafe { *handle.cast::<HandleBytes>() = bytes };
+                CUDA_SUCCESS
+            }
             IpcExport::Tagged(offset) => {
                 let r = real(shim.driver);
                 if r != CUDA_SUCCESS || handle.is_null() {
@@ -276,6 +286,15 @@ fn ipc_open(
 ) -> CUresult {
     let real = |d: &Driver| open(d, pdptr, handle);
     hook(OnBadConfig::Forward, real, |shim| {
+        if let Some(r) = shim.ipc_open_mapped(&bytes_of(handle)) {
+            if pdptr.is_null() {
+                return CUDA_ERROR_INVALID_VALUE;
+            }
+            return to_result(r.map(|at| {
+                // SAFETY: non-null (checked), valid for writes by the caller's contract.
+                unsafe { put(pdptr, at) }
+            }));
+        }
         let Some((clean, offset)) = untag(&bytes_of(handle)) else {
             return real(shim.driver);
         };
@@ -331,6 +350,9 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle(
 pub unsafe extern "C" fn cuIpcCloseMemHandle(dptr: DevPtr) -> CUresult {
     let real = move |d: &Driver| call!(d, ipc_close_mem_handle(dptr));
     hook(OnBadConfig::Forward, real, |shim| {
+        if let Some(r) = shim.ipc_close_mapped(dptr) {
+            return r;
+        }
         let close = |base: DevPtr| call!(shim.driver, ipc_close_mem_handle(base));
         shim.ipc_close(dptr, close)
             .unwrap_or_else(|| real(shim.driver))

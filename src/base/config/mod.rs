@@ -48,7 +48,9 @@ pub enum Reuse {
     Immediate,
 }
 
-/// `CUDAPOOL_SEGMENTS`: how `split` takes memory for large requests.
+/// `CUDAPOOL_SEGMENTS`: how `split` takes memory for large requests. Expandable is the
+/// default: the least memory on every job measured (docs/benchmarks.md#whole-jobs), and its
+/// blocks cross processes through legacy IPC like classic ones (`state::ipc_mapped`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Segments {
     /// Whole driver allocations (`cuMemAlloc`).
@@ -141,6 +143,8 @@ pub struct Config {
     pub group_limit: DeviceLimits,
     /// `CUDAPOOL_SEGMENTS`.
     pub segments: Segments,
+    /// Whether `CUDAPOOL_SEGMENTS` was set (rather than defaulted).
+    pub segments_set: bool,
     /// `CUDAPOOL_RUNTIME_DIR`: where the live page and group ledgers live (`rundir`), when not
     /// in the default place.
     pub runtime_dir: Option<PathBuf>,
@@ -265,7 +269,8 @@ impl Default for Config {
             faults: Vec::new(),
             group: None,
             group_limit: DeviceLimits::default(),
-            segments: Segments::Classic,
+            segments: Segments::Expandable,
+            segments_set: false,
             runtime_dir: None,
             oom_snapshot: None,
         }
@@ -398,6 +403,7 @@ impl Config {
                 .map_err(|why| bad("CUDAPOOL_GROUP_LIMIT", &v, &why, SIZE_FORMS))?;
         }
         if let Some(v) = get("CUDAPOOL_SEGMENTS") {
+            c.segments_set = true;
             c.segments = match v.trim().to_ascii_lowercase().as_str() {
                 "classic" => Segments::Classic,
                 "expandable" => Segments::Expandable,

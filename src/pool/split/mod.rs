@@ -492,6 +492,7 @@ impl Core for SplitCore {
             size: b.size,
             segment: b.segment,
             expandable: self.in_arena(start),
+            chunk: self.arena.filter(|a| a.holds(start)).map_or(0, |a| a.chunk),
         })
     }
 

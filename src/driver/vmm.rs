@@ -1,0 +1,243 @@
+//! Virtual memory, for expandable segments (`pool::split`'s arena) and their export to other
+//! processes (`state::ipc_mapped`): reserving address space, mapping chunks of physical memory
+//! into it, exporting and importing chunks as POSIX file descriptors.
+//!
+//! Uses: the [`Driver`] table, `cu`, `log`.
+
+use super::{call, check, Driver};
+use crate::base::cu::*;
+use std::ffi::{c_int, c_void};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+impl Driver {
+    /// The granularity of physical memory on `dev` (`cuMemCreate`'s minimum), if this driver
+    /// and device support the virtual memory API.
+    pub fn vmm_granularity(&self, dev: CUdevice) -> Option<u64> {
+        let mut g = 0usize;
+        let prop = MemAllocProp::device(dev);
+        (call!(self, mem_get_allocation_granularity(&mut g, &prop, 0)) == CUDA_SUCCESS && g > 0)
+            .then_some(g as u64)
+    }
+
+    /// Reserves `bytes` of device address space, aligned to `align` (no memory behind it).
+    pub fn vmm_reserve(&self, bytes: u64, align: u64) -> Result<DevPtr, CUresult> {
+        let mut p: DevPtr = 0;
+        check(call!(
+            self,
+            mem_address_reserve(&mut p, bytes as usize, align as usize, 0, 0)
+        ))?;
+        Ok(p)
+    }
+
+    /// Gives back address space from [`vmm_reserve`](Self::vmm_reserve) (nothing mapped in it).
+    pub fn vmm_unreserve(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        check(call!(self, mem_address_free(at, bytes as usize)))
+    }
+
+    /// Maps new memory of `dev` at `[at, at + bytes)`, one physical allocation of `chunk`
+    /// bytes per chunk (so that any chunk can be unmapped alone), readable and writable by
+    /// `dev` and by every device that can access its memory as a peer (what peer access
+    /// enabled later would give classic memory). All or nothing.
+    pub fn vmm_map(
+        &self,
+        dev: CUdevice,
+        at: DevPtr,
+        bytes: u64,
+        chunk: u64,
+    ) -> Result<(), CUresult> {
+        let mut done = 0;
+        let mut result = Ok(());
+        while done < bytes {
+            let h = self.create_chunk(dev, chunk);
+            let r = h.map(|_| ());
+            let h = h.unwrap_or(0);
+            if let Err(e) = r {
+                result = Err(e);
+                break;
+            }
+            let mapped = check(call!(self, mem_map(at + done, chunk as usize, 0, h, 0)));
+            // The mapping keeps the memory; the handle is not needed past it.
+            call!(self, mem_release(h));
+            if let Err(e) = mapped {
+                result = Err(e);
+                break;
+            }
+            done += chunk;
+        }
+        if result.is_ok() {
+            let access = self.vmm_access(dev);
+            result = check(call!(
+                self,
+                mem_set_access(at, bytes as usize, access.as_ptr(), access.len())
+            ));
+        }
+        if result.is_err() {
+            let _ = self.vmm_unmap(at, done, chunk);
+        }
+        result
+    }
+
+    /// A physical chunk of `dev`, exportable as a POSIX file descriptor while the driver
+    /// allows it (the first refusal of that, for any reason but memory, turns it off for the
+    /// process: chunks are then plain and their blocks cannot be exported).
+    fn create_chunk(&self, dev: CUdevice, chunk: u64) -> Result<MemHandle, CUresult> {
+        use Ordering::Relaxed;
+        static PLAIN: AtomicBool = AtomicBool::new(false);
+        let mut h: MemHandle = 0;
+        if !PLAIN.load(Relaxed) {
+            let prop = MemAllocProp::exportable(dev);
+            match call!(self, mem_create(&mut h, chunk as usize, prop.head(), 0)) {
+                CUDA_SUCCESS => return Ok(h),
+                CUDA_ERROR_OUT_OF_MEMORY => return Err(CUDA_ERROR_OUT_OF_MEMORY),
+                e => {
+                    PLAIN.store(true, Relaxed);
+                    crate::log_at!(
+                        crate::base::config::LogLevel::Info,
+                        "cuMemCreate refuses exportable memory (error {e}): expandable segments' blocks cannot cross processes"
+                    );
+                }
+            }
+        }
+        let prop = MemAllocProp::device(dev);
+        check(call!(
+            self,
+            mem_create(&mut h, chunk as usize, prop.head(), 0)
+        ))?;
+        Ok(h)
+    }
+
+    /// File descriptors for the chunks mapped at `[at, at + bytes)` (one per `chunk`), to hand
+    /// to another process; each keeps its chunk's memory alive until closed. All or nothing.
+    pub fn vmm_export(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<Vec<OwnedFd>, CUresult> {
+        let mut fds = Vec::new();
+        let mut off = 0;
+        while off < bytes {
+            let mut h: MemHandle = 0;
+            check(call!(
+                self,
+                mem_retain_allocation_handle(&mut h, (at + off) as usize as *mut c_void)
+            ))?;
+            let mut fd: c_int = -1;
+            let r = call!(
+                self,
+                mem_export_to_shareable_handle(
+                    (&mut fd as *mut c_int).cast(),
+                    h,
+                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                    0
+                )
+            );
+            call!(self, mem_release(h));
+            check(r)?;
+            if fd < 0 {
+                return Err(CUDA_ERROR_UNKNOWN);
+            }
+            // SAFETY: the driver just made this descriptor for us; nothing else owns it.
+            fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            off += chunk;
+        }
+        Ok(fds)
+    }
+
+    /// Maps `count` chunks of `chunk` bytes, the descriptor of the i-th from `take(i)` (from
+    /// another process's [`vmm_export`](Self::vmm_export)), in order into new address space,
+    /// readable and writable by the chunks' device and its peers. One descriptor is open at a
+    /// time. Returns the range's start; all or nothing.
+    pub fn vmm_import(
+        &self,
+        count: u64,
+        chunk: u64,
+        mut take: impl FnMut(usize) -> Result<OwnedFd, CUresult>,
+    ) -> Result<DevPtr, CUresult> {
+        let bytes = chunk * count;
+        let at = self.vmm_reserve(bytes, chunk)?;
+        let mut done = 0;
+        let mut dev = None;
+        let mut result = Ok(());
+        for i in 0..count as usize {
+            let fd = match take(i) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            let mut h: MemHandle = 0;
+            let r = check(call!(
+                self,
+                mem_import_from_shareable_handle(
+                    &mut h,
+                    fd.as_raw_fd() as isize as *mut c_void,
+                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+                )
+            ));
+            if let Err(e) = r {
+                result = Err(e);
+                break;
+            }
+            if dev.is_none() {
+                let mut prop = MemAllocProp::device(0);
+                if call!(
+                    self,
+                    mem_get_allocation_properties_from_handle(prop.head_mut(), h)
+                ) == CUDA_SUCCESS
+                {
+                    dev = prop.device_id();
+                }
+            }
+            let mapped = check(call!(self, mem_map(at + done, chunk as usize, 0, h, 0)));
+            call!(self, mem_release(h));
+            if let Err(e) = mapped {
+                result = Err(e);
+                break;
+            }
+            done += chunk;
+        }
+        if result.is_ok() {
+            let access = self.vmm_access(dev.unwrap_or(0));
+            result = check(call!(
+                self,
+                mem_set_access(at, bytes as usize, access.as_ptr(), access.len())
+            ));
+        }
+        if let Err(e) = result {
+            let _ = self.vmm_unmap(at, done, chunk);
+            let _ = self.vmm_unreserve(at, bytes);
+            return Err(e);
+        }
+        Ok(at)
+    }
+
+    /// Who may read and write memory of `dev`: `dev`, and its peers.
+    fn vmm_access(&self, dev: CUdevice) -> Vec<MemAccessDesc> {
+        let mut n: c_int = 0;
+        call!(self, device_get_count(&mut n));
+        let mut out = vec![MemAccessDesc::read_write(dev)];
+        for peer in 0..n {
+            let mut can: c_int = 0;
+            if peer != dev
+                && call!(self, device_can_access_peer(&mut can, peer, dev)) == CUDA_SUCCESS
+                && can != 0
+            {
+                out.push(MemAccessDesc::read_write(peer));
+            }
+        }
+        out
+    }
+
+    /// Unmaps `[at, at + bytes)`, mapped by [`vmm_map`](Self::vmm_map) in chunks of `chunk`;
+    /// its memory goes back to the device. No device work may still use it (unlike
+    /// `cuMemFree`, `cuMemUnmap` does not wait for the device). Every chunk is tried; the
+    /// first error is returned.
+    pub fn vmm_unmap(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
+        let mut result = Ok(());
+        let mut off = 0;
+        while off < bytes {
+            let r = check(call!(self, mem_unmap(at + off, chunk as usize)));
+            result = result.and(r);
+            off += chunk;
+        }
+        result
+    }
+}
