@@ -3,7 +3,8 @@ ratio to PyTorch's own allocator *in the same round*, reported as the median and
 range over the rounds, beside peak GPU memory by nvidia-smi and by the allocator.
 
 usage: python3 scripts/gpu/e2e.py [--jobs gpt,cnn,gen,small] [--rounds 10] [--seconds 3]
-                                  [--lib target/release/libcudapool.so] [--out DIR]
+                                  [--lib target/release/libcudapool.so] [--out FILE]
+       E2E_CPUS=2,3 pins every worker to those cores (the same for all rows).
 
 Each row of a job is one worker process, started once and kept (so a round measures steps, not
 start-up): the driver tells the workers in turn (A, B, C, ..., A, B, C, ...) to run a round of
@@ -21,10 +22,14 @@ Jobs (the models of train_mem.py):
          of tiny kernels a step: the per-launch cost shows)
 Rows:
   torch      PyTorch's own caching allocator
+  torch-again  the same again, in a worker of its own (an A/A row: the host's noise alone)
   torch-exp  PyTorch's, expandable_segments:True
   cp-limit   PyTorch's cache on, cudapool preloaded with a 70 GiB limit (limit-only use)
   cp-split   PyTorch's cache off (PYTORCH_NO_CUDA_MEMORY_CACHING=1), cudapool split, classic
   cp-exp     PyTorch's cache off, cudapool split, expandable segments
+Diagnostic rows, run only when --rows names them:
+  cp-imm     cp-split with CUDAPOOL_REUSE=immediate (no fences: what reuse safety costs)
+  cp-off     cudapool preloaded with CUDAPOOL_DISABLE=1 (what loading alone costs)
 """
 import argparse
 import json
@@ -41,15 +46,26 @@ ROOT = os.path.join(HERE, "..", "..")
 
 ROWS = {
     "torch": {},
+    # The same as torch, in a worker of its own: what the host's noise alone does to a ratio.
+    "torch-again": {},
     "torch-exp": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
     "cp-limit": {"LD_PRELOAD": "LIB", "CUDAPOOL_MEMORY_LIMIT": "70GiB"},
     "cp-split": {"LD_PRELOAD": "LIB", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "CUDAPOOL_SEGMENTS": "classic"},
     "cp-exp": {"LD_PRELOAD": "LIB", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "CUDAPOOL_SEGMENTS": "expandable"},
+    # Diagnostic rows (not run unless named in --rows).
+    "cp-imm": {"LD_PRELOAD": "LIB", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "CUDAPOOL_SEGMENTS": "classic", "CUDAPOOL_REUSE": "immediate"},
+    "cp-off": {"LD_PRELOAD": "LIB", "CUDAPOOL_DISABLE": "1"},
 }
+DEFAULT_ROWS = ["torch", "torch-again", "torch-exp", "cp-limit", "cp-split", "cp-exp"]
 
 
 # ---- the worker: one job under one row ------------------------------------------------------
 def worker(job):
+    cpus = os.environ.get("E2E_CPUS")
+    if cpus:
+        # Every row on the same cores: rows compared within a round share their caches' and
+        # clocks' state, and no row gets a quieter core by chance.
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     import torch
 
     sys.path.insert(0, os.path.join(ROOT, "cbindings", "python"))
@@ -86,15 +102,23 @@ def worker(job):
             t0 = time.perf_counter()
             start.record()
             steps = 0
+            times = []
+            t = t0
             while True:
                 step()
                 steps += 1
-                if steps == count or time.perf_counter() - t0 >= seconds:
+                now = time.perf_counter()
+                times.append(now - t)
+                t = now
+                if steps == count or now - t0 >= seconds:
                     break
             end.record()
             torch.cuda.synchronize()
             wall = time.perf_counter() - t0
-            print(json.dumps({"steps": steps, "wall": wall, "gpu": start.elapsed_time(end) / 1e3}), flush=True)
+            # The median step as the host sees it (no sync per step: the job runs as it would):
+            # a step an interrupt or another tenant stretched does not move it.
+            print(json.dumps({"steps": steps, "wall": wall, "gpu": start.elapsed_time(end) / 1e3,
+                              "step_median": statistics.median(times)}), flush=True)
         elif cmd[0] == "peak":
             if pooled:
                 peak = cudapool.max_memory_reserved(0)
@@ -205,18 +229,21 @@ def run_job(job, rounds, seconds, lib, rows):
         w.p.wait(timeout=60)
     table = []
     base = [r["steps"] / r["wall"] for r in res["torch"]]
+    base_step = [r["step_median"] for r in res["torch"]]
     base_gpu = [r["steps"] / r["gpu"] for r in res["torch"]]
     for w in workers:
         sps = [r["steps"] / r["wall"] for r in res[w.row]]
         gps = [r["steps"] / r["gpu"] for r in res[w.row]]
         ratio = [a / b for a, b in zip(sps, base)]
+        sratio = [b / r["step_median"] for r, b in zip(res[w.row], base_step)]
         gratio = [a / b for a, b in zip(gps, base_gpu)]
         table.append({
             "job": job, "row": w.row,
             "steps_per_s": statistics.median(sps),
             "ms_per_step_wall": 1e3 / statistics.median(sps),
             "ms_per_step_gpu": 1e3 / statistics.median(gps),
-            "ratio_q": quartiles(ratio), "gpu_ratio_q": quartiles(gratio),
+            "ratio_q": quartiles(ratio), "gpu_ratio_q": quartiles(gratio), "step_ratio_q": quartiles(sratio),
+            "ms_per_step_median": 1e3 * statistics.median(r["step_median"] for r in res[w.row]),
             "smi_peak_mib": w.smi_peak,
             "alloc_peak_mib": peaks[w.row]["peak_reserved"] / 2**20, "alloc_source": peaks[w.row]["source"],
         })
@@ -229,7 +256,7 @@ def main():
         return
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", default="gpt,cnn,gen,small")
-    ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--rows", default=",".join(DEFAULT_ROWS))
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--lib", default=os.path.join(ROOT, "target", "release", "libcudapool.so"))
@@ -243,14 +270,17 @@ def main():
         print(f"== {job}: {a.rounds} rounds of {a.seconds} s, rows {', '.join(rows)}", flush=True)
         all_rows += run_job(job, a.rounds, a.seconds, lib, rows)
     print()
-    print("| job | row | steps/s (median) | ms/step wall | ms/step GPU | speed vs torch, median [IQR] | GPU-time speed vs torch | nvidia-smi peak MiB | allocator peak MiB |")
-    print("| --- | --- | ---: | ---: | ---: | --- | --- | ---: | ---: |")
-    for t in all_rows:
-        lo, med, hi = t["ratio_q"]
-        glo, gmed, ghi = t["gpu_ratio_q"]
+    print("| job | row | ms/step wall | ms/step GPU | median step ms | speed vs torch (wall), median [IQR] | speed vs torch (median step) | GPU-time speed vs torch | nvidia-smi peak MiB | allocator peak MiB |")
+    print("| --- | --- | ---: | ---: | ---: | --- | --- | --- | ---: | ---: |")
+
+    def q(t, key):
+        lo, med, hi = t[key]
         verdict = "" if t["row"] == "torch" else (" (none)" if lo <= 1.0 <= hi else "")
-        print(f"| {t['job']} | {t['row']} | {t['steps_per_s']:.2f} | {t['ms_per_step_wall']:.2f} | {t['ms_per_step_gpu']:.2f} | "
-              f"{med:.3f} [{lo:.3f}, {hi:.3f}]{verdict} | {gmed:.3f} [{glo:.3f}, {ghi:.3f}] | {t['smi_peak_mib']} | "
+        return f"{med:.3f} [{lo:.3f}, {hi:.3f}]{verdict}"
+
+    for t in all_rows:
+        print(f"| {t['job']} | {t['row']} | {t['ms_per_step_wall']:.2f} | {t['ms_per_step_gpu']:.2f} | {t['ms_per_step_median']:.2f} | "
+              f"{q(t, 'ratio_q')} | {q(t, 'step_ratio_q')} | {q(t, 'gpu_ratio_q')} | {t['smi_peak_mib']} | "
               f"{t['alloc_peak_mib']:.0f} ({t['alloc_source']}) |")
     if a.out:
         with open(a.out, "w") as f:
