@@ -98,7 +98,10 @@ impl Shim {
             // they go back now (the context's work is over, nothing uses them).
             if let Some(arena) = gone.arena.filter(|_| !crate::base::flags::exiting()) {
                 for (at, len) in arena.mapped {
-                    let _ = self.driver.vmm_unmap(at, len, arena.chunk);
+                    // Exports of these chunks go first: their descriptors would keep the memory.
+                    let _ = super::ipc_mapped::while_unmapping(at, len, || {
+                        self.driver.vmm_unmap(at, len, arena.chunk)
+                    });
                 }
                 let _ = self.driver.vmm_unreserve(arena.range.0, arena.range.1);
             }

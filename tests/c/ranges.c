@@ -309,6 +309,13 @@ static int ipc_cross(void) {
   int fds2 = exported_fds();
   int stale = importer(mode, &h, size, 1);
   printf("after fds_left=%d stale_exit=%d\n", fds2 - fds0, stale);
+  // A block exported, then its context reset: the exports go with the context's memory.
+  CUresult (*Reset)(int) = get("cuDevicePrimaryCtxReset", 11000, "cuDevicePrimaryCtxReset_v2");
+  CHECK(MemAlloc(&b, size));
+  CHECK(Ipc(&h, b));
+  int fds3 = exported_fds();
+  CHECK(Reset(0));
+  printf("reset fds_held=%d fds_left=%d\n", fds3 - fds0, exported_fds() - fds0);
   return 0;
 }
 

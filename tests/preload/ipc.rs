@@ -125,6 +125,10 @@ fn ipc_of_an_expandable_block_crosses_processes() {
             "{what}"
         );
         assert_eq!(r.line("after")["fds_left"], "0", "{what}");
+        // The context reset: its arena's chunks and their exports go together.
+        let reset = r.line("reset");
+        assert_ne!(reset["fds_held"], "0", "{what}");
+        assert_eq!(reset["fds_left"], "0", "{what}");
         assert!(r.stderr.contains("the exporter freed the block"), "{what}");
     }
 }
