@@ -46,18 +46,44 @@ impl Driver {
         bytes: u64,
         chunk: u64,
     ) -> Result<(), CUresult> {
+        self.map_chunks(at, bytes / chunk, chunk, Some(dev), |_| {
+            self.create_chunk(dev, chunk)
+        })
+    }
+
+    /// Maps `count` chunks of `chunk` bytes at `at`, the i-th the physical memory `next(i)`
+    /// gives (its handle released once mapped: the mapping keeps the memory), then makes the
+    /// range readable and writable by `dev` (by default the first chunk's device) and its
+    /// peers. All or nothing: on any error what was mapped is unmapped.
+    fn map_chunks(
+        &self,
+        at: DevPtr,
+        count: u64,
+        chunk: u64,
+        mut dev: Option<CUdevice>,
+        mut next: impl FnMut(usize) -> Result<MemHandle, CUresult>,
+    ) -> Result<(), CUresult> {
         let mut done = 0;
         let mut result = Ok(());
-        while done < bytes {
-            let h = self.create_chunk(dev, chunk);
-            let r = h.map(|_| ());
-            let h = h.unwrap_or(0);
-            if let Err(e) = r {
-                result = Err(e);
-                break;
+        for i in 0..count as usize {
+            let h = match next(i) {
+                Ok(h) => h,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            if dev.is_none() {
+                let mut prop = MemAllocProp::device(0);
+                if call!(
+                    self,
+                    mem_get_allocation_properties_from_handle(prop.head_mut(), h)
+                ) == CUDA_SUCCESS
+                {
+                    dev = prop.device_id();
+                }
             }
             let mapped = check(call!(self, mem_map(at + done, chunk as usize, 0, h, 0)));
-            // The mapping keeps the memory; the handle is not needed past it.
             call!(self, mem_release(h));
             if let Err(e) = mapped {
                 result = Err(e);
@@ -66,10 +92,10 @@ impl Driver {
             done += chunk;
         }
         if result.is_ok() {
-            let access = self.vmm_access(dev);
+            let access = self.vmm_access(dev.unwrap_or(0));
             result = check(call!(
                 self,
-                mem_set_access(at, bytes as usize, access.as_ptr(), access.len())
+                mem_set_access(at, done as usize, access.as_ptr(), access.len())
             ));
         }
         if result.is_err() {
@@ -152,57 +178,20 @@ impl Driver {
     ) -> Result<DevPtr, CUresult> {
         let bytes = chunk * count;
         let at = self.vmm_reserve(bytes, chunk)?;
-        let mut done = 0;
-        let mut dev = None;
-        let mut result = Ok(());
-        for i in 0..count as usize {
-            let fd = match take(i) {
-                Ok(fd) => fd,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            };
+        let imported = self.map_chunks(at, count, chunk, None, |i| {
+            let fd = take(i)?;
             let mut h: MemHandle = 0;
-            let r = check(call!(
+            check(call!(
                 self,
                 mem_import_from_shareable_handle(
                     &mut h,
                     fd.as_raw_fd() as isize as *mut c_void,
                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
                 )
-            ));
-            if let Err(e) = r {
-                result = Err(e);
-                break;
-            }
-            if dev.is_none() {
-                let mut prop = MemAllocProp::device(0);
-                if call!(
-                    self,
-                    mem_get_allocation_properties_from_handle(prop.head_mut(), h)
-                ) == CUDA_SUCCESS
-                {
-                    dev = prop.device_id();
-                }
-            }
-            let mapped = check(call!(self, mem_map(at + done, chunk as usize, 0, h, 0)));
-            call!(self, mem_release(h));
-            if let Err(e) = mapped {
-                result = Err(e);
-                break;
-            }
-            done += chunk;
-        }
-        if result.is_ok() {
-            let access = self.vmm_access(dev.unwrap_or(0));
-            result = check(call!(
-                self,
-                mem_set_access(at, bytes as usize, access.as_ptr(), access.len())
-            ));
-        }
-        if let Err(e) = result {
-            let _ = self.vmm_unmap(at, done, chunk);
+            ))?;
+            Ok(h)
+        });
+        if let Err(e) = imported {
             let _ = self.vmm_unreserve(at, bytes);
             return Err(e);
         }
