@@ -26,10 +26,10 @@ W=$(mktemp -d)
 KINDS="none split binned simple"
 echo "device: $(nvidia-smi -L | wc -l) x $(nvidia-smi -i 0 --query-gpu=name,driver_version --format=csv,noheader), $(date -u +%F)"
 if [ "$MODE" = all ] || [ "$MODE" = pairs ]; then
-nvcc -O2 -o "$W/bench" scripts/gpu/bench_alloc.cu -lcuda || exit 1
+nvcc -O2 -o "$W/bench" benches/gpu/bench_alloc.cu -lcuda || exit 1
 # The floor (issue 14): a one-slot cache in front of the driver, nothing else. Its cudaMalloc
 # row minus its cuMemAlloc row is what the CUDA runtime itself adds to a pair.
-gcc -shared -fPIC -O2 -o "$W/stub.so" scripts/gpu/callcount.c -ldl -lpthread || exit 1
+gcc -shared -fPIC -O2 -o "$W/stub.so" benches/gpu/callcount.c -ldl -lpthread || exit 1
 row() { # name, command...
   local name=$1; shift
   local line="| $name |"
@@ -51,10 +51,10 @@ row "cudapool split, cuMemAlloc, in a group (CUDAPOOL_GROUP)" env LD_PRELOAD="$L
 rm -f "/dev/shm/cudapool-$(id -u)/group-bench-$$"
 row "cudapool split, cuMemAlloc, CUDAPOOL_TRACK=1" env LD_PRELOAD="$LIB" CUDAPOOL_TRACK=1 "$W/bench" driver sizes
 row "cudapool split, cuMemAlloc, CUDAPOOL_TRACK=2" env LD_PRELOAD="$LIB" CUDAPOOL_TRACK=2 "$W/bench" driver sizes
-row "PyTorch caching allocator (torch.empty+del)" python3 scripts/gpu/torch_pairs.py
-row "PyTorch caching off, raw" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 scripts/gpu/torch_pairs.py
+row "PyTorch caching allocator (torch.empty+del)" python3 benches/gpu/torch_pairs.py
+row "PyTorch caching off, raw" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 benches/gpu/torch_pairs.py
 for k in split binned simple; do
-  row "PyTorch caching off, cudapool $k" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k python3 scripts/gpu/torch_pairs.py
+  row "PyTorch caching off, cudapool $k" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k python3 benches/gpu/torch_pairs.py
 done
 echo
 echo "| host ns per empty kernel launch (median of 7 x 1000) | legacy stream | two streams alternating |"
@@ -100,17 +100,17 @@ if [ "$MODE" = all ] || [ "$MODE" = e2e ]; then
 echo
 echo "| training steps/s (median of 3) | steps/s | vs reference | runs |"
 echo "| --- | --- | --- | --- |"
-e2e - "PyTorch, its own caching allocator" python3 scripts/gpu/train_bench.py
+e2e - "PyTorch, its own caching allocator" python3 benches/gpu/train_bench.py
 REF=$E2E
-e2e "$REF" "PyTorch, caching off (PYTORCH_NO_CUDA_MEMORY_CACHING=1)" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 scripts/gpu/train_bench.py
+e2e "$REF" "PyTorch, caching off (PYTORCH_NO_CUDA_MEMORY_CACHING=1)" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 benches/gpu/train_bench.py
 for k in split binned simple none; do
-  e2e "$REF" "PyTorch, caching off, cudapool $k" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k python3 scripts/gpu/train_bench.py
+  e2e "$REF" "PyTorch, caching off, cudapool $k" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k python3 benches/gpu/train_bench.py
 done
-e2e - "JAX, its default allocator" python3 scripts/gpu/jax_bench.py
+e2e - "JAX, its default allocator" python3 benches/gpu/jax_bench.py
 REF=$E2E
-e2e "$REF" "JAX, XLA_PYTHON_CLIENT_ALLOCATOR=platform" env XLA_PYTHON_CLIENT_ALLOCATOR=platform python3 scripts/gpu/jax_bench.py
+e2e "$REF" "JAX, XLA_PYTHON_CLIENT_ALLOCATOR=platform" env XLA_PYTHON_CLIENT_ALLOCATOR=platform python3 benches/gpu/jax_bench.py
 for k in split none; do
-  e2e "$REF" "JAX, platform, cudapool $k" env XLA_PYTHON_CLIENT_ALLOCATOR=platform LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k python3 scripts/gpu/jax_bench.py
+  e2e "$REF" "JAX, platform, cudapool $k" env XLA_PYTHON_CLIENT_ALLOCATOR=platform LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k python3 benches/gpu/jax_bench.py
 done
 fi
 
@@ -140,7 +140,7 @@ mem_row() { # name, reference line ("-" for none), command...
   [ "${allocs:-0}" != 0 ] && churn="$drv / $allocs"
   echo "| $name | $sps | $rs | $(GB "$res") | $(GB "${out:-0}") | $rr | $(GB "$nvml")$rn | $churn |"
 }
-T="python3 scripts/gpu/train_mem.py"
+T="python3 benches/gpu/train_mem.py"
 OFF="env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD=$LIB"
 ASYNC="env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"
 echo
@@ -168,7 +168,7 @@ echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 done
 if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   # DDP over NCCL on two GPUs: a row per rank.
-  R="torchrun --standalone --nproc_per_node=2 scripts/gpu/train_mem.py gpt --ddp"
+  R="torchrun --standalone --nproc_per_node=2 benches/gpu/train_mem.py gpt --ddp"
   ddp_rows() { # name, reference lines, env...
     local name=$1 ref=$2 out r
     shift 2

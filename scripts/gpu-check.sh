@@ -5,7 +5,7 @@
 #   bash scripts/gpu-check.sh              (log and results under $OUT)
 # On a machine with two GPUs (nvidia-h200-x2) it adds the multi-device tests. With NVIDIA's CUDA
 # samples fetched (scripts/fetch-samples.sh; carry .samples) it runs them with and without
-# cudapool (SKIP_SAMPLES=1 leaves them out; scripts/gpu/samples.sh runs them alone). Ends with a table
+# cudapool (SKIP_SAMPLES=1 leaves them out; tests/gpu/samples.sh runs them alone). Ends with a table
 # of PASS/FAIL lines and "N passed, M failed"; exits 1 if anything failed.
 #
 # "Holds from outside": a process's peak GPU memory as nvidia-smi reports it stays at or under
@@ -22,7 +22,7 @@ RESULTS="$OUT/results.txt"
 : > "$RESULTS"
 START=$SECONDS
 
-. scripts/gpu/checks.sh
+. tests/gpu/checks.sh
 shim() { env LD_PRELOAD="$LIB" $T "$@"; }
 # Every program runs under a time limit: a hang is a failure, not the end of the suite.
 T="timeout 120"
@@ -80,12 +80,12 @@ PY
 echo "=== build"
 # (Waits name their jobs: a bare `wait` would also wait for the log's tee.)
 jobs_=()
-nvcc -O2 -cudart static -o "$W/rt_static" scripts/gpu/rt_alloc.cu & jobs_+=($!)
-nvcc -O2 -cudart shared -o "$W/rt_shared" scripts/gpu/rt_alloc.cu & jobs_+=($!)
-nvcc -O2 -std=c++17 -o "$W/race" scripts/gpu/race.cu & jobs_+=($!)
-nvcc -O2 -std=c++17 --default-stream per-thread -o "$W/race_ptds" scripts/gpu/race.cu & jobs_+=($!)
-nvcc -O2 -std=c++17 -o "$W/limit_apis" scripts/gpu/limit_apis.cu -lcuda & jobs_+=($!)
-if [ "$NGPU" -ge 2 ]; then nvcc -O2 -std=c++17 -o "$W/multi" scripts/gpu/multi.cu & jobs_+=($!); fi
+nvcc -O2 -cudart static -o "$W/rt_static" tests/gpu/programs/rt_alloc.cu & jobs_+=($!)
+nvcc -O2 -cudart shared -o "$W/rt_shared" tests/gpu/programs/rt_alloc.cu & jobs_+=($!)
+nvcc -O2 -std=c++17 -o "$W/race" tests/gpu/programs/race.cu & jobs_+=($!)
+nvcc -O2 -std=c++17 --default-stream per-thread -o "$W/race_ptds" tests/gpu/programs/race.cu & jobs_+=($!)
+nvcc -O2 -std=c++17 -o "$W/limit_apis" tests/gpu/programs/limit_apis.cu -lcuda & jobs_+=($!)
+if [ "$NGPU" -ge 2 ]; then nvcc -O2 -std=c++17 -o "$W/multi" tests/gpu/programs/multi.cu & jobs_+=($!); fi
 wait "${jobs_[@]}"
 ls "$W"
 
@@ -157,17 +157,17 @@ check "[ '$g1' = 1024 ] && [ '$g2' = 3072 ] && [ $p1 -le $((1024 + OVH_C)) ] && 
 framework() {
   local fw=$1 err=$2
   shift 2
-  $T env "$@" python3 scripts/gpu/fw.py "$fw" work > "$W/$fw.plain" 2>"$W/$fw.plain.err"
-  shim env "$@" CUDAPOOL_REPORT=stderr python3 scripts/gpu/fw.py "$fw" work > "$W/$fw.shim" 2>"$W/$fw.shim.err"
+  $T env "$@" python3 tests/gpu/fw.py "$fw" work > "$W/$fw.plain" 2>"$W/$fw.plain.err"
+  shim env "$@" CUDAPOOL_REPORT=stderr python3 tests/gpu/fw.py "$fw" work > "$W/$fw.shim" 2>"$W/$fw.shim.err"
   check "[ -s '$W/$fw.plain' ] && cmp -s '$W/$fw.plain' '$W/$fw.shim'" "$fw workload, same results ($*)" \
     "$(tail -1 "$W/$fw.shim"); $(grep -m1 'calls:' "$W/$fw.shim.err" | sed 's/^ *//')"
   if ! cmp -s "$W/$fw.plain" "$W/$fw.shim"; then
     echo "--- without the shim:"; tail -n 5 "$W/$fw.plain" "$W/$fw.plain.err"
     echo "--- with it:"; tail -n 5 "$W/$fw.shim" "$W/$fw.shim.err"
   fi
-  watched "$W/$fw.idle" env "$@" python3 scripts/gpu/fw.py "$fw" idle
+  watched "$W/$fw.idle" env "$@" python3 tests/gpu/fw.py "$fw" idle
   local ovh=$HELD
-  watched "$W/$fw.fill" shim env "$@" CUDAPOOL_MEMORY_LIMIT=2GiB python3 scripts/gpu/fw.py "$fw" fill
+  watched "$W/$fw.fill" shim env "$@" CUDAPOOL_MEMORY_LIMIT=2GiB python3 tests/gpu/fw.py "$fw" fill
   local g e
   g=$(field granted_mib "$W/$fw.fill")
   e=$(sed -n 's/.*error=//p' "$W/$fw.fill" | tr -d "'\"\`$")
@@ -176,8 +176,8 @@ framework() {
 }
 
 echo "=== PyTorch"
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 $T python3 scripts/gpu/train_small.py > "$W/train.plain" 2>&1
-shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 scripts/gpu/train_small.py > "$W/train.shim" 2>&1
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 $T python3 tests/gpu/train_small.py > "$W/train.plain" 2>&1
+shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 tests/gpu/train_small.py > "$W/train.shim" 2>&1
 check "grep -q 'step 7' '$W/train.plain' && cmp -s '$W/train.plain' '$W/train.shim'" \
   "PyTorch transformer training, losses identical" "$(tail -1 "$W/train.shim")"
 framework torch 'OutOfMemoryError|AcceleratorError.*out of memory' PYTORCH_NO_CUDA_MEMORY_CACHING=1
@@ -210,7 +210,7 @@ done
 # and its importers, and PyTorch's own IPC (a child reads the parent's tensors, pieces of
 # PyTorch's segments that are cudapool blocks). (With PYTORCH_NO_CUDA_MEMORY_CACHING set,
 # PyTorch itself cannot share CUDA tensors: "invalid device pointer", with or without cudapool.)
-$T bash scripts/gpu/ipc_check.sh "$LIB" "$W/ipc" > "$W/ipc.txt" 2>&1
+$T bash tests/gpu/ipc_check.sh "$LIB" "$W/ipc" > "$W/ipc.txt" 2>&1
 while IFS='|' read -r verdict what detail; do
   result "$(echo $verdict)" "$(echo $what)" "$detail"
 done < <(grep -E '^(PASS|FAIL) \|' "$W/ipc.txt")
@@ -227,7 +227,7 @@ if ls .whl/*.whl > /dev/null 2>&1; then
 fi
 suite() { # output file, then an optional prefix (env LD_PRELOAD=...)
   local out=$1; shift
-  timeout 300 "$@" python3 scripts/gpu/suite.py "$out.outcomes" numba.cuda.tests.cudadrv \
+  timeout 300 "$@" python3 tests/gpu/suite.py "$out.outcomes" numba.cuda.tests.cudadrv \
     numba.cuda.tests.cudapy.test_ipc > "$out" 2>&1
   awk '$2 == "ok" { print $1 }' "$out.outcomes" | sort -u > "$out.passed"
   tail -1 "$out"
@@ -253,20 +253,20 @@ if ls dist/cudapool-*.whl > /dev/null 2>&1; then
       "$("$W/venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')/machine.pth" &&
     "$W/venv/bin/python" -m pip install -q --no-index --no-deps "$(ls -t dist/cudapool-*.whl | head -1)"
   $T "$W/venv/bin/cudapool" run --pool split -- env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
-    "$W/venv/bin/python" scripts/gpu/train_small.py > "$W/train.wheel" 2>&1
+    "$W/venv/bin/python" tests/gpu/train_small.py > "$W/train.wheel" 2>&1
   check "cmp -s '$W/train.plain' '$W/train.wheel' && '$W/venv/bin/python' -c 'import cudapool; print(cudapool.library_path())' | grep -q site-packages" \
     "PyTorch training under the pip-installed cudapool, losses identical" "$(tail -1 "$W/train.wheel")"
 fi
 
 echo "=== PyTorch's memory viewer reads a cudapool snapshot"
 shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDAPOOL_HISTORY=100000 CUDAPOOL_TRACK=2 \
-  python3 scripts/gpu/torch_snapshot.py "$OUT" > "$W/viz.out" 2>&1
+  python3 tests/gpu/torch_snapshot.py "$OUT" > "$W/viz.out" 2>&1
 cat "$W/viz.out"
 check "grep -q '^segments=' '$W/viz.out' && grep -q 'total_reserved' '$W/viz.out' && [ -s '$OUT/memory_viz_trace_plot.html' ] && [ -s '$OUT/memory_viz_segment_plot.html' ]" \
   "torch.cuda._memory_viz on a snapshot of a training step" "$(head -1 "$W/viz.out")"
 
 # compute-sanitizer sees pooled blocks (its own script; its PASS/FAIL lines join this table).
-RESULTS="$RESULTS" OUT="$OUT" bash scripts/gpu-sanitizer-check.sh
+RESULTS="$RESULTS" OUT="$OUT" bash tests/gpu/gpu-sanitizer-check.sh
 
 if [ "$NGPU" -ge 2 ]; then
   echo "=== two devices"
@@ -277,14 +277,14 @@ if [ "$NGPU" -ge 2 ]; then
   check "grep -q 'switching ok' '$W/multi.out'" "one thread switching devices" "$(grep switching "$W/multi.out")"
   check "[ $rc = 0 ] && grep -q 'peer ok' '$W/multi.out'" "peer copies between pool blocks" "$(grep peer "$W/multi.out")"
   # NCCL's buffers in the snapshot PyTorch's viewer reads.
-  shim env CUDAPOOL_HISTORY=10000 torchrun --nproc_per_node 2 scripts/gpu/nccl_snapshot.py "$W" > "$W/nccl.out" 2>&1
+  shim env CUDAPOOL_HISTORY=10000 torchrun --nproc_per_node 2 tests/gpu/nccl_snapshot.py "$W" > "$W/nccl.out" 2>&1
   cat "$W/nccl.out" | grep '^rank'
   check "[ \$(grep -c 'rank .*ok$' '$W/nccl.out') = 2 ]" "NCCL all-reduce buffers in each rank's torch snapshot" "$(grep '^rank 0' "$W/nccl.out")"
 fi
 
 echo "=== cudapool exporter: a PyTorch run scraped while it trains"
 if [ -x target/release/cudapool ]; then
-  $T python3 scripts/gpu/exporter_check.py "$PWD/target/release/cudapool" "$LIB" > "$W/exporter.out" 2>&1
+  $T python3 tests/gpu/exporter_check.py "$PWD/target/release/cudapool" "$LIB" > "$W/exporter.out" 2>&1
   cat "$W/exporter.out"
   check "grep -q 'exporter check ok' '$W/exporter.out'" "exporter figures beside torch.cuda and nvidia-smi" \
     "$(grep '^| 2 ' "$W/exporter.out")"
@@ -292,9 +292,9 @@ else
   result FAIL "exporter" "carry target/release/cudapool too"
 fi
 
-echo "=== NVML under cudapool: nvidia-smi and pynvml see the budget (scripts/gpu/nvml_check.sh)"
+echo "=== NVML under cudapool: nvidia-smi and pynvml see the budget (tests/gpu/nvml_check.sh)"
 if [ -x target/release/cudapool ]; then
-  $T bash scripts/gpu/nvml_check.sh > "$W/nvml.out" 2>&1
+  $T bash tests/gpu/nvml_check.sh > "$W/nvml.out" 2>&1
   cat "$W/nvml.out"
   while read -r verdict what; do
     result "$verdict" "NVML: ${what%% (*}" "$(echo "$what" | sed -n 's/.*(\(.*\))$/\1/p')"
@@ -303,33 +303,33 @@ else
   result FAIL "NVML" "carry target/release/cudapool too"
 fi
 
-echo "=== the moment of OOM with PyTorch (scripts/gpu/oom_check.py)"
-$T python3 scripts/gpu/oom_check.py "$LIB" "$W/oom" > "$W/oom.out" 2>&1
+echo "=== the moment of OOM with PyTorch (tests/gpu/oom_check.py)"
+$T python3 tests/gpu/oom_check.py "$LIB" "$W/oom" > "$W/oom.out" 2>&1
 cat "$W/oom.out"
 while read -r verdict what; do
   result "$verdict" "OOM: $what" ""
 done < <(grep -E '^(PASS|FAIL) ' "$W/oom.out" | sed 's/ \[.*//')
 cp "$W"/oom/oom_segment_plot.html "$OUT/" 2>/dev/null
 
-echo "=== graph memory nodes under a limit (scripts/gpu/graph_check.sh)"
-$T bash scripts/gpu/graph_check.sh "$LIB" "$W/graphs" > "$W/graphs.out" 2>&1
+echo "=== graph memory nodes under a limit (tests/gpu/graph_check.sh)"
+$T bash tests/gpu/graph_check.sh "$LIB" "$W/graphs" > "$W/graphs.out" 2>&1
 cat "$W/graphs.out"
 while read -r verdict what; do
   result "$verdict" "graphs: $what" "$(grep -h '^runs_2g' "$W/graphs.out" | head -1)"
 done < <(grep -E '^(PASS|FAIL) ' "$W/graphs.out" | sed 's/^\(PASS\|FAIL\) /\1 /')
 
 echo "=== a group of two PyTorch processes under one limit; one killed, the other grows"
-$T python3 scripts/gpu/group_check.py "$LIB" > "$W/group.out" 2>&1
+$T python3 tests/gpu/group_check.py "$LIB" > "$W/group.out" 2>&1
 cat "$W/group.out"
 check "grep -q 'group check ok' '$W/group.out'" "two processes in one group: nvidia-smi within the group limit, a killed member's share back" \
   "$(grep -A2 '^| group limit' "$W/group.out" | tail -1)"
 
-echo "=== NVIDIA's CUDA samples, with and without cudapool (scripts/gpu/samples.sh)"
+echo "=== NVIDIA's CUDA samples, with and without cudapool (tests/gpu/samples.sh)"
 if [ -n "${SKIP_SAMPLES:-}" ]; then
-  echo "skipped (SKIP_SAMPLES is set; run scripts/gpu/samples.sh on its own)"
+  echo "skipped (SKIP_SAMPLES is set; run tests/gpu/samples.sh on its own)"
 elif [ -d .samples/src/Samples ]; then
   here=$PWD
-  . scripts/gpu/samples.sh
+  . tests/gpu/samples.sh
   build
   run
   cd "$here"

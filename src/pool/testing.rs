@@ -195,7 +195,7 @@ impl Clock for LagClock {
 }
 
 /// One allocation trace: `a ID SIZE` and `f ID` lines (`#` comments), as recorded by
-/// `scripts/gpu/record_trace.py`.
+/// `benches/gpu/record_trace.py`.
 pub enum Op {
     Alloc(u64, u64),
     Free(u64),

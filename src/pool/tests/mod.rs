@@ -494,7 +494,7 @@ fn a_miss_at_the_limit_waits_for_fences_before_it_fails() {
 }
 
 const PYTORCH_TRACE: &str = include_str!("../../../benches/traces/pytorch_transformer.trace");
-/// Recorded on an H100 from `scripts/gpu/train_mem.py` (3 steps each, caching off).
+/// Recorded on an H100 from `benches/gpu/train_mem.py` (3 steps each, caching off).
 const GPT_TRACE: &str = include_str!("../../../benches/traces/pytorch_gpt.trace");
 const RESNET_TRACE: &str = include_str!("../../../benches/traces/pytorch_resnet50_amp.trace");
 

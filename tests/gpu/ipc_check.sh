@@ -2,7 +2,7 @@
 # Legacy IPC of pooled blocks between processes on the GPU, under cudapool's default
 # (expandable segments) and classic segments: tests/c/ranges.c's ipc-cross (a C exporter, its
 # importer a process of its own, one without cudapool), and PyTorch's torch.multiprocessing.
-# usage: bash scripts/gpu/ipc_check.sh LIB OUTDIR    (prints PASS/FAIL lines)
+# usage: bash tests/gpu/ipc_check.sh LIB OUTDIR    (prints PASS/FAIL lines)
 set -u
 LIB=$1 W=$2
 mkdir -p "$W"
@@ -29,9 +29,9 @@ for seg in expandable classic; do
     fail "IPC of a 5 MiB block across processes ($seg segments)" "$got"
   fi
 done
-python3 scripts/gpu/ipc_torch.py > "$W/torch.plain" 2>&1
+python3 tests/gpu/ipc_torch.py > "$W/torch.plain" 2>&1
 for seg in expandable classic; do
-  env LD_PRELOAD="$LIB" CUDAPOOL_SEGMENTS=$seg python3 scripts/gpu/ipc_torch.py > "$W/torch.$seg" 2>&1
+  env LD_PRELOAD="$LIB" CUDAPOOL_SEGMENTS=$seg python3 tests/gpu/ipc_torch.py > "$W/torch.$seg" 2>&1
   if grep -q 'torch ipc ok' "$W/torch.plain" && grep -q 'torch ipc ok' "$W/torch.$seg"; then
     pass "torch.multiprocessing CUDA tensors, 8 up to 256 MiB ($seg segments)" "$(tail -1 "$W/torch.$seg")"
   else

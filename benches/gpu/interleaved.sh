@@ -4,12 +4,12 @@
 # median of the rounds and their spread (25th to 75th percentile), and the machine's state that
 # moves the figures (the core, its governor and frequency). Two rows whose medians differ by
 # less than either spread are reported as no difference.
-# Rows: cuMemAlloc/cuMemFree pairs (scripts/gpu/bench_alloc.cu driver) raw and under each
+# Rows: cuMemAlloc/cuMemFree pairs (benches/gpu/bench_alloc.cu driver) raw and under each
 # cudapool kind (split also with expandable segments, and a second build when BASE_LIB names
-# one), then torch.empty+del from Python (scripts/gpu/torch_pairs.py): PyTorch's own caching
+# one), then torch.empty+del from Python (benches/gpu/torch_pairs.py): PyTorch's own caching
 # allocator, and caching off under each cudapool kind. On the device, with
 # target/release/libcudapool.so carried (and BASE_LIB's file, say target/base/libcudapool.so):
-#   bash scripts/gpu/interleaved.sh               (ROUNDS=7, CORE=5; PYTHON=0 skips the Python rows)
+#   bash benches/gpu/interleaved.sh               (ROUNDS=7, CORE=5; PYTHON=0 skips the Python rows)
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/cudapool-interleaved}
@@ -19,7 +19,7 @@ BASE_LIB=${BASE_LIB:-}
 ROUNDS=${ROUNDS:-7}
 CORE=${CORE:-5}
 W=$(mktemp -d)
-nvcc -O2 -o "$W/bench" scripts/gpu/bench_alloc.cu -lcuda || exit 1
+nvcc -O2 -o "$W/bench" benches/gpu/bench_alloc.cu -lcuda || exit 1
 RAW=$OUT/interleaved-raw.txt
 : >"$RAW"
 pin() { taskset -c "$CORE" "$@"; }
@@ -32,16 +32,16 @@ done
 add "cuMemAlloc, cudapool split expandable" env LD_PRELOAD="$LIB" CUDAPOOL_SEGMENTS=expandable "$W/bench" driver sizes
 [ -n "$BASE_LIB" ] && add "cuMemAlloc, cudapool split (base build)" env LD_PRELOAD="$BASE_LIB" CUDAPOOL_POOL=split "$W/bench" driver sizes
 if [ "${PYTHON:-1}" = 1 ]; then
-  add "torch.empty+del, PyTorch's caching allocator" python3 scripts/gpu/torch_pairs.py
+  add "torch.empty+del, PyTorch's caching allocator" python3 benches/gpu/torch_pairs.py
   for k in split binned simple; do
-    add "torch.empty+del, caching off, cudapool $k" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k python3 scripts/gpu/torch_pairs.py
+    add "torch.empty+del, caching off, cudapool $k" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$LIB" CUDAPOOL_POOL=$k python3 benches/gpu/torch_pairs.py
   done
-  add "torch.empty+del, caching off, cudapool split expandable" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$LIB" CUDAPOOL_SEGMENTS=expandable python3 scripts/gpu/torch_pairs.py
-  [ -n "$BASE_LIB" ] && add "torch.empty+del, caching off, cudapool split (base build)" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$BASE_LIB" CUDAPOOL_POOL=split python3 scripts/gpu/torch_pairs.py
+  add "torch.empty+del, caching off, cudapool split expandable" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$LIB" CUDAPOOL_SEGMENTS=expandable python3 benches/gpu/torch_pairs.py
+  [ -n "$BASE_LIB" ] && add "torch.empty+del, caching off, cudapool split (base build)" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD="$BASE_LIB" CUDAPOOL_POOL=split python3 benches/gpu/torch_pairs.py
 fi
 gov=$(cat /sys/devices/system/cpu/cpu$CORE/cpufreq/scaling_governor 2>/dev/null || echo unknown)
 mhz=$(awk -v c="$CORE" '$1 == "processor" { p = $3 } $1 == "cpu" && $2 == "MHz" && p == c { print $4 }' /proc/cpuinfo)
-echo "# $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F), bash scripts/gpu/interleaved.sh: $ROUNDS rounds, rows interleaved, pinned to core $CORE (governor $gov, ${mhz:-?} MHz at start, $(nproc) cores)"
+echo "# $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F), bash benches/gpu/interleaved.sh: $ROUNDS rounds, rows interleaved, pinned to core $CORE (governor $gov, ${mhz:-?} MHz at start, $(nproc) cores)"
 for ((r = 1; r <= ROUNDS; r++)); do
   for i in "${!NAMES[@]}"; do
     pin ${CMDS[$i]} 2>>"$OUT/interleaved.err" | sed -n "s/^size=\([0-9]*\) ns=\([0-9.]*\).*/$r|$i|\1|\2/p" >>"$RAW"

@@ -2,12 +2,12 @@
 # The first real-GPU run (issue 2), for the device tool. Build here first:
 #   cargo build --release
 # then on the device, carrying target/release/libcudapool.so and target/release/cudapool:
-#   bash scripts/gpu-first-run.sh            (logs under $OUT, or /tmp/cudapool-gpu)
+#   bash tests/gpu/gpu-first-run.sh            (logs under $OUT, or /tmp/cudapool-gpu)
 # Runs: a CUDA runtime program built with static and with shared cudart; the driver-API test
 # client reaching the real driver by dlsym, cuGetProcAddress_v2 (with and without per-thread
 # streams) and linking; PyTorch with PYTORCH_NO_CUDA_MEMORY_CACHING=1, unlimited and at 1 GiB.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/cudapool-gpu}
 mkdir -p "$OUT"
 LIB=$PWD/target/release/libcudapool.so
@@ -23,8 +23,8 @@ nvcc --version | tail -2
 python3 -c 'import torch; print("torch", torch.__version__)'
 
 step "build test programs"
-nvcc -O2 -cudart static -o "$W/rt_static" scripts/gpu/rt_alloc.cu && echo "rt_static built"
-nvcc -O2 -cudart shared -o "$W/rt_shared" scripts/gpu/rt_alloc.cu && echo "rt_shared built"
+nvcc -O2 -cudart static -o "$W/rt_static" tests/gpu/programs/rt_alloc.cu && echo "rt_static built"
+nvcc -O2 -cudart shared -o "$W/rt_shared" tests/gpu/programs/rt_alloc.cu && echo "rt_shared built"
 cc -O1 -Itests/c -o "$W/client" tests/c/client.c tests/c/reuse.c tests/c/lifetimes.c -ldl -lpthread && echo "client built"
 CUDA_LIB=$(dirname "$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')")
 cc -O1 -DLINKED -Itests/c -o "$W/client_linked" tests/c/client.c tests/c/reuse.c tests/c/lifetimes.c -L"$W" -l:libcuda.so.1 \
@@ -62,17 +62,17 @@ shim "$W/client" dlsym pitch
 shim "$W/client" dlsym range
 
 step "PyTorch, caching off, no shim: its own error for more memory than the GPU has"
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 TORCH_CHECK_BIG_GIB=200 python3 scripts/gpu/torch_check.py 2>&1 | grep -i "tensor\|mem_get_info"
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 TORCH_CHECK_BIG_GIB=200 python3 tests/gpu/torch_check.py 2>&1 | grep -i "tensor\|mem_get_info"
 step "PyTorch, caching on (its own allocator), no shim: the same"
-TORCH_CHECK_BIG_GIB=200 python3 scripts/gpu/torch_check.py 2>&1 | grep -i "GiB tensor"
+TORCH_CHECK_BIG_GIB=200 python3 tests/gpu/torch_check.py 2>&1 | grep -i "GiB tensor"
 step "PyTorch, caching off, no limit"
-shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 scripts/gpu/torch_check.py
+shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 tests/gpu/torch_check.py
 step "PyTorch, caching off, CUDAPOOL_MEMORY_LIMIT=1GiB"
-shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDAPOOL_MEMORY_LIMIT=1GiB python3 scripts/gpu/torch_check.py
+shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDAPOOL_MEMORY_LIMIT=1GiB python3 tests/gpu/torch_check.py
 for fw in cupy numba jax; do
   step "$fw under the shim, CUDAPOOL_MEMORY_LIMIT=1GiB (oversized request: 2 GiB)"
   shim env CUDAPOOL_MEMORY_LIMIT=1GiB XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout 120 \
-    python3 scripts/gpu/frameworks_check.py "$fw" 2>&1 | grep -v "^W0000\|^I0000\|Warning\|warn(" | tail -12
+    python3 tests/gpu/frameworks_check.py "$fw" 2>&1 | grep -v "^W0000\|^I0000\|Warning\|warn(" | tail -12
 done
 step "non-CUDA processes under the shim with a bad setting"
 LD_PRELOAD="$LIB" CUDAPOOL_MEMORY_LIMIT=bogus /bin/true && echo "/bin/true: exit 0"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # DDP over NCCL on two GPUs, rows interleaved (issue 26): GPT training
-# (scripts/gpu/train_mem.py gpt --ddp, one process per GPU through torchrun), every row once per
+# (benches/gpu/train_mem.py gpt --ddp, one process per GPU through torchrun), every row once per
 # round, the rows in turn. On one GPU (or with SIDE=1), DDP's two queues on one GPU instead:
 # train_mem.py gpt --side (each gradient "reduced" on a second stream). The rows: PyTorch's own caching allocator, PyTorch with caching off under
 # cudapool split (this build), under BASE_LIB's build when given, and CUDA's stream-ordered pool
@@ -9,7 +9,7 @@
 # the peak reserved per rank (the pool's: less what cudapool counts outside it, NCCL's own
 # buffers, which PyTorch's figure leaves out), median of the rounds. On a 2-GPU device with
 # target/release/libcudapool.so carried (and BASE_LIB's file):
-#   bash scripts/gpu/ddp_interleaved.sh          (ROUNDS=3, STEPS=60, SIDE=0)
+#   bash benches/gpu/ddp_interleaved.sh          (ROUNDS=3, STEPS=60, SIDE=0)
 set -u
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD/cbindings/python${PYTHONPATH:+:$PYTHONPATH}"
@@ -22,10 +22,10 @@ STEPS=${STEPS:-60}
 RAW=$OUT/ddp-raw.txt
 : >"$RAW"
 if [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && [ "${SIDE:-0}" != 1 ]; then
-  R="torchrun --standalone --nproc_per_node=2 scripts/gpu/train_mem.py gpt --ddp --steps $STEPS"
+  R="torchrun --standalone --nproc_per_node=2 benches/gpu/train_mem.py gpt --ddp --steps $STEPS"
   RANKS=2 WHAT="GPT in DDP over NCCL, 2 GPUs, per rank"
 else
-  R="python3 scripts/gpu/train_mem.py gpt --side --steps $STEPS"
+  R="python3 benches/gpu/train_mem.py gpt --side --steps $STEPS"
   RANKS=1 WHAT="GPT with DDP's two queues on one GPU (--side)"
 fi
 declare -a NAMES ENVS
@@ -34,7 +34,7 @@ add "PyTorch's own allocator" ""
 add "caching off, cudapool split" "PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD=$LIB"
 [ -n "$BASE_LIB" ] && add "caching off, cudapool split (base build)" "PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD=$BASE_LIB"
 add "backend:cudaMallocAsync" "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"
-echo "# $WHAT: $(nvidia-smi -L | wc -l) x $(nvidia-smi -i 0 --query-gpu=name,driver_version --format=csv,noheader), $(date -u +%F), bash scripts/gpu/ddp_interleaved.sh: $ROUNDS rounds of $STEPS steps, rows interleaved"
+echo "# $WHAT: $(nvidia-smi -L | wc -l) x $(nvidia-smi -i 0 --query-gpu=name,driver_version --format=csv,noheader), $(date -u +%F), bash benches/gpu/ddp_interleaved.sh: $ROUNDS rounds of $STEPS steps, rows interleaved"
 for ((r = 1; r <= ROUNDS; r++)); do
   for i in "${!NAMES[@]}"; do
     # shellcheck disable=SC2086 # ENVS holds VAR=value words

@@ -10,10 +10,10 @@ while `cuMemAlloc`/`cuMemFree` and `cudaMalloc`/`cudaFree` go to cudapool, prelo
 times, back to back, a few milliseconds of each row; the figure is each row's ratio to PyTorch's
 row *within the turn*, its median and spread over the rounds. Workers (one per cudapool kind,
 all pinned to one core) take turns, so the kinds also see the same moments. A last worker runs
-the floor: `scripts/gpu/callcount.c`'s one-slot stub in cudapool's place (its `cuMemAlloc` row
+the floor: `benches/gpu/callcount.c`'s one-slot stub in cudapool's place (its `cuMemAlloc` row
 is what any preloaded allocator costs at least; its `cudaMalloc` row, the runtime's own cost).
 
-    python3 scripts/gpu/cpp_lockstep.py [ROUNDS]     (default 30; on the device, needs nvcc/ninja)
+    python3 benches/gpu/cpp_lockstep.py [ROUNDS]     (default 30; on the device, needs nvcc/ninja)
 
 CUDAPOOL_LIB (default target/release/libcudapool.so), KINDS (its workers, default
 split,binned,simple,expandable), BASE_LIB (a second build's split worker, or several as
@@ -98,7 +98,7 @@ def main():
         elif k:
             workers.append((f"cudapool {k}", {"LD_PRELOAD": lib, "CUDAPOOL_POOL": k}))
     stub = "/tmp/cudapool_stub.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", stub, "scripts/gpu/callcount.c", "-ldl"], check=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", stub, "benches/gpu/callcount.c", "-ldl"], check=True)
     workers.append(("floor: one-slot stub", {"LD_PRELOAD": stub, "STUB_POOL": "1"}))
     for b in filter(None, base.split(",")):
         name, path = b.split("=", 1) if "=" in b else ("base build", b)

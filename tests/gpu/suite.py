@@ -1,6 +1,6 @@
 """Runs a package's unittest suite and writes one line per test: '<id> <outcome>'.
 
-    python3 scripts/gpu/suite.py OUTCOMES_FILE numba.cuda.tests.cudadrv [MORE_NAMES...]
+    python3 tests/gpu/suite.py OUTCOMES_FILE numba.cuda.tests.cudadrv [MORE_NAMES...]
 
 Outcomes are ok, fail, error, skip, xfail, xpass. Used by scripts/gpu-check.sh to compare a
 client's own test suite with and without cudapool; the unittest runner's text output still goes

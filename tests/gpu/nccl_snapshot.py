@@ -3,7 +3,7 @@ rank's snapshot in PyTorch's format shows NCCL's buffers (virtual-memory mapping
 allocations when NCCL_CUMEM_ENABLE=0) beside PyTorch's own memory; PyTorch's _memory_viz reads
 it. Prints one line per rank: "rank R: segments by origin {...}, nccl-like bytes N, ok".
 
-usage: torchrun --nproc_per_node 2 scripts/gpu/nccl_snapshot.py OUT_DIR
+usage: torchrun --nproc_per_node 2 tests/gpu/nccl_snapshot.py OUT_DIR
 """
 import collections
 import os

@@ -3,10 +3,10 @@
 # sub-allocator heap and each block the program holds as a region, so memcheck finds errors
 # inside pooled segments as it does without cudapool. Build here first (cargo build --release),
 # carry target/release/libcudapool.so; on the device:
-#   bash scripts/gpu-sanitizer-check.sh    (log under $OUT; PASS/FAIL lines; exit 1 on a FAIL)
+#   bash tests/gpu/gpu-sanitizer-check.sh    (log under $OUT; PASS/FAIL lines; exit 1 on a FAIL)
 # scripts/gpu-check.sh runs it as part of the suite (RESULTS=its table).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/cudapool-gpu-check}
 mkdir -p "$OUT"
 LIB=$PWD/target/release/libcudapool.so
@@ -16,7 +16,7 @@ LOG=$OUT/sanitizer.log
 CS=${COMPUTE_SANITIZER:-compute-sanitizer}
 T="timeout 300"
 FAILS=0
-. scripts/gpu/checks.sh
+. tests/gpu/checks.sh
 # Errors memcheck (or another tool) reports for a run: N of "ERROR SUMMARY: N errors".
 errors() { sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$1" | head -1; }
 # The planted errors themselves: bad accesses by kernels and the refused free. (After a kernel
@@ -25,8 +25,8 @@ errors() { sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$1" | head -1; }
 planted() { grep -cE 'Invalid __global__|Program hit cudaErrorInvalidValue' "$1"; }
 
 echo "=== compute-sanitizer and pooled blocks ($($CS --version | tail -1))"
-nvcc -O2 -lineinfo -o "$W/planted" scripts/gpu/planted.cu || exit 1
-nvcc -O2 -std=c++17 -o "$W/race" scripts/gpu/race.cu || exit 1
+nvcc -O2 -lineinfo -o "$W/planted" tests/gpu/programs/planted.cu || exit 1
+nvcc -O2 -std=c++17 -o "$W/race" tests/gpu/programs/race.cu || exit 1
 run() { # output file, tool, then the program and its arguments (prefixed by env ... for cudapool)
   local out=$1 tool=$2; shift 2
   $T "$CS" --tool "$tool" --error-exitcode 0 --print-limit 100000 "$@" > "$out" 2>&1
@@ -67,7 +67,7 @@ done
 run "$W/shim" racecheck env LD_PRELOAD="$LIB" "$W/planted" clean
 check "grep -q 'done clean' '$W/shim' && grep -q 'RACECHECK SUMMARY: 0 hazards' '$W/shim'" "racecheck runs under cudapool" "$(grep 'RACECHECK SUMMARY' "$W/shim")"
 # A PyTorch training step with caching off (every tensor a pooled block).
-run "$W/torch" memcheck env LD_PRELOAD="$LIB" PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 scripts/gpu/train_small.py
+run "$W/torch" memcheck env LD_PRELOAD="$LIB" PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 tests/gpu/train_small.py
 check "grep -q 'step' '$W/torch' && [ '$(errors "$W/torch")' = 0 ]" "memcheck on a PyTorch step, caching off: 0 errors" \
   "$(grep -m1 step "$W/torch" | tail -c 80); $(grep 'ERROR SUMMARY' "$W/torch")"
 [ "$FAILS" = 0 ]

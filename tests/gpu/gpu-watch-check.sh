@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Watching a running program on a GPU (issue 7), for the device tool. Build here first
 # (cargo build --release), carry target/release/libcudapool.so and target/release/cudapool:
-#   bash scripts/gpu-watch-check.sh      (trace and picture under $OUT)
+#   bash tests/gpu/gpu-watch-check.sh      (trace and picture under $OUT)
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/cudapool-watch}
 mkdir -p "$OUT"
 LIB=$PWD/target/release/libcudapool.so
 CLI=$PWD/target/release/cudapool
 exec > >(tee "$OUT/gpu-watch-check.log") 2>&1
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDAPOOL_MEMORY_LIMIT=6GiB CUDAPOOL_TRACE="$OUT/pytorch.trace.json" \
-  CUDAPOOL_LOG=error LD_PRELOAD="$LIB" python3 scripts/gpu/train_traced.py &
+  CUDAPOOL_LOG=error LD_PRELOAD="$LIB" python3 tests/gpu/train_traced.py &
 pid=$!
 for _ in $(seq 1 120); do
   grep -q "pausing" "$OUT/gpu-watch-check.log" 2>/dev/null && break

@@ -3,7 +3,7 @@ cudapool group under a limit that fits both of them but not one of them twice ov
 nvidia-smi sees for the two never passes the group limit plus their two CUDA contexts; once one
 is killed (SIGKILL), the other grows into its room.
 
-    python3 scripts/gpu/group_check.py LIBCUDAPOOL
+    python3 tests/gpu/group_check.py LIBCUDAPOOL
 
 Each member holds a 2 GiB tensor and trains a small transformer (about 2 GiB more at its
 peak): the two fit in 12 GiB. The survivor then asks for another 4 GiB, which fits only with

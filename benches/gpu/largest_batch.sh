@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The largest batch each training job of scripts/gpu/train_mem.py (GPT, ResNet-50) trains at
+# The largest batch each training job of benches/gpu/train_mem.py (GPT, ResNet-50) trains at
 # under a fixed memory limit (issue 25), found by bisection, for four allocators: PyTorch's own
 # (default, and expandable segments) capped with set_per_process_memory_fraction, and cudapool
 # (split with classic, and with expandable segments; PyTorch's cache off) capped with
@@ -7,7 +7,7 @@
 # out-of-memory error. cudapool's limit also counts what PyTorch's never sees (cuBLAS's own
 # 128 MiB workspace, cudaMalloc'd by the library itself). On the device, with
 # target/release/libcudapool.so carried:
-#   bash scripts/gpu/largest_batch.sh            (LIMITS="4 8" GiB, JOBS="gpt cnn")
+#   bash benches/gpu/largest_batch.sh            (LIMITS="4 8" GiB, JOBS="gpt cnn")
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/cudapool-largest}
@@ -15,7 +15,7 @@ mkdir -p "$OUT"
 LIB=$PWD/target/release/libcudapool.so
 fits() { # job batch limit_gib allocator
   local job=$1 b=$2 gib=$3 how=$4 bytes=$(($3 << 30))
-  local common=(python3 scripts/gpu/train_mem.py "$job" --steps 2 --warmup 2 --batch "$b")
+  local common=(python3 benches/gpu/train_mem.py "$job" --steps 2 --warmup 2 --batch "$b")
   case $how in
     torch) env PYTORCH_CUDA_ALLOC_CONF= "${common[@]}" --limit "$bytes" ;;
     torch-exp) env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "${common[@]}" --limit "$bytes" ;;
@@ -32,7 +32,7 @@ largest() { # job limit allocator start: doubles up from start until a failure, 
   done
   echo "$lo"
 }
-echo "# $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F), bash scripts/gpu/largest_batch.sh"
+echo "# $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F), bash benches/gpu/largest_batch.sh"
 echo "| job | limit | PyTorch default | PyTorch expandable | cudapool split | cudapool split, expandable |"
 echo "| --- | --- | --- | --- | --- | --- |"
 for gib in ${LIMITS:-4 8}; do

@@ -4,13 +4,13 @@
 # launch, the program goes on); under a 2 GiB limit it runs, and nvidia-smi's figure for the
 # process stays at or under the limit plus the context. Then PyTorch's CUDA graphs with the
 # cudaMallocAsync backend (its allocations become memory nodes).
-#   scripts/gpu/graph_check.sh LIB OUTDIR
+#   tests/gpu/graph_check.sh LIB OUTDIR
 set -u
 lib=${1:?libcudapool.so}
 out=${2:?outdir}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-nvcc -O2 -o "$out/graph_mem" "$here/graph_mem.cu" -lcuda -ldl || exit 1
+nvcc -O2 -o "$out/graph_mem" "$here/programs/graph_mem.cu" -lcuda -ldl || exit 1
 fail=0
 check() { # name expected-rc command...
   local name=$1 want=$2

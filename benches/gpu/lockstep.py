@@ -1,4 +1,4 @@
-"""What scripts/gpu/torch_lockstep.py and scripts/gpu/cpp_lockstep.py share: live worker
+"""What benches/gpu/torch_lockstep.py and benches/gpu/cpp_lockstep.py share: live worker
 processes pinned to one core that take turns (the order rotated each round), and the
 figures: the median over the rounds with its spread, and ratios within a turn.
 

@@ -2,7 +2,7 @@
 ratio to PyTorch's own allocator *in the same round*, reported as the median and interquartile
 range over the rounds, beside peak GPU memory by nvidia-smi and by the allocator.
 
-usage: python3 scripts/gpu/e2e.py [--jobs gpt,cnn,gen,small] [--rounds 10] [--seconds 3]
+usage: python3 benches/gpu/e2e.py [--jobs gpt,cnn,gen,small] [--rounds 10] [--seconds 3]
                                   [--lib target/release/libcudapool.so] [--out FILE]
        E2E_CPUS=2,3 pins every worker to those cores (the same for all rows).
 

@@ -1,5 +1,5 @@
 # The PASS/FAIL table of the GPU check scripts (sourced by scripts/gpu-check.sh and
-# scripts/gpu-sanitizer-check.sh): result() appends a row to $RESULTS, echoes it and counts
+# tests/gpu/gpu-sanitizer-check.sh): result() appends a row to $RESULTS, echoes it and counts
 # failures in FAILS; check() turns a shell test into a row.
 FAILS=${FAILS:-0}
 result() { # PASS|FAIL, what, detail

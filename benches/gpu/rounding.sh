@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Where a job's memory goes (issue 25): for each job of scripts/gpu/train_mem.py (GPT and
+# Where a job's memory goes (issue 25): for each job of benches/gpu/train_mem.py (GPT and
 # ResNet-50 training, GPT-2 generation), the peaks PyTorch's own allocator (default, and
 # expandable segments) and cudapool (split with classic and with expandable segments, PyTorch's
 # cache off) report: reserved, allocated (blocks handed out) and requested (what the program
 # asked for). allocated / requested is the rounding; reserved / requested is what the
 # allocator holds for what was asked. On the device, with target/release/libcudapool.so carried:
-#   bash scripts/gpu/rounding.sh                  (table on stdout; raw lines in $OUT/rounding-raw.txt)
+#   bash benches/gpu/rounding.sh                  (table on stdout; raw lines in $OUT/rounding-raw.txt)
 # Each row is one process; the rows of a job run back to back in one session.
 set -u
 cd "$(dirname "$0")/../.."
@@ -19,7 +19,7 @@ field() { echo "$2" | sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p"; }
 row() { # job, allocator, env...
   local job=$1 name=$2 line
   shift 2
-  line=$(timeout 300 env "$@" python3 scripts/gpu/train_mem.py $job --steps "$STEPS" 2>>"$OUT/rounding.err" |
+  line=$(timeout 300 env "$@" python3 benches/gpu/train_mem.py $job --steps "$STEPS" 2>>"$OUT/rounding.err" |
     tee -a "$OUT/rounding-raw.txt" | grep '^workload=' | head -n 1)
   if [ -z "$line" ]; then echo "| $job | $name | failed (see rounding.err) | | | | | |"; return; fi
   local res all req sps
@@ -27,7 +27,7 @@ row() { # job, allocator, env...
   req=$(field peak_requested "$line") sps=$(field steps_per_s "$line")
   echo "| $job | $name | $(mib "$res") | $(mib "$all") | $(mib "$req") | $(ratio "$all" "$req") | $(ratio "$res" "$req") | $sps |"
 }
-echo "# $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F), bash scripts/gpu/rounding.sh (STEPS=$STEPS)"
+echo "# $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F), bash benches/gpu/rounding.sh (STEPS=$STEPS)"
 echo "| job | allocator | peak reserved MiB | peak allocated MiB | peak requested MiB | allocated / requested | reserved / requested | steps/s |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 for job in ${JOBS:-gpt cnn gen}; do

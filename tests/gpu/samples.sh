@@ -5,9 +5,9 @@
 #
 # Needs .samples/src (scripts/fetch-samples.sh, carried to the device as `.samples`) and
 # target/release/libcudapool.so. On the device:
-#   bash scripts/gpu/samples.sh build     builds into the samples' own folders (parallel)
-#   bash scripts/gpu/samples.sh run       runs them; a table in $OUT/samples.txt
-#   bash scripts/gpu/samples.sh           both
+#   bash tests/gpu/samples.sh build     builds into the samples' own folders (parallel)
+#   bash tests/gpu/samples.sh run       runs them; a table in $OUT/samples.txt
+#   bash tests/gpu/samples.sh           both
 # Sourced by scripts/gpu-check.sh, whose PASS/FAIL table gets one row per failing sample and a
 # summary row. Exits 1 when a sample that passes without cudapool fails with it.
 set -u
@@ -20,7 +20,7 @@ JOBS=${JOBS:-$(nproc)}
 KINDS=${KINDS:-split binned simple}
 mkdir -p "$OUT/samples"
 : "${RESULTS:=$OUT/results.txt}"
-. scripts/gpu/checks.sh
+. tests/gpu/checks.sh
 
 # The sample folders (one program each); ONLY=name,name keeps those.
 sample_dirs() {

@@ -2,7 +2,7 @@
 PyTorch's snapshot pickle (cudapool.snapshot(format="torch")), read by PyTorch's own
 torch.cuda._memory_viz: segsum and trace as text, trace_plot and segment_plot as HTML.
 
-usage: python3 scripts/gpu/torch_snapshot.py OUT_DIR     (run under cudapool; prints a summary)
+usage: python3 tests/gpu/torch_snapshot.py OUT_DIR     (run under cudapool; prints a summary)
 """
 import os
 import pickle

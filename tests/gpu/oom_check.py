@@ -4,7 +4,7 @@ past a 2 GiB limit raises torch.OutOfMemoryError; CUDAPOOL_OOM_SNAPSHOT's file o
 torch.cuda._memory_viz (its segment and trace plots render). Prints PASS/FAIL lines and
 "oom check: N passed, M failed".
 
-    python3 scripts/gpu/oom_check.py LIB OUTDIR
+    python3 tests/gpu/oom_check.py LIB OUTDIR
 """
 import glob
 import os

@@ -8,7 +8,7 @@ round after round. Rows measured a few milliseconds apart see the same machine s
 row's ratio to PyTorch's own allocator *within a round* is the figure. Its median and spread
 over the rounds are what the kinds are compared by.
 
-    python3 scripts/gpu/torch_lockstep.py [ROUNDS]     (default 40; on the device)
+    python3 benches/gpu/torch_lockstep.py [ROUNDS]     (default 40; on the device)
 
 Rows: PyTorch's caching allocator; caching off (PYTORCH_NO_CUDA_MEMORY_CACHING=1) under
 cudapool split, binned, simple and split with expandable segments (CUDAPOOL_LIB, default

@@ -3,7 +3,7 @@ scraped while it runs, its figures beside torch.cuda's and nvidia-smi's. PyTorch
 cache here, so that torch.cuda.memory_reserved() is what PyTorch asked cudapool for (with its
 cache off, torch.cuda.memory_allocated() reads 0: it tracks nothing).
 
-    python3 scripts/gpu/exporter_check.py CUDAPOOL_BINARY LIBCUDAPOOL
+    python3 tests/gpu/exporter_check.py CUDAPOOL_BINARY LIBCUDAPOOL
 
 The training pauses after each phase and writes what torch.cuda says then; the scrape is taken
 during the pause. Prints a table and "exporter check ok" when cudapool's allocated is

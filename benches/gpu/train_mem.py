@@ -8,7 +8,7 @@ gpt   a 6-layer GPT-style decoder (d_model 768, 12 heads, causal, vocab 16384), 
 cnn   torchvision ResNet-50, batch 64 at 224x224, bf16 autocast, channels_last, SGD momentum
 gen   GPT-2 (12 layers, transformers, random weights) generating: each step a batch of 1 to 8
       prompts of 16 to 128 tokens (the same sequence every run) gets 32 new tokens, greedy
---batch  the batch of gpt or cnn (the largest batch that fits: scripts/gpu/largest_batch.sh)
+--batch  the batch of gpt or cnn (the largest batch that fits: benches/gpu/largest_batch.sh)
 --limit  PyTorch's own allocator only: set_per_process_memory_fraction(BYTES / total), as a
          user caps PyTorch (under cudapool, CUDAPOOL_MEMORY_LIMIT does it)
 --sync   reads the loss every step (loss.item(), a device synchronisation)
