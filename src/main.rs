@@ -7,6 +7,7 @@
 mod cli {
     pub mod config;
     pub mod exporter;
+    pub mod metrics;
     pub mod out;
     pub mod plot;
     pub mod run;
@@ -121,9 +122,10 @@ struct SnapshotArgs {
 
 #[derive(Args)]
 struct ExporterArgs {
-    /// Where to listen (port 0: any free port)
-    #[arg(long, value_name = "ADDR:PORT", default_value = cli::exporter::DEFAULT_LISTEN)]
-    listen: std::net::SocketAddr,
+    /// Where to listen: :PORT (every interface), localhost:PORT, HOST:PORT, IPv4:PORT or
+    /// [IPv6]:PORT (port 0: any free port)
+    #[arg(long, value_name = "ADDR:PORT", default_value = cli::exporter::DEFAULT_LISTEN, value_parser = cli::exporter::parse_listen)]
+    listen: cli::exporter::Listen,
     /// Read the processes' pages at most this often (0: every scrape)
     #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = seconds)]
     interval: f64,

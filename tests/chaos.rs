@@ -26,76 +26,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-fn uid() -> u32 {
-    // SAFETY: getuid has no preconditions.
-    unsafe { libc::getuid() }
-}
-
 /// A runtime directory of this test's own (removed first), so scenarios do not meet.
 fn runtime_dir(what: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chaos-{what}"));
     let _ = std::fs::remove_dir_all(&d);
     d
-}
-
-/// A `chaos` client under the shim with a clean `CUDAPOOL_*` environment plus `env`.
-fn chaos(args: &[&str], env: &[(&str, &str)]) -> Command {
-    let f = fixture();
-    let mut cmd = Command::new(f.dir.join("chaos"));
-    cmd.args(args).current_dir(&f.dir);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CUDAPOOL_") || k.starts_with("FAKECU_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("LD_LIBRARY_PATH", &f.dir)
-        .env("LD_PRELOAD", &f.lib)
-        .envs(env.iter().copied());
-    cmd
-}
-
-struct Out {
-    status: std::process::ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `cmd` to its end, at most `limit` (then kills it and fails: a hang).
-fn finish(mut cmd: Command, limit: Duration, what: &str) -> Out {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let o = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut so, &mut s);
-        s
-    });
-    let e = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut se, &mut s);
-        s
-    });
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what}: hung (no end within {} s)", limit.as_secs());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Out {
-        status,
-        stdout: o.join().unwrap(),
-        stderr: e.join().unwrap(),
-    }
 }
 
 /// (e) Eight threads allocating random sizes at once near the device's size, for every pool
@@ -289,37 +224,6 @@ fn members_killed_at_any_instant_never_break_the_group() {
         !dir.join("group-churn").exists(),
         "a ledger with no live member is removed by its user's next reader"
     );
-}
-
-/// Runs `script` (sh) in a private mount namespace with its own tmpfs at `/dev/shm` of `size`
-/// (as root; else in a user namespace, where the kernel allows it). `None` if neither works.
-fn in_small_shm(size: &str, script: &str, env: &[(&str, &str)]) -> Option<Out> {
-    let f = fixture();
-    let mount = format!("mount -t tmpfs -o size={size} tmpfs /dev/shm || exit 97; {script}");
-    let mut cmd = Command::new("unshare");
-    if uid() != 0 {
-        cmd.arg("-r");
-    }
-    cmd.args(["-m", "sh", "-c", &mount]).current_dir(&f.dir);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CUDAPOOL_") || k.starts_with("FAKECU_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("LD_LIBRARY_PATH", &f.dir)
-        .env("SHIM", &f.lib)
-        .env("CHAOS", f.dir.join("chaos"))
-        .env("CLI", env!("CARGO_BIN_EXE_cudapool"))
-        .envs(env.iter().copied());
-    let o = finish(cmd, Duration::from_secs(120), script);
-    if o.status.code() == Some(97) || (o.status.code() == Some(1) && o.stderr.contains("unshare")) {
-        eprintln!(
-            "no private mount namespace here ({}): not checked",
-            o.stderr.trim()
-        );
-        return None;
-    }
-    Some(o)
 }
 
 /// (b) `/dev/shm` full (a container's 64 MiB, filled by DataLoader workers): a program runs and

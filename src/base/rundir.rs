@@ -71,13 +71,15 @@ pub struct RunDir {
 enum Found {
     Usable(RunDir),
     Absent,
-    /// Not usable: why.
+    /// A directory, but another user's or one others may write: never used as it is (why).
+    Shared(String),
+    /// Not a directory we can use at all (a link, a file, an error): why.
     Unusable(String),
 }
 
 /// Opens `path` as a directory (never through a link) and checks it belongs to `owner` and
-/// that no one else may write in it. `fix`: a directory of ours with looser modes is made 0700.
-fn open_dir(path: &Path, owner: u32, fix: bool) -> Found {
+/// that no one else may write in it. Nothing about it is changed.
+fn open_dir(path: &Path, owner: u32) -> Found {
     let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) else {
         return Found::Unusable(format!("{}: not a path", path.display()));
     };
@@ -106,18 +108,14 @@ fn open_dir(path: &Path, owner: u32, fix: bool) -> Found {
         Err(e) => return Found::Unusable(format!("{}: {e}", path.display())),
     };
     if st.st_uid != owner {
-        return Found::Unusable(format!("{} belongs to user {}", path.display(), st.st_uid));
+        return Found::Shared(format!("{} belongs to user {}", path.display(), st.st_uid));
     }
     if st.st_mode & 0o022 != 0 {
-        // SAFETY: fchmod of a directory of ours, through its descriptor.
-        let fixed = fix && unsafe { libc::fchmod(fd.as_raw_fd(), 0o700) } == 0;
-        if !fixed {
-            return Found::Unusable(format!(
-                "{} may be written by other users (mode {:o})",
-                path.display(),
-                st.st_mode & 0o7777
-            ));
-        }
+        return Found::Shared(format!(
+            "{} may be written by other users (mode {:o})",
+            path.display(),
+            st.st_mode & 0o7777
+        ));
     }
     Found::Usable(RunDir {
         fd,
@@ -133,7 +131,9 @@ fn lstat_uid(c: &CStr) -> Option<u32> {
     (unsafe { libc::lstat(c.as_ptr(), &mut st) } == 0).then_some(st.st_uid)
 }
 
-/// Makes directory `path` (mode 0700; only its last component) and opens it.
+/// Makes directory `path` (mode 0700; only its last component) and opens it. Only a directory
+/// this call made has its mode set (a umask may have taken the owner's bits); one that was
+/// there already is used as it is, or not at all.
 fn make_dir(path: &Path, owner: u32) -> Found {
     let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) else {
         return Found::Unusable(format!("{}: not a path", path.display()));
@@ -144,28 +144,57 @@ fn make_dir(path: &Path, owner: u32) -> Found {
         if e.raw_os_error() != Some(libc::EEXIST) {
             return Found::Unusable(format!("cannot make {}: {e}", path.display()));
         }
+        return open_dir(path, owner);
     }
-    open_dir(path, owner, true)
+    let found = open_dir(path, owner);
+    if let Found::Usable(d) = &found {
+        // SAFETY: fchmod through the descriptor of the directory this call just made.
+        unsafe { libc::fchmod(d.fd.as_raw_fd(), 0o700) };
+    }
+    found
 }
+
+/// The private directory of user `uid` inside a shared one (`CUDAPOOL_RUNTIME_DIR` naming
+/// `/tmp`, a team's folder, another user's directory).
+pub fn private_in(shared: &Path, uid: u32) -> PathBuf {
+    shared.join(format!("cudapool-{uid}"))
+}
+
+/// The remedy every refusal names.
+const REMEDY: &str = "set CUDAPOOL_RUNTIME_DIR to a directory of yours that no other user may write (it is made 0700 if absent)";
 
 /// This user's runtime directory (made if absent), and a line to say once when it is not the
 /// default because another user took that name. `Err` is one line: why there is none.
+///
+/// `configured` (`CUDAPOOL_RUNTIME_DIR`): a directory of this user that no one else may write
+/// is used as it is; one another user owns or others may write (`/tmp`, a team's folder) is
+/// used through a private `cudapool-<uid>` made inside it; nothing of it is ever changed.
 pub fn mine(configured: Option<&Path>) -> Result<(RunDir, Option<String>), String> {
     let me = uid();
     if let Some(p) = configured {
-        return match make_dir(p, me) {
+        let shared = match make_dir(p, me) {
+            Found::Usable(d) => return Ok((d, None)),
+            Found::Shared(why) => why,
+            Found::Unusable(why) => return Err(format!("CUDAPOOL_RUNTIME_DIR: {why}; {REMEDY}")),
+            Found::Absent => return Err(format!("CUDAPOOL_RUNTIME_DIR: {} vanished", p.display())),
+        };
+        let private = private_in(p, me);
+        return match make_dir(&private, me) {
             Found::Usable(d) => Ok((d, None)),
-            Found::Unusable(why) => Err(format!(
-                "CUDAPOOL_RUNTIME_DIR: {why}; it must be a directory of yours that no other user may write"
+            Found::Shared(why) | Found::Unusable(why) => Err(format!(
+                "CUDAPOOL_RUNTIME_DIR: {shared}, and its private {why}; {REMEDY}"
             )),
-            Found::Absent => Err(format!("CUDAPOOL_RUNTIME_DIR: {} vanished", p.display())),
+            Found::Absent => Err(format!(
+                "CUDAPOOL_RUNTIME_DIR: {} vanished",
+                private.display()
+            )),
         };
     }
     let mut squatted: Option<(PathBuf, String)> = None;
     let mut first_absent = None;
     for k in 0..=ALTERNATES {
         let path = default_path(me, k);
-        match open_dir(&path, me, true) {
+        match open_dir(&path, me) {
             Found::Usable(d) => {
                 let said = squat_line(&squatted, &d.path);
                 return Ok((d, said));
@@ -173,7 +202,7 @@ pub fn mine(configured: Option<&Path>) -> Result<(RunDir, Option<String>), Strin
             Found::Absent => {
                 first_absent.get_or_insert(path);
             }
-            Found::Unusable(why) => {
+            Found::Shared(why) | Found::Unusable(why) => {
                 squatted.get_or_insert((path, why));
             }
         }
@@ -181,7 +210,7 @@ pub fn mine(configured: Option<&Path>) -> Result<(RunDir, Option<String>), Strin
     let Some(path) = first_absent else {
         let why = squatted.map_or_else(String::new, |(_, w)| w);
         return Err(format!(
-            "no runtime directory: {why}, and so are its {ALTERNATES} alternates; set CUDAPOOL_RUNTIME_DIR to a directory of yours"
+            "no runtime directory: {why}, and so are its {ALTERNATES} alternates; {REMEDY}"
         ));
     };
     match make_dir(&path, me) {
@@ -189,7 +218,7 @@ pub fn mine(configured: Option<&Path>) -> Result<(RunDir, Option<String>), Strin
             let said = squat_line(&squatted, &d.path);
             Ok((d, said))
         }
-        Found::Unusable(why) => Err(why),
+        Found::Shared(why) | Found::Unusable(why) => Err(format!("{why}; {REMEDY}")),
         Found::Absent => Err(format!("{} vanished", path.display())),
     }
 }
@@ -204,17 +233,108 @@ fn squat_line(squatted: &Option<(PathBuf, String)>, used: &Path) -> Option<Strin
     })
 }
 
+/// What a reader says of a user's default runtime directory that someone else took.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Squat {
+    /// The user whose name was taken.
+    pub uid: u32,
+    /// The name taken, and why it cannot be used.
+    pub path: PathBuf,
+    pub why: String,
+    /// The name that user's processes use instead (`None`: every name is taken).
+    pub used: Option<PathBuf>,
+}
+
+impl Squat {
+    /// One line: what was taken, what is used instead, and the remedy.
+    pub fn line(&self) -> String {
+        match &self.used {
+            Some(u) => format!(
+                "{}: user {}'s processes use {} instead; to take it back, have root remove {} (or set CUDAPOOL_RUNTIME_DIR to a directory of yours)",
+                self.why,
+                self.uid,
+                u.display(),
+                self.path.display()
+            ),
+            None => format!(
+                "{}, and so are all {ALTERNATES} alternates: user {}'s processes run without live pages or groups; have root remove them, or {REMEDY}",
+                self.why, self.uid
+            ),
+        }
+    }
+}
+
+/// The default runtime directories of this user (of every user named in `/dev/shm`, with
+/// `all_users`) that are not theirs to use: the first name taken, and the name in use instead.
+/// With `CUDAPOOL_RUNTIME_DIR` set nothing is walked, so nothing is said.
+pub fn squats(all_users: bool, configured: Option<&Path>) -> Vec<Squat> {
+    if configured.is_some() {
+        return Vec::new();
+    }
+    let mut users = vec![uid()];
+    if all_users {
+        if let Ok(entries) = std::fs::read_dir(SHM) {
+            for e in entries.flatten() {
+                let name = e.file_name();
+                let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("cudapool-")) else {
+                    continue;
+                };
+                let u = rest.split_once('.').map_or(rest, |(u, _)| u);
+                if let Ok(u) = u.parse::<u32>() {
+                    users.push(u);
+                }
+            }
+        }
+        users.sort_unstable();
+        users.dedup();
+    }
+    let mut out = Vec::new();
+    for u in users {
+        let mut taken: Option<(PathBuf, String)> = None;
+        let mut used = None;
+        for k in 0..=ALTERNATES {
+            let path = default_path(u, k);
+            match open_dir(&path, u) {
+                Found::Usable(_) => {
+                    used = Some(path);
+                    break;
+                }
+                Found::Absent => {}
+                Found::Shared(why) | Found::Unusable(why) => {
+                    taken.get_or_insert((path, why));
+                }
+            }
+        }
+        if let Some((path, why)) = taken {
+            let every = used.is_none()
+                && (0..=ALTERNATES)
+                    .all(|k| !matches!(open_dir(&default_path(u, k), u), Found::Absent));
+            if used.is_some() || every {
+                out.push(Squat {
+                    uid: u,
+                    path,
+                    why,
+                    used,
+                });
+            }
+        }
+    }
+    out
+}
+
 /// Every runtime directory a reader looks in: with `configured` (`CUDAPOOL_RUNTIME_DIR`), that
-/// one (it must belong to the reader, or to anyone when `all_users`); else the default and its
-/// alternates of this user, or of every user (`all_users`, root). Each is checked as the
-/// writers check theirs: a directory of the user its name says, that no one else may write.
+/// one (it must belong to the reader, or to anyone when `all_users`) or, when it is shared,
+/// the private `cudapool-<uid>` directories inside it (the reader's, or everyone's); else the
+/// default and its alternates of this user, or of every user (`all_users`, root). Each is
+/// checked as the writers check theirs: a directory of the user its name says, that no one
+/// else may write. Nothing is changed.
 pub fn readable(all_users: bool, configured: Option<&Path>) -> Vec<RunDir> {
     let me = uid();
     if let Some(p) = configured {
+        let Ok(c) = CString::new(p.as_os_str().as_encoded_bytes()) else {
+            return Vec::new();
+        };
         let owner = if all_users {
-            let Ok(c) = CString::new(p.as_os_str().as_encoded_bytes()) else {
-                return Vec::new();
-            };
             match lstat_uid(&c) {
                 Some(u) => u,
                 None => return Vec::new(),
@@ -222,21 +342,33 @@ pub fn readable(all_users: bool, configured: Option<&Path>) -> Vec<RunDir> {
         } else {
             me
         };
-        return match open_dir(p, owner, false) {
+        return match open_dir(p, owner) {
             Found::Usable(d) => vec![d],
+            Found::Shared(_) if !all_users => match open_dir(&private_in(p, me), me) {
+                Found::Usable(d) => vec![d],
+                _ => Vec::new(),
+            },
+            Found::Shared(_) => users_in(p, |u, _| private_in(p, u)),
             _ => Vec::new(),
         };
     }
     let mut out = Vec::new();
     if !all_users {
         for k in 0..=ALTERNATES {
-            if let Found::Usable(d) = open_dir(&default_path(me, k), me, false) {
+            if let Found::Usable(d) = open_dir(&default_path(me, k), me) {
                 out.push(d);
             }
         }
         return out;
     }
-    let Ok(entries) = std::fs::read_dir(SHM) else {
+    users_in(Path::new(SHM), default_path)
+}
+
+/// The usable directories `cudapool-<uid>[.k]` in `parent`, each checked against the uid its
+/// name gives; `at(uid, k)` is where that name lies.
+fn users_in(parent: &Path, at: impl Fn(u32, usize) -> PathBuf) -> Vec<RunDir> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(parent) else {
         return out;
     };
     for e in entries.flatten() {
@@ -256,7 +388,11 @@ pub fn readable(all_users: bool, configured: Option<&Path>) -> Vec<RunDir> {
         let (Ok(u), Some(k)) = (u.parse::<u32>(), k) else {
             continue;
         };
-        if let Found::Usable(d) = open_dir(&default_path(u, k), u, false) {
+        let path = at(u, k);
+        if path.file_name() != Some(name.as_os_str()) {
+            continue; // an alternate's name where only private directories live
+        }
+        if let Found::Usable(d) = open_dir(&path, u) {
             out.push(d);
         }
     }
@@ -487,18 +623,34 @@ mod tests {
         let file = base.join("file");
         std::fs::write(&file, b"x").unwrap();
         assert!(mine(Some(&file)).is_err(), "a file");
-        // A directory of ours that others may write is tightened (we own it), never trusted as is.
+        // A directory of ours that others may write is never changed: a private directory
+        // inside it is used instead, and readers look there too.
         let open = base.join("open");
         std::fs::create_dir(&open).unwrap();
-        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
             .unwrap();
-        assert!(mine(Some(&open)).is_ok());
+        let (d, _) = mine(Some(&open)).expect("a private directory inside");
+        assert_eq!(d.path(), private_in(&open, uid()));
         let mode = std::fs::metadata(&open).unwrap().permissions();
-        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o077, 0);
-        // A reader never changes it: a writable one is skipped.
-        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777,
+            0o1777,
+            "the shared directory kept its mode"
+        );
+        let seen = readable(false, Some(&open));
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].path(), d.path());
+        // An existing directory of ours with a loose mode is not tightened either.
+        let loose = base.join("loose");
+        std::fs::create_dir(&loose).unwrap();
+        std::fs::set_permissions(&loose, std::os::unix::fs::PermissionsExt::from_mode(0o2775))
             .unwrap();
-        assert!(readable(false, Some(&open)).is_empty());
+        assert!(mine(Some(&loose)).is_ok());
+        let mode = std::fs::metadata(&loose).unwrap().permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777,
+            0o2775
+        );
     }
 
     #[test]

@@ -21,15 +21,10 @@
 //! every series carries the `uid` that owns the file it came from; `pid` and `comm` are the
 //! kernel's, never the page's word.
 
-use cudapool::base::rundir::configured_from_env;
-use cudapool::limits::budget::DeviceStats;
-use cudapool::report::page::fmt_uuid;
-use cudapool::report::pages::{live, Snapshot};
-use fastmetrics::encoder::{EncodeLabelSet, LabelSetEncoder};
-use fastmetrics::format::text::{self, EscapingScheme, TextProfile};
-use fastmetrics::metrics::{counter::Counter, family::Family, gauge::Gauge};
-use fastmetrics::raw::{metadata::Unit, LabelSetSchema};
-use fastmetrics::registry::Registry;
+use super::metrics::render;
+use cudapool::base::patience::{Patience, READ_TIME};
+use cudapool::base::rundir::{self, configured_from_env, Squat};
+use cudapool::report::pages::{live_in, owners, Snapshot};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{header, Method, Request, Response, StatusCode};
@@ -46,21 +41,87 @@ const MAX_CONNECTIONS: usize = 512;
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The forms `--listen` takes.
+pub const LISTEN_FORMS: &str =
+    ":PORT (every interface), localhost:PORT, HOST:PORT, IPv4:PORT or [IPv6]:PORT";
+
+/// Where `--listen` says to listen: the addresses to try, in order (the first that binds).
+#[derive(Clone, Debug)]
+pub struct Listen {
+    pub text: String,
+    pub addrs: Vec<SocketAddr>,
+}
+
+/// Parses `--listen`: `:PORT` is every interface (IPv6 and IPv4 together, or IPv4 alone where
+/// the host has no IPv6); a name is resolved, its IPv4 addresses first.
+pub fn parse_listen(s: &str) -> Result<Listen, String> {
+    let bad = |why: &str| format!("{why}; accepted: {LISTEN_FORMS}");
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| bad(&format!("{s:?} has no :PORT")))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| bad(&format!("{port:?} is not a port (0 to 65535)")))?;
+    let addrs: Vec<SocketAddr> = if host.is_empty() {
+        vec![
+            SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)),
+            SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, port)),
+        ]
+    } else if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        let ip: std::net::Ipv6Addr = v6
+            .parse()
+            .map_err(|_| bad(&format!("{v6:?} is not an IPv6 address")))?;
+        vec![SocketAddr::from((ip, port))]
+    } else if host.contains(':') {
+        return Err(bad(&format!("{s:?}: an IPv6 address goes in brackets")));
+    } else {
+        use std::net::ToSocketAddrs as _;
+        let mut found: Vec<SocketAddr> = (host, port)
+            .to_socket_addrs()
+            .map_err(|e| bad(&format!("{host:?} does not resolve ({e})")))?
+            .collect();
+        found.sort_by_key(|a| a.is_ipv6());
+        found.dedup();
+        found
+    };
+    if addrs.is_empty() {
+        return Err(bad(&format!("{host:?} has no address")));
+    }
+    Ok(Listen {
+        text: s.to_string(),
+        addrs,
+    })
+}
+
 /// `cudapool exporter ...`: runs until killed. 1 if it cannot listen.
-pub fn exporter(listen: SocketAddr, interval: Duration) -> ExitCode {
+pub fn exporter(listen: Listen, interval: Duration) -> ExitCode {
     struct Options {
-        listen: SocketAddr,
         interval: Duration,
     }
-    let opts = Options { listen, interval };
-    let listener = match std::net::TcpListener::bind(opts.listen) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("cudapool exporter: cannot listen on {}: {e}", opts.listen);
-            return ExitCode::from(1);
+    let opts = Options { interval };
+    let mut last = None;
+    let mut bound = None;
+    for a in &listen.addrs {
+        match std::net::TcpListener::bind(a) {
+            Ok(l) => {
+                bound = Some(l);
+                break;
+            }
+            Err(e) => last = Some(format!("{a}: {e}")),
         }
+    }
+    let Some(listener) = bound else {
+        eprintln!(
+            "cudapool exporter: cannot listen on {}: {}",
+            listen.text,
+            last.unwrap_or_default()
+        );
+        return ExitCode::from(1);
     };
-    let addr = listener.local_addr().unwrap_or(opts.listen);
+    let Ok(addr) = listener.local_addr() else {
+        eprintln!("cudapool exporter: the socket has no address");
+        return ExitCode::from(1);
+    };
     raise_open_files();
     // SAFETY: geteuid has no preconditions.
     let all_users = unsafe { libc::geteuid() } == 0;
@@ -73,8 +134,11 @@ pub fn exporter(listen: SocketAddr, interval: Duration) -> ExitCode {
         },
         opts.interval.as_secs_f64()
     );
+    // Requests are answered on one thread; the reads of users' files run beside it, on at most
+    // two more (a scrape that reads never holds up `GET /` or another connection).
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .max_blocking_threads(2)
         .build()
     {
         Ok(r) => r,
@@ -87,6 +151,7 @@ pub fn exporter(listen: SocketAddr, interval: Duration) -> ExitCode {
         all_users,
         interval: opts.interval,
         cache: Mutex::new(None),
+        said: Mutex::new(Vec::new()),
     });
     match runtime.block_on(serve(listener, state)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -171,7 +236,7 @@ async fn serve(listener: std::net::TcpListener, scraper: Arc<Scraper>) -> std::i
             let service = hyper::service::service_fn(move |req| {
                 a3.store(c3.now(), Ordering::Relaxed);
                 let scraper = scraper.clone();
-                async move { Ok::<_, std::convert::Infallible>(scraper.answer(&req)) }
+                async move { Ok::<_, std::convert::Infallible>(scraper.answer(req).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -185,15 +250,23 @@ async fn serve(listener: std::net::TcpListener, scraper: Arc<Scraper>) -> std::i
 }
 
 /// One process as a scrape sees it.
-struct Process {
-    snap: Snapshot,
-    comm: String,
+pub(super) struct Process {
+    pub(super) snap: Snapshot,
+    pub(super) comm: String,
 }
 
-/// What a scrape reads: the processes and the groups.
-struct Seen {
-    procs: Vec<Process>,
-    groups: Vec<cudapool::limits::group::LedgerView>,
+/// What a scrape reads: the processes and the groups, what it could not read, and the users'
+/// runtime directories someone else took.
+pub(super) struct Seen {
+    pub(super) procs: Vec<Process>,
+    pub(super) groups: Vec<cudapool::limits::group::LedgerView>,
+    /// Files left unread, by reason: `invalid` (not a page or ledger of this version, or not
+    /// the directory owner's), `busy` (its live writer was writing all the time it was given),
+    /// `time` (the read's time, or its owner's share of it, ran out first).
+    pub(super) skipped: [(&'static str, usize); 3],
+    pub(super) squats: Vec<Squat>,
+    /// How long the read took.
+    pub(super) read: Duration,
 }
 
 struct Scraper {
@@ -201,10 +274,12 @@ struct Scraper {
     interval: Duration,
     /// What was read last, and when.
     cache: Mutex<Option<(Instant, Arc<Seen>)>>,
+    /// The squats already said on stderr (each once).
+    said: Mutex<Vec<Squat>>,
 }
 
 impl Scraper {
-    fn answer(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    async fn answer(self: Arc<Self>, req: Request<Incoming>) -> Response<Full<Bytes>> {
         let head = req.method() == Method::HEAD;
         if req.method() != Method::GET && !head {
             let mut r = reply(
@@ -223,8 +298,18 @@ impl Scraper {
                     .get(header::ACCEPT)
                     .and_then(|v| v.to_str().ok());
                 let openmetrics = prefers_openmetrics(accept.unwrap_or(""));
-                let (text, kind) = render(&self.seen(), openmetrics, self.all_users);
-                reply(StatusCode::OK, kind, text)
+                let me = self.clone();
+                match tokio::task::spawn_blocking(move || me.seen()).await {
+                    Ok(seen) => {
+                        let (text, kind) = render(&seen, openmetrics, self.all_users);
+                        reply(StatusCode::OK, kind, text)
+                    }
+                    Err(e) => reply(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "text/plain; charset=utf-8",
+                        format!("cudapool exporter: {e}\n"),
+                    ),
+                }
             }
             "/" => reply(
                 StatusCode::OK,
@@ -252,18 +337,62 @@ impl Scraper {
                 return seen.clone();
             }
         }
-        let seen = Arc::new(Seen {
-            procs: collect(self.all_users),
-            groups: cudapool::limits::group::ledgers(
-                self.all_users,
-                configured_from_env().as_deref(),
-            )
-            .into_iter()
-            .flatten()
-            .collect(),
-        });
+        let seen = Arc::new(read(self.all_users));
+        self.say_squats(&seen.squats);
         *cache = Some((Instant::now(), seen.clone()));
         seen
+    }
+}
+
+impl Scraper {
+    /// Says each squat once on stderr (an operator's log), as long as it lasts.
+    fn say_squats(&self, now: &[Squat]) {
+        let mut said = self.said.lock().unwrap_or_else(|e| e.into_inner());
+        for s in now {
+            if !said.contains(s) {
+                eprintln!("cudapool exporter: {}", s.line());
+            }
+        }
+        *said = now.to_vec();
+    }
+}
+
+/// One read of every page and ledger this exporter may read, within [`READ_TIME`] (each user's
+/// files getting an equal share of it).
+fn read(all_users: bool) -> Seen {
+    let t0 = Instant::now();
+    let configured = configured_from_env();
+    let dirs = rundir::readable(all_users, configured.as_deref());
+    let mut patience = Patience::new(READ_TIME, owners(&dirs));
+    let (snaps, skipped_pages) = live_in(&dirs, &mut patience);
+    let ledgers = cudapool::limits::group::ledgers_in(&dirs, &mut patience);
+    let mut skipped = [("invalid", 0), ("busy", 0), ("time", 0)];
+    let mut count = |why: &str, late: bool| {
+        let i = if late {
+            2
+        } else if why.contains("being written") {
+            1
+        } else {
+            0
+        };
+        skipped[i].1 += 1;
+    };
+    for s in &skipped_pages {
+        count(&s.why, s.late);
+    }
+    let mut groups = Vec::new();
+    for l in ledgers {
+        match l {
+            Ok(g) => groups.push(g),
+            Err((why, late)) => count(&why, late),
+        }
+    }
+    Seen {
+        procs: processes(snaps),
+        groups,
+        skipped,
+        squats: rundir::squats(all_users, configured.as_deref()),
+        read: t0.elapsed(),
     }
 }
 
@@ -300,12 +429,11 @@ fn prefers_openmetrics(accept: &str) -> bool {
     om > 0.0 && om > plain
 }
 
-/// Every page of the processes this exporter may read, with each process's name. The pid is
-/// the kernel's (the holder of the page's lock) and the name is read from `/proc` for it: a
-/// process in a pid namespace the exporter cannot see is left out, since nothing but its own
-/// page would name it. One process shows once, whatever its user's files say.
-fn collect(all_users: bool) -> Vec<Process> {
-    let (seen, _) = live(all_users, configured_from_env().as_deref());
+/// The processes of the pages read, with each one's name. The pid is the kernel's (the holder
+/// of the page's lock) and the name is read from `/proc` for it: a process in a pid namespace
+/// the exporter cannot see is left out, since nothing but its own page would name it. One
+/// process shows once, whatever its user's files say.
+fn processes(seen: Vec<Snapshot>) -> Vec<Process> {
     let mut out: Vec<Process> = Vec::new();
     for snap in seen {
         if snap.pid == 0 || out.iter().any(|p| p.snap.pid == snap.pid) {
@@ -319,309 +447,34 @@ fn collect(all_users: bool) -> Vec<Process> {
     out
 }
 
-/// The labels of one process's device.
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct DeviceLabels {
-    /// The page's owner, shown when the exporter reads every user's (as root).
-    uid: Option<u32>,
-    pid: u32,
-    comm: String,
-    device: i32,
-    uuid: String,
-    group: Option<String>,
-}
-
-impl LabelSetSchema for DeviceLabels {
-    fn names() -> Option<&'static [&'static str]> {
-        Some(&["uid", "pid", "comm", "device", "uuid", "group"])
-    }
-}
-
-impl EncodeLabelSet for DeviceLabels {
-    fn encode(&self, e: &mut dyn LabelSetEncoder) -> fastmetrics::error::Result<()> {
-        if let Some(u) = self.uid {
-            e.encode(&("uid", u))?;
-        }
-        e.encode(&("pid", self.pid))?;
-        e.encode(&("comm", self.comm.as_str()))?;
-        e.encode(&("device", self.device))?;
-        e.encode(&("uuid", self.uuid.as_str()))?;
-        if let Some(g) = &self.group {
-            e.encode(&("group", g.as_str()))?;
-        }
-        Ok(())
-    }
-}
-
-/// The labels of one group's GPU.
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct GroupLabels {
-    uid: Option<u32>,
-    group: String,
-    uuid: String,
-}
-
-impl LabelSetSchema for GroupLabels {
-    fn names() -> Option<&'static [&'static str]> {
-        Some(&["uid", "group", "uuid"])
-    }
-}
-
-impl EncodeLabelSet for GroupLabels {
-    fn encode(&self, e: &mut dyn LabelSetEncoder) -> fastmetrics::error::Result<()> {
-        if let Some(u) = self.uid {
-            e.encode(&("uid", u))?;
-        }
-        e.encode(&("group", self.group.as_str()))?;
-        e.encode(&("uuid", self.uuid.as_str()))
-    }
-}
-
-type Gauges = Family<DeviceLabels, Gauge<i64>>;
-type Counters = Family<DeviceLabels, Counter<u64>>;
-/// One figure of a device's stats.
-type Field = fn(&DeviceStats) -> u64;
-/// A metric: name, help, the figure.
-type Metric = (&'static str, &'static str, Field);
-
-/// The gauges (in bytes, then plain) and counters of a device, by name, help and field.
-const BYTES: &[Metric] = &[
-    (
-        "allocated",
-        "Bytes of device memory the program holds through cudapool, rounding included",
-        |s| s.allocated,
-    ),
-    (
-        "requested",
-        "Bytes the program asked for of what it holds, before rounding",
-        |s| s.requested,
-    ),
-    (
-        "reserved",
-        "Bytes cudapool holds from the driver, cached memory included",
-        |s| s.reserved,
-    ),
-    ("cached", "Bytes reserved and free for reuse", |s| s.cached),
-    (
-        "peak_allocated",
-        "The most bytes the program held at once",
-        |s| s.allocated_peak,
-    ),
-    (
-        "peak_requested",
-        "The most bytes the program had asked for and held at once",
-        |s| s.requested_peak,
-    ),
-    (
-        "peak_reserved",
-        "The most bytes cudapool held from the driver at once",
-        |s| s.reserved_peak,
-    ),
-    (
-        "hard_limit",
-        "The hard limit on the process's device memory (0: none)",
-        |s| s.hard_limit,
-    ),
-    (
-        "soft_limit",
-        "Above this much reserved memory, freed blocks go back to the driver (0: none)",
-        |s| s.soft_limit,
-    ),
-];
-const COUNTS: &[Metric] = &[
-    ("live_allocations", "Allocations the program holds", |s| {
-        s.live_allocations
-    }),
-    ("segments", "Driver allocations cudapool holds", |s| {
-        s.segments
-    }),
-];
-const COUNTERS: &[Metric] = &[
-    ("alloc_calls", "Allocation calls", |s| s.alloc_calls),
-    ("free_calls", "Free calls", |s| s.free_calls),
-    ("cache_hits", "Allocations served from the cache", |s| {
-        s.cache_hits
-    }),
-    (
-        "driver_allocs",
-        "Allocations cudapool asked the driver for",
-        |s| s.driver_allocs,
-    ),
-    ("driver_frees", "Frees cudapool made to the driver", |s| {
-        s.driver_frees
-    }),
-    (
-        "reclaims",
-        "Times cached memory was given back and an allocation retried",
-        |s| s.reclaim_retries,
-    ),
-    ("ooms", "Out-of-memory answers to the program", |s| s.ooms),
-];
-
-/// The exposition of what was seen: OpenMetrics or the Prometheus text format, with its
-/// content type. Counters are named `..._total` in both (OpenMetrics adds the suffix itself).
-fn render(seen: &Seen, openmetrics: bool, all_users: bool) -> (String, &'static str) {
-    let procs = &seen.procs;
-    let build = || -> fastmetrics::error::Result<String> {
-        let mut reg = Registry::builder().with_namespace("cudapool").build()?;
-        let count = Gauge::<i64>::new(procs.len() as i64);
-        reg.register("processes", "cudapool processes publishing figures", count)?;
-        let mut families: Vec<(Gauges, Field)> = Vec::new();
-        for &(name, help, field) in BYTES {
-            let f = Gauges::default();
-            reg.register_with_unit(name, help, Unit::Bytes, f.clone())?;
-            families.push((f, field));
-        }
-        for &(name, help, field) in COUNTS {
-            let f = Gauges::default();
-            reg.register(name, help, f.clone())?;
-            families.push((f, field));
-        }
-        let mut counters: Vec<(Counters, Field)> = Vec::new();
-        for &(name, help, field) in COUNTERS {
-            let f = Counters::default();
-            let name = if openmetrics {
-                name.to_string()
-            } else {
-                format!("{name}_total")
-            };
-            reg.register(name, help, f.clone())?;
-            counters.push((f, field));
-        }
-        let updated = Family::<DeviceLabels, Gauge<f64>>::default();
-        reg.register_with_unit(
-            "last_update_timestamp",
-            "When the process last published its figures (Unix time)",
-            Unit::Seconds,
-            updated.clone(),
-        )?;
-        for p in procs {
-            for d in &p.snap.devices {
-                let labels = DeviceLabels {
-                    uid: all_users.then_some(p.snap.uid),
-                    pid: p.snap.pid,
-                    comm: p.comm.clone(),
-                    device: d.device,
-                    uuid: d.uuid.as_ref().map_or(String::new(), fmt_uuid),
-                    group: p.snap.group.clone(),
-                };
-                for (f, field) in &families {
-                    let v = i64::try_from(field(&d.stats)).unwrap_or(i64::MAX);
-                    f.with_or_new(&labels, |g| g.set(v));
-                }
-                for (f, field) in &counters {
-                    f.with_or_new(&labels, |c| c.set(field(&d.stats)));
-                }
-                updated.with_or_new(&labels, |g| g.set(p.snap.updated_ns as f64 / 1e9));
-            }
-        }
-        if !seen.groups.is_empty() {
-            let members = Family::<GroupLabels, Gauge<i64>>::default();
-            let reserved = Family::<GroupLabels, Gauge<i64>>::default();
-            let limit = Family::<GroupLabels, Gauge<i64>>::default();
-            reg.register("group_members", "Processes in the group", members.clone())?;
-            reg.register_with_unit(
-                "group_reserved",
-                "Bytes every member of the group holds from the driver on the GPU",
-                Unit::Bytes,
-                reserved.clone(),
-            )?;
-            reg.register_with_unit(
-                "group_limit",
-                "The group's hard limit on the GPU (0: none)",
-                Unit::Bytes,
-                limit.clone(),
-            )?;
-            for g in &seen.groups {
-                for (uuid, l, total) in &g.devices {
-                    let labels = GroupLabels {
-                        uid: all_users.then_some(g.uid),
-                        group: g.name.clone(),
-                        uuid: fmt_uuid(uuid),
-                    };
-                    let n = g.members.len() as i64;
-                    members.with_or_new(&labels, |m| m.set(n));
-                    reserved.with_or_new(&labels, |m| {
-                        m.set(i64::try_from(*total).unwrap_or(i64::MAX))
-                    });
-                    limit.with_or_new(&labels, |m| m.set(i64::try_from(*l).unwrap_or(i64::MAX)));
-                }
-            }
-        }
-        let profile = if openmetrics {
-            TextProfile::OpenMetricsV1_0_0 {
-                escaping_scheme: EscapingScheme::Underscores,
-            }
-        } else {
-            TextProfile::PrometheusV0_0_4
-        };
-        let mut out = String::new();
-        text::encode(&mut out, &reg, profile)?;
-        Ok(out)
-    };
-    let kind = if openmetrics {
-        "application/openmetrics-text; version=1.0.0; charset=utf-8"
-    } else {
-        "text/plain; version=0.0.4; charset=utf-8"
-    };
-    match build() {
-        Ok(text) => (in_order(&text), kind),
-        Err(e) => (format!("# cudapool exporter: {e}\n"), kind),
-    }
-}
-
-/// The exposition with its metric families in one fixed order, by name (the registry keeps
-/// them in a hash map: another order on every scrape otherwise). A family is its metadata lines
-/// (`# HELP`, `# TYPE`, `# UNIT` of one name, in whatever order they come) and the samples
-/// after them; OpenMetrics' `# EOF` stays last.
-fn in_order(text: &str) -> String {
-    let mut families: Vec<(String, String)> = Vec::new();
-    let mut head = String::new();
-    let mut eof = String::new();
-    let mut in_samples = true;
-    for line in text.split_inclusive('\n') {
-        if line.trim_end() == "# EOF" {
-            eof.push_str(line);
-            continue;
-        }
-        let meta = ["# HELP ", "# TYPE ", "# UNIT "]
-            .iter()
-            .find_map(|p| line.strip_prefix(p))
-            .and_then(|rest| rest.split_whitespace().next());
-        if let Some(name) = meta {
-            let same = families.last().is_some_and(|(n, _)| n == name);
-            if in_samples || !same {
-                families.push((name.to_string(), String::new()));
-            }
-            in_samples = false;
-        } else {
-            in_samples = true;
-        }
-        match families.last_mut() {
-            Some((_, body)) => body.push_str(line),
-            None => head.push_str(line),
-        }
-    }
-    families.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut out = head;
-    for (_, body) in families {
-        out.push_str(&body);
-    }
-    out.push_str(&eof);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn families_come_out_in_one_order() {
-        let a = "# TYPE b gauge\n# HELP b x\nb 1\n# TYPE a gauge\n# UNIT a bytes\n# HELP a y\na{p=\"1\"} 2\n# EOF\n";
+    fn listen_takes_every_form() {
+        let l = parse_listen(":9489").unwrap();
+        assert_eq!(l.addrs[0].to_string(), "[::]:9489");
+        assert_eq!(l.addrs[1].to_string(), "0.0.0.0:9489");
+        let l = parse_listen("localhost:9489").unwrap();
+        assert_eq!(l.addrs[0].to_string(), "127.0.0.1:9489", "IPv4 first");
         assert_eq!(
-            in_order(a),
-            "# TYPE a gauge\n# UNIT a bytes\n# HELP a y\na{p=\"1\"} 2\n# TYPE b gauge\n# HELP b x\nb 1\n# EOF\n"
+            parse_listen("[::1]:80").unwrap().addrs[0].to_string(),
+            "[::1]:80"
         );
+        assert_eq!(
+            parse_listen("10.1.2.3:0").unwrap().addrs[0].to_string(),
+            "10.1.2.3:0"
+        );
+        for (bad, says) in [
+            ("9489", "no :PORT"),
+            ("::1:80", "brackets"),
+            ("localhost:99999", "not a port"),
+            ("[nope]:80", "not an IPv6"),
+        ] {
+            let e = parse_listen(bad).unwrap_err();
+            assert!(e.contains(says) && e.contains(LISTEN_FORMS), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -1,5 +1,10 @@
 //! `cudapool plot TRACE -o memory.svg`: allocated, reserved and limit per device over time,
 //! with OOM markers, from a `CUDAPOOL_TRACE` file.
+//!
+//! The input is bounded before it is believed: a regular file of at most [`MAX_BYTES`] (never
+//! a FIFO or device), at most [`MAX_EVENTS`] events and [`MAX_DEVICES`] devices (what a trace
+//! of cudapool's can hold); more is refused with one line. The picture is written as every
+//! output file is (`outfile`).
 
 use plotters::prelude::*;
 use std::collections::BTreeMap;
@@ -16,17 +21,31 @@ struct Series {
 }
 
 const GIB: f64 = (1u64 << 30) as f64;
+/// The largest trace read (a trace of cudapool's keeps 200,000 events: about 30 MB).
+pub const MAX_BYTES: u64 = 64 << 20;
+/// The most events drawn.
+pub const MAX_EVENTS: usize = 1_000_000;
+/// The most devices drawn (a page holds 64).
+pub const MAX_DEVICES: usize = 64;
 
 pub fn plot(input: &str, output: &str) -> Result<(), String> {
     if !output.ends_with(".svg") {
         return Err(format!("{output}: only .svg pictures are drawn"));
     }
-    let text = std::fs::read_to_string(input).map_err(|e| format!("{input}: {e}"))?;
+    let out_path = std::path::Path::new(output);
+    cudapool::base::outfile::check(out_path)?;
+    let bytes = cudapool::base::outfile::read_bounded(std::path::Path::new(input), MAX_BYTES)?;
     let json: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{input}: not a trace: {e}"))?;
+        serde_json::from_slice(&bytes).map_err(|e| format!("{input}: not a trace: {e}"))?;
     let events = json["traceEvents"]
         .as_array()
         .ok_or(format!("{input}: no traceEvents"))?;
+    if events.len() > MAX_EVENTS {
+        return Err(format!(
+            "{input}: {} events, more than the {MAX_EVENTS} drawn at most",
+            events.len()
+        ));
+    }
     let mut devices: BTreeMap<i64, Series> = BTreeMap::new();
     for e in events {
         let ts = e["ts"].as_f64().unwrap_or(0.0) / 1e6;
@@ -55,82 +74,91 @@ pub fn plot(input: &str, output: &str) -> Result<(), String> {
             }
             _ => {}
         }
+        if devices.len() > MAX_DEVICES {
+            return Err(format!(
+                "{input}: names more than {MAX_DEVICES} devices (a trace of cudapool's has at most {MAX_DEVICES})"
+            ));
+        }
     }
     if devices.values().all(|s| s.samples.is_empty()) {
         return Err(format!("{input}: the trace holds no memory samples"));
     }
     let n = devices.len() as u32;
-    let root = SVGBackend::new(&output, (1000, 360 * n)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    for ((dev, s), area) in devices.iter().zip(root.split_evenly((n as usize, 1))) {
-        let t_end = s.samples.iter().map(|x| x.0).fold(0.0, f64::max).max(1e-3);
-        let y_max = s
-            .samples
-            .iter()
-            .map(|x| x.1.max(x.2).max(x.3))
-            .fold(0.0, f64::max)
-            .max(1e-6)
-            * 1.1;
-        let mut chart = ChartBuilder::on(&area)
-            .caption(format!("device {dev}"), ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0.0..t_end, 0.0..y_max)
-            .map_err(|e| e.to_string())?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds")
-            .y_desc("GiB")
-            .draw()
-            .map_err(|e| e.to_string())?;
-        let step = |pick: fn(&Sample) -> f64| -> Vec<(f64, f64)> {
-            // Step lines: a value holds until the next sample.
-            let mut v = Vec::new();
-            for w in s.samples.windows(2) {
-                v.push((w[0].0, pick(&w[0])));
-                v.push((w[1].0, pick(&w[0])));
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (1000, 360 * n)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        for ((dev, s), area) in devices.iter().zip(root.split_evenly((n as usize, 1))) {
+            let t_end = s.samples.iter().map(|x| x.0).fold(0.0, f64::max).max(1e-3);
+            let y_max = s
+                .samples
+                .iter()
+                .map(|x| x.1.max(x.2).max(x.3))
+                .fold(0.0, f64::max)
+                .max(1e-6)
+                * 1.1;
+            let mut chart = ChartBuilder::on(&area)
+                .caption(format!("device {dev}"), ("sans-serif", 20))
+                .margin(12)
+                .x_label_area_size(36)
+                .y_label_area_size(60)
+                .build_cartesian_2d(0.0..t_end, 0.0..y_max)
+                .map_err(|e| e.to_string())?;
+            chart
+                .configure_mesh()
+                .x_desc("seconds")
+                .y_desc("GiB")
+                .draw()
+                .map_err(|e| e.to_string())?;
+            let step = |pick: fn(&Sample) -> f64| -> Vec<(f64, f64)> {
+                // Step lines: a value holds until the next sample.
+                let mut v = Vec::new();
+                for w in s.samples.windows(2) {
+                    v.push((w[0].0, pick(&w[0])));
+                    v.push((w[1].0, pick(&w[0])));
+                }
+                if let Some(last) = s.samples.last() {
+                    v.push((last.0, pick(last)));
+                }
+                v
+            };
+            let series: [Line; 3] = [
+                ("allocated", BLUE, |x| x.1),
+                ("reserved", GREEN, |x| x.2),
+                ("limit", BLACK, |x| x.3),
+            ];
+            for (name, color, pick) in series {
+                if name == "limit" && s.samples.iter().all(|x| x.3 == 0.0) {
+                    continue;
+                }
+                chart
+                    .draw_series(LineSeries::new(step(pick), color.stroke_width(2)))
+                    .map_err(|e| e.to_string())?
+                    .label(name)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
             }
-            if let Some(last) = s.samples.last() {
-                v.push((last.0, pick(last)));
-            }
-            v
-        };
-        let series: [Line; 3] = [
-            ("allocated", BLUE, |x| x.1),
-            ("reserved", GREEN, |x| x.2),
-            ("limit", BLACK, |x| x.3),
-        ];
-        for (name, color, pick) in series {
-            if name == "limit" && s.samples.iter().all(|x| x.3 == 0.0) {
-                continue;
+            if !s.ooms.is_empty() {
+                let y = y_max * 0.95;
+                chart
+                    .draw_series(
+                        s.ooms
+                            .iter()
+                            .map(|&t| Cross::new((t, y), 6, RED.stroke_width(2))),
+                    )
+                    .map_err(|e| e.to_string())?
+                    .label("OOM")
+                    .legend(|(x, y)| Cross::new((x + 10, y), 5, RED));
             }
             chart
-                .draw_series(LineSeries::new(step(pick), color.stroke_width(2)))
-                .map_err(|e| e.to_string())?
-                .label(name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .draw()
+                .map_err(|e| e.to_string())?;
         }
-        if !s.ooms.is_empty() {
-            let y = y_max * 0.95;
-            chart
-                .draw_series(
-                    s.ooms
-                        .iter()
-                        .map(|&t| Cross::new((t, y), 6, RED.stroke_width(2))),
-                )
-                .map_err(|e| e.to_string())?
-                .label("OOM")
-                .legend(|(x, y)| Cross::new((x + 10, y), 5, RED));
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
     }
-    root.present().map_err(|e| e.to_string())?;
+    cudapool::base::outfile::write(out_path, svg.as_bytes())?;
     super::out::outln(&format!("wrote {output}"));
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! `cudapool snapshot PID [-o FILE] [--format json|torch]`: a running cudapool process of this
 //! user writes its snapshot, without being stopped and without a signal. The request goes
 //! through the process's live page (`cudapool::report::publish::ask_snapshot`); the process's
-//! snapshot thread writes a new file beside FILE, which is then renamed to FILE.
+//! snapshot thread writes a new file beside FILE (never through a link, never a FIFO), which is
+//! then renamed over FILE once FILE is checked as every output file is (`outfile`).
 
 use cudapool::base::rundir::configured_from_env;
 use cudapool::report::pages::{ask_snapshot, exists};
@@ -28,11 +29,9 @@ pub fn snapshot(pid: u32, out: Option<PathBuf>, torch: bool) -> Result<(), Strin
             .unwrap_or("snapshot"),
         std::process::id()
     ));
-    let folder = target.parent().unwrap_or(std::path::Path::new("/"));
-    if !folder.is_dir() {
-        return Err(format!("{}: no such folder", folder.display()));
-    }
-    let _ = std::fs::remove_file(&part);
+    // The target is checked now (its folder, and nothing but a file of ours at its name), and
+    // again when the finished file is renamed over it.
+    cudapool::base::outfile::check(&target)?;
     ask_snapshot(pid, configured.as_deref(), &part, torch, WAIT)
         .map_err(|e| format!("process {pid}: {e}"))?;
     let bytes = std::fs::metadata(&part)
@@ -43,7 +42,10 @@ pub fn snapshot(pid: u32, out: Option<PathBuf>, torch: bool) -> Result<(), Strin
             )
         })?
         .len();
-    std::fs::rename(&part, &target).map_err(|e| format!("{}: {e}", target.display()))?;
+    if let Err(e) = cudapool::base::outfile::replace(&part, &target) {
+        let _ = std::fs::remove_file(&part);
+        return Err(e);
+    }
     super::out::outln(&format!(
         "{} ({bytes} bytes, {} format)",
         target.display(),

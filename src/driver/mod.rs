@@ -164,6 +164,8 @@ driver_table! {
     mem_pool_destroy = c"cuMemPoolDestroy": fn(Opaque);
     mem_pool_trim_to = c"cuMemPoolTrimTo": fn(Opaque, usize);
     mem_pool_get_attribute = c"cuMemPoolGetAttribute": fn(Opaque, c_int, *mut c_void);
+    mem_pool_set_attribute = c"cuMemPoolSetAttribute": fn(Opaque, c_int, *mut c_void);
+    device_get_default_mem_pool = c"cuDeviceGetDefaultMemPool": fn(*mut Opaque, CUdevice);
     mem_alloc_managed = c"cuMemAllocManaged": fn(*mut DevPtr, usize, c_uint);
     mem_create = c"cuMemCreate": fn(*mut MemHandle, usize, *const MemPropHead, u64);
     mem_release = c"cuMemRelease": fn(MemHandle);
@@ -516,6 +518,28 @@ impl Driver {
 
     pub fn mem_free(&self, p: DevPtr) -> Result<(), CUresult> {
         check(call!(self, mem_free_v2(p)))
+    }
+
+    /// The default memory pool of `dev` (`cuDeviceGetDefaultMemPool`).
+    pub fn default_mem_pool(&self, dev: CUdevice) -> Option<usize> {
+        let mut pool: Opaque = std::ptr::null_mut();
+        (call!(self, device_get_default_mem_pool(&mut pool, dev)) == CUDA_SUCCESS)
+            .then_some(pool as usize)
+    }
+
+    /// The driver's allocation that holds `p`: its start and size.
+    pub fn address_range(&self, p: DevPtr) -> Result<(DevPtr, u64), CUresult> {
+        let (mut base, mut size): (DevPtr, usize) = (0, 0);
+        check(call!(
+            self,
+            mem_get_address_range_v2(&mut base, &mut size, p)
+        ))?;
+        Ok((base, size as u64))
+    }
+
+    /// Closes a mapping `cuIpcOpenMemHandle` gave.
+    pub fn ipc_close(&self, p: DevPtr) -> Result<(), CUresult> {
+        check(call!(self, ipc_close_mem_handle(p)))
     }
 
     /// The primary context of `dev` if it is active, without changing its reference count.

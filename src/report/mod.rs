@@ -27,12 +27,16 @@ use trace::Trace;
 pub struct Reporting {
     trace: OnceLock<Option<Trace>>,
     page: OnceLock<Option<Publisher>>,
+    /// The snapshot files this process wrote at OOMs with `%n` in their name, oldest first: at
+    /// most `CUDAPOOL_OOM_SNAPSHOT_KEEP`, the oldest removed as a new one is written.
+    snapshots: std::sync::Mutex<std::collections::VecDeque<String>>,
 }
 
 /// The one [`Reporting`] of the process.
 pub static REPORTING: Reporting = Reporting {
     trace: OnceLock::new(),
     page: OnceLock::new(),
+    snapshots: std::sync::Mutex::new(std::collections::VecDeque::new()),
 };
 
 impl Reporting {
@@ -80,6 +84,39 @@ impl Reporting {
     }
 }
 
+impl Reporting {
+    /// Records snapshot `path` and removes the oldest past `keep` (one `unlink`, never a scan
+    /// of the folder: only files this process wrote are removed). What was removed, for the
+    /// OOM line.
+    fn keep_last(&self, path: String, keep: usize) -> String {
+        let mut kept = crate::base::sync::lock(&self.snapshots);
+        kept.retain(|p| *p != path);
+        kept.push_back(path);
+        let mut gone = Vec::new();
+        while kept.len() > keep {
+            if let Some(old) = kept.pop_front() {
+                // Still a file of ours (never what someone put at the name since).
+                use std::os::unix::fs::MetadataExt as _;
+                // SAFETY: geteuid has no preconditions.
+                let me = unsafe { libc::geteuid() };
+                let ours = std::fs::symlink_metadata(&old)
+                    .is_ok_and(|m| m.file_type().is_file() && m.uid() == me);
+                if ours && std::fs::remove_file(&old).is_ok() {
+                    gone.push(old);
+                }
+            }
+        }
+        match gone.as_slice() {
+            [] => String::new(),
+            [one] => format!("; removed {one} (CUDAPOOL_OOM_SNAPSHOT_KEEP={keep})"),
+            many => format!(
+                "; removed {} older (CUDAPOOL_OOM_SNAPSHOT_KEEP={keep})",
+                many.len()
+            ),
+        }
+    }
+}
+
 impl Observer for Reporting {
     fn sample(&self, view: &dyn View, dev: CUdevice) {
         if let Some(t) = self.trace(view) {
@@ -100,14 +137,16 @@ impl Observer for Reporting {
         let template = view.config().oom_snapshot.as_deref()?;
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        let path = template
-            .replace("%p", &std::process::id().to_string())
-            .replace("%n", &n.to_string());
+        let path = crate::base::config::snapshot_path(template, n);
         Some(match write_oom_snapshot(&path) {
             Ok(bytes) => {
-                format!("snapshot of this moment in {path} ({bytes} bytes, PyTorch's format)")
+                let mut gone = String::new();
+                if template.contains("%n") {
+                    gone = self.keep_last(path.clone(), view.config().oom_snapshot_keep);
+                }
+                format!("snapshot of this moment in {path} ({bytes} bytes, PyTorch's format){gone}")
             }
-            Err(e) => format!("no snapshot: {path}: {e}"),
+            Err(e) => format!("no snapshot: {e}"),
         })
     }
 
@@ -152,6 +191,7 @@ fn start_page_thread() {
         let Some(page) = REPORTING.page.get().and_then(|p| p.as_ref()) else {
             continue;
         };
+        page.repair();
         if let Some(shim) = crate::state::Shim::active() {
             REPORTING.refresh(shim);
         }
@@ -179,29 +219,17 @@ fn start_page_thread() {
     }
 }
 
-/// Writes the PyTorch snapshot of this moment to `path` (replacing a file there, never through
-/// a link); its size.
+/// Writes the PyTorch snapshot of this moment to `path` (`outfile`: a new file renamed over
+/// the name, never through a link or into another user's file); its size.
 fn write_oom_snapshot(path: &str) -> Result<usize, String> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt;
     let shim = crate::state::Shim::active().ok_or("cudapool is not active")?;
     let bytes = torch::snapshot_torch(shim)?;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    f.write_all(&bytes).map_err(|e| e.to_string())?;
-    Ok(bytes.len())
+    crate::base::outfile::write(std::path::Path::new(path), &bytes)
 }
 
-/// Writes the snapshot `req` asks for: a new file (never through a link), mode 0600.
+/// Writes the snapshot `req` asks for: a new file (never through a link, never a FIFO), mode
+/// 0600, which the asker renames into place.
 fn write_requested_snapshot(req: &page::SnapshotRequest) -> Result<(), String> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt;
     let shim = crate::state::Shim::active().ok_or("cudapool is not active")?;
     if !req.path.is_absolute() {
         return Err("not an absolute path".into());
@@ -211,14 +239,7 @@ fn write_requested_snapshot(req: &page::SnapshotRequest) -> Result<(), String> {
     } else {
         snapshot_json(shim).into_bytes()
     };
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&req.path)
-        .map_err(|e| e.to_string())?;
-    f.write_all(&bytes).map_err(|e| e.to_string())
+    crate::base::outfile::create_new(&req.path, &bytes)
 }
 
 /// `1536` -> `1.50 KiB`; exact bytes below 1 KiB.
@@ -269,8 +290,13 @@ pub fn device_status(dev: i32, s: &DeviceStats) -> String {
     );
     let _ = writeln!(
         out,
-        "  calls: {} allocs, {} frees, {} cache hits ({hit_rate:.1}%); driver: {} allocs, {} frees; {} reclaim retries, {} OOMs",
-        s.alloc_calls, s.free_calls, s.cache_hits, s.driver_allocs, s.driver_frees, s.reclaim_retries, s.ooms
+        "  calls: {} allocs, {} frees, {} cache hits ({hit_rate:.1}%); {} reclaim retries, {} OOMs",
+        s.alloc_calls, s.free_calls, s.cache_hits, s.reclaim_retries, s.ooms
+    );
+    let _ = writeln!(
+        out,
+        "  from the driver: {} allocations taken, {} given back (a segment, a 2 MiB chunk of an expandable segment or a pass-through allocation each)",
+        s.driver_allocs, s.driver_frees
     );
     out
 }
@@ -323,8 +349,8 @@ pub fn write_exit_report(shim: &dyn View) {
             }
         }
         ReportTarget::File(path) => {
-            if let Err(e) = std::fs::write(path, &text) {
-                crate::base::log::line(&format!("cannot write report to {}: {e}", path.display()));
+            if let Err(e) = crate::base::outfile::write(path, text.as_bytes()) {
+                crate::base::log::line(&format!("cannot write the report: {e}"));
             }
         }
     }

@@ -54,7 +54,8 @@ pub fn fmt_uuid(u: &[u8; 16]) -> String {
     )
 }
 
-/// The shared page. Its process maps it; readers copy it with `pread`, never map it.
+/// The shared page. Its process writes it with `pwrite`; readers copy it with `pread`; nobody
+/// maps it (a file someone can truncate is never mapped).
 #[repr(C)]
 pub struct Page {
     pub magic: u64,

@@ -12,11 +12,13 @@ use super::page::{
     array_to_stats, DeviceFigures, Page, LAYOUT_VERSION, MAGIC, REQUEST_ERROR, REQUEST_PATH,
 };
 use super::publish::pid_of_name;
+use crate::base::patience::{wait_until, Patience, PER_FILE, READ_TIME};
 use crate::base::rundir::{self, RunDir};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 /// The most pages read from one runtime directory in one pass.
 pub const MAX_PAGES_PER_DIR: usize = 4096;
@@ -45,6 +47,8 @@ pub struct Snapshot {
 pub struct Skipped {
     pub path: PathBuf,
     pub why: String,
+    /// Not read because the read's time (or its owner's share of it) ran out.
+    pub late: bool,
 }
 
 fn uid() -> u32 {
@@ -54,21 +58,46 @@ fn uid() -> u32 {
 
 /// The pages of every live cudapool process of this user (of every user with `all_users`, for
 /// root), in the runtime directories `configured` (`CUDAPOOL_RUNTIME_DIR`) or the defaults
-/// name. A page of this user whose process is gone is removed; nothing of another user is ever
-/// touched.
+/// name, read within [`READ_TIME`]. A page of this user whose process is gone is removed;
+/// nothing of another user is ever touched.
 pub fn live(all_users: bool, configured: Option<&Path>) -> (Vec<Snapshot>, Vec<Skipped>) {
+    let dirs = rundir::readable(all_users, configured);
+    let mut patience = Patience::new(READ_TIME, owners(&dirs));
+    live_in(&dirs, &mut patience)
+}
+
+/// How many users the directories belong to (each gets a share of a read's time).
+pub fn owners(dirs: &[RunDir]) -> usize {
+    let mut u: Vec<u32> = dirs.iter().map(|d| d.owner).collect();
+    u.sort_unstable();
+    u.dedup();
+    u.len()
+}
+
+/// The pages in `dirs`, read within `patience`: what could not be read, or was not read in
+/// time, is in the second list, with why.
+pub fn live_in(dirs: &[RunDir], patience: &mut Patience) -> (Vec<Snapshot>, Vec<Skipped>) {
     let (mut seen, mut skipped) = (Vec::new(), Vec::new());
-    for dir in rundir::readable(all_users, configured) {
+    for dir in dirs {
         for name in dir.names(MAX_PAGES_PER_DIR) {
             if pid_of_name(&name).is_none() {
                 continue;
             }
-            match read_in(&dir, &name) {
+            if !patience.may_read(dir.owner) {
+                skipped.push(Skipped {
+                    path: dir.file(&name),
+                    why: patience.why_not(dir.owner),
+                    late: true,
+                });
+                continue;
+            }
+            match patience.read(dir.owner, |wait| read_in(dir, &name, wait)) {
                 Ok(Some(s)) => seen.push(s),
                 Ok(None) => {}
                 Err(why) => skipped.push(Skipped {
                     path: dir.file(&name),
                     why,
+                    late: false,
                 }),
             }
         }
@@ -78,8 +107,9 @@ pub fn live(all_users: bool, configured: Option<&Path>) -> (Vec<Snapshot>, Vec<S
 }
 
 /// Reads page `name` of `dir`: `Ok(None)` when its process is gone (the file is then removed,
-/// if it is this user's).
-fn read_in(dir: &RunDir, name: &str) -> Result<Option<Snapshot>, String> {
+/// if it is this user's). A page a live process is writing is waited on at most `wait`; one
+/// nobody holds is read once.
+fn read_in(dir: &RunDir, name: &str, wait: Duration) -> Result<Option<Snapshot>, String> {
     let (fd, st) = open_page(dir, name, libc::O_RDONLY)?;
     let named = pid_of_name(name).unwrap_or(0);
     let holder = if named == std::process::id() && dir.owner == uid() {
@@ -92,13 +122,13 @@ fn read_in(dir: &RunDir, name: &str) -> Result<Option<Snapshot>, String> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64)
             .saturating_sub(st.st_mtime);
-        let finished = read_fd(&fd).is_ok();
+        let finished = read_fd(&fd, Duration::ZERO).is_ok();
         if dir.owner == uid() && (finished || age >= UNFINISHED.as_secs() as i64) {
             remove_if_same(dir, name, &st);
         }
         return Ok(None);
     };
-    let mut s = read_fd(&fd)?;
+    let mut s = read_fd(&fd, wait)?;
     s.pid = holder;
     s.uid = dir.owner;
     Ok(Some(s))
@@ -123,59 +153,76 @@ fn open_page(dir: &RunDir, name: &str, mode: libc::c_int) -> Result<(OwnedFd, li
     Ok((fd, st))
 }
 
-/// Copies the page behind `fd` (consistently, through the seqlock): at most two pages' worth
-/// of reads a try, never more than a page at a time.
-fn read_fd(fd: &OwnedFd) -> Result<Snapshot, String> {
+/// Copies the page behind `fd` (consistently, through the seqlock), waiting at most `wait`
+/// while its writer is writing: never more than a page at a time.
+fn read_fd(fd: &OwnedFd, wait: Duration) -> Result<Snapshot, String> {
     let size = std::mem::size_of::<Page>();
     let mut first = vec![0u8; size];
     let mut again = vec![0u8; size];
-    for _ in 0..100 {
-        rundir::read_exact_at(fd.as_raw_fd(), &mut first, 0)?;
-        // SAFETY: the buffer is exactly one Page long; Page is plain old data (atomics are
-        // plain integers in memory); read_unaligned copes with the Vec's alignment.
-        let page: Page = unsafe { std::ptr::read_unaligned(first.as_ptr() as *const Page) };
-        if page.magic != MAGIC || page.version != LAYOUT_VERSION {
-            return Err("not a cudapool page (magic or layout version)".into());
+    let mut failed = None;
+    let mut page: Option<Page> = None;
+    let whole = wait_until(wait, || {
+        let copy = (|| -> Result<Option<Page>, String> {
+            rundir::read_exact_at(fd.as_raw_fd(), &mut first, 0)?;
+            // SAFETY: the buffer is exactly one Page long; Page is plain old data (atomics are
+            // plain integers in memory); read_unaligned copes with the Vec's alignment.
+            let p: Page = unsafe { std::ptr::read_unaligned(first.as_ptr() as *const Page) };
+            if p.magic != MAGIC || p.version != LAYOUT_VERSION {
+                return Err("not a cudapool page (magic or layout version)".into());
+            }
+            let seq = p.seq.load(Ordering::Relaxed);
+            if seq % 2 == 1 {
+                return Ok(None);
+            }
+            // A read is one copy: if seq was even and the same at both ends, it is whole.
+            rundir::read_exact_at(fd.as_raw_fd(), &mut again, 0)?;
+            // SAFETY: as above; `again` is exactly one Page long too.
+            let p2: Page = unsafe { std::ptr::read_unaligned(again.as_ptr() as *const Page) };
+            Ok((p2.seq.load(Ordering::Relaxed) == seq).then_some(p))
+        })();
+        match copy {
+            Ok(Some(p)) => {
+                page = Some(p);
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                failed = Some(e);
+                true
+            }
         }
-        let seq = page.seq.load(Ordering::Relaxed);
-        if seq % 2 == 1 {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-            continue;
-        }
-        // A read is one copy: if seq was even and the same at both ends, it is whole.
-        rundir::read_exact_at(fd.as_raw_fd(), &mut again, 0)?;
-        // SAFETY: as above; `again` is exactly one Page long too.
-        let page2: Page = unsafe { std::ptr::read_unaligned(again.as_ptr() as *const Page) };
-        if page2.seq.load(Ordering::Relaxed) != seq {
-            continue;
-        }
-        let text = |b: &[u8]| {
-            String::from_utf8_lossy(b)
-                .trim_end_matches('\0')
-                .to_string()
-        };
-        let devices = page
-            .devices
-            .iter()
-            .filter(|d| d.used == 1)
-            .map(|d| DeviceFigures {
-                device: d.device,
-                uuid: (d.uuid != [0; 16]).then_some(d.uuid),
-                stats: array_to_stats(&d.stats),
-            })
-            .collect();
-        let group = text(&page.group);
-        return Ok(Snapshot {
-            pid: page.pid,
-            claimed_pid: page.pid,
-            uid: 0,
-            pool: text(&page.pool),
-            group: (!group.is_empty()).then_some(group),
-            updated_ns: page.updated_ns.load(Ordering::Relaxed),
-            devices,
-        });
+    });
+    if let Some(e) = failed {
+        return Err(e);
     }
-    Err("always being written".into())
+    let Some(page) = page.filter(|_| whole) else {
+        return Err(format!("being written (waited {} ms)", wait.as_millis()));
+    };
+    let text = |b: &[u8]| {
+        String::from_utf8_lossy(b)
+            .trim_end_matches('\0')
+            .to_string()
+    };
+    let devices = page
+        .devices
+        .iter()
+        .filter(|d| d.used == 1)
+        .map(|d| DeviceFigures {
+            device: d.device,
+            uuid: (d.uuid != [0; 16]).then_some(d.uuid),
+            stats: array_to_stats(&d.stats),
+        })
+        .collect();
+    let group = text(&page.group);
+    Ok(Snapshot {
+        pid: page.pid,
+        claimed_pid: page.pid,
+        uid: 0,
+        pool: text(&page.pool),
+        group: (!group.is_empty()).then_some(group),
+        updated_ns: page.updated_ns.load(Ordering::Relaxed),
+        devices,
+    })
 }
 
 /// Reads the page at `path` (in a checked directory of this user, or `CUDAPOOL_RUNTIME_DIR`),
@@ -184,7 +231,7 @@ pub fn read_path(path: &Path) -> Result<Snapshot, String> {
     let (parent, name) = split(path)?;
     let (dir, _) = rundir::mine(Some(parent))?;
     let (fd, _) = open_page(&dir, name, libc::O_RDONLY)?;
-    let mut s = read_fd(&fd)?;
+    let mut s = read_fd(&fd, PER_FILE)?;
     s.uid = dir.owner;
     Ok(s)
 }
@@ -241,7 +288,7 @@ pub fn ask_snapshot(
     let (dir, name) =
         find(pid, configured).ok_or(format!("no cudapool process {pid} of this user"))?;
     let (fd, _) = open_page(&dir, &name, libc::O_RDWR)?;
-    read_fd(&fd)?;
+    read_fd(&fd, PER_FILE)?;
     let at = |field: usize| field as u64;
     let off_path = at(std::mem::offset_of!(Page, snap_path));
     let off_format = at(std::mem::offset_of!(Page, snap_format));

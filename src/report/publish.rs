@@ -9,10 +9,11 @@
 //! otherwise. A seqlock keeps readers consistent: the writer makes `seq` odd, writes, makes it
 //! even; a reader retries if `seq` was odd or changed.
 //!
-//! **Nothing around it can crash the process.** The file's blocks are reserved
-//! (`posix_fallocate`) before it is mapped, so a full filesystem costs the page (one warning
-//! line), never a SIGBUS at the first write; the file is created new in a directory only this
-//! user can write, never through a link. **Alive** is the kernel's word: the process holds a
+//! **Nothing around it can crash the process.** The page is written with `pwrite`, never
+//! through a mapping: a full filesystem or someone truncating the file costs the page (one
+//! warning line, or a page rewritten whole by its thread), never a SIGBUS; the file's blocks
+//! are reserved (`posix_fallocate`) when it is made; it is created new in a directory only
+//! this user can write, never through a link. **Alive** is the kernel's word: the process holds a
 //! classic record lock on the page's first byte for its life (the kernel drops it however the
 //! process ends, and names the holder's pid to a reader), so a reader neither trusts the pid
 //! the page claims nor confuses two processes of one pid in different pid namespaces.
@@ -20,13 +21,12 @@
 //! Uses: `report::page`, `rundir`, `log`, `config`.
 
 use super::page::{stats_to_array, DeviceFigures, Page, PageDevice, SnapshotRequest};
-use super::page::{GROUP_NAME, LAYOUT_VERSION, MAGIC};
+use super::page::{GROUP_NAME, LAYOUT_VERSION, MAGIC, MAX_DEVICES};
 use crate::base::config::LogLevel::Warn;
 use crate::base::rundir::{self, RunDir};
 use crate::log_at;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 fn now_ns() -> u64 {
@@ -60,26 +60,68 @@ pub fn pid_of_name(name: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
-/// This process's page, while it is mapped.
+/// This process's page. It is written with `pwrite` into the file, never through a mapping:
+/// someone who truncates it (the user's own cleanup script) costs the page, never a SIGBUS in
+/// the program; the page's thread finds it cut and writes it whole again.
 pub struct Publisher {
-    page: *mut Page,
     dir: RunDir,
     name: String,
     /// Kept open: it carries the process's liveness lock.
-    _fd: OwnedFd,
+    fd: OwnedFd,
     owner: u32,
-    /// What was written last, and when (ns since the epoch).
-    writing: Mutex<(Vec<DeviceFigures>, u64)>,
+    /// The header (magic, version, pid, pool, group) as written at creation.
+    header: Header,
+    /// What was written last, when (ns since the epoch), and the page's sequence word.
+    writing: Mutex<Written>,
 }
 
-// SAFETY: the page is shared memory written under `writing` and read through atomics and the
-// seqlock; the pointer stays valid for the life of the process (it is never unmapped).
-unsafe impl Send for Publisher {}
-// SAFETY: as above.
-unsafe impl Sync for Publisher {}
+#[derive(Clone)]
+struct Header {
+    pool: [u8; 8],
+    group: [u8; GROUP_NAME],
+}
+
+struct Written {
+    devices: Vec<DeviceFigures>,
+    at: u64,
+    seq: u64,
+}
+
+/// Where a field lies in the page file.
+macro_rules! at {
+    ($field:ident) => {
+        std::mem::offset_of!(Page, $field) as u64
+    };
+}
+
+/// `pwrite` of all of `b` at `offset`; `false` if the file took less (a full filesystem).
+fn put(fd: &OwnedFd, b: &[u8], offset: u64) -> bool {
+    // SAFETY: pwrite of a buffer we own, bounded by its length.
+    let n = unsafe {
+        libc::pwrite(
+            fd.as_raw_fd(),
+            b.as_ptr().cast(),
+            b.len(),
+            offset as libc::off_t,
+        )
+    };
+    n == b.len() as isize
+}
+
+fn get_u64(fd: &OwnedFd, offset: u64) -> Option<u64> {
+    let mut b = [0u8; 8];
+    rundir::read_exact_at(fd.as_raw_fd(), &mut b, offset).ok()?;
+    Some(u64::from_ne_bytes(b))
+}
+
+/// The bytes of a plain `#[repr(C)]` value.
+fn bytes_of<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: a plain-old-data value viewed as its bytes, for as long as the borrow.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+}
 
 impl Publisher {
-    /// Creates and maps this process's page in its user's runtime directory (`configured`:
+    /// Creates this process's page in its user's runtime directory (`configured`:
     /// `CUDAPOOL_RUNTIME_DIR`). `None`, with one warning line saying why, when there can be
     /// none: the program runs on without it.
     pub fn create(
@@ -108,11 +150,10 @@ impl Publisher {
         }
     }
 
-    /// Creates and maps a page in `dir`, new (`O_EXCL`), mode 0600. A page of the same name
-    /// whose holder is gone is stale (a dead process had our pid): it is removed, once.
+    /// Creates a page in `dir`, new (`O_EXCL`), mode 0600. A page of the same name whose holder
+    /// is gone is stale (a dead process had our pid): it is removed, once.
     pub fn create_in(dir: RunDir, pool: &str, group: Option<&str>) -> Result<Publisher, String> {
         let pid = std::process::id();
-        let size = std::mem::size_of::<Page>();
         let excl = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR;
         let mut made = None;
         'names: for k in 0..4 {
@@ -139,56 +180,57 @@ impl Publisher {
                 dir.path().display()
             ));
         };
-        let fail = |why: String| {
-            dir.unlink(&name);
-            Err(format!("{}: {why}", dir.file(&name).display()))
-        };
         // The lock first: from now on a reader sees a live process, never a stale file.
         if !rundir::hold(fd.as_raw_fd()) {
-            return fail(format!("cannot lock: {}", std::io::Error::last_os_error()));
+            let e = std::io::Error::last_os_error();
+            dir.unlink(&name);
+            return Err(format!("{}: cannot lock: {e}", dir.file(&name).display()));
         }
-        if let Err(e) = rundir::reserve(fd.as_raw_fd(), size) {
-            return fail(format!("cannot reserve {size} bytes: {e}"));
-        }
-        // SAFETY: mapping `size` bytes of a file of ours whose blocks are all allocated.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
+        let mut header = Header {
+            pool: [0; 8],
+            group: [0; GROUP_NAME],
         };
-        if p == libc::MAP_FAILED {
-            return fail(format!("cannot map: {}", std::io::Error::last_os_error()));
-        }
-        let page = p as *mut Page;
-        let mut kind = [0u8; 8];
         let n = pool.len().min(8);
-        kind[..n].copy_from_slice(&pool.as_bytes()[..n]);
-        // SAFETY: a fresh mapping of a whole Page (zero-filled by fallocate) that no reader
-        // trusts before the magic.
-        unsafe {
-            let header = &mut *page;
-            header.version = LAYOUT_VERSION;
-            header.pid = pid;
-            header.pool = kind;
-            let group = group.unwrap_or("").as_bytes();
-            let n = group.len().min(GROUP_NAME);
-            header.group[..n].copy_from_slice(&group[..n]);
-            // The magic last: a reader that sees it sees a filled header.
-            std::ptr::write_volatile(&mut header.magic, MAGIC);
-        }
-        Ok(Publisher {
-            page,
+        header.pool[..n].copy_from_slice(&pool.as_bytes()[..n]);
+        let group = group.unwrap_or("").as_bytes();
+        let n = group.len().min(GROUP_NAME);
+        header.group[..n].copy_from_slice(&group[..n]);
+        let p = Publisher {
             dir,
             name,
-            _fd: fd,
+            fd,
             owner: pid,
-            writing: Mutex::new((Vec::new(), 0)),
-        })
+            header,
+            writing: Mutex::new(Written {
+                devices: Vec::new(),
+                at: 0,
+                seq: 0,
+            }),
+        };
+        if let Err(why) = p.lay_out(0) {
+            p.dir.unlink(&p.name);
+            return Err(format!("{}: {why}", p.path().display()));
+        }
+        Ok(p)
+    }
+
+    /// Makes the file one whole page (its blocks reserved: a full filesystem costs the page,
+    /// with an error, never a signal) with a filled header, the magic written last.
+    fn lay_out(&self, seq: u64) -> Result<(), String> {
+        let size = std::mem::size_of::<Page>();
+        rundir::reserve(self.fd.as_raw_fd(), size)
+            .map_err(|e| format!("cannot reserve {size} bytes: {e}"))?;
+        let fd = &self.fd;
+        let ok = put(fd, &LAYOUT_VERSION.to_ne_bytes(), at!(version))
+            && put(fd, &self.owner.to_ne_bytes(), at!(pid))
+            && put(fd, &seq.to_ne_bytes(), at!(seq))
+            && put(fd, &self.header.pool, at!(pool))
+            && put(fd, &self.header.group, at!(group))
+            && put(fd, &MAGIC.to_ne_bytes(), at!(magic));
+        if !ok {
+            return Err(format!("cannot write: {}", std::io::Error::last_os_error()));
+        }
+        Ok(())
     }
 
     /// The page's path (for messages and tests).
@@ -210,61 +252,84 @@ impl Publisher {
         });
     }
 
+    /// Writes the whole page again if someone cut it (its thread looks every poll).
+    pub fn repair(&self) {
+        if std::process::id() != self.owner {
+            return;
+        }
+        let whole = rundir::fstat(self.fd.as_raw_fd())
+            .is_ok_and(|st| st.st_size as usize == std::mem::size_of::<Page>())
+            && get_u64(&self.fd, at!(magic)) == Some(MAGIC);
+        if whole {
+            return;
+        }
+        let mut w = crate::base::sync::lock(&self.writing);
+        if self.lay_out(w.seq).is_ok() {
+            let devices = std::mem::take(&mut w.devices);
+            self.store(&mut w, &devices);
+        }
+    }
+
     fn write_if(&self, devices: &[DeviceFigures], due: impl FnOnce(&[DeviceFigures], u64) -> bool) {
         if std::process::id() != self.owner {
             return;
         }
-        let Ok(mut last) = self.writing.try_lock() else {
+        let Ok(mut w) = self.writing.try_lock() else {
             return;
         };
-        if !due(&last.0, last.1) {
+        if !due(&w.devices, w.at) {
             return;
         }
-        // SAFETY: the page is mapped read-write for the life of the process; only this writer
-        // (under `writing`) stores into it.
-        let page = unsafe { &mut *self.page };
-        page.seq.fetch_add(1, Ordering::AcqRel);
-        for d in devices {
-            if let Some(slot) = usize::try_from(d.device)
-                .ok()
-                .and_then(|i| page.devices.get_mut(i))
-            {
-                // SAFETY: a plain store into our mapping; readers retry on a torn read.
-                unsafe {
-                    std::ptr::write_volatile(
-                        slot,
-                        PageDevice {
-                            device: d.device,
-                            used: 1,
-                            uuid: d.uuid.unwrap_or_default(),
-                            stats: stats_to_array(&d.stats),
-                        },
-                    )
-                };
-            }
-        }
-        let now = now_ns();
-        page.updated_ns.store(now, Ordering::Relaxed);
-        page.seq.fetch_add(1, Ordering::AcqRel);
-        *last = (devices.to_vec(), now);
+        self.store(&mut w, devices);
     }
 
-    /// The snapshot asked for and not yet served, if any.
+    /// The seqlock's write: the word odd, the figures, the word even (three `pwrite`s: a
+    /// reader that copies the page between them sees the word change and copies again).
+    fn store(&self, w: &mut Written, devices: &[DeviceFigures]) {
+        let fd = &self.fd;
+        // Invariant: `seq` is even between stores.
+        w.seq += 1; // odd
+        put(fd, &w.seq.to_ne_bytes(), at!(seq));
+        for d in devices {
+            let Some(i) = usize::try_from(d.device).ok().filter(|&i| i < MAX_DEVICES) else {
+                continue;
+            };
+            let slot = PageDevice {
+                device: d.device,
+                used: 1,
+                uuid: d.uuid.unwrap_or_default(),
+                stats: stats_to_array(&d.stats),
+            };
+            let off = at!(devices) + (i * std::mem::size_of::<PageDevice>()) as u64;
+            put(fd, bytes_of(&slot), off);
+        }
+        let now = now_ns();
+        put(fd, &now.to_ne_bytes(), at!(updated_ns));
+        w.seq += 1; // even
+        put(fd, &w.seq.to_ne_bytes(), at!(seq));
+        w.devices = devices.to_vec();
+        w.at = now;
+    }
+
+    /// The snapshot asked for and not yet served, if any (read from the file: the asker
+    /// writes its request there with `pwrite`).
     pub fn pending_request(&self) -> Option<SnapshotRequest> {
-        // SAFETY: the page stays mapped for the life of the process; the request fields are
-        // read through atomics, the path as bytes (a torn path fails to open, harmlessly).
-        let page = unsafe { &*self.page };
-        let seq = page.snap_request.load(Ordering::Acquire);
-        if seq == page.snap_served.load(Ordering::Acquire) || std::process::id() != self.owner {
+        if std::process::id() != self.owner {
             return None;
         }
-        // SAFETY: as above; a copy of plain bytes.
-        let raw = unsafe { std::ptr::read_volatile(&page.snap_path) };
+        let seq = get_u64(&self.fd, at!(snap_request))?;
+        if seq == get_u64(&self.fd, at!(snap_served))? {
+            return None;
+        }
+        let format = get_u64(&self.fd, at!(snap_format))?;
+        let mut raw = [0u8; super::page::REQUEST_PATH];
+        rundir::read_exact_at(self.fd.as_raw_fd(), &mut raw, at!(snap_path)).ok()?;
+        // A torn path fails to open, harmlessly.
         let len = raw.iter().position(|&b| b == 0).unwrap_or(0);
         let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&raw[..len]));
         Some(SnapshotRequest {
             seq,
-            torch: page.snap_format.load(Ordering::Relaxed) == 1,
+            torch: format == 1,
             path,
         })
     }
@@ -277,15 +342,12 @@ impl Publisher {
             let n = e.len().min(why.len() - 1);
             why[..n].copy_from_slice(&e.as_bytes()[..n]);
         }
-        // SAFETY: as in `pending_request`; a plain store of bytes the asker reads only after
-        // `snap_served` (Release below).
-        unsafe {
-            std::ptr::write_volatile(&mut (*self.page).snap_error, why);
-            (*self.page).snap_served.store(seq, Ordering::Release);
-        }
+        // The reason first: the asker reads it only once `snap_served` says its request.
+        put(&self.fd, &why, at!(snap_error));
+        put(&self.fd, &seq.to_ne_bytes(), at!(snap_served));
     }
 
-    /// Removes the file (at exit). The mapping stays until the process ends.
+    /// Removes the file (at exit).
     pub fn remove(&self) {
         if std::process::id() == self.owner {
             self.dir.unlink(&self.name);

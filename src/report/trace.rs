@@ -121,11 +121,8 @@ impl Trace {
     }
 
     pub fn write(&self, pool: &str) {
-        if let Err(e) = std::fs::write(&self.path, self.json(pool)) {
-            crate::base::log::line(&format!(
-                "cannot write trace to {}: {e}",
-                self.path.display()
-            ));
+        if let Err(e) = crate::base::outfile::write(&self.path, self.json(pool).as_bytes()) {
+            crate::base::log::line(&format!("cannot write the trace: {e}"));
         }
     }
 }

@@ -70,7 +70,8 @@ pub enum Export {
 /// The segments this process imported through tagged handles.
 ///
 /// Invariant: `segments` holds each driver handle opened through a tagged handle, with the
-/// address the driver's one open gave and how many of the program's opens share it;
+/// address the driver's one open gave, the size the driver reports for that allocation, and
+/// how many of the program's opens share it;
 /// `opened` holds each address handed to the program (segment address plus offset) with the
 /// driver handle behind it and how many opens returned it. The counts in `segments` are the
 /// sums of those in `opened` that name them.
@@ -81,7 +82,7 @@ pub struct Imports {
 
 #[derive(Default)]
 struct ImportTables {
-    segments: HashMap<HandleBytes, (DevPtr, u32)>,
+    segments: HashMap<HandleBytes, (DevPtr, u64, u32)>,
     opened: HashMap<DevPtr, (HandleBytes, u32)>,
 }
 
@@ -139,7 +140,9 @@ impl Shim {
 
     /// `cuIpcOpenMemHandle` of a tagged handle: `open` is the driver's open of the segment's
     /// own handle, called only when this process has not opened it yet. Returns the block's
-    /// address.
+    /// address. The offset is checked against the size the driver reports for the segment it
+    /// opened: a handle that names a place outside it (forged, or damaged) is refused with
+    /// `CUDA_ERROR_INVALID_VALUE` and one line, and never hands out an address.
     pub fn ipc_open_tagged(
         &self,
         clean: HandleBytes,
@@ -147,17 +150,30 @@ impl Shim {
         open: impl FnOnce(&HandleBytes) -> Result<DevPtr, CUresult>,
     ) -> Result<DevPtr, CUresult> {
         let mut t = lock(&self.imports.inner);
-        let base = match t.segments.get_mut(&clean) {
-            Some((base, refs)) => {
-                *refs += 1;
-                *base
-            }
+        let (base, size) = match t.segments.get(&clean) {
+            Some(&(base, size, _)) => (base, size),
             None => {
                 let base = open(&clean)?;
-                t.segments.insert(clean, (base, 1));
-                base
+                let size = match self.driver.address_range(base) {
+                    Ok((start, size)) if start == base => size,
+                    _ => 0,
+                };
+                t.segments.insert(clean, (base, size, 0));
+                (base, size)
             }
         };
+        if offset >= size {
+            log_at!(
+                crate::base::config::LogLevel::Warn,
+                "cuIpcOpenMemHandle: the handle names offset {offset:#x} in an allocation of {size:#x} bytes: refused (a forged or damaged handle)"
+            );
+            if t.segments.get(&clean).is_some_and(|s| s.2 == 0) {
+                t.segments.remove(&clean);
+                let _ = self.driver.ipc_close(base);
+            }
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        t.segments.get_mut(&clean).expect("just found or made").2 += 1;
         let at = base + offset;
         t.opened.entry(at).or_insert((clean, 0)).1 += 1;
         log_at!(Debug, "ipc open: segment {base:#x} + {offset:#x}");
@@ -179,7 +195,7 @@ impl Shim {
         if *refs == 0 {
             t.opened.remove(&ptr);
         }
-        let (base, seg_refs) = t
+        let (base, _, seg_refs) = t
             .segments
             .get_mut(&clean)
             .expect("every open names a segment");

@@ -16,7 +16,13 @@
 //                                   microseconds from the first driver call (set-up and a
 //                                   group's join included) to the allocation's answer; with
 //                                   hold, keeps it until its stdin closes. Then frees it.
+//   chaos hold DIR MEMBER           (no CUDA) a neighbour's live writer: locks every file of
+//                                   DIR where cudapool's writers hold theirs, then sleeps.
+//   chaos oom N                     N allocations of 2 GiB (more than the fake device has):
+//                                   prints "oom ooms=N", the out-of-memory answers it got.
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -161,11 +167,35 @@ static int churn(int argc, char **argv) {
   }
 }
 
+// A neighbour's live writer: holds a record lock on one byte of every file in DIR (byte 0 of a
+// page, MEMBER of a ledger: where cudapool's own writers hold theirs), says so, and sleeps.
+static int hold(const char *dir, long member) {
+  DIR *d = opendir(dir);
+  if (!d) return perror(dir), 1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    int fd = open(path, O_RDWR);
+    if (fd < 0) return perror(path), 1;
+    struct flock f = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_len = 1};
+    f.l_start = strncmp(e->d_name, "page-", 5) ? member : 0;
+    if (fcntl(fd, F_SETLK, &f)) return perror(path), 1;
+    n++;
+  }
+  printf("holding %d\n", n);
+  fflush(stdout);
+  for (;;) pause();
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: chaos race|churn|once ...\n");
     return 2;
   }
+  if (!strcmp(argv[1], "hold") && argc > 3) return hold(argv[2], atol(argv[3]));
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   setup();
@@ -188,6 +218,17 @@ int main(int argc, char **argv) {
       }
     }
     Free(p);
+    return 0;
+  }
+  if (!strcmp(argv[1], "oom") && argc > 2) {
+    // N allocations the size of the whole device: each one an out-of-memory answer.
+    int n = atoi(argv[2]), ooms = 0;
+    for (int i = 0; i < n; i++) {
+      CUdeviceptr p = 0;
+      if (Alloc(&p, (size_t)1 << 31) == CUDA_ERROR_OUT_OF_MEMORY) ooms++;
+      else if (p) Free(p);
+    }
+    printf("oom ooms=%d\n", ooms);
     return 0;
   }
   fprintf(stderr, "chaos: unknown scenario %s\n", argv[1]);

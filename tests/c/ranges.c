@@ -4,7 +4,7 @@
 // lines the tests read. Run it with and without cudapool: for memory cudapool did not hand
 // out, the two outputs must be the same.
 //
-// usage: ranges dlsym|gpa blocks|host|ipc|ipc-large|ipc-cross
+// usage: ranges dlsym|gpa blocks|host|ipc|ipc-large|ipc-forged|ipc-cross
 //        ranges dlsym|gpa ipc-import HEX SIZE   (ipc-cross's importer: a process of its own)
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -199,6 +199,40 @@ static int ipc(void) {
   return 0;
 }
 
+// A handle forged from a real one: its offset (cudapool's tag in the last 8 bytes) moved far
+// past the segment, then onto another buffer of this process. cudapool must check the offset
+// against the segment the driver reports and refuse both, never hand out such an address.
+static CUresult forged_open(struct handle h, unsigned long long offset, CUdeviceptr *p) {
+  unsigned long long tail = (0xc0deull << 48) | offset;
+  memcpy((char *)&h + 56, &tail, 8);
+  *p = 0;
+  return IpcOpen(p, h, 1);
+}
+static int ipc_forged(void) {
+  CUdeviceptr a, b, c;
+  // The fake maps later allocations below earlier ones: c first, so it lies above b's segment.
+  CHECK(MemAlloc(&c, 8 << 20));
+  CHECK(MemAlloc(&a, 1000));
+  CHECK(MemAlloc(&b, 1000));
+  CHECK(Memset(c, 0xaa, 4096));
+  struct handle hb;
+  CHECK(Ipc(&hb, b));
+  // The segment's start: b less the offset its handle carries.
+  unsigned long long tail;
+  memcpy(&tail, (char *)&hb + 56, 8);
+  CUdeviceptr base = b - (tail & ((1ull << 48) - 1)), pf = 0, pc = 0;
+  CUresult far = forged_open(hb, 1ull << 47, &pf);
+  CUresult alias = c > base ? forged_open(hb, c - base, &pc) : -1;
+  if (pc) Memset(pc, 0x11, 4096);
+  unsigned char v = 0;
+  CHECK(DtoH(&v, c, 1));
+  printf("forged far_rc=%d alias_rc=%d alias_is_c=%d c_byte=%#x\n", far, alias, pc == c && pc, v);
+  CHECK(MemFree(c));
+  CHECK(MemFree(b));
+  CHECK(MemFree(a));
+  return 0;
+}
+
 // Legacy IPC of large blocks: under CUDAPOOL_SEGMENTS=expandable the first lies in mapped
 // memory, which has no legacy handle; the export is refused and later blocks come from classic
 // segments, whose export works.
@@ -327,6 +361,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[2], "host")) return host();
   if (!strcmp(argv[2], "ipc")) return ipc();
   if (!strcmp(argv[2], "ipc-large")) return ipc_large();
+  if (!strcmp(argv[2], "ipc-forged")) return ipc_forged();
   if (!strcmp(argv[2], "ipc-cross")) return ipc_cross();
   if (!strcmp(argv[2], "ipc-import") && argc == 5) return ipc_import(argv[3], strtoull(argv[4], 0, 10));
   fprintf(stderr, "ranges: unknown scenario %s\n", argv[2]);

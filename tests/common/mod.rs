@@ -5,8 +5,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 pub const MIB: u64 = 1 << 20;
 /// The fake driver's memory per device (its default).
@@ -208,7 +209,7 @@ impl Run {
 
 /// Runs `program args` with the fake driver on the library path, the shim preloaded when
 /// `shim` is set, and `env` on top of a clean `CUDAPOOL_*` environment (but for the
-/// `CUDAPOOL_SEGMENTS` the runner's `CUDAPOOL_TEST_SEGMENTS` names).
+/// `CUDAPOOL_SEGMENTS` the runner's `CPTEST_SEGMENTS` names).
 pub fn run_program(program: &Path, args: &[&str], shim: bool, env: &[(&str, &str)]) -> Run {
     let f = fixture();
     let mut cmd = Command::new(program);
@@ -220,7 +221,7 @@ pub fn run_program(program: &Path, args: &[&str], shim: bool, env: &[(&str, &str
     }
     // The whole suite runs again with classic segments (scripts/test.sh): every client
     // gets the mode the runner names, unless its test sets one.
-    if let Ok(mode) = std::env::var("CUDAPOOL_TEST_SEGMENTS") {
+    if let Ok(mode) = std::env::var("CPTEST_SEGMENTS") {
         cmd.env("CUDAPOOL_SEGMENTS", mode);
     }
     cmd.env("LD_LIBRARY_PATH", &f.dir);
@@ -308,4 +309,131 @@ pub fn raise_open_files() {
             libc::setrlimit(libc::RLIMIT_NOFILE, &r);
         }
     }
+}
+
+// ---- programs that must end: the chaos and hostile-neighbour suites ----
+
+pub fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() }
+}
+
+/// A `chaos` client under the shim with a clean `CUDAPOOL_*` environment plus `env`.
+pub fn chaos(args: &[&str], env: &[(&str, &str)]) -> Command {
+    let f = fixture();
+    let mut cmd = Command::new(f.dir.join("chaos"));
+    cmd.args(args).current_dir(&f.dir);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CUDAPOOL_") || k.starts_with("FAKECU_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", &f.lib)
+        .envs(env.iter().copied());
+    cmd
+}
+
+pub struct Out {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `cmd` to its end, at most `limit` (then kills it and fails: a hang). What it wrote is
+/// read until its pipes close, or for 10 s more at most (something it left running in the
+/// background may hold them).
+pub fn finish(mut cmd: Command, limit: Duration, what: &str) -> Out {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let read = |mut pipe: Box<dyn std::io::Read + Send>| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let text = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let t2 = text.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                t2.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+            let _ = tx.send(());
+        });
+        (rx, text)
+    };
+    let o = read(Box::new(child.stdout.take().unwrap()));
+    let e = read(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = o.0.recv_timeout(Duration::from_secs(1));
+            let _ = e.0.recv_timeout(Duration::from_secs(1));
+            panic!(
+                "{what}: hung (no end within {} s)\nstdout:\n{}\nstderr:\n{}",
+                limit.as_secs(),
+                String::from_utf8_lossy(&o.1.lock().unwrap()),
+                String::from_utf8_lossy(&e.1.lock().unwrap())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _ = o.0.recv_timeout(Duration::from_secs(10));
+    let _ = e.0.recv_timeout(Duration::from_secs(10));
+    let text = |t: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>| {
+        String::from_utf8_lossy(&t.lock().unwrap()).into_owned()
+    };
+    Out {
+        status,
+        stdout: text(&o.1),
+        stderr: text(&e.1),
+    }
+}
+
+/// The environment of the suites' `sh` scripts, in the fake driver's folder: no `CUDAPOOL_*`
+/// of the runner's, the fake driver on the library path, `SHIM` (the library), `CHAOS` (the
+/// chaos client) and `CLI` (the command).
+pub fn script_env(cmd: &mut Command) -> &mut Command {
+    let f = fixture();
+    cmd.current_dir(&f.dir);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CUDAPOOL_") || k.starts_with("FAKECU_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env_remove("LD_PRELOAD")
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("SHIM", &f.lib)
+        .env("CHAOS", f.dir.join("chaos"))
+        .env("CLI", env!("CARGO_BIN_EXE_cudapool"))
+}
+
+/// Runs `script` (sh) in a private mount namespace with its own tmpfs at `/dev/shm` of `size`
+/// (as root; else in a user namespace, where the kernel allows it). `None` if neither works.
+pub fn in_small_shm(size: &str, script: &str, env: &[(&str, &str)]) -> Option<Out> {
+    let mount = format!("mount -t tmpfs -o size={size} tmpfs /dev/shm || exit 97; {script}");
+    let mut cmd = Command::new("unshare");
+    if uid() != 0 {
+        cmd.arg("-r");
+    }
+    cmd.args(["-m", "sh", "-c", &mount]);
+    script_env(&mut cmd).envs(env.iter().copied());
+    let o = finish(cmd, Duration::from_secs(120), script);
+    if o.status.code() == Some(97) || (o.status.code() == Some(1) && o.stderr.contains("unshare")) {
+        eprintln!(
+            "no private mount namespace here ({}): not checked",
+            o.stderr.trim()
+        );
+        return None;
+    }
+    Some(o)
 }

@@ -28,6 +28,29 @@ fn an_ipc_import_maps_the_block_not_its_segment() {
     }
 }
 
+/// A tagged handle whose offset was forged is refused (`CUDA_ERROR_INVALID_VALUE`): an offset far
+/// past the segment, and one chosen to land on another buffer of the importer (which would
+/// have aliased it). Fails at 0a32a2a: both opened with success, and the second one's writes
+/// reached the other buffer.
+#[test]
+fn a_forged_ipc_offset_is_refused() {
+    for mode in ["dlsym", "gpa"] {
+        let r = ranges(
+            mode,
+            "ipc-forged",
+            true,
+            &[("CUDAPOOL_POOL", "split"), ("CUDAPOOL_SEGMENTS", "classic")],
+        );
+        let what = format!("{mode}:\n{}\n{}", r.stdout, r.stderr);
+        let l = r.line("forged");
+        assert_eq!(l["far_rc"], "1", "{what}");
+        assert_eq!(l["alias_rc"], "1", "{what}");
+        assert_eq!(l["alias_is_c"], "0", "{what}");
+        assert_eq!(l["c_byte"], "0xaa", "{what}");
+        assert!(r.stderr.contains("forged or damaged handle"), "{what}");
+    }
+}
+
 /// A large block exports under either kind of segment. Under expandable segments, when the
 /// driver will not export the chunks (here made to fail), the export is refused
 /// (`CUDA_ERROR_NOT_SUPPORTED`, the driver's error passed on) and the next large block, from

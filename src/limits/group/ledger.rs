@@ -21,6 +21,7 @@
 //!
 //! Uses: `rundir`.
 
+use crate::base::patience::{wait_until, Patience, PER_FILE, READ_TIME};
 use crate::base::rundir::{self, flock, RunDir};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -365,9 +366,37 @@ pub struct LedgerView {
     pub recorded: Vec<u64>,
 }
 
+impl LedgerView {
+    /// The live members that use GPU `i` (of `devices`): hold memory on it. A member that joined
+    /// but never allocated there (torchrun's agent, a data-loading process) is no user of it.
+    pub fn users_of(&self, i: usize) -> impl Iterator<Item = &(u32, Vec<u64>)> {
+        self.members
+            .iter()
+            .filter(move |(_, r)| r.get(i).is_some_and(|&b| b > 0))
+    }
+
+    /// The live members that use any of the group's GPUs.
+    pub fn users(&self) -> usize {
+        self.members
+            .iter()
+            .filter(|(_, r)| r.iter().any(|&b| b > 0))
+            .count()
+    }
+}
+
 /// How long a ledger file is (for tests and tools that make or check one).
 pub fn ledger_bytes() -> usize {
     SIZE
+}
+
+/// Where the ledger's sequence word lies in the file (for the tests that plant one left odd).
+pub fn seq_offset() -> usize {
+    std::mem::offset_of!(Ledger, seq)
+}
+
+/// Where a member's liveness byte lies in the file (for tests that hold one from outside).
+pub fn member_byte_offset(i: usize) -> usize {
+    SIZE + i
 }
 
 /// Where the ledger's mutex lies in the file (for the tests that plant a garbage lock word).
@@ -376,14 +405,32 @@ pub fn mutex_offset() -> usize {
 }
 
 /// Every group ledger of this user (of every user with `all_users`) in the runtime directories
-/// `configured` or the defaults name, read. A ledger of this user with no live member shows 0
-/// reserved and is removed; nothing of another user is ever touched.
+/// `configured` or the defaults name, read within the reader's usual time. A ledger of this
+/// user with no live member shows 0 reserved and is removed; nothing of another user is ever
+/// touched.
 pub fn ledgers(
     all_users: bool,
     configured: Option<&std::path::Path>,
 ) -> Vec<Result<LedgerView, String>> {
+    let dirs = rundir::readable(all_users, configured);
+    let mut owners: Vec<u32> = dirs.iter().map(|d| d.owner).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    let mut patience = Patience::new(READ_TIME, owners.len());
+    ledgers_in(&dirs, &mut patience)
+        .into_iter()
+        .map(|r| r.map_err(|(why, _)| why))
+        .collect()
+}
+
+/// The ledgers in `dirs`, read within `patience`; an error says why, and whether it is that
+/// the time ran out (`true`).
+pub fn ledgers_in(
+    dirs: &[RunDir],
+    patience: &mut Patience,
+) -> Vec<Result<LedgerView, (String, bool)>> {
     let mut out = Vec::new();
-    for dir in rundir::readable(all_users, configured) {
+    for dir in dirs {
         let names: Vec<String> = dir
             .names(usize::MAX)
             .into_iter()
@@ -391,18 +438,38 @@ pub fn ledgers(
             .take(MAX_LEDGERS_PER_DIR)
             .collect();
         for fname in names {
+            if !patience.may_read(dir.owner) {
+                let why = format!(
+                    "{}: {}",
+                    dir.file(&fname).display(),
+                    patience.why_not(dir.owner)
+                );
+                out.push(Err((why, true)));
+                continue;
+            }
             let name = fname["group-".len()..].to_string();
-            out.push(read(&dir, &fname).map(|mut v| {
-                v.name = name;
-                v
-            }));
+            let r = patience.read(dir.owner, |wait| read_within(dir, &fname, wait));
+            out.push(
+                r.map(|mut v| {
+                    v.name = name;
+                    v
+                })
+                .map_err(|why| (why, false)),
+            );
         }
     }
     out
 }
 
-/// Reads ledger `fname` of `dir`, as [`ledgers`] says.
+/// Reads ledger `fname` of `dir`, as [`ledgers`] says, waiting at most a reader's usual time
+/// for a live writer.
 pub fn read(dir: &RunDir, fname: &str) -> Result<LedgerView, String> {
+    read_within(dir, fname, PER_FILE)
+}
+
+/// Reads ledger `fname` of `dir`; while a live member holds its lock, waits at most `wait`. A
+/// ledger no member lives in is read once, never waited on.
+pub fn read_within(dir: &RunDir, fname: &str, wait: Duration) -> Result<LedgerView, String> {
     let path = dir.file(fname);
     // SAFETY: getuid has no preconditions.
     let mine = dir.owner == unsafe { libc::getuid() };
@@ -428,30 +495,49 @@ pub fn read(dir: &RunDir, fname: &str) -> Result<LedgerView, String> {
         rundir::read_exact_at(fd.as_raw_fd(), &mut b, at)?;
         Ok(u64::from_ne_bytes(b))
     };
-    let mut whole = false;
-    for _ in 0..200 {
-        let before = seq().map_err(|e| format!("{}: {e}", path.display()))?;
-        if before % 2 == 1 {
-            std::thread::sleep(Duration::from_micros(200));
-            continue;
+    // Odd: a member holds the mutex, or died holding it. With no member alive (their record
+    // locks say it, one test for all of them), nobody can be writing: the copy is as whole as
+    // it will ever be, and what it records belongs to nobody. Only a live one is waited on.
+    let anyone = || held(fd.as_raw_fd(), member_byte(0), MEMBERS);
+    let mut failed = None;
+    let mut first = true;
+    let whole = wait_until(wait, || {
+        let mut try_copy = || -> Result<bool, String> {
+            let before = seq()?;
+            if before % 2 == 1 {
+                return Ok(false);
+            }
+            rundir::read_exact_at(fd.as_raw_fd(), bytes, 0)?;
+            Ok(seq()? == before)
+        };
+        match try_copy() {
+            Ok(true) => true,
+            Ok(false) if first && !anyone() => {
+                failed = Some(None);
+                true
+            }
+            Ok(false) => {
+                first = false;
+                false
+            }
+            Err(e) => {
+                failed = Some(Some(format!("{}: {e}", path.display())));
+                true
+            }
         }
-        rundir::read_exact_at(fd.as_raw_fd(), bytes, 0)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        if seq().map_err(|e| format!("{}: {e}", path.display()))? == before {
-            whole = true;
-            break;
+    });
+    match failed {
+        Some(Some(e)) => return Err(e),
+        Some(None) => rundir::read_exact_at(fd.as_raw_fd(), bytes, 0)
+            .map_err(|e| format!("{}: {e}", path.display()))?,
+        None if !whole => {
+            return Err(format!(
+                "{}: being written (waited {} ms)",
+                path.display(),
+                wait.as_millis()
+            ))
         }
-    }
-    if !whole {
-        // Odd all along: a writer holds the mutex, or died holding it. With no member alive
-        // (their record locks say it, not the copy), nobody can be writing: the copy is as
-        // whole as it will ever be, and what it records belongs to nobody.
-        let anyone = (0..MEMBERS).any(|i| held(fd.as_raw_fd(), member_byte(i), 1));
-        if anyone {
-            return Err(format!("{}: always being written", path.display()));
-        }
-        rundir::read_exact_at(fd.as_raw_fd(), bytes, 0)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        None => {}
     }
     // SAFETY: every byte is written; every bit pattern is a valid Ledger (integers, atomics
     // and an opaque mutex that is never used in this copy).
