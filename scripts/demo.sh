@@ -13,7 +13,7 @@ cc -O1 -Itests/c -o "$work/sample" tests/c/client.c tests/c/reuse.c tests/c/life
 if nvidia-smi -L >/dev/null 2>&1 && ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
   echo "GPU found: the sample runs against the real driver"
 else
-  cc -shared -fPIC -Wl,-Bsymbolic -O1 -o "$work/libcuda.so.1" tests/fake/libcuda.c -lpthread
+  bash scripts/fake-driver.sh "$work"
   export LD_LIBRARY_PATH="$PWD/$work${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "no GPU found: the sample runs against the fake driver (host memory, 1 GiB per device)"
 fi

@@ -25,7 +25,7 @@ cargo test --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 # The whole library again with classic segments (expandable is the default): every client
 # runs under CUDAPOOL_SEGMENTS=classic unless its test names the mode.
-CUDAPOOL_TEST_SEGMENTS=classic cargo test --no-fail-fast --test preload --test lifetimes 2>&1 | tee -a "$log"
+CPTEST_SEGMENTS=classic cargo test --no-fail-fast --test preload --test lifetimes 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 # The pip wheel, built and installed into a fresh virtual environment (fetches the Python
 # build tools from PyPI into a private venv the first time).

@@ -4,7 +4,7 @@
 //! thread while others free, allocate and reclaim; host callbacks free and destroy from the
 //! driver's own thread. Every scenario runs for every caching pool kind and every way in
 //! (linked, dlsym, cuGetProcAddress with and without per-thread streams), as many times in a row
-//! as `CUDAPOOL_TEST_REPEAT` says (default 3; the closing figures use 50).
+//! as `CPTEST_REPEAT` says (default 3; the closing figures use 50).
 //!
 //! And the driver's errors, injected with `CUDAPOOL_FAULTS`: the program gets the driver's
 //! answer, no block is lost, the counters stay true, and the next call works.
@@ -13,7 +13,7 @@ mod common;
 use common::*;
 
 fn repeat() -> usize {
-    std::env::var("CUDAPOOL_TEST_REPEAT")
+    std::env::var("CPTEST_REPEAT")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3)
@@ -145,7 +145,7 @@ fn faulty(which: &str, faults: &str, fired: usize) -> Vec<(&'static str, Run)> {
 /// meant for a segment's allocation hits the mapping of the same block (24 MiB blocks, 2 MiB
 /// chunks: the third block's first chunk is the 25th), a segment's free the first chunk unmapped.
 fn expandable_faults(pool: &str, faults: &str) -> String {
-    let expandable = !std::env::var("CUDAPOOL_TEST_SEGMENTS").is_ok_and(|m| m == "classic");
+    let expandable = !std::env::var("CPTEST_SEGMENTS").is_ok_and(|m| m == "classic");
     match faults {
         "cuMemAlloc_v2@3" if expandable && pool == "split" => "cuMemCreate@25".into(),
         "cuMemFree_v2@1" if expandable && pool == "split" => "cuMemUnmap@1".into(),

@@ -99,6 +99,16 @@ fn valid_device(device: c_int) -> bool {
     (-1..crate::state::MAX_DEVICES as c_int).contains(&device)
 }
 
+/// Whether the process has `device` (-1: every device, always): an ordinal below the driver's
+/// device count, as the program sees it (after `CUDA_VISIBLE_DEVICES`). Before the program
+/// initialised the driver, the count is unknown: any ordinal cudapool can hold is taken.
+fn has_device(shim: &Shim, device: c_int) -> bool {
+    match shim.driver.device_count() {
+        Some(n) => device == -1 || (0..n).contains(&device),
+        None => valid_device(device),
+    }
+}
+
 /// The `struct_size` the caller set at `out` (a struct of the header that starts with it), if
 /// `out` is not NULL and the size covers at least that field and the device.
 ///
@@ -144,6 +154,9 @@ pub unsafe extern "C" fn cudapool_get_stats(device: c_int, out: *mut CudapoolSta
         let Some(shim) = Shim::active() else {
             return CUDA_ERROR_NOT_INITIALIZED as c_int;
         };
+        if !has_device(shim, device) {
+            return CUDA_ERROR_INVALID_VALUE as c_int;
+        }
         // A query is a good moment to refresh what `cudapool stat` shows.
         REPORTING.publish(shim);
         let s = if device < 0 {
@@ -192,6 +205,9 @@ pub unsafe extern "C" fn cudapool_get_group_stats(
         let Some(shim) = Shim::active() else {
             return CUDA_ERROR_NOT_INITIALIZED as c_int;
         };
+        if !has_device(shim, device) {
+            return CUDA_ERROR_INVALID_VALUE as c_int;
+        }
         let (Some(name), Some(g)) = (shim.group_name(), shim.group_figures(device)) else {
             return CUDA_ERROR_NOT_SUPPORTED as c_int;
         };
@@ -219,7 +235,7 @@ pub unsafe extern "C" fn cudapool_get_group_stats(
 #[no_mangle]
 pub extern "C" fn cudapool_reclaim(device: c_int) -> usize {
     boundary(0, || match Shim::active() {
-        Some(shim) if valid_device(device) => shim.reclaim_device(device) as usize,
+        Some(shim) if has_device(shim, device) => shim.reclaim_device(device) as usize,
         _ => 0,
     })
 }
@@ -233,6 +249,9 @@ fn with_budgets(device: c_int, f: impl Fn(&DeviceBudget)) -> c_int {
         let Some(shim) = Shim::active() else {
             return CUDA_ERROR_NOT_INITIALIZED as c_int;
         };
+        if !has_device(shim, device) {
+            return CUDA_ERROR_INVALID_VALUE as c_int;
+        }
         let devices = if device < 0 {
             shim.devices_seen()
         } else {
@@ -270,6 +289,92 @@ pub extern "C" fn cudapool_set_memory_limit(device: c_int, bytes: usize) -> c_in
         });
     }
     r
+}
+
+/// Sets hard limits from text in any form `CUDAPOOL_MEMORY_LIMIT` takes, with the library's own
+/// parser (the Python package's `set_memory_limit` comes here): a SIZE or a percentage of the
+/// device's memory for `device` (-1: every device used so far), or a per-device list
+/// (`0=8GiB,1=50%`, with `device` -1) for the devices it names. 0 on success; 1 with `why`
+/// filled (snprintf-style, NUL-terminated when `why_len` > 0) for a bad value or a device the
+/// process does not have; 3 when the shim is not active. Nothing is set unless all of it is
+/// good.
+///
+/// # Safety
+/// `limit` is NULL or NUL-terminated; `why` is NULL or valid for `why_len` bytes of writes.
+#[no_mangle]
+pub unsafe extern "C" fn cudapool_set_memory_limit_text(
+    device: c_int,
+    limit: *const c_char,
+    why: *mut c_char,
+    why_len: usize,
+) -> c_int {
+    boundary(CUDA_ERROR_UNKNOWN as c_int, || {
+        let say = |text: String| {
+            if !why.is_null() && why_len > 0 {
+                let n = text.len().min(why_len - 1);
+                // SAFETY: the caller provides `why_len` writable bytes at `why`; n + 1 <= why_len.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(text.as_ptr(), why.cast::<u8>(), n);
+                    *why.add(n) = 0;
+                }
+            }
+            CUDA_ERROR_INVALID_VALUE as c_int
+        };
+        if limit.is_null() {
+            return say("no limit given".into());
+        }
+        // SAFETY: non-null and NUL-terminated by the caller's contract.
+        let text = unsafe { CStr::from_ptr(limit) }
+            .to_string_lossy()
+            .into_owned();
+        let Some(shim) = Shim::active() else {
+            return CUDA_ERROR_NOT_INITIALIZED as c_int;
+        };
+        let limits = match crate::base::config::parse_device_limits(&text) {
+            Ok(l) => l,
+            Err(e) => {
+                return say(format!(
+                    "invalid limit {text:?}: {e}; accepted: {}",
+                    crate::base::config::SIZE_FORMS
+                ))
+            }
+        };
+        let mut plan: Vec<(c_int, crate::base::config::Limit)> = Vec::new();
+        match limits.all {
+            Some(l) => {
+                if !has_device(shim, device) {
+                    return say(format!("device {device}: not a device of this process"));
+                }
+                let devices = if device < 0 {
+                    shim.devices_seen()
+                } else {
+                    vec![device]
+                };
+                plan.extend(devices.into_iter().map(|d| (d, l)));
+            }
+            None => {
+                if device != -1 {
+                    return say(format!(
+                        "{text:?} is a per-device list: it names its devices (give device -1)"
+                    ));
+                }
+                for &(d, l) in &limits.per_device {
+                    let d = d as c_int;
+                    if !has_device(shim, d) {
+                        return say(format!("device {d}: not a device of this process"));
+                    }
+                    plan.push((d, l));
+                }
+            }
+        }
+        for (d, l) in plan {
+            let total = shim.driver.device_total_mem(d).unwrap_or(0);
+            let bytes = l.resolve(total);
+            shim.budget(d).set_hard_limit(bytes);
+            shim.event(d, "limit", bytes);
+        }
+        CUDA_SUCCESS as c_int
+    })
 }
 
 /// Installs the program's out-of-memory handler (`NULL`: none); see `state::oom`.
@@ -324,10 +429,11 @@ fn write_snapshot(
         return CUDA_ERROR_NOT_INITIALIZED as c_int;
     };
     REPORTING.write_trace(shim);
-    match bytes(shim).and_then(|b| std::fs::write(path, b).map_err(|e| e.to_string())) {
-        Ok(()) => CUDA_SUCCESS as c_int,
+    let path = std::path::Path::new(path);
+    match bytes(shim).and_then(|b| crate::base::outfile::write(path, &b)) {
+        Ok(_) => CUDA_SUCCESS as c_int,
         Err(e) => {
-            crate::base::log::line(&format!("cannot write snapshot to {path}: {e}"));
+            crate::base::log::line(&format!("cannot write snapshot: {e}"));
             304
         }
     }

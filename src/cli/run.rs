@@ -1,10 +1,11 @@
 //! `cudapool run [--limit SIZE] [--pool KIND] [--report] -- program args...`: sets `LD_PRELOAD`
 //! and the variables, then execs the program. Everything it passes on is checked first with the
 //! library's own parser (its options and every `CUDAPOOL_*` variable of the environment): a bad
-//! value exits 2 with the library's own message, before anything runs. 127: the program was
+//! value, an unknown `CUDAPOOL_*` name or a file that cannot be written exits 2 with the
+//! library's own message, before anything runs. 127: the program was
 //! not found; 126: it could not be started.
 
-use cudapool::base::config::{parse_device_limits, Config, PoolKind, SIZE_FORMS};
+use cudapool::base::config::{names, parse_device_limits, Config, PoolKind, SIZE_FORMS};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -108,8 +109,22 @@ pub fn run(
             .and_then(|(_, v)| v.clone())
             .or_else(|| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
     };
-    if let Err(e) = Config::from_lookup(lookup) {
-        return fail(2, e.to_string());
+    let config = match Config::from_lookup(lookup) {
+        Ok(c) => c,
+        Err(e) => return fail(2, e.to_string()),
+    };
+    // What the library would only warn of, refused here before anything runs: a misspelt
+    // name, a file it could not write at exit, a soft limit that never applies.
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .collect();
+    let mut problems = names::unknown(names.iter().map(String::as_str));
+    problems.extend(config.notes());
+    if !problems.is_empty() {
+        for p in &problems {
+            eprintln!("cudapool run: {p}");
+        }
+        return ExitCode::from(2);
     }
     let lib = match find_library() {
         Ok(l) => l,

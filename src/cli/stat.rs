@@ -1,7 +1,7 @@
 //! `cudapool stat [PID...]` and `cudapool top`: the live figures every cudapool process
 //! publishes (`cudapool::report::publish`), read from outside.
 
-use cudapool::base::rundir::configured_from_env;
+use cudapool::base::rundir::{configured_from_env, squats};
 use cudapool::report::fmt_bytes;
 use cudapool::report::page::fmt_uuid;
 use cudapool::report::pages::{live, Snapshot};
@@ -85,6 +85,10 @@ pub fn stat_text(pids: &[u32], verbose: bool) -> Result<String, String> {
     if n == 0 {
         out.push_str("no cudapool process is running for this user\n");
     }
+    // A default runtime directory another user took: where this user's processes went.
+    for sq in squats(false, configured_from_env().as_deref()) {
+        out.push_str(&format!("note: {}\n", sq.line()));
+    }
     if pids.is_empty() {
         out.push_str(&groups_text(verbose));
     }
@@ -103,7 +107,21 @@ fn groups_text(verbose: bool) -> String {
             }
             Err(_) => continue,
         };
-        out.push_str(&format!("group {}: {} members\n", g.name, g.members.len()));
+        if g.members.is_empty() {
+            // Its last member is gone: the reader removed the ledger (it held nothing).
+            out.push_str(&format!(
+                "group {}: no member left (its ledger is removed)\n",
+                g.name
+            ));
+            continue;
+        }
+        // Members that hold nothing on any GPU (torchrun's agent) are named apart.
+        let idle = g.members.len() - g.users();
+        let idle = match idle {
+            0 => String::new(),
+            n => format!(" (and {n} that use no GPU)"),
+        };
+        out.push_str(&format!("group {}: {} members{idle}\n", g.name, g.users()));
         for (i, (uuid, limit, total)) in g.devices.iter().enumerate() {
             let limit = if *limit == 0 {
                 "none".to_string()
@@ -111,8 +129,7 @@ fn groups_text(verbose: bool) -> String {
                 fmt_bytes(*limit)
             };
             let parts: Vec<String> = g
-                .members
-                .iter()
+                .users_of(i)
                 .map(|(pid, r)| format!("pid {pid} {}", fmt_bytes(r[i])))
                 .collect();
             out.push_str(&format!(
@@ -134,12 +151,22 @@ pub fn stat(pids: &[u32], verbose: bool) -> Result<(), String> {
 
 /// `cudapool top [-v] [-n COUNT] [-d SECONDS] [PID...]`: `stat` again and again, like top.
 pub fn top(pids: &[u32], verbose: bool, count: u64, delay: f64) -> Result<(), String> {
+    // SAFETY: isatty on the standard output's descriptor.
+    let terminal = unsafe { libc::isatty(1) } == 1;
     for i in 0..count {
         let text = stat_text(pids, verbose)?;
-        // Clear the screen and go home, like top.
-        super::out::out(&format!(
-            "\x1b[H\x1b[2Jcudapool top (every {delay} s, Ctrl-C to quit)\n\n{text}"
-        ));
+        if terminal {
+            // Clear the screen and go home, like top.
+            super::out::out(&format!(
+                "\x1b[H\x1b[2Jcudapool top (every {delay} s, Ctrl-C to quit)\n\n{text}"
+            ));
+        } else {
+            // Into a pipe or a file: plain screens, one after another, each under a time line.
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            super::out::out(&format!("--- cudapool top at {now:.1} (Unix time)\n{text}"));
+        }
         if i + 1 < count {
             std::thread::sleep(std::time::Duration::from_secs_f64(delay));
         }

@@ -427,7 +427,7 @@ impl Upstream for DriverUpstream<'_> {
         }
         match self.driver.vmm_map(self.device, at, bytes, chunk) {
             Ok(()) => {
-                self.budget.on_map();
+                self.budget.on_map(bytes.div_ceil(chunk));
                 if let Some((h, dev)) = self.history {
                     h.record(dev, Action::SegmentMap, at, bytes, 0, None);
                 }
@@ -450,7 +450,7 @@ impl Upstream for DriverUpstream<'_> {
             h.record(dev, Action::SegmentUnmap, at, bytes, 0, None);
         }
         self.budget.uncharge(bytes);
-        self.budget.on_unmap();
+        self.budget.on_unmap(bytes.div_ceil(chunk));
         Ok(())
     }
 

@@ -244,6 +244,15 @@ impl Shim {
                 }));
             }
             log_at!(Info, "active: pool {}", config.pool.name());
+            // Said once, when the library becomes active (a process that never touches CUDA is
+            // never disturbed): names it does not know, files it could not write at exit.
+            let names: Vec<String> = std::env::vars_os()
+                .filter_map(|(k, _)| k.into_string().ok())
+                .collect();
+            let unknown = crate::base::config::names::unknown(names.iter().map(String::as_str));
+            for line in unknown.iter().chain(&config.notes()) {
+                log_at!(Warn, "{line}");
+            }
             if config.segments == crate::base::config::Segments::Expandable
                 && config.segments_set
                 && config.pool != PoolKind::Split

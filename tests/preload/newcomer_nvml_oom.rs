@@ -251,6 +251,45 @@ fn the_python_package_finds_the_cli_and_library_of_its_source_tree() {
     );
 }
 
+/// A C programmer without a GPU builds the README's kind of program (the driver API linked,
+/// the C API linked) against the fake driver as `scripts/fake-driver.sh` lays it out (what the
+/// demo leaves in target/demo): `-I DIR/include $(cudapool config --cflags --libs) -L DIR
+/// -lcuda`, then runs it with `LD_LIBRARY_PATH=DIR`. Before: `cuInit` undefined (no SONAME, no
+/// libcuda.so, no cuda.h).
+#[test]
+fn a_c_program_builds_and_runs_on_the_demos_fake_driver() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-demo");
+    let _ = std::fs::remove_dir_all(&dir);
+    let st = Command::new("bash")
+        .arg(root.join("scripts/fake-driver.sh"))
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let prog = dir.join("prog.c");
+    std::fs::write(
+        &prog,
+        "#include <stdio.h>\n#include <cuda.h>\n#include <cudapool.h>\n\
+         int main(void) {\n  CUdevice d; CUcontext c; CUdeviceptr p;\n\
+           if (cuInit(0) || cuDeviceGet(&d, 0) || cuDevicePrimaryCtxRetain(&c, d) || cuCtxSetCurrent(c)) return 3;\n\
+           if (cuMemAlloc(&p, 1 << 20)) return 4;\n\
+           cudapool_stats s = {.struct_size = sizeof s};\n\
+           int r = cudapool_get_stats(0, &s);\n\
+           printf(\"stats r=%d allocated=%llu\\n\", r, (unsigned long long)s.allocated_bytes);\n\
+           return cuMemFree(p);\n}\n",
+    )
+    .unwrap();
+    let cli = env!("CARGO_BIN_EXE_cudapool");
+    let d = dir.display();
+    let build = format!(
+        "cc -o {d}/prog {d}/prog.c -I {d}/include $({cli} config --cflags --libs) -L {d} -lcuda && LD_LIBRARY_PATH={d} {d}/prog"
+    );
+    let r = run_program(Path::new("sh"), &["-c", &build], false, &[]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("stats r=0 allocated=1048576"), "{}", r.stdout);
+}
+
 /// The README's worked example is what the demo prints (issue 38): its first two lines are the
 /// demo script's own (no GPU here), the rest what `cudapool run --limit 512MiB --report` of the
 /// sample prints, stdout and stderr as they come, the pid masked.

@@ -386,7 +386,7 @@ fn an_nvtx_tool_sees_each_block_the_program_holds() {
     let tool = tool.to_str().unwrap();
     // Under expandable segments (the default; the suite's second run is classic) split's 8 MiB block lies in mapped
     // memory, which has no heap: memcheck sees the mapped chunks themselves.
-    let expandable = !std::env::var("CUDAPOOL_TEST_SEGMENTS").is_ok_and(|m| m == "classic");
+    let expandable = !std::env::var("CPTEST_SEGMENTS").is_ok_and(|m| m == "classic");
     for pool in ["split", "binned", "simple"] {
         let env = [("CUDAPOOL_POOL", pool), ("NVTX_INJECTION64_PATH", tool)];
         let r = ok(run_program(&f.dir.join("nvtx"), &[], true, &env));

@@ -90,12 +90,43 @@ assert allocate(9 << 20)[0] == 2, "over the limit set from Python"
 cudapool.set_memory_limit(0)
 r, p = allocate(9 << 20)
 assert r == 0 and free(p) == 0
-for bad in ["lots", "-1", "5%"]:
+# Every form the library takes, read by the library's own parser (the fake device: 1 GiB).
+cudapool.set_memory_limit("50%", device=0)
+assert cudapool.memory_stats(0)["hard_limit"] == 512 << 20, cudapool.memory_stats(0)["hard_limit"]
+cudapool.set_memory_limit("0=1.5MiB")
+assert cudapool.memory_stats(0)["hard_limit"] == 3 << 19
+cudapool.set_memory_limit("1GB", device="cuda:0")
+assert cudapool.memory_stats(0)["hard_limit"] == 10**9
+cudapool.set_memory_limit(0)
+assert cudapool.memory_stats(0)["hard_limit"] == 0
+for bad, says in [
+    ("lots", "unknown unit"),
+    ("-1", "negative"),
+    ("150%", "between 0% and 100%"),
+    ("0=1GiB,0=2GiB", "listed twice"),
+    ("7=1GiB", "device 7"),
+]:
     try:
         cudapool.set_memory_limit(bad)
         sys.exit(f"{bad!r} accepted")
-    except ValueError:
-        pass
+    except ValueError as e:
+        assert says in str(e), (bad, str(e))
+assert cudapool.memory_stats(0)["hard_limit"] == 0, "nothing set by a bad value"
+# A device the process does not have (the fake has 2): an error, as the header says.
+for call in [
+    lambda: cudapool.memory_stats(7),
+    lambda: cudapool.memory_allocated(7),
+    lambda: cudapool.reset_peak_memory_stats(7),
+    lambda: cudapool.empty_cache(7),
+    lambda: cudapool.set_memory_limit(1 << 30, device=7),
+    lambda: cudapool.set_memory_limit("1GiB", device=7),
+]:
+    try:
+        call()
+        sys.exit("device 7 accepted")
+    except ValueError as e:
+        assert "device 7" in str(e), str(e)
+assert cudapool.memory_stats(1)["allocated_bytes"] == 0, "device 1 is one of the fake's two"
 try:
     cudapool.snapshot("/nonexistent-dir/x.json")
     sys.exit("unwritable snapshot path accepted")

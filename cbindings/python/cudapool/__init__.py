@@ -35,6 +35,7 @@ __all__ = [
     "snapshot",
     "set_memory_limit",
     "group_stats",
+    "set_oom_handler",
     "NotInGroup",
 ]
 
@@ -129,9 +130,13 @@ def _lib():
         try:
             lib.cudapool_get_stats
         except AttributeError:
+            try:
+                how = f"LD_PRELOAD={library_path()}"
+            except FileNotFoundError:
+                how = "LD_PRELOAD=<the path of libcudapool.so>"
             raise CudapoolNotLoaded(
-                "cudapool is not loaded in this process: start it with "
-                "LD_PRELOAD=/path/to/libcudapool.so or `cudapool run -- python ...`"
+                f"cudapool is not loaded in this process: start it with {how} python ..., "
+                "or `python -m cudapool run -- python ...`"
             ) from None
         lib.cudapool_get_stats.argtypes = [ctypes.c_int, ctypes.POINTER(_Stats)]
         lib.cudapool_get_stats.restype = ctypes.c_int
@@ -141,6 +146,10 @@ def _lib():
         lib.cudapool_reset_peak_stats.restype = ctypes.c_int
         lib.cudapool_set_memory_limit.argtypes = [ctypes.c_int, ctypes.c_size_t]
         lib.cudapool_set_memory_limit.restype = ctypes.c_int
+        lib.cudapool_set_memory_limit_text.argtypes = [
+            ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t,
+        ]
+        lib.cudapool_set_memory_limit_text.restype = ctypes.c_int
         lib.cudapool_memory_status.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.cudapool_memory_status.restype = ctypes.c_int
         lib.cudapool_snapshot.argtypes = [ctypes.c_char_p]
@@ -157,11 +166,24 @@ def _lib():
     return _LIB
 
 
-def _check(code, what):
+def _check(code, what, device=None):
     if code == 3:
         raise CudapoolNotLoaded(f"{what}: cudapool is loaded but not active (CUDAPOOL_DISABLE=1, a bad CUDAPOOL_* value, or no driver)")
+    if code == 1 and device is not None and device != -1:
+        raise ValueError(f"{what}: device {device} is not a device of this process")
+    if code == 1:
+        raise ValueError(f"{what}: invalid argument")
     if code != 0:
         raise RuntimeError(f"{what} failed with CUDA error {code}")
+
+
+def _checked_device(device, what):
+    """`device` as an ordinal, checked against the devices the process has (-1 always is)."""
+    d = _device(device)
+    if d != -1:
+        s = _Stats(struct_size=ctypes.sizeof(_Stats))
+        _check(_lib().cudapool_get_stats(d, ctypes.byref(s)), what, d)
+    return d
 
 
 def _device(device):
@@ -195,7 +217,8 @@ def memory_stats(device=None):
     """Every counter of `device` (None: all devices summed) as a dict: cudapool's names, and
     torch.cuda.memory_stats' names for the ones they share."""
     s = _Stats(struct_size=ctypes.sizeof(_Stats))
-    _check(_lib().cudapool_get_stats(_device(device), ctypes.byref(s)), "memory_stats")
+    d = _device(device)
+    _check(_lib().cudapool_get_stats(d, ctypes.byref(s)), "memory_stats", d)
     out = {name: getattr(s, name) for name in FIELDS}
     out.update(
         {
@@ -226,7 +249,7 @@ def group_stats(device=0):
     code = _lib().cudapool_get_group_stats(d, ctypes.byref(g))
     if code == 801:
         raise NotInGroup("this process is in no group: set CUDAPOOL_GROUP=NAME to join one")
-    _check(code, "group_stats")
+    _check(code, "group_stats", d)
     return {
         "name": g.name.decode(),
         "members": g.members,
@@ -287,13 +310,14 @@ def max_memory_reserved(device=None):
 
 def reset_peak_memory_stats(device=None):
     """Sets both peaks to the current values."""
-    _check(_lib().cudapool_reset_peak_stats(_device(device)), "reset_peak_memory_stats")
+    d = _device(device)
+    _check(_lib().cudapool_reset_peak_stats(d), "reset_peak_memory_stats", d)
 
 
 def empty_cache(device=None):
     """Gives every cached block back to the driver (after the device work that may still touch
     it); returns the bytes released."""
-    return _lib().cudapool_reclaim(_device(device))
+    return _lib().cudapool_reclaim(_checked_device(device, "empty_cache"))
 
 
 def memory_summary(device=None, abbreviated=False):
@@ -325,30 +349,22 @@ def snapshot(path, format="json"):
     return path
 
 
-_UNITS = {
-    "": 1, "b": 1,
-    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}
-
-
-def _size(limit):
+def set_memory_limit(limit, device=None):
+    """Sets the hard limit of `device` (None: every device used so far); 0 removes it. `limit`
+    is bytes, or any text CUDAPOOL_MEMORY_LIMIT takes, read by the library's own parser: a SIZE
+    ("8GiB", "1.5G"), a percentage of the device's memory ("50%"), or a per-device list
+    ("0=8GiB,1=50%", with device None). Raises ValueError, with the library's words, for a bad
+    value or a device the process does not have."""
+    d = _device(device)
+    if isinstance(limit, bool) or not isinstance(limit, (int, str)):
+        raise ValueError(f"a memory limit is bytes or a SIZE, not {limit!r}")
     if isinstance(limit, int):
         if limit < 0:
             raise ValueError("a memory limit cannot be negative")
-        return limit
-    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", str(limit))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(
-            f"not a SIZE: {limit!r}; accepted: bytes, k/K/KB/M/MB/G/GB/T/TB (powers of 1000), "
-            "KiB/MiB/GiB/TiB (powers of 1024), decimals (1.5GiB)"
-        )
-    from fractions import Fraction
-
-    return int(Fraction(m.group(1)) * _UNITS[m.group(2).lower()])
-
-
-def set_memory_limit(limit, device=None):
-    """Sets the hard limit of `device` (None: every device used so far): bytes or a SIZE such
-    as "8GiB"; 0 removes it."""
-    _check(_lib().cudapool_set_memory_limit(_device(device), _size(limit)), "set_memory_limit")
+        _check(_lib().cudapool_set_memory_limit(d, limit), "set_memory_limit", d)
+        return
+    why = ctypes.create_string_buffer(512)
+    code = _lib().cudapool_set_memory_limit_text(d, limit.encode(), why, len(why))
+    if code == 1:
+        raise ValueError(f"set_memory_limit: {why.value.decode()}")
+    _check(code, "set_memory_limit", d)

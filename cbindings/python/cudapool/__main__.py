@@ -20,6 +20,8 @@ def cli_path():
         os.path.join(sysconfig.get_path("scripts"), "cudapool"),
         os.path.join(os.path.dirname(sys.executable), "cudapool"),
     ] + _source_tree_builds("cudapool") + [shutil.which("cudapool") or "(cudapool on PATH)"]
+    # The scripts folder is often the interpreter's own: each place once.
+    places = list(dict.fromkeys(os.path.normpath(p) if os.sep in p else p for p in places))
     for p in places:
         if os.path.isfile(p) and os.access(p, os.X_OK):
             return p

@@ -4,7 +4,14 @@
 //! load time (a process that makes no CUDA call is never disturbed); it is kept as a
 //! [`ConfigError`] and the shim refuses allocations, loudly, at the first CUDA call it sees.
 //!
-//! Uses: nothing of the crate.
+//! What is not wrong enough to refuse but must be said (a file that cannot be written, an
+//! unknown `CUDAPOOL_*` name, a soft limit above the hard one) is in [`Config::notes`] and
+//! [`names::unknown`]: the library says each once when it becomes active, `cudapool run`
+//! refuses before it starts the program.
+//!
+//! Uses: `outfile` (whether a path can be written).
+
+pub mod names;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -151,6 +158,9 @@ pub struct Config {
     /// `CUDAPOOL_OOM_SNAPSHOT`: where to write a snapshot at each out-of-memory answer the
     /// program receives (`%p` the pid, `%n` the answer's number).
     pub oom_snapshot: Option<String>,
+    /// `CUDAPOOL_OOM_SNAPSHOT_KEEP`: with `%n` in the snapshot's path, how many of this
+    /// process's snapshot files are kept (the oldest removed).
+    pub oom_snapshot_keep: usize,
 }
 
 /// The characters a group name may use (`CUDAPOOL_GROUP`), and its longest length.
@@ -273,6 +283,7 @@ impl Default for Config {
             segments_set: false,
             runtime_dir: None,
             oom_snapshot: None,
+            oom_snapshot_keep: OOM_SNAPSHOT_KEEP,
         }
     }
 }
@@ -352,7 +363,7 @@ impl Config {
             c.report = match v.trim() {
                 "0" => None,
                 "1" | "stderr" => Some(ReportTarget::Stderr),
-                path => Some(ReportTarget::File(PathBuf::from(path))),
+                path => Some(ReportTarget::File(absolute(path))),
             };
         }
         if let Some(v) = get("CUDAPOOL_TRACK") {
@@ -377,7 +388,7 @@ impl Config {
             };
         }
         if let Some(v) = get("CUDAPOOL_TRACE") {
-            c.trace = Some(PathBuf::from(v.trim()));
+            c.trace = Some(absolute(v.trim()));
         }
         if let Some(v) = get("CUDAPOOL_GROUP") {
             c.group =
@@ -396,7 +407,20 @@ impl Config {
             c.runtime_dir = Some(p);
         }
         if let Some(v) = get("CUDAPOOL_OOM_SNAPSHOT") {
-            c.oom_snapshot = Some(v.trim().to_string());
+            c.oom_snapshot = Some(absolute(v.trim()).to_string_lossy().into_owned());
+        }
+        if let Some(v) = get("CUDAPOOL_OOM_SNAPSHOT_KEEP") {
+            c.oom_snapshot_keep = match v.trim().parse::<usize>() {
+                Ok(n) if (1..=MAX_KEEP).contains(&n) => n,
+                _ => {
+                    return Err(bad(
+                        "CUDAPOOL_OOM_SNAPSHOT_KEEP",
+                        &v,
+                        "not a count of files",
+                        "1 to 100000 (default 16)",
+                    ))
+                }
+            };
         }
         if let Some(v) = get("CUDAPOOL_GROUP_LIMIT") {
             c.group_limit = parse_device_limits(&v)
@@ -443,6 +467,84 @@ impl Config {
         }
         Ok(c)
     }
+}
+
+/// Snapshot files kept by default with `%n` (`CUDAPOOL_OOM_SNAPSHOT_KEEP`), and at most.
+pub const OOM_SNAPSHOT_KEEP: usize = 16;
+pub const MAX_KEEP: usize = 100_000;
+
+/// A path made absolute against the directory the program started in: a file written at exit
+/// lands where the user meant even if the program changed directory meanwhile.
+fn absolute(p: &str) -> PathBuf {
+    crate::base::outfile::absolute(std::path::Path::new(p))
+}
+
+/// `template` (`CUDAPOOL_OOM_SNAPSHOT`) for this process's `n`-th snapshot.
+pub fn snapshot_path(template: &str, n: u64) -> String {
+    template
+        .replace("%p", &std::process::id().to_string())
+        .replace("%n", &n.to_string())
+}
+
+impl Config {
+    /// What must be said of these settings though they are taken: each output file that cannot
+    /// be written (checked now, not at exit), and a soft limit at or above the hard one (it
+    /// would never apply). One line each.
+    pub fn notes(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut file = |var: &str, path: &std::path::Path| {
+            if let Err(e) = crate::base::outfile::check(path) {
+                out.push(format!("{var}: cannot be written: {e}"));
+            }
+        };
+        if let Some(ReportTarget::File(p)) = &self.report {
+            file("CUDAPOOL_REPORT", p);
+        }
+        if let Some(p) = &self.trace {
+            file("CUDAPOOL_TRACE", p);
+        }
+        if let Some(t) = &self.oom_snapshot {
+            file(
+                "CUDAPOOL_OOM_SNAPSHOT",
+                std::path::Path::new(&snapshot_path(t, 1)),
+            );
+        }
+        out.extend(soft_above_hard(&self.soft_limit, &self.memory_limit));
+        out
+    }
+}
+
+/// Lines for each device whose soft limit is at or above its hard limit, where both are of
+/// one kind (bytes, or percentages of the same device).
+fn soft_above_hard(soft: &DeviceLimits, hard: &DeviceLimits) -> Vec<String> {
+    let mut devices: Vec<Option<u32>> = vec![None];
+    devices.extend(
+        soft.per_device
+            .iter()
+            .chain(&hard.per_device)
+            .map(|(d, _)| Some(*d)),
+    );
+    devices.sort();
+    devices.dedup();
+    let mut out = Vec::new();
+    for d in devices {
+        let (s, h) = match d {
+            None => (soft.all, hard.all),
+            Some(d) => (soft.for_device(d), hard.for_device(d)),
+        };
+        let above = match (s, h) {
+            (Some(Limit::Bytes(s)), Some(Limit::Bytes(h))) => h > 0 && s >= h,
+            (Some(Limit::Percent(s)), Some(Limit::Percent(h))) => s >= h,
+            _ => false,
+        };
+        if above {
+            let on = d.map_or("every device".to_string(), |d| format!("device {d}"));
+            out.push(format!(
+                "CUDAPOOL_SOFT_LIMIT is not below CUDAPOOL_MEMORY_LIMIT on {on}: it never applies (the soft limit is where freed blocks start going back to the driver, below the hard limit)"
+            ));
+        }
+    }
+    out
 }
 
 /// The allocator events kept per device when `CUDAPOOL_OOM_SNAPSHOT` is set and

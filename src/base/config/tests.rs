@@ -214,3 +214,70 @@ fn a_bad_value_names_variable_value_and_forms() {
         assert_eq!(e.value, val);
     }
 }
+
+#[test]
+fn paths_are_made_absolute_and_checked_when_read() {
+    let c = cfg(&[("CUDAPOOL_TRACE", "t.json")]).unwrap();
+    let want = std::env::current_dir().unwrap().join("t.json");
+    assert_eq!(c.trace, Some(want));
+    let dir = std::env::temp_dir();
+    let ok = dir.join(format!("cudapool-notes-{}", std::process::id()));
+    let c = cfg(&[
+        ("CUDAPOOL_REPORT", ok.to_str().unwrap()),
+        ("CUDAPOOL_TRACE", "/no/such/folder/t.json"),
+        ("CUDAPOOL_OOM_SNAPSHOT", "/no/such/folder/oom-%p-%n.pickle"),
+    ])
+    .unwrap();
+    let notes = c.notes();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(
+        notes[0].starts_with("CUDAPOOL_TRACE: cannot be written: /no/such/folder: no such folder"),
+        "{notes:?}"
+    );
+    assert!(notes[1].starts_with("CUDAPOOL_OOM_SNAPSHOT"), "{notes:?}");
+}
+
+#[test]
+fn a_soft_limit_not_below_the_hard_one_is_said() {
+    let notes = |pairs: &[(&str, &str)]| cfg(pairs).unwrap().notes();
+    assert!(notes(&[
+        ("CUDAPOOL_SOFT_LIMIT", "1GiB"),
+        ("CUDAPOOL_MEMORY_LIMIT", "2GiB")
+    ])
+    .is_empty());
+    let n = notes(&[
+        ("CUDAPOOL_SOFT_LIMIT", "4GiB"),
+        ("CUDAPOOL_MEMORY_LIMIT", "2GiB"),
+    ]);
+    assert_eq!(n.len(), 1, "{n:?}");
+    assert!(n[0].contains("every device"), "{n:?}");
+    let n = notes(&[
+        ("CUDAPOOL_SOFT_LIMIT", "1=90%"),
+        ("CUDAPOOL_MEMORY_LIMIT", "50%"),
+    ]);
+    assert_eq!(n.len(), 1, "{n:?}");
+    assert!(n[0].contains("device 1"), "{n:?}");
+    // Bytes against a percentage: the device's size is not known here; nothing said.
+    assert!(notes(&[
+        ("CUDAPOOL_SOFT_LIMIT", "4GiB"),
+        ("CUDAPOOL_MEMORY_LIMIT", "50%")
+    ])
+    .is_empty());
+}
+
+#[test]
+fn the_snapshot_count_kept() {
+    assert_eq!(cfg(&[]).unwrap().oom_snapshot_keep, 16);
+    assert_eq!(
+        cfg(&[("CUDAPOOL_OOM_SNAPSHOT_KEEP", "3")])
+            .unwrap()
+            .oom_snapshot_keep,
+        3
+    );
+    for bad in ["0", "-1", "x", "100001"] {
+        assert!(
+            cfg(&[("CUDAPOOL_OOM_SNAPSHOT_KEEP", bad)]).is_err(),
+            "{bad}"
+        );
+    }
+}

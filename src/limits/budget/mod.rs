@@ -302,14 +302,16 @@ impl DeviceBudget {
         self.segments.fetch_add(1, Relaxed);
     }
 
-    /// Memory mapped into an expandable segment (a driver allocation, no new segment).
-    pub fn on_map(&self) {
-        self.driver_allocs.fetch_add(1, Relaxed);
+    /// `chunks` physical chunks created and mapped into an expandable segment (a driver
+    /// allocation each, no new segment).
+    pub fn on_map(&self, chunks: u64) {
+        self.driver_allocs.fetch_add(chunks, Relaxed);
     }
 
-    /// Memory unmapped from an expandable segment.
-    pub fn on_unmap(&self) {
-        self.driver_frees.fetch_add(1, Relaxed);
+    /// `chunks` physical chunks unmapped from an expandable segment and released (a driver
+    /// free each).
+    pub fn on_unmap(&self, chunks: u64) {
+        self.driver_frees.fetch_add(chunks, Relaxed);
         self.released.fetch_add(1, Release);
     }
 
