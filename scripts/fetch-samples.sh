@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetches NVIDIA's CUDA samples (github.com/NVIDIA/cuda-samples, BSD-3-Clause) at a pinned
-# commit into .samples/src, for the GPU suite's samples gate (scripts/gpu/samples.sh): the
+# commit into .samples/src, for the GPU suite's samples gate (tests/gpu/samples.sh): the
 # shared helpers (Common) and the categories that build with plain nvcc (the samples that need
 # OpenGL, EGL, Vulkan, MPI or NvSci are left out when they are built). Their documentation
 # folders are left out (size), and randomFog (OpenGL only). Nothing of it is committed; the device tool carries .samples.
