@@ -360,6 +360,32 @@ fn stat_and_the_c_api_show_the_group() {
     assert_eq!(a.finish(), 0);
 }
 
+/// Only processes that use the GPU count as the group's members there (issue 45): a member that
+/// joined at its first CUDA call but holds nothing (torchrun's agent) is named apart by `stat`
+/// and left out of the C API's count. Before: "2 members" and members=2.
+#[test]
+fn a_member_that_uses_no_gpu_is_no_member_of_it() {
+    let g = Group::new("idle");
+    let size = MB8.to_string();
+    let mut idle = Member::start(&["take", &size, "go"], &env_of(&in_group(&g, "24MiB")));
+    assert!(idle.line("ready").is_empty());
+    let mut a = Member::start(&["take", &size], &env_of(&in_group(&g, "24MiB")));
+    assert_eq!(a.num("took", "n"), 3);
+    let group = a.line("group");
+    assert_eq!(group["members"], "1", "{group:?}");
+    let out = Command::new(env!("CARGO_BIN_EXE_cudapool"))
+        .arg("stat")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("group {}: 1 members (and 1 that use no GPU)", g.0)),
+        "{text}"
+    );
+    assert_eq!(a.finish(), 0);
+    idle.finish();
+}
+
 #[test]
 fn the_python_package_reads_the_group() {
     let f = fixture();

@@ -52,8 +52,12 @@ pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: std::ffi::c_int = 1;
 pub const CU_MEM_LOCATION_TYPE_DEVICE: std::ffi::c_int = 1;
 /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`: device memory a driver pool holds now.
 pub const CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: std::ffi::c_int = 5;
+/// `CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH`: the most it held since the high was last reset.
+pub const CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: std::ffi::c_int = 6;
 /// `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`: bytes of a driver pool handed out and not yet freed.
 pub const CU_MEMPOOL_ATTR_USED_MEM_CURRENT: std::ffi::c_int = 7;
+/// `CU_MEMPOOL_ATTR_USED_MEM_HIGH`: the most handed out at once since the high was reset.
+pub const CU_MEMPOOL_ATTR_USED_MEM_HIGH: std::ffi::c_int = 8;
 /// `CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`: device memory the driver holds for graphs' memory
 /// nodes now (`cuDeviceGetGraphMemAttribute`).
 pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: std::ffi::c_int = 2;

@@ -1,7 +1,7 @@
 //! Memory the driver reserves for CUDA graphs' memory nodes (a `cuMemAllocAsync` captured into
 //! a graph, `cuGraphAddMemAllocNode`), counted in the stats and against the limit.
 //!
-//! What the driver does (H100, driver 580, `scripts/gpu/graph_mem.cu probe`): it maps a graph's
+//! What the driver does (H100, driver 580, `tests/gpu/programs/graph_mem.cu probe`): it maps a graph's
 //! memory when the graph is uploaded or launched, inside that call (instantiation takes
 //! nothing); the memory stays, shared by every graph of the device (a second 1 GiB graph
 //! launched after the first left the reserve at 1 GiB); only `cuDeviceGraphMemTrim` gives it
@@ -244,6 +244,16 @@ impl Shim {
             .get(&dev)
             .map_or(0, |r| r.charged);
         before.saturating_sub(after)
+    }
+
+    /// The graph memory of `dev` in its budget now.
+    pub(super) fn graph_charged(&self, dev: CUdevice) -> u64 {
+        if !self.graphs.any.load(Ordering::Acquire) {
+            return 0;
+        }
+        lock(&self.graphs.reserves)
+            .get(&dev)
+            .map_or(0, |r| r.charged)
     }
 
     /// A context died: what the driver held for graphs on its device may have gone with it.

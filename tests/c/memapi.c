@@ -2,7 +2,7 @@
 // the driver's handle, or cuGetProcAddress_v2 like the CUDA runtime; gpa-ptsz asks with the
 // per-thread-default-stream flag). Prints key=value lines the tests read; run it under a limit.
 //
-// usage: memapi MODE async|counted|graphs
+// usage: memapi MODE async|counted|graphs|defaultpool
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
@@ -371,6 +371,56 @@ static int graphs_scenario(void) {
   return 0;
 }
 
+// The device's default pool, as PyTorch's backend:cudaMallocAsync reads it: its reserved and
+// used figures, current and high, against cudapool's own; the highs reset; a trim to 0 with
+// the memory freed; another pool keeps the driver's figures.
+static void pool_figures(const char *tag, void *pool) {
+  CUresult (*Get)(void *, int, void *) = get("cuMemPoolGetAttribute", 11020);
+  unsigned long long v[4] = {0};
+  for (int i = 0; i < 4; i++) CHECK(Get(pool, 5 + i, &v[i]));
+  struct stats s = stats();
+  printf("%s reserved=%llu reserved_high=%llu used=%llu used_high=%llu cp_reserved=%llu "
+         "cp_peak_reserved=%llu cp_allocated=%llu cp_peak_allocated=%llu\n",
+         tag, v[0], v[1], v[2], v[3], (unsigned long long)s.reserved,
+         (unsigned long long)s.peak_reserved, (unsigned long long)s.allocated,
+         (unsigned long long)s.peak_allocated);
+}
+static int default_pool_scenario(void) {
+  CUresult (*DefaultPool)(void **, int) = get("cuDeviceGetDefaultMemPool", 11020);
+  CUresult (*Set)(void *, int, void *) = get("cuMemPoolSetAttribute", 11020);
+  CUresult (*TrimTo)(void *, size_t) = get("cuMemPoolTrimTo", 11020);
+  CUresult (*PoolCreate)(void **, struct prop *) = get("cuMemPoolCreate", 11020);
+  void *pool;
+  CHECK(DefaultPool(&pool, 0));
+  CUdeviceptr a, b;
+  CHECK(MemAllocAsync(&a, 8 * MIB, NULL));
+  CHECK(MemAllocAsync(&b, 4 * MIB, NULL));
+  pool_figures("held", pool);
+  CHECK(MemFreeAsync(b, NULL));
+  pool_figures("freed_b", pool);
+  unsigned long long zero = 0, one = 1;
+  CUresult bad = Set(pool, 6, &one);
+  CHECK(Set(pool, 6, &zero));
+  CHECK(Set(pool, 8, &zero));
+  pool_figures("reset", pool);
+  CHECK(MemFreeAsync(a, NULL));
+  CHECK(TrimTo(pool, 0));
+  pool_figures("trimmed", pool);
+  // Another pool: the driver's own figures.
+  struct prop props = {{1, 0, 1, 0}, NULL, {0}};
+  void *other;
+  CHECK(PoolCreate(&other, &props));
+  CUdeviceptr c;
+  CHECK(MemAllocFromPoolAsync(&c, 3 * MIB, other, NULL));
+  CUresult (*Get)(void *, int, void *) = get("cuMemPoolGetAttribute", 11020);
+  unsigned long long used = 0, reserved = 0;
+  CHECK(Get(other, 7, &used));
+  CHECK(Get(other, 5, &reserved));
+  printf("other used=%llu reserved=%llu set_bad_rc=%d\n", used, reserved, bad);
+  CHECK(MemFreeAsync(c, NULL));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) return fprintf(stderr, "usage: memapi MODE async|counted|graphs\n"), 2;
   mode = argv[1];
@@ -378,6 +428,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[2], "async")) return async_scenario();
   if (!strcmp(argv[2], "counted")) return counted_scenario();
   if (!strcmp(argv[2], "graphs")) return graphs_scenario();
+  if (!strcmp(argv[2], "defaultpool")) return default_pool_scenario();
   fprintf(stderr, "memapi: unknown scenario %s\n", argv[2]);
   return 2;
 }

@@ -88,6 +88,7 @@ static const struct proc procs[] = {
     {"cuMemPoolDestroy", 11020, 0, (void *)cuMemPoolDestroy},
     {"cuMemPoolTrimTo", 11020, 0, (void *)cuMemPoolTrimTo},
     {"cuMemPoolGetAttribute", 11020, 0, (void *)cuMemPoolGetAttribute},
+    {"cuMemPoolSetAttribute", 11020, 0, (void *)cuMemPoolSetAttribute},
     {"cuDeviceGetDefaultMemPool", 11020, 0, (void *)cuDeviceGetDefaultMemPool},
     {"cuStreamSynchronize", 2000, 0, (void *)cuStreamSynchronize},
     {"cuLaunchHostFunc", 10000, 0, (void *)cuLaunchHostFunc},

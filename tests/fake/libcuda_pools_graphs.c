@@ -9,6 +9,7 @@ struct fake_pool {
   int live;
   int dev; // -1: a host pool
   size_t reserved, in_use;
+  size_t reserved_high, in_use_high; // since the last reset (cuMemPoolSetAttribute)
 };
 static struct fake_pool pools[MAX_POOLS]; // pools[d] for d < MAX_DEV: device d's default pool
 
@@ -39,6 +40,8 @@ static CUresult pool_alloc(CUdeviceptr *out, size_t size, struct fake_pool *pool
   }
   pool->reserved += grow;
   pool->in_use += size;
+  if (pool->reserved > pool->reserved_high) pool->reserved_high = pool->reserved;
+  if (pool->in_use > pool->in_use_high) pool->in_use_high = pool->in_use;
   if (pool->dev >= 0) {
     used[pool->dev] += grow;
     if (used[pool->dev] > peak[pool->dev]) peak[pool->dev] = used[pool->dev];
@@ -79,7 +82,7 @@ CUresult cuMemPoolCreate(void **pool, const struct loc_head *props) {
   pthread_mutex_lock(&mu);
   for (int i = MAX_DEV; i < MAX_POOLS; i++)
     if (!pools[i].live) {
-      pools[i] = (struct fake_pool){1, props->location_type == 1 ? props->location_id : -1, 0, 0};
+      pools[i] = (struct fake_pool){1, props->location_type == 1 ? props->location_id : -1, 0, 0, 0, 0};
       *pool = &pools[i];
       pthread_mutex_unlock(&mu);
       return CUDA_SUCCESS;
@@ -117,10 +120,28 @@ CUresult cuMemPoolGetAttribute(void *pool, int attr, void *value) {
   struct fake_pool *p = pool;
   if (!p || !value) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mu);
-  unsigned long long v = attr == 5 ? p->reserved : attr == 7 ? p->in_use : 0;
+  // 5, 6: reserved current and high; 7, 8: used current and high (CUmemPool_attribute).
+  unsigned long long v = attr == 5   ? p->reserved
+                         : attr == 6 ? p->reserved_high
+                         : attr == 7 ? p->in_use
+                         : attr == 8 ? p->in_use_high
+                                     : 0;
   pthread_mutex_unlock(&mu);
   *(unsigned long long *)value = v;
   return CUDA_SUCCESS;
+}
+// As the driver: a high is reset (to the current figure) by setting it to 0, and only to 0.
+CUresult cuMemPoolSetAttribute(void *pool, int attr, void *value) {
+  count("cuMemPoolSetAttribute");
+  struct fake_pool *p = pool;
+  if (!p || !value) return CUDA_ERROR_INVALID_VALUE;
+  unsigned long long v = *(unsigned long long *)value;
+  if ((attr == 6 || attr == 8) && v != 0) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  if (attr == 6) p->reserved_high = p->reserved;
+  if (attr == 8) p->in_use_high = p->in_use;
+  pthread_mutex_unlock(&mu);
+  return attr == 6 || attr == 8 || attr == 4 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 CUresult cuDeviceGetDefaultMemPool(void **pool, CUdevice d) {
   count("cuDeviceGetDefaultMemPool");
@@ -133,7 +154,7 @@ CUresult cuDeviceGetDefaultMemPool(void **pool, CUdevice d) {
 size_t fakecu_pool_reserved(void *pool) { return ((struct fake_pool *)pool)->reserved; }
 
 // ---- graphs with memory nodes -------------------------------------------------------------
-// As the real driver (H100, driver 580, scripts/gpu/graph_mem.cu): an upload or launch maps the
+// As the real driver (H100, driver 580, tests/gpu/programs/graph_mem.cu): an upload or launch maps the
 // graph's memory nodes into one reserve per device, shared by every graph (it grows to the
 // largest graph mapped since the last trim); instantiation takes nothing; only
 // cuDeviceGraphMemTrim gives it back. The reserve is device memory (fakecu_used counts it).

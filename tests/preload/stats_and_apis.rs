@@ -345,6 +345,63 @@ print("trace: ok")
     assert!(r.stderr.contains("not a trace"), "{}", r.stderr);
 }
 
+/// The device's default pool tells cudapool's figures (PyTorch's `backend:cudaMallocAsync`
+/// reads `torch.cuda.memory_*` there): reserved and used, current and high, are cudapool's
+/// reserved and allocated bytes and peaks; resetting a high resets the peaks; a trim to 0 gives
+/// the cache back. Another pool keeps the driver's figures. Before: the default pool read 0
+/// while 12 MiB were held, and its trim left cudapool's cache in place.
+#[test]
+fn the_default_pool_tells_cudapools_figures() {
+    for mode in MEMAPI_MODES {
+        for pool in ["split", "binned", "simple", "none"] {
+            let r = memapi(mode, "defaultpool", &[("CUDAPOOL_POOL", pool)]);
+            let what = format!("{mode}/{pool}:\n{}\n{}", r.stdout, r.stderr);
+            for tag in ["held", "freed_b", "reset", "trimmed"] {
+                let n = |k: &str| r.num(tag, k);
+                assert_eq!(n("reserved"), n("cp_reserved"), "{tag}: {what}");
+                assert_eq!(n("used"), n("cp_allocated"), "{tag}: {what}");
+                assert_eq!(n("reserved_high"), n("cp_peak_reserved"), "{tag}: {what}");
+                assert_eq!(n("used_high"), n("cp_peak_allocated"), "{tag}: {what}");
+            }
+            assert_eq!(r.num("held", "used"), 12 * MIB, "{what}");
+            assert!(r.num("held", "reserved") >= 12 * MIB, "{what}");
+            assert_eq!(r.num("freed_b", "used"), 8 * MIB, "{what}");
+            assert_eq!(r.num("freed_b", "used_high"), 12 * MIB, "{what}");
+            assert_eq!(
+                r.num("reset", "used_high"),
+                8 * MIB,
+                "{what}: the high reset"
+            );
+            assert_eq!(
+                r.num("reset", "reserved_high"),
+                r.num("reset", "reserved"),
+                "{what}"
+            );
+            assert_eq!(r.num("trimmed", "used"), 0, "{what}");
+            assert_eq!(
+                r.num("trimmed", "reserved"),
+                0,
+                "{what}: the cache given back"
+            );
+            assert_eq!(
+                r.num("other", "used"),
+                3 * MIB,
+                "{what}: the driver's figure"
+            );
+            assert_eq!(
+                r.num("other", "reserved"),
+                4 * MIB,
+                "{what}: the driver's figure"
+            );
+            assert_eq!(
+                r.num("other", "set_bad_rc"),
+                1,
+                "{what}: the driver's answer"
+            );
+        }
+    }
+}
+
 /// `cuMemAllocAsync`/`cuMemFreeAsync` (and `_ptsz`) are served by the pool: counted, limited,
 /// reused at once on the freeing stream and never early on another; a capture's allocation
 /// goes to the driver (a memory node: charged with its graph, see

@@ -9,7 +9,8 @@
 use super::guard::{hook, put, to_result, OnBadConfig};
 use crate::base::cu::*;
 use crate::driver::{call, Driver};
-use std::ffi::{c_uint, c_void};
+use crate::state::default_pool;
+use std::ffi::{c_int, c_uint, c_void};
 
 /// The legacy 32-bit `cuMemAlloc`: passed through to the driver's own and counted.
 ///
@@ -258,6 +259,8 @@ pub unsafe extern "C" fn cuMemPoolDestroy(pool: Opaque) -> CUresult {
     })
 }
 
+/// A device's default pool gives back cudapool's cache too (`state::default_pool`).
+///
 /// # Safety
 /// The driver's contract for this entry point.
 #[no_mangle]
@@ -267,6 +270,63 @@ pub unsafe extern "C" fn cuMemPoolTrimTo(pool: Opaque, keep: usize) -> CUresult 
         let r = real(shim.driver);
         if r == CUDA_SUCCESS {
             shim.driver_pool_trimmed(pool as usize);
+            if let Some(dev) = shim.default_pool_device(pool as usize) {
+                shim.default_pool_trim(dev, keep as u64);
+            }
+        }
+        r
+    })
+}
+
+/// A device's default pool answers cudapool's figures for reserved and used memory, current
+/// and high (`state::default_pool`); anything else is the driver's.
+///
+/// # Safety
+/// The driver's contract for this entry point: `value` NULL or valid for the attribute's
+/// write (8 bytes for the figures cudapool answers).
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolGetAttribute(
+    pool: Opaque,
+    attr: c_int,
+    value: *mut c_void,
+) -> CUresult {
+    let real = move |d: &Driver| call!(d, mem_pool_get_attribute(pool, attr, value));
+    hook(OnBadConfig::Forward, real, |shim| {
+        let ours = default_pool::answered(attr) && !value.is_null();
+        let dev = ours
+            .then(|| shim.default_pool_device(pool as usize))
+            .flatten();
+        let Some(dev) = dev else {
+            return real(shim.driver);
+        };
+        let v = shim.default_pool_attribute(dev, attr);
+        // SAFETY: non-null; these attributes are 64-bit by the driver's contract.
+        unsafe { value.cast::<u64>().write_unaligned(v) };
+        CUDA_SUCCESS
+    })
+}
+
+/// A reset of a default pool's high resets cudapool's peaks too, once the driver took it.
+///
+/// # Safety
+/// The driver's contract for this entry point.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolSetAttribute(
+    pool: Opaque,
+    attr: c_int,
+    value: *mut c_void,
+) -> CUresult {
+    let real = move |d: &Driver| call!(d, mem_pool_set_attribute(pool, attr, value));
+    hook(OnBadConfig::Forward, real, |shim| {
+        let r = real(shim.driver);
+        let high = matches!(
+            attr,
+            CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH | CU_MEMPOOL_ATTR_USED_MEM_HIGH
+        );
+        if r == CUDA_SUCCESS && high {
+            if let Some(dev) = shim.default_pool_device(pool as usize) {
+                shim.default_pool_highs_reset(dev);
+            }
         }
         r
     })

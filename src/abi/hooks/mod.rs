@@ -61,6 +61,8 @@ pub fn table() -> Vec<(&'static CStr, *const c_void)> {
         counted::cuMemPoolCreate,
         counted::cuMemPoolDestroy,
         counted::cuMemPoolTrimTo,
+        counted::cuMemPoolGetAttribute,
+        counted::cuMemPoolSetAttribute,
         counted::cuMemAllocManaged,
         counted::cuMemCreate,
         counted::cuMemRelease,

@@ -48,7 +48,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use ledger::{ledgers, LedgerView, DEVICES, MEMBERS};
+pub use ledger::{ledgers, ledgers_in, LedgerView, DEVICES, MEMBERS};
 use ledger::{DeviceSlot, Ledger, Mapping, Opened};
 
 /// How long a member short of room waits for the others to lend their idle cache.
@@ -422,13 +422,16 @@ impl Group {
         }
     }
 
-    /// The group's figures on device `slot` for a reader (stats, the C API): (live members,
-    /// reserved total, limit), the dead reaped first.
+    /// The group's figures on device `slot` for a reader (stats, the C API): (live members that
+    /// use the GPU, reserved total, limit), the dead reaped first. A member that holds nothing
+    /// on the GPU (torchrun's agent, which joins at its first CUDA call) is not counted.
     fn figures(&self, slot: usize) -> (u64, u64, u64) {
         match self.lock() {
             Ok(mut l) => {
                 self.reap(&mut l);
-                let members = (0..MEMBERS).filter(|&i| l.members[i].live != 0).count();
+                let members = (0..MEMBERS)
+                    .filter(|&i| l.members[i].live != 0 && l.members[i].reserved[slot] > 0)
+                    .count();
                 (members as u64, l.devices[slot].total, l.devices[slot].limit)
             }
             Err(_) => (0, 0, 0),
