@@ -32,7 +32,7 @@ pub mod pool;
 /// Prints nothing and touches no driver: a process that never calls CUDA is not disturbed.
 #[ctor::ctor]
 unsafe fn load() {
-    let _ = state::config();
+    let _ = state::env_config();
     driver::nvtx::init();
     state::set_observer(&report::REPORTING);
 }

@@ -1,6 +1,6 @@
 //! The base every layer uses: the configuration ([`config`]), logging ([`log`]), process-wide
 //! flags ([`flags`]), the driver's types ([`cu`], types only), the user's runtime directory
-//! ([`rundir`]), the files it writes where a user points it ([`outfile`]), how long a reader of others' files waits ([`patience`]), descriptors across processes ([`fds`]), and support code ([`addr_hash`], [`per_thread`], [`sync`], [`frames`]). None of
+//! ([`rundir`]), the files it writes where a user points it ([`outfile`]), how long a reader of others' files waits ([`patience`]), a job's share in the mandatory mode ([`job`]), descriptors across processes ([`fds`]), and support code ([`addr_hash`], [`per_thread`], [`sync`], [`frames`]). None of
 //! it knows pools, limits or the driver's functions.
 //!
 //! Uses: its own files.
@@ -11,6 +11,7 @@ pub mod cu;
 pub mod fds;
 pub mod flags;
 pub mod frames;
+pub mod job;
 pub mod log;
 pub mod outfile;
 pub mod patience;

@@ -95,6 +95,7 @@ pub trait Observer: Send + Sync {
     fn at_exit(&self, view: &dyn View);
 }
 
+static ENV_CONFIG: OnceLock<Result<Config, ConfigError>> = OnceLock::new();
 static CONFIG: OnceLock<Result<Config, ConfigError>> = OnceLock::new();
 /// The group this process joined (`CUDAPOOL_GROUP`), or why it could not.
 static GROUP: OnceLock<Result<Option<Arc<crate::limits::group::Group>>, String>> = OnceLock::new();
@@ -104,8 +105,8 @@ static REFUSAL_SAID: AtomicBool = AtomicBool::new(false);
 
 /// Reads the environment once. Called from the load-time constructor, and lazily by anything
 /// that runs before it.
-pub fn config() -> &'static Result<Config, ConfigError> {
-    CONFIG.get_or_init(|| {
+pub fn env_config() -> &'static Result<Config, ConfigError> {
+    ENV_CONFIG.get_or_init(|| {
         let c = Config::from_env().and_then(|c| {
             // CUDAPOOL_FAULTS names entry points of the driver's table.
             match c
@@ -126,6 +127,29 @@ pub fn config() -> &'static Result<Config, ConfigError> {
             log::set_level(c.log);
         }
         c
+    })
+}
+
+/// The settings cudapool acts on: the environment's, with the share of the job this process
+/// runs in applied (the mandatory mode: `base::job`). Looked up when first needed (the first
+/// CUDA call, or an NVML question), never at load: a process that never touches CUDA reads
+/// nothing more than its environment.
+pub fn config() -> &'static Result<Config, ConfigError> {
+    CONFIG.get_or_init(|| {
+        let c = env_config().clone();
+        c.and_then(|mut c| match crate::base::job::this_process() {
+            Ok(Some(share)) => {
+                c.apply_job(share);
+                Ok(c)
+            }
+            Ok(None) => Ok(c),
+            Err(why) => Err(ConfigError {
+                var: "the job's share",
+                value: crate::base::job::JOBS_DIR.to_string(),
+                why,
+                accepted: "a file of root per job, limit=SIZE and optionally group=NAME (docs/deploying.md)",
+            }),
+        })
     })
 }
 

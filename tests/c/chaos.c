@@ -18,12 +18,15 @@
 //                                   hold, keeps it until its stdin closes. Then frees it.
 //   chaos hold DIR MEMBER           (no CUDA) a neighbour's live writer: locks every file of
 //                                   DIR where cudapool's writers hold theirs, then sleeps.
+//   chaos fill SIZE SECONDS [kill]  blocks of SIZE until refused ("fill n=N"), held SECONDS,
+//                                   then freed, or with kill, the process SIGKILLs itself.
 //   chaos oom N                     N allocations of 2 GiB (more than the fake device has):
 //                                   prints "oom ooms=N", the out-of-memory answers it got.
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -218,6 +221,22 @@ int main(int argc, char **argv) {
       }
     }
     Free(p);
+    return 0;
+  }
+  if (!strcmp(argv[1], "fill") && argc > 3) {
+    // Blocks of SIZE until refused, held SECONDS, then freed (or, with "kill", the process
+    // ends itself with SIGKILL while holding them: the OOM killer's way).
+    size_t size = strtoull(argv[2], NULL, 10);
+    double seconds = atof(argv[3]);
+    static CUdeviceptr held[4096];
+    int n = 0;
+    while (n < 4096 && Alloc(&held[n], size) == CUDA_SUCCESS) n++;
+    printf("fill n=%d\n", n);
+    fflush(stdout);
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
+    if (argc > 4 && !strcmp(argv[4], "kill")) raise(SIGKILL);
+    for (int i = 0; i < n; i++) Free(held[i]);
     return 0;
   }
   if (!strcmp(argv[1], "oom") && argc > 2) {

@@ -161,6 +161,10 @@ pub struct Config {
     /// `CUDAPOOL_OOM_SNAPSHOT_KEEP`: with `%n` in the snapshot's path, how many of this
     /// process's snapshot files are kept (the oldest removed).
     pub oom_snapshot_keep: usize,
+    /// The job this process runs in under the mandatory mode (`job`), and what of its
+    /// environment the job's share overrode (said once, with the other notes).
+    pub job: Option<String>,
+    pub job_notes: Vec<String>,
 }
 
 /// The characters a group name may use (`CUDAPOOL_GROUP`), and its longest length.
@@ -284,6 +288,8 @@ impl Default for Config {
             runtime_dir: None,
             oom_snapshot: None,
             oom_snapshot_keep: OOM_SNAPSHOT_KEEP,
+            job: None,
+            job_notes: Vec::new(),
         }
     }
 }
@@ -510,7 +516,46 @@ impl Config {
             );
         }
         out.extend(soft_above_hard(&self.soft_limit, &self.memory_limit));
+        out.extend(self.job_notes.iter().cloned());
         out
+    }
+
+    /// Applies the share of the job this process runs in (the mandatory mode, `job`): the job's
+    /// group and limit; the environment may lower the limit, never raise it, nor name another
+    /// group, nor turn cudapool off. What it overrode is said (`notes`).
+    pub fn apply_job(&mut self, share: crate::base::job::JobShare) {
+        let job = &share.job;
+        if self.disable {
+            self.disable = false;
+            self.job_notes.push(format!(
+                "CUDAPOOL_DISABLE ignored: this process runs in job {job}, whose GPU memory is held to its share"
+            ));
+        }
+        if let Some(g) = self.group.as_ref().filter(|g| **g != share.group) {
+            self.job_notes.push(format!(
+                "CUDAPOOL_GROUP={g} ignored: this process runs in job {job}, group {}",
+                share.group
+            ));
+        }
+        self.group = Some(share.group.clone());
+        let lower = match (self.group_limit.all, share.limit.all) {
+            (Some(Limit::Bytes(mine)), Some(Limit::Bytes(theirs))) if mine > 0 && mine < theirs => {
+                Some(self.group_limit.clone())
+            }
+            _ => None,
+        };
+        match lower {
+            Some(l) => self.group_limit = l,
+            None => {
+                if self.group_limit.is_set() && self.group_limit != share.limit {
+                    self.job_notes.push(format!(
+                        "CUDAPOOL_GROUP_LIMIT ignored: job {job}'s share is the limit (the environment may only lower it, as one SIZE)"
+                    ));
+                }
+                self.group_limit = share.limit;
+            }
+        }
+        self.job = Some(share.job);
     }
 }
 

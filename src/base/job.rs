@@ -1,0 +1,170 @@
+//! The mandatory mode (docs/deploying.md): a site preloads cudapool for every process of a node
+//! (`/etc/ld.so.preload`) and its scheduler's root prolog writes each job's share into a file
+//! only root can write, `/run/cudapool/jobs/<jobid>`. A process belongs to the job its cgroup
+//! path names (Slurm puts every task in `.../job_<id>/step_<n>/...`): something a process cannot
+//! forge, unlike `SLURM_JOB_ID` in its environment. Such a process is in the job's group
+//! (`slurm-<id>` unless the file names another) under the file's limit; its environment may lower
+//! that limit, never raise it, and cannot turn cudapool off.
+//!
+//! The file, checked on its descriptor (and its folder likewise, never through a link): a
+//! regular file of root that nobody else may write, at most 4 KiB, lines `limit=SIZE` (or a
+//! per-device list) and optionally `group=NAME`.
+//!
+//! Uses: `config` (the SIZE and group parsers).
+
+use super::config::{parse_device_limits, parse_group, DeviceLimits};
+use std::io::Read as _;
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::path::Path;
+
+/// Where the root prolog writes the jobs' files.
+pub const JOBS_DIR: &str = "/run/cudapool/jobs";
+const MAX_FILE: u64 = 4096;
+
+/// What a job's file says.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobShare {
+    pub job: String,
+    pub group: String,
+    pub limit: DeviceLimits,
+}
+
+/// The job id a cgroup listing (`/proc/self/cgroup`'s text) names: the first path component
+/// `job_<digits>` (Slurm's cgroup v1 and v2 layouts both have one).
+pub fn job_of_cgroups(text: &str) -> Option<String> {
+    text.lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2))
+        .flat_map(|path| path.split('/'))
+        .find_map(|c| {
+            let id = c.strip_prefix("job_")?;
+            (!id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| id.to_string())
+        })
+}
+
+/// Reads a job's file in `dir` (see the module's notes). `Ok(None)`: no file for the job.
+pub fn read_share(dir: &Path, job: &str) -> Result<Option<JobShare>, String> {
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(_) => return Ok(None),
+    };
+    if !meta.is_dir() || meta.uid() != 0 || meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{}: not a folder of root that only root may write",
+            dir.display()
+        ));
+    }
+    let path = dir.join(job);
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let m = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !m.is_file() || m.uid() != 0 || m.mode() & 0o022 != 0 || m.len() > MAX_FILE {
+        return Err(format!(
+            "{}: not a small regular file of root that only root may write",
+            path.display()
+        ));
+    }
+    let mut text = String::new();
+    f.take(MAX_FILE)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut share = JobShare {
+        job: job.to_string(),
+        group: format!("slurm-{job}"),
+        limit: DeviceLimits::default(),
+    };
+    let mut limit = false;
+    for line in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let (k, v) = line
+            .split_once('=')
+            .ok_or_else(|| format!("{}: {line:?} is not NAME=VALUE", path.display()))?;
+        match k.trim() {
+            "limit" => {
+                share.limit = parse_device_limits(v)
+                    .map_err(|e| format!("{}: limit: {e}", path.display()))?;
+                limit = true;
+            }
+            "group" => {
+                share.group =
+                    parse_group(v).map_err(|e| format!("{}: group: {e}", path.display()))?;
+            }
+            other => return Err(format!("{}: unknown {other:?}", path.display())),
+        }
+    }
+    if !limit {
+        return Err(format!("{}: no limit=", path.display()));
+    }
+    Ok(Some(share))
+}
+
+/// This process's job share, if it runs in a job whose file exists: `Err` is one line (a file
+/// that is there but cannot be trusted fails closed: the caller refuses allocations).
+pub fn this_process() -> Result<Option<JobShare>, String> {
+    // On a node without the folder, one failed stat is all.
+    if std::fs::symlink_metadata(JOBS_DIR).is_err() {
+        return Ok(None);
+    }
+    let Ok(cgroups) = std::fs::read_to_string("/proc/self/cgroup") else {
+        return Ok(None);
+    };
+    let Some(job) = job_of_cgroups(&cgroups) else {
+        return Ok(None);
+    };
+    read_share(Path::new(JOBS_DIR), &job)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::config::Limit;
+
+    #[test]
+    fn the_job_is_the_one_the_cgroup_path_names() {
+        let v1 = "12:freezer:/slurm/uid_1000/job_4242/step_0/task_1\n3:cpu:/\n";
+        assert_eq!(job_of_cgroups(v1).as_deref(), Some("4242"));
+        let v2 = "0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n";
+        assert_eq!(job_of_cgroups(v2).as_deref(), Some("77"));
+        assert_eq!(job_of_cgroups("0::/user.slice/session-3.scope\n"), None);
+        assert_eq!(job_of_cgroups("0::/job_x/\n"), None);
+    }
+
+    #[test]
+    fn a_share_file_is_read_only_from_root_and_checked() {
+        if unsafe { libc::geteuid() } != 0 {
+            return; // files of root are needed
+        }
+        let d = std::env::temp_dir().join(format!("cudapool-jobs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("9"), "limit=64MiB\n").unwrap();
+        let s = read_share(&d, "9").unwrap().unwrap();
+        assert_eq!(s.group, "slurm-9");
+        assert_eq!(s.limit.all, Some(Limit::Bytes(64 << 20)));
+        std::fs::write(d.join("10"), "group=team\nlimit=0=1GiB,1=2GiB\n").unwrap();
+        let s = read_share(&d, "10").unwrap().unwrap();
+        assert_eq!(s.group, "team");
+        assert_eq!(s.limit.for_device(1), Some(Limit::Bytes(2 << 30)));
+        assert_eq!(read_share(&d, "11").unwrap(), None);
+        std::fs::write(d.join("12"), "limit=lots\n").unwrap();
+        assert!(read_share(&d, "12").is_err());
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(d.join("9"), std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(read_share(&d, "9").unwrap_err().contains("only root"));
+        std::os::unix::fs::symlink(d.join("10"), d.join("13")).unwrap();
+        assert!(read_share(&d, "13").is_err(), "never through a link");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# A real Slurm on this machine for the tests (tests/slurm.rs): Debian's slurm-wlm (munged,
+# slurmctld and slurmd as root on localhost), GPU memory as the count-only GRES `gpumem`
+# (1024M on the node), cudapool's TaskProlog and TaskEpilog from deploy/slurm/.
+#
+#   bash tests/slurm/cluster.sh start DIR    installs what is missing (apt, as root), writes the
+#                                           configuration into DIR, starts the daemons and waits
+#                                           for the node; prints "slurm ready"
+#   bash tests/slurm/cluster.sh stop DIR     stops them
+#   PROCTRACK=cgroup ... start DIR           tasks in Slurm's cgroups (cgroup v1 here), each
+#                                           job's in .../job_<id>/: for the mandatory mode
+#
+# Jobs then need SLURM_CONF=DIR/slurm.conf. Nothing outside DIR is configured; the daemons'
+# state lives in DIR.
+set -euo pipefail
+cmd=$1 dir=$(realpath -m "$2")
+root=$(cd "$(dirname "$0")/../.." && pwd)
+case $cmd in
+stop)
+  for p in slurmd slurmctld; do
+    [ -f "$dir/$p.pid" ] && kill "$(cat "$dir/$p.pid")" 2>/dev/null || true
+  done
+  [ -f "$dir/munged.pid" ] && kill "$(cat "$dir/munged.pid")" 2>/dev/null || true
+  exit 0
+  ;;
+start) ;;
+*) echo "usage: cluster.sh start|stop DIR" >&2; exit 2 ;;
+esac
+[ "$(id -u)" = 0 ] || { echo "slurm: not root: no cluster (daemons run as root)"; exit 3; }
+if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! command -v srun >/dev/null; then
+  echo "slurm: installing Debian's slurm-wlm and munge" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null
+fi
+mkdir -p "$dir/state" "$dir/spool" "$dir/munge"
+# Slurm's cgroups need a writable cgroup v1 freezer hierarchy; elsewhere the tasks are tracked
+# by pid (the mandatory mode's case is then not run).
+if [ "${PROCTRACK:-}" = cgroup ] && [ ! -w /sys/fs/cgroup/freezer ]; then
+  echo "slurm: no writable cgroup v1 freezer: tasks tracked by pid" >&2
+  PROCTRACK=linuxproc
+fi
+echo "${PROCTRACK:-linuxproc}" > "$dir/proctrack"
+node=$(hostname -s)
+cpus=$(nproc)
+cat > "$dir/slurm.conf" <<CONF
+ClusterName=cudapool-test
+SlurmctldHost=$node(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge/munge.socket
+CredType=cred/munge
+ProctrackType=proctrack/${PROCTRACK:-linuxproc}
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+SlurmctldPort=16817
+SlurmdPort=16818
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd.log
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=1
+MinJobAge=600
+JobCompType=jobcomp/filetxt
+JobCompLoc=$dir/jobcomp.txt
+MpiDefault=none
+# What a site adds for cudapool (docs/deploying.md):
+GresTypes=gpumem
+TaskProlog=$root/deploy/slurm/task_prolog.sh
+TaskEpilog=$root/deploy/slurm/task_epilog.sh
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus Gres=gpumem:1024M State=UNKNOWN
+PartitionName=test Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+CONF
+echo "NodeName=$node Name=gpumem Count=1024M" > "$dir/gres.conf"
+printf 'CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\nCgroupAutomount=no\n' > "$dir/cgroup.conf"
+if [ -n "${SLURM_PROLOG:-}" ]; then
+  printf 'Prolog=%s\nEpilog=%s\n' "$SLURM_PROLOG" "$SLURM_EPILOG" >> "$dir/slurm.conf"
+fi
+# munged of our own, on a socket in DIR (the machine's, if any, is left alone).
+if [ ! -f /etc/munge/munge.key ]; then
+  mungekey --create --keyfile=/etc/munge/munge.key >/dev/null 2>&1 ||
+    dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 2>/dev/null
+  chmod 600 /etc/munge/munge.key
+  chown munge:munge /etc/munge/munge.key 2>/dev/null || true
+fi
+munged --force --socket="$dir/munge/munge.socket" --pid-file="$dir/munged.pid" \
+  --seed-file="$dir/munge/seed" --log-file="$dir/munged.log" 2>/dev/null
+export SLURM_CONF=$dir/slurm.conf
+slurmctld -f "$dir/slurm.conf"
+slurmd -f "$dir/slurm.conf" -N "$node"
+for _ in $(seq 100); do
+  if sinfo -h -o '%T' 2>/dev/null | grep -q 'idle'; then
+    echo "slurm ready"
+    exit 0
+  fi
+  sleep 0.2
+done
+echo "slurm: the node did not come up" >&2
+tail -5 "$dir/slurmctld.log" "$dir/slurmd.log" >&2
+exit 1
