@@ -87,7 +87,7 @@ int cudapool_memory_status(char *buf, size_t len);
 
 /* Writes a JSON snapshot to `path`: per device the counters, every pool segment with its blocks
  * (in_use, pending, free) and every live allocation (with a backtrace under CUDAPOOL_TRACK=2).
- * Schema in the README. Returns 0; 1 for a NULL or non-UTF-8 path; 304
+ * Schema in docs/observability.md. Returns 0; 1 for a NULL or non-UTF-8 path; 304
  * (CUDA_ERROR_OPERATING_SYSTEM) when the file cannot be written; 3 (not active). */
 int cudapool_snapshot(const char *path);
 

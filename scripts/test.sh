@@ -14,6 +14,8 @@ command -v python3 >/dev/null || { echo "test.sh: python3 is needed (apt-get ins
 python3 scripts/check-layers.py
 # The Markdown pages link only to files and headings that exist.
 python3 scripts/check-links.py
+# The docs name every function and public name, and only paths and variables that exist.
+python3 scripts/check-docs.py
 if cargo clippy --version >/dev/null 2>&1; then cargo clippy --all-targets -- -D warnings; fi
 
 # The preload tests load target/debug/libcudapool.so, which `cargo test` alone does not build.

@@ -287,7 +287,44 @@ fn a_c_program_builds_and_runs_on_the_demos_fake_driver() {
     );
     let r = run_program(Path::new("sh"), &["-c", &build], false, &[]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("stats r=0 allocated=1048576"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("stats r=0 allocated=1048576"),
+        "{}",
+        r.stdout
+    );
+}
+
+/// docs/api.md's worked example is what `cbindings/c/print_status.c` prints on the fake driver,
+/// the pid masked (issue 46: worked outputs in the docs are checked, not only the README's).
+#[test]
+fn the_api_pages_worked_example_is_what_print_status_prints() {
+    let f = fixture();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let api = std::fs::read_to_string(root.join("docs/api.md")).unwrap();
+    let at = api.find("cudapool 0.1.0: the phase peaked").expect("the block");
+    let want: Vec<&str> = api[at..][..api[at..].find("```").unwrap()].lines().collect();
+    let bin = f.dir.join("print_status");
+    cc(
+        &[
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            &format!("-I{}", root.join("include").display()),
+            "-o",
+            bin.to_str().unwrap(),
+            root.join("cbindings/c/print_status.c").to_str().unwrap(),
+            "-ldl",
+        ],
+        &f.dir,
+    );
+    let r = run_program(&bin, &[], true, &[("CUDAPOOL_SEGMENTS", "expandable")]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let mask = |l: &str| match l.find(", pid ") {
+        Some(i) => format!("{}, pid N)", &l[..i]),
+        None => l.to_string(),
+    };
+    let got: Vec<String> = r.stdout.lines().map(mask).collect();
+    assert_eq!(got, want, "docs/api.md's worked example is stale");
 }
 
 /// The README's worked example is what the demo prints (issue 38): its first two lines are the

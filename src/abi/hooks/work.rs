@@ -4,7 +4,7 @@
 //! the driver's own function with the caller's arguments, unchanged, whatever the report did. This is how reuse safety knows when a context's work all
 //! went to one queue (`pool::reuse`).
 //!
-//! Measured on an H100 with PyTorch 2.11 (`scripts/gpu/work-survey.sh`): every kernel the
+//! Measured on an H100 with PyTorch 2.11 (`docs/gpu/work-survey-h100.txt`): every kernel the
 //! profiler saw in a training step came through `cuLaunchKernel` or `cuLaunchKernelEx`, which
 //! the CUDA runtime obtains through `cuGetProcAddress`.
 //!

@@ -1,6 +1,7 @@
 // Which entry points carry a runtime program's work (issue 11): kernels with <<<>>> on the
 // legacy stream and on a created stream, an async copy and a memset on it. Run it under
-// scripts/gpu/worktrace.so, built with the static and with the shared runtime.
+// a tracer of the driver entry points (the survey of issue 11: docs/gpu/work-survey-h100.txt),
+// built with the static and with the shared runtime.
 #include <cstdio>
 __global__ void fill(int *p, int v, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""The docs say what is true of the tree (issue 46), checked in CI by scripts/test.sh:
+
+- every function `include/cudapool.h` declares, and every public name of the Python package
+  (its `__all__`), is on docs/api.md;
+- every repository path the README, CONTRIBUTING.md and docs/*.md name exists (a path that
+  starts with one of the tree's folders; `target/` and `dist/` are build outputs, not checked);
+- every `CUDAPOOL_*` variable the docs name is one cudapool knows (src/base/config/names.rs).
+
+The worked outputs (the README's example, docs/api.md's print_status) are compared with what
+the programs print by tests/preload/newcomer_nvml_oom.rs.
+"""
+import ast
+import os
+import re
+import sys
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+problems = []
+
+
+def read(rel):
+    with open(os.path.join(ROOT, rel)) as f:
+        return f.read()
+
+
+api = read("docs/api.md")
+for name in sorted(set(re.findall(r"\b(cudapool_[a-z_]+)\s*\(", read("include/cudapool.h")))):
+    if name not in api:
+        problems.append(f"docs/api.md does not name {name} (include/cudapool.h declares it)")
+tree = ast.parse(read("cbindings/python/cudapool/__init__.py"))
+for node in tree.body:
+    if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
+        for elt in node.value.elts:
+            if not re.search(r"\b" + re.escape(elt.value) + r"\b", api):
+                problems.append(f"docs/api.md does not name the Python package's {elt.value}")
+
+docs = ["README.md", "CONTRIBUTING.md"] + sorted(
+    os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md")
+)
+FOLDERS = "src|tests|scripts|benches|docs|deploy|include|cbindings|third_party|\\.ci"
+path_re = re.compile(r"(?<![\w./$-])((?:" + FOLDERS + r")/[A-Za-z0-9_./*-]*[A-Za-z0-9_*])")
+known = set(re.findall(r'"(CUDAPOOL_[A-Z_]+)"', read("src/base/config/names.rs")))
+for doc in docs:
+    text = read(doc)
+    for n, line in enumerate(text.splitlines(), 1):
+        for m in path_re.finditer(line):
+            p = m.group(1)
+            if "*" in p or "<" in p:
+                continue
+            if not os.path.exists(os.path.join(ROOT, p)):
+                problems.append(f"{doc}:{n}: names {p}, which is not in the tree")
+        for v in re.findall(r"\b(CUDAPOOL_[A-Z_]+[A-Z])\b", line):
+            if v not in known and not v.startswith("CUDAPOOL_VERSION"):
+                problems.append(f"{doc}:{n}: names {v}, a variable cudapool does not know")
+
+for p in problems:
+    print(p)
+print(f"check-docs: {len(docs)} pages, {len(problems)} problems")
+sys.exit(1 if problems else 0)
