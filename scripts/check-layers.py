@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The layers of src/ import only downward, and no two files import each other in a circle;
 src/ holds lib.rs, main.rs and one folder per layer (and cli/), and no source file of src/ or
-tests/ is over 700 lines.
+tests/ is over 700 lines; no folder of scripts/, tests/, benches/ or docs/ holds more than 25
+files.
 
 Every reference to `crate::X` (X a top-level module) or `super::` in a file's code (comments and
 doc comments aside) is a dependency. A file may depend on its own layer's other modules and on
@@ -27,6 +28,7 @@ RANK = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 SKIP = {"lib.rs", "main.rs"}
 MAX_LINES = 700  # the crate root wires the layers together; main.rs is the CLI
+MAX_FILES = 25
 
 
 def module_files():
@@ -128,6 +130,14 @@ def main():
                 n = sum(1 for _ in open(path, encoding="utf-8"))
                 if n > MAX_LINES:
                     errors.append(f"{os.path.relpath(path, os.path.join(ROOT, '..'))}: {n} lines (at most {MAX_LINES}: split it by concern)")
+    # A newcomer can read a folder: at most MAX_FILES files in any folder of scripts/, tests/,
+    # benches/, docs/ (build outputs of the tests aside).
+    top = os.path.join(ROOT, "..")
+    for area in ("scripts", "tests", "benches", "docs"):
+        for dirpath, dirnames, names in os.walk(os.path.join(top, area)):
+            dirnames[:] = [d for d in dirnames if d not in ("target", "__pycache__")]
+            if len(names) > MAX_FILES:
+                errors.append(f"{os.path.relpath(dirpath, top)}/: {len(names)} files (at most {MAX_FILES}: lay it out by kind)")
     for e in errors:
         print(e)
     print(f"check-layers: {len(files)} files, {sum(len(d) for d in deps.values())} dependencies, {len(errors)} problems")

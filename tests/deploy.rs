@@ -28,7 +28,11 @@ fn the_kubernetes_pod_is_the_one_the_docs_name_and_its_settings_hold() {
         &[],
     );
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("pod: ok [('inference', '20GiB')]"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("pod: ok [('inference', '20GiB')]"),
+        "{}",
+        r.stdout
+    );
     let docs = std::fs::read_to_string(root().join("docs/deploying.md")).unwrap();
     let text = std::fs::read_to_string(&pod).unwrap();
     let body: String = text

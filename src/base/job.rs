@@ -12,10 +12,48 @@
 //!
 //! Uses: `config` (the SIZE and group parsers).
 
-use super::config::{parse_device_limits, parse_group, DeviceLimits};
+use super::config::{parse_device_limits, parse_group, Config, DeviceLimits, Limit};
 use std::io::Read as _;
 use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::path::Path;
+
+/// Applies the share of the job this process runs in (the mandatory mode, `job`): the job's
+/// group and limit; the environment may lower the limit, never raise it, nor name another
+/// group, nor turn cudapool off. What it overrode is said (`notes`).
+pub fn apply(c: &mut Config, share: JobShare) {
+    let job = &share.job;
+    if c.disable {
+        c.disable = false;
+        c.job_notes.push(format!(
+            "CUDAPOOL_DISABLE ignored: this process runs in job {job}, whose GPU memory is held to its share"
+        ));
+    }
+    if let Some(g) = c.group.as_ref().filter(|g| **g != share.group) {
+        c.job_notes.push(format!(
+            "CUDAPOOL_GROUP={g} ignored: this process runs in job {job}, group {}",
+            share.group
+        ));
+    }
+    c.group = Some(share.group.clone());
+    let lower = match (c.group_limit.all, share.limit.all) {
+        (Some(Limit::Bytes(mine)), Some(Limit::Bytes(theirs))) if mine > 0 && mine < theirs => {
+            Some(c.group_limit.clone())
+        }
+        _ => None,
+    };
+    match lower {
+        Some(l) => c.group_limit = l,
+        None => {
+            if c.group_limit.is_set() && c.group_limit != share.limit {
+                c.job_notes.push(format!(
+                    "CUDAPOOL_GROUP_LIMIT ignored: job {job}'s share is the limit (the environment may only lower it, as one SIZE)"
+                ));
+            }
+            c.group_limit = share.limit;
+        }
+    }
+    c.job = Some(share.job);
+}
 
 /// Where the root prolog writes the jobs' files.
 pub const JOBS_DIR: &str = "/run/cudapool/jobs";

@@ -139,7 +139,7 @@ pub fn config() -> &'static Result<Config, ConfigError> {
         let c = env_config().clone();
         c.and_then(|mut c| match crate::base::job::this_process() {
             Ok(Some(share)) => {
-                c.apply_job(share);
+                crate::base::job::apply(&mut c, share);
                 Ok(c)
             }
             Ok(None) => Ok(c),

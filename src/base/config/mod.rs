@@ -519,44 +519,6 @@ impl Config {
         out.extend(self.job_notes.iter().cloned());
         out
     }
-
-    /// Applies the share of the job this process runs in (the mandatory mode, `job`): the job's
-    /// group and limit; the environment may lower the limit, never raise it, nor name another
-    /// group, nor turn cudapool off. What it overrode is said (`notes`).
-    pub fn apply_job(&mut self, share: crate::base::job::JobShare) {
-        let job = &share.job;
-        if self.disable {
-            self.disable = false;
-            self.job_notes.push(format!(
-                "CUDAPOOL_DISABLE ignored: this process runs in job {job}, whose GPU memory is held to its share"
-            ));
-        }
-        if let Some(g) = self.group.as_ref().filter(|g| **g != share.group) {
-            self.job_notes.push(format!(
-                "CUDAPOOL_GROUP={g} ignored: this process runs in job {job}, group {}",
-                share.group
-            ));
-        }
-        self.group = Some(share.group.clone());
-        let lower = match (self.group_limit.all, share.limit.all) {
-            (Some(Limit::Bytes(mine)), Some(Limit::Bytes(theirs))) if mine > 0 && mine < theirs => {
-                Some(self.group_limit.clone())
-            }
-            _ => None,
-        };
-        match lower {
-            Some(l) => self.group_limit = l,
-            None => {
-                if self.group_limit.is_set() && self.group_limit != share.limit {
-                    self.job_notes.push(format!(
-                        "CUDAPOOL_GROUP_LIMIT ignored: job {job}'s share is the limit (the environment may only lower it, as one SIZE)"
-                    ));
-                }
-                self.group_limit = share.limit;
-            }
-        }
-        self.job = Some(share.job);
-    }
 }
 
 /// Lines for each device whose soft limit is at or above its hard limit, where both are of
