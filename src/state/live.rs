@@ -257,12 +257,24 @@ impl LiveTable {
             return None;
         }
         let (id, last) = LAST.with(Cell::get);
-        if id == self.id && !last.is_null() {
-            // SAFETY: `LAST` names a front that this thread's `FRONTS` holds (an `Arc`) until
-            // it is dropped, which clears `LAST` first (the `Fronts` invariant); `f` does not
-            // reach `FRONTS`.
-            return Some(f(unsafe { &*last }));
-        }
+        let front = if id == self.id && !last.is_null() {
+            last
+        } else {
+            self.find_front()?
+        };
+        // SAFETY: `front` is what `LAST` names (set above when it was not already), a front
+        // that this thread's `FRONTS` holds (an `Arc`) until it is dropped, which clears `LAST`
+        // first (the `Fronts` invariant); `f` does not reach `FRONTS`. `f` is called in one
+        // place only, so the hot path keeps it inlined.
+        Some(f(unsafe { &*front }))
+    }
+
+    /// The slow way to the calling thread's front: a search of `FRONTS`, which makes and
+    /// registers it on first use; `LAST` names it afterwards. `None` while the thread is being
+    /// torn down.
+    #[cold]
+    #[inline(never)]
+    fn find_front(&self) -> Option<*const Front> {
         FRONTS
             .try_with(|fronts| {
                 let found = fronts
@@ -277,8 +289,9 @@ impl LiveTable {
                     fronts.borrow_mut().0.push((self.id, fr.clone()));
                     fr
                 });
-                LAST.with(|l| l.set((self.id, Arc::as_ptr(&fr))));
-                f(&fr)
+                let at = Arc::as_ptr(&fr);
+                LAST.with(|l| l.set((self.id, at)));
+                at
             })
             .ok()
     }
