@@ -186,6 +186,12 @@ impl Group {
             m.pid = std::process::id() as u64;
             m.joined_ns = now_ns();
             m.reserved = [0; DEVICES];
+            // Nothing asked of the slot's last holder is pending for us.
+            for w in &m.want {
+                w.store(0, Ordering::Relaxed);
+            }
+            m.served
+                .store(m.request.load(Ordering::Acquire), Ordering::Release);
         }
         drop(door);
         log_at!(Debug, "joined group {name} as member {me}");
@@ -379,7 +385,9 @@ impl Group {
         let run = move || {
             // SAFETY: the mapping lives as long as `group`, which this thread holds.
             let me = unsafe { &(*group.map.ledger).members[group.me] };
-            let mut seen = me.request.load(Ordering::Acquire);
+            // Every request since this process joined counts, also one made before this
+            // thread first ran (a busy machine can start it late): from the last one served.
+            let mut seen = me.served.load(Ordering::Acquire);
             loop {
                 futex_wait(&me.request, seen, Duration::from_secs(1));
                 if crate::base::flags::exiting() {
@@ -596,5 +604,46 @@ fn realtime_after(d: Duration) -> libc::timespec {
     libc::timespec {
         tv_sec: now.tv_sec + d.as_secs() as libc::time_t + (ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A member asked to lend before its lending thread first ran (a busy machine starts a
+    /// thread late) still answers: before, that thread began from the request count it found,
+    /// missed the one already made, and the asker was refused after its wait (seen as a flaky
+    /// `a_sleeping_members_idle_cache_is_lent_to_another` under load).
+    #[test]
+    fn a_request_made_before_the_lending_thread_runs_is_served() {
+        let dir = std::env::temp_dir().join(format!("cudapool-group-late-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let a = Group::join("late", Some(&dir)).expect("a joins");
+        let b = Group::join("late", Some(&dir)).expect("b joins");
+        let uuid = [7; 16];
+        let da = a.device(uuid, Some(64 << 20)).expect("a's device");
+        let db = b.device(uuid, Some(64 << 20)).expect("b's device");
+        assert!(da.try_reserve(48 << 20), "a caches 48 MiB");
+        let asker =
+            std::thread::spawn(move || db.group.borrow(db.slot, 32 << 20, Duration::from_secs(3)));
+        // The request is made (and its wake lost) before a's thread exists.
+        let pending = || {
+            let l = a.lock().expect("the ledger");
+            let m = &l.members[a.me];
+            m.request.load(Ordering::Acquire) != m.served.load(Ordering::Acquire)
+        };
+        let asked = Instant::now();
+        while !pending() {
+            assert!(asked.elapsed() < Duration::from_secs(3), "b never asked");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let lender = da.clone();
+        a.serve(Box::new(move |_, bytes| {
+            lender.release(bytes);
+            bytes
+        }));
+        assert!(asker.join().unwrap(), "a's idle cache was lent to b");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
