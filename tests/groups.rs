@@ -386,6 +386,34 @@ fn a_member_that_uses_no_gpu_is_no_member_of_it() {
     idle.finish();
 }
 
+/// When a group's last member is gone, `stat` says so and removes its ledger (issue 46); before,
+/// the group was shown with "0 members" and its ledger stayed behind in /dev/shm.
+#[test]
+fn stat_says_when_a_group_has_no_member_left() {
+    let g = Group::new("gone");
+    let mut a = Member::start(
+        &["park", "2", &MB8.to_string()],
+        &env_of(&in_group(&g, "64MiB")),
+    );
+    a.line("parked");
+    a.child.kill().unwrap(); // SIGKILL: it never leaves the ledger itself
+    a.child.wait().unwrap();
+    assert!(std::path::Path::new(&g.ledger()).exists());
+    let out = Command::new(env!("CARGO_BIN_EXE_cudapool"))
+        .arg("stat")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "group {}: no member left (its ledger is removed)",
+            g.0
+        )),
+        "{text}"
+    );
+    assert!(!std::path::Path::new(&g.ledger()).exists());
+}
+
 #[test]
 fn the_python_package_reads_the_group() {
     let f = fixture();

@@ -301,8 +301,12 @@ fn the_api_pages_worked_example_is_what_print_status_prints() {
     let f = fixture();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let api = std::fs::read_to_string(root.join("docs/api.md")).unwrap();
-    let at = api.find("cudapool 0.1.0: the phase peaked").expect("the block");
-    let want: Vec<&str> = api[at..][..api[at..].find("```").unwrap()].lines().collect();
+    let at = api
+        .find("cudapool 0.1.0: the phase peaked")
+        .expect("the block");
+    let want: Vec<&str> = api[at..][..api[at..].find("```").unwrap()]
+        .lines()
+        .collect();
     let bin = f.dir.join("print_status");
     cc(
         &[
@@ -543,4 +547,45 @@ fn the_oom_handler_and_the_oom_snapshot() {
         "the OOM line names the file: {}",
         r.stderr
     );
+}
+
+/// A newcomer's mistakes are named at once (issue 46): a misspelt variable is said once by the
+/// library with the nearest known name (the program still runs), `cudapool run` refuses it
+/// and a soft limit at or above the hard one with exit 2 before anything runs, and `top` into
+/// a pipe writes plain screens, each under a time line, with no terminal escapes. Before: the
+/// misspelt name was silently ignored everywhere and `top` wrote escapes into the file.
+#[test]
+fn a_newcomers_mistakes_are_named_at_once() {
+    let r = ok(client("dlsym", &["basic"], &[("CUDAPOOL_LIMIT", "1GiB")]));
+    let want =
+        "unknown variable CUDAPOOL_LIMIT: did you mean CUDAPOOL_MEMORY_LIMIT? (it has no effect)";
+    assert_eq!(r.stderr.matches(want).count(), 1, "{}", r.stderr);
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+    let r = run_program(
+        &cli,
+        &["run", "--", "/bin/echo", "ran"],
+        false,
+        &[("CUDAPOOL_LIMIT", "1GiB")],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains(want), "{}", r.stderr);
+    assert!(!r.stdout.contains("ran"), "nothing ran: {}", r.stdout);
+    let r = run_program(
+        &cli,
+        &["run", "--limit", "1GiB", "--", "/bin/echo", "ran"],
+        false,
+        &[("CUDAPOOL_SOFT_LIMIT", "2GiB")],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("CUDAPOOL_SOFT_LIMIT"), "{}", r.stderr);
+    assert!(!r.stdout.contains("ran"), "nothing ran: {}", r.stdout);
+    let r = run_program(&cli, &["top", "-n", "2", "-d", "0.1"], false, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        r.stdout.matches("--- cudapool top at ").count(),
+        2,
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains('\x1b'), "{:?}", r.stdout);
 }
