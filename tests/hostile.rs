@@ -34,7 +34,8 @@ fn on_node(what: &str, script: &str, env: &[(&str, &str)]) -> Option<Out> {
         return None;
     }
     let full = format!(
-        "set -u; mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs -o mode=1777 tmpfs /dev/shm || exit 97\n{script}"
+        "set -u; {} && mount -t tmpfs -o mode=1777 tmpfs /dev/shm || exit 97\nexport TMPDIR=/tmp\ncd \"$PWD\"\n{script}",
+        fresh_tmp()
     );
     let mut cmd = Command::new("unshare");
     cmd.args(["-m", "--propagation", "private", "sh", "-c", &full]);
@@ -51,6 +52,35 @@ fn on_node(what: &str, script: &str, env: &[(&str, &str)]) -> Option<Out> {
         o.stderr
     );
     Some(o)
+}
+
+/// The shell that mounts a fresh tmpfs at `/tmp` and, where the checkout or its build lives
+/// under `/tmp` (a CI runner's clone), binds those folders back into it: the old `/tmp` is
+/// seen through `/mnt` for the moment it takes.
+fn fresh_tmp() -> String {
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("the target folder")
+        .to_path_buf();
+    let mut keep: Vec<PathBuf> = [Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf(), target]
+        .into_iter()
+        .filter_map(|p| p.canonicalize().ok())
+        .filter(|p| p.starts_with("/tmp"))
+        .collect();
+    keep.sort();
+    keep.dedup_by(|b, a| b.starts_with(&*a)); // a folder inside another kept one comes with it
+    if keep.is_empty() {
+        return "mount -t tmpfs -o mode=1777 tmpfs /tmp".into();
+    }
+    let mut sh = String::from("mount --bind /tmp /mnt && mount -t tmpfs -o mode=1777 tmpfs /tmp");
+    for p in &keep {
+        let rel = p.strip_prefix("/tmp").unwrap().display().to_string();
+        sh.push_str(&format!(
+            " && mkdir -p '/tmp/{rel}' && mount --bind '/mnt/{rel}' '/tmp/{rel}'"
+        ));
+    }
+    sh.push_str(" && umount /mnt");
+    sh
 }
 
 /// `key=value` of the first line of `out` that starts with `tag`.

@@ -23,7 +23,7 @@ fn root() -> &'static Path {
 }
 
 /// Prometheus and promtool, installed from Debian's packages if absent; `false` if they cannot
-/// be (not root).
+/// be (not root). As root, an install that fails fails the test.
 fn have_prometheus() -> bool {
     let found = |t: &str| {
         Command::new("sh")
@@ -40,10 +40,15 @@ fn have_prometheus() -> bool {
     let ok = Command::new("sh")
         .args([
             "-c",
-            "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends prometheus >/dev/null",
+            // dpkg needs the system's sbin folders, which a minimal PATH (CI's) leaves out.
+            "export DEBIAN_FRONTEND=noninteractive PATH=\"$PATH:/usr/local/sbin:/usr/sbin:/sbin\"; apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends prometheus >/dev/null",
         ])
         .status()
         .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "root could not install Debian's prometheus (apt-get said why above)"
+    );
     // The package starts its own service where there is an init; this test runs its own.
     let _ = Command::new("sh")
         .args(["-c", "pkill -x prometheus; true"])

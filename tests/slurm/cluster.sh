@@ -26,6 +26,9 @@ stop)
 start) ;;
 *) echo "usage: cluster.sh start|stop DIR" >&2; exit 2 ;;
 esac
+# The daemons (munged, slurmctld, slurmd) and dpkg's tools live in the system's sbin folders,
+# which a minimal PATH (CI's) leaves out.
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 [ "$(id -u)" = 0 ] || { echo "slurm: not root: no cluster (daemons run as root)"; exit 3; }
 if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! command -v srun >/dev/null; then
   echo "slurm: installing Debian's slurm-wlm and munge" >&2
