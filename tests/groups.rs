@@ -113,6 +113,15 @@ impl Member {
 
 const MB8: u64 = 8 << 20;
 
+/// What `cudapool stat` prints.
+fn stat() -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_cudapool"))
+        .arg("stat")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn in_group(g: &Group, limit: &str) -> Vec<(String, String)> {
     vec![
         ("CUDAPOOL_GROUP".into(), g.0.clone()),
@@ -344,11 +353,7 @@ fn stat_and_the_c_api_show_the_group() {
     assert_eq!(group["name"], g.0);
     assert_eq!(group["limit"], (24 * MIB).to_string());
     assert_eq!(group["mine"], (24 * MIB).to_string());
-    let out = Command::new(env!("CARGO_BIN_EXE_cudapool"))
-        .arg("stat")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = stat();
     assert!(
         text.contains(&format!("group {}: 1 members", g.0)),
         "{text}"
@@ -373,11 +378,7 @@ fn a_member_that_uses_no_gpu_is_no_member_of_it() {
     assert_eq!(a.num("took", "n"), 3);
     let group = a.line("group");
     assert_eq!(group["members"], "1", "{group:?}");
-    let out = Command::new(env!("CARGO_BIN_EXE_cudapool"))
-        .arg("stat")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = stat();
     assert!(
         text.contains(&format!("group {}: 1 members (and 1 that use no GPU)", g.0)),
         "{text}"
@@ -399,11 +400,7 @@ fn stat_says_when_a_group_has_no_member_left() {
     a.child.kill().unwrap(); // SIGKILL: it never leaves the ledger itself
     a.child.wait().unwrap();
     assert!(std::path::Path::new(&g.ledger()).exists());
-    let out = Command::new(env!("CARGO_BIN_EXE_cudapool"))
-        .arg("stat")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = stat();
     assert!(
         text.contains(&format!(
             "group {}: no member left (its ledger is removed)",

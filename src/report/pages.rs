@@ -330,22 +330,8 @@ pub fn ask_snapshot(
 }
 
 fn write_at(fd: &OwnedFd, b: &[u8], offset: u64) -> Result<(), String> {
-    // SAFETY: pwrite of a buffer we own, bounded by its length, inside the page's size.
-    let n = unsafe {
-        libc::pwrite(
-            fd.as_raw_fd(),
-            b.as_ptr().cast(),
-            b.len(),
-            offset as libc::off_t,
-        )
-    };
-    if n != b.len() as isize {
-        return Err(format!(
-            "cannot write the request: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    Ok(())
+    rundir::write_all_at(fd.as_raw_fd(), b, offset)
+        .map_err(|e| format!("cannot write the request: {e}"))
 }
 
 #[cfg(test)]

@@ -96,16 +96,7 @@ macro_rules! at {
 
 /// `pwrite` of all of `b` at `offset`; `false` if the file took less (a full filesystem).
 fn put(fd: &OwnedFd, b: &[u8], offset: u64) -> bool {
-    // SAFETY: pwrite of a buffer we own, bounded by its length.
-    let n = unsafe {
-        libc::pwrite(
-            fd.as_raw_fd(),
-            b.as_ptr().cast(),
-            b.len(),
-            offset as libc::off_t,
-        )
-    };
-    n == b.len() as isize
+    rundir::write_all_at(fd.as_raw_fd(), b, offset).is_ok()
 }
 
 fn get_u64(fd: &OwnedFd, offset: u64) -> Option<u64> {
