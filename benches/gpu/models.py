@@ -39,6 +39,8 @@ import sys
 import threading
 import time
 
+from e2e import quartiles  # the job benchmark's spread: [25th, median, 75th]
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 
@@ -282,14 +284,6 @@ class Worker:
         if not out:
             raise RuntimeError(f"worker {self.row} died:\n{self.tail()}")
         return json.loads(out)
-
-
-def quartiles(xs):
-    xs = sorted(xs)
-    if len(xs) < 4:
-        return xs[0], statistics.median(xs), xs[-1]
-    q = statistics.quantiles(xs, n=4)
-    return q[0], q[1], q[2]
 
 
 def run_job(job, rows, rounds, seconds, warmup, lib, sampler, snapshot_dir):
