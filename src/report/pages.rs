@@ -6,13 +6,14 @@
 //! never a signal). The pid a page stands for is the kernel's (the holder of the page's lock),
 //! not the page's own claim; how many pages one user's directory may cost a read is bounded.
 //!
-//! Uses: `report::page`, `report::publish` (the page names), `rundir`.
+//! Uses: `report::page`, `report::publish` (the page names), `rundir`, `pio`.
 
 use super::page::{
     array_to_stats, DeviceFigures, Page, LAYOUT_VERSION, MAGIC, REQUEST_ERROR, REQUEST_PATH,
 };
 use super::publish::pid_of_name;
 use crate::base::patience::{wait_until, Patience, PER_FILE, READ_TIME};
+use crate::base::pio;
 use crate::base::rundir::{self, RunDir};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -163,7 +164,7 @@ fn read_fd(fd: &OwnedFd, wait: Duration) -> Result<Snapshot, String> {
     let mut page: Option<Page> = None;
     let whole = wait_until(wait, || {
         let copy = (|| -> Result<Option<Page>, String> {
-            rundir::read_exact_at(fd.as_raw_fd(), &mut first, 0)?;
+            pio::read_exact_at(fd.as_raw_fd(), &mut first, 0)?;
             // SAFETY: the buffer is exactly one Page long; Page is plain old data (atomics are
             // plain integers in memory); read_unaligned copes with the Vec's alignment.
             let p: Page = unsafe { std::ptr::read_unaligned(first.as_ptr() as *const Page) };
@@ -175,7 +176,7 @@ fn read_fd(fd: &OwnedFd, wait: Duration) -> Result<Snapshot, String> {
                 return Ok(None);
             }
             // A read is one copy: if seq was even and the same at both ends, it is whole.
-            rundir::read_exact_at(fd.as_raw_fd(), &mut again, 0)?;
+            pio::read_exact_at(fd.as_raw_fd(), &mut again, 0)?;
             // SAFETY: as above; `again` is exactly one Page long too.
             let p2: Page = unsafe { std::ptr::read_unaligned(again.as_ptr() as *const Page) };
             Ok((p2.seq.load(Ordering::Relaxed) == seq).then_some(p))
@@ -300,7 +301,7 @@ pub fn ask_snapshot(
     write_at(&fd, &(torch as u64).to_ne_bytes(), off_format)?;
     let read_u64 = |off: u64| -> Result<u64, String> {
         let mut b = [0u8; 8];
-        rundir::read_exact_at(fd.as_raw_fd(), &mut b, off)?;
+        pio::read_exact_at(fd.as_raw_fd(), &mut b, off)?;
         Ok(u64::from_ne_bytes(b))
     };
     let seq = read_u64(off_request)?.wrapping_add(1);
@@ -313,7 +314,7 @@ pub fn ask_snapshot(
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     let mut why = [0u8; REQUEST_ERROR];
-    rundir::read_exact_at(
+    pio::read_exact_at(
         fd.as_raw_fd(),
         &mut why,
         std::mem::offset_of!(Page, snap_error) as u64,
@@ -330,7 +331,7 @@ pub fn ask_snapshot(
 }
 
 fn write_at(fd: &OwnedFd, b: &[u8], offset: u64) -> Result<(), String> {
-    rundir::write_all_at(fd.as_raw_fd(), b, offset)
+    pio::write_all_at(fd.as_raw_fd(), b, offset)
         .map_err(|e| format!("cannot write the request: {e}"))
 }
 

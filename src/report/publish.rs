@@ -18,11 +18,12 @@
 //! process ends, and names the holder's pid to a reader), so a reader neither trusts the pid
 //! the page claims nor confuses two processes of one pid in different pid namespaces.
 //!
-//! Uses: `report::page`, `rundir`, `log`, `config`.
+//! Uses: `report::page`, `rundir`, `pio`, `log`, `config`.
 
 use super::page::{stats_to_array, DeviceFigures, Page, PageDevice, SnapshotRequest};
 use super::page::{GROUP_NAME, LAYOUT_VERSION, MAGIC, MAX_DEVICES};
 use crate::base::config::LogLevel::Warn;
+use crate::base::pio;
 use crate::base::rundir::{self, RunDir};
 use crate::log_at;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -96,12 +97,12 @@ macro_rules! at {
 
 /// `pwrite` of all of `b` at `offset`; `false` if the file took less (a full filesystem).
 fn put(fd: &OwnedFd, b: &[u8], offset: u64) -> bool {
-    rundir::write_all_at(fd.as_raw_fd(), b, offset).is_ok()
+    pio::write_all_at(fd.as_raw_fd(), b, offset).is_ok()
 }
 
 fn get_u64(fd: &OwnedFd, offset: u64) -> Option<u64> {
     let mut b = [0u8; 8];
-    rundir::read_exact_at(fd.as_raw_fd(), &mut b, offset).ok()?;
+    pio::read_exact_at(fd.as_raw_fd(), &mut b, offset).ok()?;
     Some(u64::from_ne_bytes(b))
 }
 
@@ -314,7 +315,7 @@ impl Publisher {
         }
         let format = get_u64(&self.fd, at!(snap_format))?;
         let mut raw = [0u8; super::page::REQUEST_PATH];
-        rundir::read_exact_at(self.fd.as_raw_fd(), &mut raw, at!(snap_path)).ok()?;
+        pio::read_exact_at(self.fd.as_raw_fd(), &mut raw, at!(snap_path)).ok()?;
         // A torn path fails to open, harmlessly.
         let len = raw.iter().position(|&b| b == 0).unwrap_or(0);
         let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&raw[..len]));

@@ -19,9 +19,10 @@
 //! with one line, when no member lives in it; while members do, it is refused. Readers copy it
 //! with bounded `pread`s into their own memory and never map it.
 //!
-//! Uses: `rundir`.
+//! Uses: `rundir`, `pio`.
 
 use crate::base::patience::{wait_until, Patience, PER_FILE, READ_TIME};
+use crate::base::pio;
 use crate::base::rundir::{self, flock, RunDir};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -492,7 +493,7 @@ pub fn read_within(dir: &RunDir, fname: &str, wait: Duration) -> Result<LedgerVi
     let at = std::mem::offset_of!(Ledger, seq) as u64;
     let seq = || -> Result<u64, String> {
         let mut b = [0u8; 8];
-        rundir::read_exact_at(fd.as_raw_fd(), &mut b, at)?;
+        pio::read_exact_at(fd.as_raw_fd(), &mut b, at)?;
         Ok(u64::from_ne_bytes(b))
     };
     // Odd: a member holds the mutex, or died holding it. With no member alive (their record
@@ -507,7 +508,7 @@ pub fn read_within(dir: &RunDir, fname: &str, wait: Duration) -> Result<LedgerVi
             if before % 2 == 1 {
                 return Ok(false);
             }
-            rundir::read_exact_at(fd.as_raw_fd(), bytes, 0)?;
+            pio::read_exact_at(fd.as_raw_fd(), bytes, 0)?;
             Ok(seq()? == before)
         };
         match try_copy() {
@@ -528,7 +529,7 @@ pub fn read_within(dir: &RunDir, fname: &str, wait: Duration) -> Result<LedgerVi
     });
     match failed {
         Some(Some(e)) => return Err(e),
-        Some(None) => rundir::read_exact_at(fd.as_raw_fd(), bytes, 0)
+        Some(None) => pio::read_exact_at(fd.as_raw_fd(), bytes, 0)
             .map_err(|e| format!("{}: {e}", path.display()))?,
         None if !whole => {
             return Err(format!(
