@@ -1,5 +1,5 @@
-//! The `cudapool` command (SPEC.md): `run`, `stat`, `top`, `plot`, `snapshot`, `exporter` and
-//! `config`, parsed by clap (the preloaded library links none of it). Every subcommand answers
+//! The `cudapool` command (SPEC.md): `run`, `stat`, `top`, `plot`, `snapshot`, `exporter`,
+//! `config` and `slurm`, parsed by clap (the preloaded library links none of it). Every subcommand answers
 //! `--help` (and `cudapool help SUB`); a usage error names the subcommand and the option and
 //! exits 2; `run` exits 126 or 127 when the program cannot be started; output into a closed
 //! pipe ends quietly with status 0 (`cli::out`).
@@ -11,6 +11,7 @@ mod cli {
     pub mod out;
     pub mod plot;
     pub mod run;
+    pub mod slurm;
     pub mod snapshot;
     pub mod stat;
 }
@@ -56,6 +57,8 @@ enum Command {
     Exporter(ExporterArgs),
     /// Flags to compile and link C or C++ against cudapool (like pkg-config)
     Config(cli::config::ConfigArgs),
+    /// Slurm's Prolog, Epilog and TaskProlog for cudapool (deploy/slurm/ hands over to these)
+    Slurm(cli::slurm::SlurmArgs),
 }
 
 #[derive(Args)]
@@ -131,8 +134,8 @@ struct ExporterArgs {
     interval: f64,
 }
 
-const SUBCOMMANDS: [&str; 7] = [
-    "run", "stat", "top", "plot", "snapshot", "exporter", "config",
+const SUBCOMMANDS: [&str; 8] = [
+    "run", "stat", "top", "plot", "snapshot", "exporter", "config", "slurm",
 ];
 
 fn seconds(s: &str) -> Result<f64, String> {
@@ -202,5 +205,6 @@ fn main() -> ExitCode {
             cli::exporter::exporter(a.listen, std::time::Duration::from_secs_f64(a.interval))
         }
         Command::Config(a) => finish("config", cli::config::config(&a)),
+        Command::Slurm(a) => cli::slurm::slurm(a),
     }
 }

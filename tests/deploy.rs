@@ -61,8 +61,21 @@ fn the_deployment_files_are_where_the_spec_says() {
         let r = run_program(Path::new("bash"), &["-n", p.to_str().unwrap()], false, &[]);
         assert_eq!(r.code, 0, "{f}: {}", r.stderr);
     }
+    // What runs as root is the `cudapool` binary: the root scripts only hand over to it, and
+    // nothing of them splits a text on words or hands one to a shell (issue 54, case 1).
+    for f in ["deploy/slurm/prolog.sh", "deploy/slurm/epilog.sh"] {
+        let text = std::fs::read_to_string(root().join(f)).unwrap();
+        let code: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .collect();
+        assert!(
+            code.len() == 1 && code[0].starts_with("exec /usr/local/bin/cudapool slurm "),
+            "{f} is one exec of the binary: {code:?}"
+        );
+    }
+    assert!(!root().join("deploy/slurm/gpumem_share.sh").exists());
     for f in [
-        "deploy/slurm/gpumem_share.sh",
         "deploy/prometheus/rules.yml",
         "deploy/prometheus/rules_test.yml",
         "deploy/kubernetes/pod.yaml",

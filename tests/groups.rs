@@ -23,7 +23,7 @@ impl Group {
         );
         let g = Group(name);
         // The runtime directory, as a member makes it (files are planted in it below).
-        cudapool::base::rundir::mine(None).expect("a runtime directory");
+        cudapool::base::rundir_find::mine(None).expect("a runtime directory");
         let _ = std::fs::remove_file(g.ledger());
         g
     }

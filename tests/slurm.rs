@@ -14,6 +14,7 @@
 //! (g) the mandatory mode: with Slurm's cgroups, the root Prolog writes each job's share to a
 //!     file of root; a task whose environment tries to raise the limit, name another group or
 //!     turn cudapool off is held to the share all the same; the Epilog removes the file.
+//! (h) a hostile user (issue 54, cases 1 to 4, each failing on 226784a): see [`hostile_users`].
 
 mod common;
 use common::*;
@@ -95,6 +96,10 @@ fn slurm_schedules_gpu_memory_and_cudapool_holds_it() {
         .env("PROCTRACK", "cgroup")
         .env("SLURM_PROLOG", root().join("deploy/slurm/prolog.sh"))
         .env("SLURM_EPILOG", root().join("deploy/slurm/epilog.sh"))
+        .env(
+            "CUDAPOOL_BIN_DIR",
+            Path::new(env!("CARGO_BIN_EXE_cudapool")).parent().unwrap(),
+        )
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&up.stdout);
@@ -216,6 +221,7 @@ fn slurm_schedules_gpu_memory_and_cudapool_holds_it() {
             o.stdout.contains("files_left=0"),
             "the Epilog removed the file: {all}"
         );
+        hostile_users(&c);
     } else {
         eprintln!("slurm: no Slurm cgroups here: the mandatory mode (g) not checked");
     }
@@ -224,4 +230,134 @@ fn slurm_schedules_gpu_memory_and_cudapool_holds_it() {
         set_up.as_secs_f64(),
         (t0.elapsed() - set_up).as_secs_f64()
     );
+}
+
+/// A shell line that runs what follows as uid 1001 (the submitter) or 1002 (its neighbour).
+const U1: &str = "setpriv --reuid 1001 --regid 65534 --clear-groups";
+const U2: &str = "setpriv --reuid 1002 --regid 65534 --clear-groups";
+
+/// Issue 54, what a user who can submit jobs tries (before, on 226784a, in brackets):
+/// 1. text in `--comment` that the old prolog handed to a shell as root [it ran `id` as root];
+/// 2. a share forged through `--comment` or the job's name [1 TiB, 1 PiB], and `gpumem:0`
+///    [no limit: 100 blocks];
+/// 3. the mandatory limit raised from inside the job: an edit of the ledger's limit, a runtime
+///    directory per process, `CUDAPOOL_FAULTS`, removing the ledger, and a process outside the
+///    job naming its group [8+100, 8+8, 8+8, 8+8, "no limit" fixed]; a cut ledger [SIGBUS];
+/// 4. a neighbour's files at the user's runtime directory names [every allocation refused].
+fn hostile_users(c: &Cluster) {
+    const MB8: &str = "8388608";
+    let env = format!("U1='{U1}' U2='{U2}' MB8={MB8}");
+    // 1 and 2: the comment and the name are never read; the share is the GRES, or nothing.
+    let o = sh(
+        c,
+        &format!(
+            r#"{env}; rm -f /tmp/cudapool-pwned
+            share() {{ tr '\n' ' ' < /run/cudapool/jobs/$SLURM_JOB_ID; }}
+            $U1 srun --chdir=/tmp --gres=gpumem:64M --comment "$(printf 'x\nNodes=vm;touch /tmp/cudapool-pwned;echo')" \
+              bash -c "echo injected: \$(tr '\n' ' ' < /run/cudapool/jobs/\$SLURM_JOB_ID); exec $CHAOS fill $MB8 0"
+            echo pwned=$([ -e /tmp/cudapool-pwned ] && echo yes || echo no)
+            $U1 srun --chdir=/tmp --gres=gpumem:64M --comment "$(printf 'b\nNodes=vm GRES=gpumem:1T')" \
+              bash -c "echo forged: \$(tr '\n' ' ' < /run/cudapool/jobs/\$SLURM_JOB_ID)"
+            $U1 srun --chdir=/tmp -J 'plain TresPerNode=gres:gpumem:1P' \
+              bash -c "echo named: \$(ls /run/cudapool/jobs/\$SLURM_JOB_ID 2>/dev/null || echo no-share)"
+            $U1 srun --chdir=/tmp --gres=gpumem:0 bash -c "echo zero: \$(tr '\n' ' ' < /run/cudapool/jobs/\$SLURM_JOB_ID); exec $CHAOS fill $MB8 0"
+            "#
+        ),
+    );
+    let all = format!("{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("pwned=no"), "nothing ran as root: {all}");
+    assert!(o.stdout.contains("injected: group=slurm-"), "{all}");
+    assert!(o.stdout.contains("limit=67108864"), "{all}");
+    assert!(
+        o.stdout
+            .lines()
+            .any(|l| l.starts_with("forged:") && l.contains("limit=67108864")),
+        "the GRES, not the comment: {all}"
+    );
+    assert!(
+        o.stdout.contains("named: no-share"),
+        "the name is never read: {all}"
+    );
+    assert!(o.stdout.contains("zero: group=slurm-"), "{all}");
+    assert_eq!(
+        fills(&o.stdout),
+        [0, 8],
+        "gpumem:0 is nothing, 64M is 8 blocks: {all}"
+    );
+
+    // 3: inside one job of 64 MiB, every way around the share.
+    let o = sh(
+        c,
+        &format!(
+            r#"{env}
+            $U1 srun --chdir=/tmp --gres=gpumem:64M bash -c '
+              j=$SLURM_JOB_ID; l=/run/cudapool/jobs/$j.d/group-slurm-$j
+              CUDAPOOL_RUNTIME_DIR=/tmp/cp-a-$$ $CHAOS fill {MB8} 4 &
+              sleep 1
+              python3 -c "import sys; f=open(sys.argv[1],\"r+b\"); f.seek(88); f.write(bytes(8))" $l && echo edited
+              CUDAPOOL_RUNTIME_DIR=/tmp/cp-b-$$ CUDAPOOL_FAULTS=cuDeviceGetUuid_v2@1+=999 CUDAPOOL_GROUP_LIMIT=1GiB $CHAOS fill {MB8} 0
+              rm -f $l 2>/dev/null && echo removed || echo remove-refused
+              truncate -s 0 $l && echo cut
+              CUDAPOOL_RUNTIME_DIR=/tmp/cp-c-$$ $CHAOS fill {MB8} 0
+              wait; echo first_rc=$?' &
+            sleep 1.5
+            j=$(squeue -h -u 1001 -o %i | head -1)
+            LD_PRELOAD=$SHIM CUDAPOOL_GROUP=slurm-$j $U1 $CHAOS fill {MB8} 0 2>&1 | sed 's/^/outside: /'
+            wait
+            "#
+        ),
+    );
+    let all = format!("{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("edited"), "{all}");
+    assert!(
+        o.stdout.contains("remove-refused"),
+        "the ledger cannot be removed: {all}"
+    );
+    assert!(o.stdout.contains("cut"), "{all}");
+    assert!(
+        o.stdout.contains("first_rc=0"),
+        "no member died of the cut: {all}"
+    );
+    let inside: Vec<u64> = o
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with("outside"))
+        .filter_map(|l| l.strip_prefix("fill n="))
+        .map(|n| n.trim().parse().unwrap())
+        .collect();
+    assert_eq!(inside.len(), 3, "{all}");
+    assert_eq!(
+        inside[0] + inside[1],
+        8,
+        "an edited limit raises nothing: {all}"
+    );
+    assert_eq!(
+        inside[2], 0,
+        "after the cut, the first member's 8 blocks are recorded again: {all}"
+    );
+    assert!(o.stdout.contains("outside: fill n=0"), "{all}");
+    assert!(o.stdout.contains("may not join it"), "{all}");
+    assert!(all.contains("CUDAPOOL_FAULTS ignored"), "{all}");
+
+    // 4: uid 1002 plants files at every name uid 1001's runtime directory had.
+    let o = sh(
+        c,
+        &format!(
+            r#"{env}
+            rm -rf /dev/shm/cudapool-1001*
+            $U2 sh -c 'touch /dev/shm/cudapool-1001; for k in 1 2 3 4 5 6 7; do touch /dev/shm/cudapool-1001.$k; done'
+            $U1 srun --chdir=/tmp --gres=gpumem:64M bash -c '$CHAOS fill {MB8} 0'
+            $U1 srun --chdir=/tmp bash -c 'LD_PRELOAD=$SHIM CUDAPOOL_GROUP=mine $CHAOS once hold < <(sleep 2) & sleep 1; $CLI stat | head -3'
+            rm -rf /dev/shm/cudapool-1001*
+            "#
+        ),
+    );
+    let all = format!("{}{}", o.stdout, o.stderr);
+    assert_eq!(
+        fills(&o.stdout),
+        [8],
+        "the neighbour's files stop nothing: {all}"
+    );
+    assert!(o.stdout.contains("once ok"), "{all}");
+    assert!(o.stdout.contains("pid"), "stat finds the process: {all}");
 }

@@ -8,7 +8,16 @@
 //!
 //! The file, checked on its descriptor (and its folder likewise, never through a link): a
 //! regular file of root that nobody else may write, at most 4 KiB, lines `limit=SIZE` (or a
-//! per-device list) and optionally `group=NAME`.
+//! per-device list) and optionally `group=NAME`. A limit of 0 there is a share of nothing: every
+//! allocation is refused (elsewhere 0 means "no limit").
+//!
+//! **Where the job's group lives.** Its ledger is `/run/cudapool/jobs/<jobid>.d/group-<group>`:
+//! a folder of root the user cannot write, holding one file of the user's that root's prolog
+//! made. The user's processes write their reservations into it but cannot remove, replace or
+//! move it, and no variable moves it elsewhere (`CUDAPOOL_RUNTIME_DIR` places only pages). The
+//! limit each member enforces is the share read here, on every decision: the ledger's own limit
+//! field is only what readers display. A process outside the job cannot name `slurm-<jobid>` on
+//! a node that runs the mandatory mode ([`foreign_slurm_group`]).
 //!
 //! Uses: `config` (the SIZE and group parsers).
 
@@ -52,7 +61,35 @@ pub fn apply(c: &mut Config, share: JobShare) {
             c.group_limit = share.limit;
         }
     }
+    if !c.faults.is_empty() {
+        c.faults.clear();
+        c.job_notes.push(format!(
+            "CUDAPOOL_FAULTS ignored: this process runs in job {job}, whose GPU memory is held to its share"
+        ));
+    }
+    c.group_dir = Some(ledger_dir(job));
+    c.group_fixed = true;
     c.job = Some(share.job);
+}
+
+/// The folder of root that holds job `job`'s group ledger (made by the prolog).
+pub fn ledger_dir(job: &str) -> std::path::PathBuf {
+    Path::new(JOBS_DIR).join(format!("{job}.d"))
+}
+
+/// A group this process may not join: `slurm-<id>` named by a process that does not run in job
+/// `<id>`, on a node that runs the mandatory mode (its jobs folder exists). Such a name is the
+/// job's, and a process outside it could otherwise fix or fill the job's group. `None`: fine.
+pub fn foreign_slurm_group(group: &str, my_job: Option<&str>) -> Option<String> {
+    let id = group.strip_prefix("slurm-")?;
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) || my_job == Some(id) {
+        return None;
+    }
+    std::fs::symlink_metadata(JOBS_DIR).ok()?;
+    Some(format!(
+        "group {group} is Slurm job {id}'s, and this process does not run in that job ({}): it may not join it",
+        my_job.map_or("in no job".to_string(), |j| format!("in job {j}"))
+    ))
 }
 
 /// Where the root prolog writes the jobs' files.
@@ -144,6 +181,16 @@ pub fn read_share(dir: &Path, job: &str) -> Result<Option<JobShare>, String> {
     }
     if !limit {
         return Err(format!("{}: no limit=", path.display()));
+    }
+    // A share of nothing: one byte, which no allocation fits (0 would mean no limit).
+    let nothing = |l: &Option<Limit>| matches!(l, Some(Limit::Bytes(0)));
+    if nothing(&share.limit.all) {
+        share.limit.all = Some(Limit::Bytes(1));
+    }
+    for (_, l) in share.limit.per_device.iter_mut() {
+        if matches!(l, Limit::Bytes(0)) {
+            *l = Limit::Bytes(1);
+        }
     }
     Ok(Some(share))
 }

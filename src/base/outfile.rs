@@ -11,6 +11,12 @@
 //! rename is replaced, never followed or written into (in a sticky directory the kernel refuses
 //! a rename over another user's file).
 //!
+//! **The folders.** The path's folders are opened one at a time from `/` (or from the working
+//! directory), never through a link in a folder that anyone but root and this user may write
+//! (`/tmp`, a team's folder): a neighbour's link there, to `/etc` say, is refused with one line,
+//! also on a host whose `fs.protected_symlinks` is off. A link in a folder only root or this user
+//! can write is followed, its target walked the same way.
+//!
 //! **When.** [`check`] says at once whether a path can be written: the library calls it when it
 //! reads the variables, `cudapool run` before it starts the program (a long job never learns at
 //! exit that its trace is lost).
@@ -51,6 +57,99 @@ fn kind(mode: libc::mode_t) -> &'static str {
     }
 }
 
+/// A folder a link in it may be followed from: one that only root or this user may write.
+fn trusted_folder(fd: libc::c_int) -> bool {
+    // SAFETY: a zeroed stat is a valid out-struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat of our descriptor into `st`.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return false;
+    }
+    (st.st_uid == 0 || st.st_uid == euid()) && st.st_mode & 0o022 == 0
+}
+
+fn open_at(
+    dirfd: libc::c_int,
+    name: &std::ffi::CStr,
+    flags: libc::c_int,
+) -> std::io::Result<OwnedFd> {
+    // SAFETY: openat relative to our descriptor (or AT_FDCWD) of a NUL-terminated name.
+    let fd = unsafe { libc::openat(dirfd, name.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: a descriptor openat just gave us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens `folder` one component at a time (see the module's notes): never through a link that
+/// sits in a folder others may write. `Err` is one line.
+fn open_folder(folder: &Path) -> Result<OwnedFd, String> {
+    use std::collections::VecDeque;
+    use std::os::unix::ffi::OsStrExt as _;
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+    let root = |abs: bool| open_at(libc::AT_FDCWD, if abs { c"/" } else { c"." }, flags);
+    let parts = |p: &Path| -> VecDeque<Vec<u8>> {
+        p.components()
+            .filter_map(|c| match c {
+                std::path::Component::Normal(n) => Some(n.as_bytes().to_vec()),
+                std::path::Component::ParentDir => Some(b"..".to_vec()),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut cur = root(folder.is_absolute()).map_err(|e| format!("{}: {e}", folder.display()))?;
+    let mut todo = parts(folder);
+    let mut links = 0;
+    while let Some(part) = todo.pop_front() {
+        let c =
+            CString::new(part.clone()).map_err(|_| format!("{}: not a path", folder.display()))?;
+        match open_at(cur.as_raw_fd(), &c, flags) {
+            Ok(next) => cur = next,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR)) => {
+                let mut buf = [0u8; 4096];
+                // SAFETY: readlinkat of a name in our folder into our buffer, bounded by its size.
+                let n = unsafe {
+                    libc::readlinkat(
+                        cur.as_raw_fd(),
+                        c.as_ptr(),
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                    )
+                };
+                if n < 0 {
+                    return Err(format!(
+                        "{}: {} is not a folder",
+                        folder.display(),
+                        String::from_utf8_lossy(&part)
+                    ));
+                }
+                if !trusted_folder(cur.as_raw_fd()) {
+                    return Err(format!(
+                        "{}: {} is a link in a folder other users may write; cudapool never writes through one (name the folder it points to)",
+                        folder.display(),
+                        String::from_utf8_lossy(&part)
+                    ));
+                }
+                links += 1;
+                if links > 40 {
+                    return Err(format!("{}: too many links", folder.display()));
+                }
+                let target =
+                    Path::new(std::ffi::OsStr::from_bytes(&buf[..n as usize])).to_path_buf();
+                if target.is_absolute() {
+                    cur = root(true).map_err(|e| format!("{}: {e}", folder.display()))?;
+                }
+                for p in parts(&target).into_iter().rev() {
+                    todo.push_front(p);
+                }
+            }
+            Err(e) => return Err(format!("{}: no such folder ({e})", folder.display())),
+        }
+    }
+    Ok(cur)
+}
+
 /// Opens `path`'s folder and looks at its name: `Err` is why it cannot be written.
 fn target(path: &Path) -> Result<Target, String> {
     let name = path
@@ -61,24 +160,7 @@ fn target(path: &Path) -> Result<Target, String> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let c = CString::new(folder.as_os_str().as_encoded_bytes())
-        .map_err(|_| format!("{}: not a path", path.display()))?;
-    // SAFETY: open(2) of a NUL-terminated path as a directory.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(format!(
-            "{}: no such folder ({})",
-            folder.display(),
-            errno()
-        ));
-    }
-    // SAFETY: a descriptor open(2) just gave us.
-    let dir = unsafe { OwnedFd::from_raw_fd(fd) };
+    let dir = open_folder(folder)?;
     // SAFETY: faccessat on our directory descriptor and a static name, effective ids.
     if unsafe {
         libc::faccessat(
@@ -239,22 +321,47 @@ fn create_beside(t: &Target, path: &Path) -> Result<(CString, OwnedFd), String> 
 /// snapshot`), which that process then renames with [`replace`].
 pub fn create_new(path: &Path, bytes: &[u8]) -> Result<(), String> {
     use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| e.to_string())?;
+    let t = target(path)?;
+    // SAFETY: openat of a new file in our folder's descriptor, never through a link.
+    let fd = unsafe {
+        libc::openat(
+            t.dir.as_raw_fd(),
+            t.name.as_ptr(),
+            libc::O_WRONLY
+                | libc::O_CREAT
+                | libc::O_EXCL
+                | libc::O_NOFOLLOW
+                | libc::O_NONBLOCK
+                | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        return Err(errno().to_string());
+    }
+    // SAFETY: a descriptor openat just gave us, owned by the File from here.
+    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
     f.write_all(bytes).map_err(|e| e.to_string())
 }
 
 /// Renames `from` (a complete new file of this user) over `to`, with `to` checked as [`write`]
 /// checks its target.
 pub fn replace(from: &Path, to: &Path) -> Result<(), String> {
-    check(to)?;
-    std::fs::rename(from, to).map_err(|e| format!("{}: {e}", to.display()))
+    let src = target(from)?;
+    let dst = target(to)?;
+    // SAFETY: renameat between two folders we opened, of NUL-terminated names.
+    let r = unsafe {
+        libc::renameat(
+            src.dir.as_raw_fd(),
+            src.name.as_ptr(),
+            dst.dir.as_raw_fd(),
+            dst.name.as_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(format!("{}: {}", to.display(), errno()));
+    }
+    Ok(())
 }
 
 /// Reads at most `max` bytes of a regular file (never a FIFO or device: opened without
@@ -354,6 +461,35 @@ mod tests {
         assert!(read_bounded(Path::new("/dev/zero"), 10)
             .unwrap_err()
             .contains("device"));
+    }
+
+    /// A link standing for a folder of the path, in a folder others may write (a neighbour's
+    /// `/tmp/reports -> /etc`), is never followed; one in a folder of our own is (issue 54,
+    /// case 9; before, the folder was opened by its path and the link followed).
+    #[test]
+    fn a_link_among_the_folders_is_followed_only_where_no_one_else_writes() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = scratch("folders");
+        let shared = d.join("shared");
+        let kept = d.join("kept");
+        std::fs::create_dir_all(&shared).unwrap();
+        std::fs::create_dir_all(&kept).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        std::os::unix::fs::symlink(&kept, shared.join("reports")).unwrap();
+        let e = write(&shared.join("reports/report.txt"), b"x").unwrap_err();
+        assert!(
+            e.contains("a link in a folder other users may write"),
+            "{e}"
+        );
+        assert!(!kept.join("report.txt").exists());
+        assert!(create_new(&shared.join("reports/part"), b"x").is_err());
+        // Our own folder: the link is ours to follow.
+        std::os::unix::fs::symlink(&kept, d.join("mine")).unwrap();
+        write(&d.join("mine/report.txt"), b"ok").unwrap();
+        assert_eq!(std::fs::read(kept.join("report.txt")).unwrap(), b"ok");
+        create_new(&d.join("part"), b"new").unwrap();
+        replace(&d.join("part"), &d.join("mine/done")).unwrap();
+        assert_eq!(std::fs::read(kept.join("done")).unwrap(), b"new");
     }
 
     #[test]

@@ -7,15 +7,19 @@
 //! filled by another user (the sticky bit keeps them from moving ours; 0700 keeps them out).
 //!
 //! **Squatted.** `/dev/shm` is writable by everyone, so another user can take the name first.
-//! Then the first of `/dev/shm/cudapool-<uid>.1` ... `.7` that is ours, or else the first that
-//! is free, is used instead, with one line naming the squatter's uid and the remedy. Every
-//! process of the user walks the same names in the same order, so they still meet.
+//! Then the user's processes walk around it (`rundir_find::mine`): to a directory of theirs named
+//! `cudapool-<uid>.<random>`, which no one else can predict, and which no one else can make
+//! (a directory of another owner at such a name is passed over), with one line naming the
+//! squatter and the remedy. Every process and reader of the user finds it by its owner.
+//! A Slurm job in the mandatory mode keeps its group's ledger in a folder root made for it
+//! ([`of_job`]).
 //!
 //! **Trust.** Every check is made on the descriptor, never on the path: the directory is opened
 //! with `O_DIRECTORY | O_NOFOLLOW` and must be a directory of this user that no one else may
 //! write; its files are opened through that descriptor (`openat`), never through a link.
 //!
-//! Uses: nothing of the crate (the base layer).
+//! Uses: `job` (where the jobs' folders are). `rundir_find` builds on it: which directory a
+//! process uses ([`mine`](super::rundir_find::mine)), and the readers' survey.
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -23,15 +27,12 @@ use std::path::{Path, PathBuf};
 
 /// The default's parent.
 pub const SHM: &str = "/dev/shm";
-/// How many alternates are walked when the default name is taken by another user.
-pub const ALTERNATES: usize = 7;
-
-fn uid() -> u32 {
+pub(super) fn uid() -> u32 {
     // SAFETY: getuid has no preconditions.
     unsafe { libc::getuid() }
 }
 
-fn errno() -> std::io::Error {
+pub(super) fn errno() -> std::io::Error {
     std::io::Error::last_os_error()
 }
 
@@ -50,25 +51,22 @@ pub fn is_regular(st: &libc::stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFREG
 }
 
-/// The default directory of user `uid`, or its `k`-th alternate (0: the default).
-pub fn default_path(uid: u32, k: usize) -> PathBuf {
-    match k {
-        0 => PathBuf::from(format!("{SHM}/cudapool-{uid}")),
-        k => PathBuf::from(format!("{SHM}/cudapool-{uid}.{k}")),
-    }
+/// The default directory of user `uid`.
+pub fn default_path(uid: u32) -> PathBuf {
+    PathBuf::from(format!("{SHM}/cudapool-{uid}"))
 }
 
 /// An open, checked runtime directory.
 #[derive(Debug)]
 pub struct RunDir {
-    fd: OwnedFd,
-    path: PathBuf,
+    pub(super) fd: OwnedFd,
+    pub(super) path: PathBuf,
     /// Its owner, as `fstat` says.
     pub owner: u32,
 }
 
 /// What is at a candidate path.
-enum Found {
+pub(super) enum Found {
     Usable(RunDir),
     Absent,
     /// A directory, but another user's or one others may write: never used as it is (why).
@@ -79,7 +77,7 @@ enum Found {
 
 /// Opens `path` as a directory (never through a link) and checks it belongs to `owner` and
 /// that no one else may write in it. Nothing about it is changed.
-fn open_dir(path: &Path, owner: u32) -> Found {
+pub(super) fn open_dir(path: &Path, owner: u32) -> Found {
     let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) else {
         return Found::Unusable(format!("{}: not a path", path.display()));
     };
@@ -124,7 +122,7 @@ fn open_dir(path: &Path, owner: u32) -> Found {
     })
 }
 
-fn lstat_uid(c: &CStr) -> Option<u32> {
+pub(super) fn lstat_uid(c: &CStr) -> Option<u32> {
     // SAFETY: a zeroed stat is a valid out-struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: a NUL-terminated path and a valid out-pointer.
@@ -134,7 +132,7 @@ fn lstat_uid(c: &CStr) -> Option<u32> {
 /// Makes directory `path` (mode 0700; only its last component) and opens it. Only a directory
 /// this call made has its mode set (a umask may have taken the owner's bits); one that was
 /// there already is used as it is, or not at all.
-fn make_dir(path: &Path, owner: u32) -> Found {
+pub(super) fn make_dir(path: &Path, owner: u32) -> Found {
     let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) else {
         return Found::Unusable(format!("{}: not a path", path.display()));
     };
@@ -154,6 +152,72 @@ fn make_dir(path: &Path, owner: u32) -> Found {
     found
 }
 
+/// A job's folder of root (the mandatory mode's `/run/cudapool/jobs/<id>.d`, made by the root
+/// prolog): a directory of root nobody else may write, whose files belong to user `files_of`.
+/// Nothing in it can be removed, replaced or added by that user.
+pub fn of_job(path: &Path, files_of: u32) -> Result<RunDir, String> {
+    match open_dir(path, 0) {
+        Found::Usable(mut d) => {
+            d.owner = files_of;
+            Ok(d)
+        }
+        Found::Absent => Err(format!(
+            "{}: absent (the root prolog makes it for each job)",
+            path.display()
+        )),
+        Found::Shared(why) | Found::Unusable(why) => Err(format!(
+            "{why}: not a folder of root that only root may write"
+        )),
+    }
+}
+
+/// The jobs' folders of root in `jobs` (the mandatory mode's), each as a reader sees it: the
+/// files of the user who owns its ledger (`uid`, or any user when `None`).
+pub fn job_dirs(jobs: &Path, uid: Option<u32>) -> Vec<RunDir> {
+    let mut out = Vec::new();
+    if !matches!(open_dir(jobs, 0), Found::Usable(_)) {
+        return out;
+    }
+    let Ok(entries) = std::fs::read_dir(jobs) else {
+        return out;
+    };
+    for e in entries.flatten().take(4096) {
+        let name = e.file_name();
+        let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".d")) else {
+            continue;
+        };
+        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(mut d) = of_job(&jobs.join(&name), 0) else {
+            continue;
+        };
+        // Whose files: the owner of the job's ledger (the prolog made it for the job's user).
+        let ledger = format!("group-slurm-{id}");
+        let Ok(c) = CString::new(ledger) else {
+            continue;
+        };
+        // SAFETY: a zeroed stat is a valid out-struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstatat relative to our directory's descriptor, never through a link.
+        let r = unsafe {
+            libc::fstatat(
+                d.fd.as_raw_fd(),
+                c.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if r != 0 || uid.is_some_and(|u| u != st.st_uid) {
+            continue;
+        }
+        d.owner = st.st_uid;
+        out.push(d);
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
 /// The private directory of user `uid` inside a shared one (`CUDAPOOL_RUNTIME_DIR` naming
 /// `/tmp`, a team's folder, another user's directory).
 pub fn private_in(shared: &Path, uid: u32) -> PathBuf {
@@ -161,244 +225,7 @@ pub fn private_in(shared: &Path, uid: u32) -> PathBuf {
 }
 
 /// The remedy every refusal names.
-const REMEDY: &str = "set CUDAPOOL_RUNTIME_DIR to a directory of yours that no other user may write (it is made 0700 if absent)";
-
-/// This user's runtime directory (made if absent), and a line to say once when it is not the
-/// default because another user took that name. `Err` is one line: why there is none.
-///
-/// `configured` (`CUDAPOOL_RUNTIME_DIR`): a directory of this user that no one else may write
-/// is used as it is; one another user owns or others may write (`/tmp`, a team's folder) is
-/// used through a private `cudapool-<uid>` made inside it; nothing of it is ever changed.
-pub fn mine(configured: Option<&Path>) -> Result<(RunDir, Option<String>), String> {
-    let me = uid();
-    if let Some(p) = configured {
-        let shared = match make_dir(p, me) {
-            Found::Usable(d) => return Ok((d, None)),
-            Found::Shared(why) => why,
-            Found::Unusable(why) => return Err(format!("CUDAPOOL_RUNTIME_DIR: {why}; {REMEDY}")),
-            Found::Absent => return Err(format!("CUDAPOOL_RUNTIME_DIR: {} vanished", p.display())),
-        };
-        let private = private_in(p, me);
-        return match make_dir(&private, me) {
-            Found::Usable(d) => Ok((d, None)),
-            Found::Shared(why) | Found::Unusable(why) => Err(format!(
-                "CUDAPOOL_RUNTIME_DIR: {shared}, and its private {why}; {REMEDY}"
-            )),
-            Found::Absent => Err(format!(
-                "CUDAPOOL_RUNTIME_DIR: {} vanished",
-                private.display()
-            )),
-        };
-    }
-    let mut squatted: Option<(PathBuf, String)> = None;
-    let mut first_absent = None;
-    for k in 0..=ALTERNATES {
-        let path = default_path(me, k);
-        match open_dir(&path, me) {
-            Found::Usable(d) => {
-                let said = squat_line(&squatted, &d.path);
-                return Ok((d, said));
-            }
-            Found::Absent => {
-                first_absent.get_or_insert(path);
-            }
-            Found::Shared(why) | Found::Unusable(why) => {
-                squatted.get_or_insert((path, why));
-            }
-        }
-    }
-    let Some(path) = first_absent else {
-        let why = squatted.map_or_else(String::new, |(_, w)| w);
-        return Err(format!(
-            "no runtime directory: {why}, and so are its {ALTERNATES} alternates; {REMEDY}"
-        ));
-    };
-    match make_dir(&path, me) {
-        Found::Usable(d) => {
-            let said = squat_line(&squatted, &d.path);
-            Ok((d, said))
-        }
-        Found::Shared(why) | Found::Unusable(why) => Err(format!("{why}; {REMEDY}")),
-        Found::Absent => Err(format!("{} vanished", path.display())),
-    }
-}
-
-fn squat_line(squatted: &Option<(PathBuf, String)>, used: &Path) -> Option<String> {
-    squatted.as_ref().map(|(p, why)| {
-        format!(
-            "{why}: using {} instead; to take {} back, have root remove it (or set CUDAPOOL_RUNTIME_DIR to a directory of yours)",
-            used.display(),
-            p.display()
-        )
-    })
-}
-
-/// What a reader says of a user's default runtime directory that someone else took.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Squat {
-    /// The user whose name was taken.
-    pub uid: u32,
-    /// The name taken, and why it cannot be used.
-    pub path: PathBuf,
-    pub why: String,
-    /// The name that user's processes use instead (`None`: every name is taken).
-    pub used: Option<PathBuf>,
-}
-
-impl Squat {
-    /// One line: what was taken, what is used instead, and the remedy.
-    pub fn line(&self) -> String {
-        match &self.used {
-            Some(u) => format!(
-                "{}: user {}'s processes use {} instead; to take it back, have root remove {} (or set CUDAPOOL_RUNTIME_DIR to a directory of yours)",
-                self.why,
-                self.uid,
-                u.display(),
-                self.path.display()
-            ),
-            None => format!(
-                "{}, and so are all {ALTERNATES} alternates: user {}'s processes run without live pages or groups; have root remove them, or {REMEDY}",
-                self.why, self.uid
-            ),
-        }
-    }
-}
-
-/// The default runtime directories of this user (of every user named in `/dev/shm`, with
-/// `all_users`) that are not theirs to use: the first name taken, and the name in use instead.
-/// With `CUDAPOOL_RUNTIME_DIR` set nothing is walked, so nothing is said.
-pub fn squats(all_users: bool, configured: Option<&Path>) -> Vec<Squat> {
-    if configured.is_some() {
-        return Vec::new();
-    }
-    let mut users = vec![uid()];
-    if all_users {
-        if let Ok(entries) = std::fs::read_dir(SHM) {
-            for e in entries.flatten() {
-                let name = e.file_name();
-                let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("cudapool-")) else {
-                    continue;
-                };
-                let u = rest.split_once('.').map_or(rest, |(u, _)| u);
-                if let Ok(u) = u.parse::<u32>() {
-                    users.push(u);
-                }
-            }
-        }
-        users.sort_unstable();
-        users.dedup();
-    }
-    let mut out = Vec::new();
-    for u in users {
-        let mut taken: Option<(PathBuf, String)> = None;
-        let mut used = None;
-        for k in 0..=ALTERNATES {
-            let path = default_path(u, k);
-            match open_dir(&path, u) {
-                Found::Usable(_) => {
-                    used = Some(path);
-                    break;
-                }
-                Found::Absent => {}
-                Found::Shared(why) | Found::Unusable(why) => {
-                    taken.get_or_insert((path, why));
-                }
-            }
-        }
-        if let Some((path, why)) = taken {
-            let every = used.is_none()
-                && (0..=ALTERNATES)
-                    .all(|k| !matches!(open_dir(&default_path(u, k), u), Found::Absent));
-            if used.is_some() || every {
-                out.push(Squat {
-                    uid: u,
-                    path,
-                    why,
-                    used,
-                });
-            }
-        }
-    }
-    out
-}
-
-/// Every runtime directory a reader looks in: with `configured` (`CUDAPOOL_RUNTIME_DIR`), that
-/// one (it must belong to the reader, or to anyone when `all_users`) or, when it is shared,
-/// the private `cudapool-<uid>` directories inside it (the reader's, or everyone's); else the
-/// default and its alternates of this user, or of every user (`all_users`, root). Each is
-/// checked as the writers check theirs: a directory of the user its name says, that no one
-/// else may write. Nothing is changed.
-pub fn readable(all_users: bool, configured: Option<&Path>) -> Vec<RunDir> {
-    let me = uid();
-    if let Some(p) = configured {
-        let Ok(c) = CString::new(p.as_os_str().as_encoded_bytes()) else {
-            return Vec::new();
-        };
-        let owner = if all_users {
-            match lstat_uid(&c) {
-                Some(u) => u,
-                None => return Vec::new(),
-            }
-        } else {
-            me
-        };
-        return match open_dir(p, owner) {
-            Found::Usable(d) => vec![d],
-            Found::Shared(_) if !all_users => match open_dir(&private_in(p, me), me) {
-                Found::Usable(d) => vec![d],
-                _ => Vec::new(),
-            },
-            Found::Shared(_) => users_in(p, |u, _| private_in(p, u)),
-            _ => Vec::new(),
-        };
-    }
-    let mut out = Vec::new();
-    if !all_users {
-        for k in 0..=ALTERNATES {
-            if let Found::Usable(d) = open_dir(&default_path(me, k), me) {
-                out.push(d);
-            }
-        }
-        return out;
-    }
-    users_in(Path::new(SHM), default_path)
-}
-
-/// The usable directories `cudapool-<uid>[.k]` in `parent`, each checked against the uid its
-/// name gives; `at(uid, k)` is where that name lies.
-fn users_in(parent: &Path, at: impl Fn(u32, usize) -> PathBuf) -> Vec<RunDir> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("cudapool-")) else {
-            continue;
-        };
-        let (u, k) = match rest.split_once('.') {
-            Some((u, k)) => (
-                u,
-                k.parse::<usize>()
-                    .ok()
-                    .filter(|&k| (1..=ALTERNATES).contains(&k)),
-            ),
-            None => (rest, Some(0)),
-        };
-        let (Ok(u), Some(k)) = (u.parse::<u32>(), k) else {
-            continue;
-        };
-        let path = at(u, k);
-        if path.file_name() != Some(name.as_os_str()) {
-            continue; // an alternate's name where only private directories live
-        }
-        if let Found::Usable(d) = open_dir(&path, u) {
-            out.push(d);
-        }
-    }
-    out.sort_by(|a, b| a.path.cmp(&b.path));
-    out
-}
+pub(super) const REMEDY: &str = "set CUDAPOOL_RUNTIME_DIR to a directory of yours that no other user may write (it is made 0700 if absent)";
 
 /// `CUDAPOOL_RUNTIME_DIR` as a reader outside the library (the CLI) finds it: the library reads
 /// it through `config`, once.
@@ -565,74 +392,12 @@ mod tests {
     }
 
     #[test]
-    fn a_configured_directory_is_made_0700_and_files_open_through_it() {
-        let d = scratch("made").join("run");
-        let (dir, said) = mine(Some(&d)).expect("made");
-        assert!(said.is_none());
-        let mode = std::fs::metadata(&d).unwrap().permissions();
-        assert_eq!(
-            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
-            0o700
-        );
-        let fd = dir
-            .open("f", libc::O_RDWR | libc::O_CREAT | libc::O_EXCL)
-            .unwrap();
-        reserve(fd.as_raw_fd(), 4096).unwrap();
-        assert_eq!(std::fs::metadata(d.join("f")).unwrap().len(), 4096);
-        assert_eq!(dir.names(10), vec!["f".to_string()]);
-        assert!(
-            dir.open("../f", libc::O_RDONLY).is_err(),
-            "a name with a slash"
-        );
-        dir.unlink("f");
-        assert!(dir.names(10).is_empty());
-    }
-
-    #[test]
-    fn a_link_or_a_file_or_a_writable_directory_is_refused() {
-        let base = scratch("refused");
-        let target = base.join("target");
-        std::fs::create_dir(&target).unwrap();
-        let link = base.join("link");
-        std::os::unix::fs::symlink(&target, &link).unwrap();
-        assert!(mine(Some(&link)).is_err(), "a link to a directory");
-        let file = base.join("file");
-        std::fs::write(&file, b"x").unwrap();
-        assert!(mine(Some(&file)).is_err(), "a file");
-        // A directory of ours that others may write is never changed: a private directory
-        // inside it is used instead, and readers look there too.
-        let open = base.join("open");
-        std::fs::create_dir(&open).unwrap();
-        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
-            .unwrap();
-        let (d, _) = mine(Some(&open)).expect("a private directory inside");
-        assert_eq!(d.path(), private_in(&open, uid()));
-        let mode = std::fs::metadata(&open).unwrap().permissions();
-        assert_eq!(
-            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777,
-            0o1777,
-            "the shared directory kept its mode"
-        );
-        let seen = readable(false, Some(&open));
-        assert_eq!(seen.len(), 1);
-        assert_eq!(seen[0].path(), d.path());
-        // An existing directory of ours with a loose mode is not tightened either.
-        let loose = base.join("loose");
-        std::fs::create_dir(&loose).unwrap();
-        std::fs::set_permissions(&loose, std::os::unix::fs::PermissionsExt::from_mode(0o2775))
-            .unwrap();
-        assert!(mine(Some(&loose)).is_ok());
-        let mode = std::fs::metadata(&loose).unwrap().permissions();
-        assert_eq!(
-            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777,
-            0o2775
-        );
-    }
-
-    #[test]
     fn the_lock_names_its_holder_to_another_process_only() {
         let d = scratch("lock");
-        let (dir, _) = mine(Some(&d)).unwrap();
+        let dir = match open_dir(&d, uid()) {
+            Found::Usable(dir) => dir,
+            _ => panic!("a scratch directory of ours"),
+        };
         let fd = dir
             .open("p", libc::O_RDWR | libc::O_CREAT | libc::O_EXCL)
             .unwrap();

@@ -23,7 +23,8 @@
 
 use super::metrics::render;
 use cudapool::base::patience::{Patience, READ_TIME};
-use cudapool::base::rundir::{self, configured_from_env, Squat};
+use cudapool::base::rundir::configured_from_env;
+use cudapool::base::rundir_find::{self, Squat};
 use cudapool::report::pages::{live_in, owners, Snapshot};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -301,8 +302,22 @@ impl Scraper {
                 let me = self.clone();
                 match tokio::task::spawn_blocking(move || me.seen()).await {
                     Ok(seen) => {
-                        let (text, kind) = render(&seen, openmetrics, self.all_users);
-                        reply(StatusCode::OK, kind, text)
+                        // No figure read from a user's file may end a scrape: a render that
+                        // panics anyway answers with why, not with an empty reply.
+                        let all = self.all_users;
+                        let rendered =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                render(&seen, openmetrics, all)
+                            }));
+                        match rendered {
+                            Ok((text, kind)) => reply(StatusCode::OK, kind, text),
+                            Err(_) => reply(
+                                StatusCode::INTERNAL_SERVER_ERROR,
+                                "text/plain; charset=utf-8",
+                                "cudapool exporter: the figures read could not be rendered\n"
+                                    .into(),
+                            ),
+                        }
                     }
                     Err(e) => reply(
                         StatusCode::INTERNAL_SERVER_ERROR,
@@ -362,8 +377,9 @@ impl Scraper {
 fn read(all_users: bool) -> Seen {
     let t0 = Instant::now();
     let configured = configured_from_env();
-    let dirs = rundir::readable(all_users, configured.as_deref());
-    let mut patience = Patience::new(READ_TIME, owners(&dirs));
+    let (dirs, squats) = rundir_find::survey(all_users, configured.as_deref());
+    // The survey of the directories is charged to the read's time too.
+    let mut patience = Patience::new(READ_TIME.saturating_sub(t0.elapsed()), owners(&dirs));
     let (snaps, skipped_pages) = live_in(&dirs, &mut patience);
     let ledgers = cudapool::limits::group::ledgers_in(&dirs, &mut patience);
     let mut skipped = [("invalid", 0), ("busy", 0), ("time", 0)];
@@ -387,11 +403,14 @@ fn read(all_users: bool) -> Seen {
             Err((why, late)) => count(&why, late),
         }
     }
+    let mut dropped = 0;
+    let procs = processes(snaps, &mut dropped);
+    skipped[0].1 += dropped;
     Seen {
-        procs: processes(snaps),
+        procs,
         groups,
         skipped,
-        squats: rundir::squats(all_users, configured.as_deref()),
+        squats,
         read: t0.elapsed(),
     }
 }
@@ -433,12 +452,19 @@ fn prefers_openmetrics(accept: &str) -> bool {
 /// of the page's lock) and the name is read from `/proc` for it: a process in a pid namespace
 /// the exporter cannot see is left out, since nothing but its own page would name it. One
 /// process shows once, whatever its user's files say.
-fn processes(seen: Vec<Snapshot>) -> Vec<Process> {
+///
+/// A page's figures are the user's to write: a device listed twice (or any figure that would
+/// repeat a series) is dropped, counted in `dropped`, so no page can make a scrape fail.
+fn processes(seen: Vec<Snapshot>, dropped: &mut usize) -> Vec<Process> {
     let mut out: Vec<Process> = Vec::new();
-    for snap in seen {
+    for mut snap in seen {
         if snap.pid == 0 || out.iter().any(|p| p.snap.pid == snap.pid) {
             continue;
         }
+        let before = snap.devices.len();
+        let mut devices_seen = std::collections::HashSet::new();
+        snap.devices.retain(|d| devices_seen.insert(d.device));
+        *dropped += before - snap.devices.len();
         let comm = std::fs::read_to_string(format!("/proc/{}/comm", snap.pid))
             .map(|c| c.trim_end().to_string())
             .unwrap_or_default();

@@ -1,7 +1,8 @@
 //! `cudapool stat [PID...]` and `cudapool top`: the live figures every cudapool process
 //! publishes (`cudapool::report::publish`), read from outside.
 
-use cudapool::base::rundir::{configured_from_env, squats};
+use cudapool::base::rundir::configured_from_env;
+use cudapool::base::rundir_find::squats;
 use cudapool::report::fmt_bytes;
 use cudapool::report::page::fmt_uuid;
 use cudapool::report::pages::{live, Snapshot};

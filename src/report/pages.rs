@@ -15,6 +15,7 @@ use super::publish::pid_of_name;
 use crate::base::patience::{wait_until, Patience, PER_FILE, READ_TIME};
 use crate::base::pio;
 use crate::base::rundir::{self, RunDir};
+use crate::base::rundir_find;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -62,7 +63,7 @@ fn uid() -> u32 {
 /// name, read within [`READ_TIME`]. A page of this user whose process is gone is removed;
 /// nothing of another user is ever touched.
 pub fn live(all_users: bool, configured: Option<&Path>) -> (Vec<Snapshot>, Vec<Skipped>) {
-    let dirs = rundir::readable(all_users, configured);
+    let dirs = rundir_find::readable(all_users, configured);
     let mut patience = Patience::new(READ_TIME, owners(&dirs));
     live_in(&dirs, &mut patience)
 }
@@ -230,7 +231,7 @@ fn read_fd(fd: &OwnedFd, wait: Duration) -> Result<Snapshot, String> {
 /// whatever process holds it: for tests and tools that know the file.
 pub fn read_path(path: &Path) -> Result<Snapshot, String> {
     let (parent, name) = split(path)?;
-    let (dir, _) = rundir::mine(Some(parent))?;
+    let (dir, _) = rundir_find::mine(Some(parent))?;
     let (fd, _) = open_page(&dir, name, libc::O_RDONLY)?;
     let mut s = read_fd(&fd, PER_FILE)?;
     s.uid = dir.owner;
@@ -246,7 +247,7 @@ fn split(path: &Path) -> Result<(&Path, &str), String> {
 
 /// Finds the page of this user's live process `pid` (as the kernel names it).
 fn find(pid: u32, configured: Option<&Path>) -> Option<(RunDir, String)> {
-    for dir in rundir::readable(false, configured) {
+    for dir in rundir_find::readable(false, configured) {
         for name in dir.names(MAX_PAGES_PER_DIR) {
             if pid_of_name(&name).is_none() {
                 continue;
@@ -346,7 +347,7 @@ mod tests {
     fn scratch(name: &str) -> (PathBuf, RunDir) {
         let d = std::env::temp_dir().join(format!("cudapool-pages-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
-        let (dir, _) = rundir::mine(Some(&d)).unwrap();
+        let (dir, _) = rundir_find::mine(Some(&d)).unwrap();
         (d, dir)
     }
 

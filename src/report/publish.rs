@@ -25,6 +25,7 @@ use super::page::{GROUP_NAME, LAYOUT_VERSION, MAGIC, MAX_DEVICES};
 use crate::base::config::LogLevel::Warn;
 use crate::base::pio;
 use crate::base::rundir::{self, RunDir};
+use crate::base::rundir_find;
 use crate::log_at;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -49,7 +50,7 @@ pub fn page_name(pid: u32, k: usize) -> String {
 /// and nobody squats it (for tests and tools; readers find pages with `pages::live`).
 pub fn default_page_path(pid: u32) -> std::path::PathBuf {
     // SAFETY: getuid has no preconditions.
-    rundir::default_path(unsafe { libc::getuid() }, 0).join(page_name(pid, 0))
+    rundir::default_path(unsafe { libc::getuid() }).join(page_name(pid, 0))
 }
 
 /// The pid a page's name gives (`page-<pid>` or `page-<pid>.<k>`).
@@ -121,7 +122,7 @@ impl Publisher {
         group: Option<&str>,
         configured: Option<&std::path::Path>,
     ) -> Option<Publisher> {
-        let dir = match rundir::mine(configured) {
+        let dir = match rundir_find::mine(configured) {
             Ok((dir, said)) => {
                 if let Some(line) = said {
                     log_at!(Warn, "{line}");
@@ -244,9 +245,15 @@ impl Publisher {
         });
     }
 
-    /// Writes the whole page again if someone cut it (its thread looks every poll).
+    /// Writes the whole page again if someone cut it, and makes it again if someone removed it
+    /// (its thread looks every poll): a page costs its user's edits the page, never the
+    /// process, and the process stays visible to `stat` and the exporter.
     pub fn repair(&self) {
         if std::process::id() != self.owner {
+            return;
+        }
+        if rundir::fstat(self.fd.as_raw_fd()).is_ok_and(|st| st.st_nlink == 0) {
+            self.make_again();
             return;
         }
         let whole = rundir::fstat(self.fd.as_raw_fd())
@@ -259,6 +266,40 @@ impl Publisher {
         if self.lay_out(w.seq).is_ok() {
             let devices = std::mem::take(&mut w.devices);
             self.store(&mut w, &devices);
+        }
+    }
+
+    /// The page was removed (its name unlinked): a new file at its name takes the place of the
+    /// old one under the same descriptor number, locked, laid out and written again.
+    fn make_again(&self) {
+        let mut w = crate::base::sync::lock(&self.writing);
+        let excl = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR;
+        for _ in 0..2 {
+            match self.dir.open(&self.name, excl) {
+                Ok(new) => {
+                    // SAFETY: dup2 of a descriptor we own onto our page's own number: the
+                    // number now names the new file (the old one's lock went with it).
+                    if unsafe { libc::dup2(new.as_raw_fd(), self.fd.as_raw_fd()) } < 0 {
+                        return;
+                    }
+                    // Closing the copy first: a classic lock goes with any close of its file.
+                    drop(new);
+                    if !rundir::hold(self.fd.as_raw_fd()) || self.lay_out(w.seq).is_err() {
+                        return;
+                    }
+                    let devices = std::mem::take(&mut w.devices);
+                    self.store(&mut w, &devices);
+                    log_at!(
+                        Warn,
+                        "the live stats page {} was removed: made again",
+                        self.path().display()
+                    );
+                    return;
+                }
+                // Something else took the name: it is this process's page name.
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => self.dir.unlink(&self.name),
+                Err(_) => return,
+            }
         }
     }
 

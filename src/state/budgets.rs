@@ -135,7 +135,7 @@ impl Budgets {
                     u[12..].copy_from_slice(&dev.to_le_bytes());
                     u
                 });
-                match group.device(uuid, named) {
+                match group.device(uuid, named, config.group_fixed) {
                     Ok(share) => {
                         budget.share(Box::new(share.clone()));
                         let _ = self.shares[dev as usize].set(share);

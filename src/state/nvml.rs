@@ -99,7 +99,7 @@ fn ledger_figures(uuid: &[u8; 16], config: &Config) -> (u64, u64) {
     let Some(name) = &config.group else {
         return (0, 0);
     };
-    let Ok((dir, _)) = crate::base::rundir::mine(config.runtime_dir.as_deref()) else {
+    let Ok((dir, _)) = crate::base::rundir_find::mine(config.runtime_dir.as_deref()) else {
         return (0, 0);
     };
     match crate::limits::group::ledger::read(&dir, &crate::limits::group::ledger::file_name(name)) {

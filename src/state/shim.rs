@@ -137,18 +137,31 @@ pub fn env_config() -> &'static Result<Config, ConfigError> {
 pub fn config() -> &'static Result<Config, ConfigError> {
     CONFIG.get_or_init(|| {
         let c = env_config().clone();
-        c.and_then(|mut c| match crate::base::job::this_process() {
-            Ok(Some(share)) => {
-                crate::base::job::apply(&mut c, share);
-                Ok(c)
+        c.and_then(|mut c| {
+            match crate::base::job::this_process() {
+                Ok(Some(share)) => crate::base::job::apply(&mut c, share),
+                Ok(None) => {}
+                Err(why) => {
+                    return Err(ConfigError {
+                        var: "the job's share",
+                        value: crate::base::job::JOBS_DIR.to_string(),
+                        why,
+                        accepted: "a file of root per job, limit=SIZE and optionally group=NAME (docs/deploying.md)",
+                    })
+                }
             }
-            Ok(None) => Ok(c),
-            Err(why) => Err(ConfigError {
-                var: "the job's share",
-                value: crate::base::job::JOBS_DIR.to_string(),
-                why,
-                accepted: "a file of root per job, limit=SIZE and optionally group=NAME (docs/deploying.md)",
-            }),
+            let foreign = c.group.as_deref().and_then(|g| {
+                crate::base::job::foreign_slurm_group(g, c.job.as_deref())
+            });
+            match foreign {
+                Some(why) => Err(ConfigError {
+                    var: "CUDAPOOL_GROUP",
+                    value: c.group.clone().unwrap_or_default(),
+                    why,
+                    accepted: "a group of your own, or none",
+                }),
+                None => Ok(c),
+            }
         })
     })
 }
@@ -229,9 +242,12 @@ impl Shim {
         };
         // A group limit this process cannot keep fails closed, like a bad value.
         let group = GROUP.get_or_init(|| match &config.group {
-            Some(name) => {
-                crate::limits::group::Group::join(name, config.runtime_dir.as_deref()).map(Some)
-            }
+            Some(name) => crate::limits::group::Group::join(
+                name,
+                config.runtime_dir.as_deref(),
+                config.group_dir.as_deref(),
+            )
+            .map(Some),
             None => Ok(None),
         });
         let group = match group {

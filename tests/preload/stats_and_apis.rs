@@ -170,7 +170,7 @@ print("snapshot: ok")
 fn stat_skips_what_is_not_a_page_and_never_blocks() {
     let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
     // This test process is alive and publishes nothing: plant things at its page path.
-    cudapool::base::rundir::mine(None).expect("a runtime directory");
+    cudapool::base::rundir_find::mine(None).expect("a runtime directory");
     let page = cudapool::report::publish::default_page_path(std::process::id());
     let _ = std::fs::remove_file(&page);
     let c = std::ffi::CString::new(page.to_str().unwrap()).unwrap();

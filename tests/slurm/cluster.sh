@@ -37,6 +37,12 @@ if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! comm
   apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null
 fi
 mkdir -p "$dir/state" "$dir/spool" "$dir/munge"
+# Two ordinary users for the hostile cases (Slurm runs jobs only of users it can look up):
+# uid 1001 submits, uid 1002 is its neighbour. Made only where those uids are free.
+for u in 1001 1002; do
+  getent passwd "$u" >/dev/null || useradd --uid "$u" --no-create-home --no-user-group \
+    --gid nogroup --home-dir /nonexistent --shell /bin/sh "cudapool-test-$u"
+done
 # Slurm's cgroups need a writable cgroup v1 freezer hierarchy; elsewhere the tasks are tracked
 # by pid (the mandatory mode's case is then not run).
 if [ "${PROCTRACK:-}" = cgroup ] && [ ! -w /sys/fs/cgroup/freezer ]; then
@@ -83,7 +89,14 @@ CONF
 echo "NodeName=$node Name=gpumem Count=1024M" > "$dir/gres.conf"
 printf 'CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\nCgroupAutomount=no\n' > "$dir/cgroup.conf"
 if [ -n "${SLURM_PROLOG:-}" ]; then
-  printf 'Prolog=%s\nEpilog=%s\n' "$SLURM_PROLOG" "$SLURM_EPILOG" >> "$dir/slurm.conf"
+  # As a site installs them: the files of deploy/slurm/ with the path of its `cudapool` written
+  # in (Slurm gives its prologs no PATH).
+  for p in prolog epilog; do
+    src=$SLURM_PROLOG; [ $p = epilog ] && src=$SLURM_EPILOG
+    sed "s|/usr/local/bin/cudapool|${CUDAPOOL_BIN_DIR:?}/cudapool|" "$src" > "$dir/$p.sh"
+    chmod 755 "$dir/$p.sh"
+  done
+  printf 'Prolog=%s\nEpilog=%s\n' "$dir/prolog.sh" "$dir/epilog.sh" >> "$dir/slurm.conf"
 fi
 # munged of our own, on a socket in DIR (the machine's, if any, is left alone).
 if [ ! -f /etc/munge/munge.key ]; then

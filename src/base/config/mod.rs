@@ -165,6 +165,12 @@ pub struct Config {
     /// environment the job's share overrode (said once, with the other notes).
     pub job: Option<String>,
     pub job_notes: Vec<String>,
+    /// Where the group's ledger lives when not in the runtime directory: the job's folder of
+    /// root under the mandatory mode (`job::ledger_dir`).
+    pub group_dir: Option<PathBuf>,
+    /// Whether the group limit is this process's own on every decision (the mandatory mode: the
+    /// job's share), whatever the group's ledger records.
+    pub group_fixed: bool,
 }
 
 /// The characters a group name may use (`CUDAPOOL_GROUP`), and its longest length.
@@ -290,6 +296,8 @@ impl Default for Config {
             oom_snapshot_keep: OOM_SNAPSHOT_KEEP,
             job: None,
             job_notes: Vec::new(),
+            group_dir: None,
+            group_fixed: false,
         }
     }
 }

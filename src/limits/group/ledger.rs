@@ -19,11 +19,17 @@
 //! with one line, when no member lives in it; while members do, it is refused. Readers copy it
 //! with bounded `pread`s into their own memory and never map it.
 //!
-//! Uses: `rundir`, `pio`.
+//! **Cut or scribbled under its members.** A member's mapping is guarded (`sigbus`): a cut
+//! file costs zero pages, never the process; at its next use the member sizes and maps the file
+//! again, rebuilds it if invalid ([`restore`]), and records its own share again.
+//!
+//! Uses: `rundir`, `pio`, `sigbus`.
 
 use crate::base::patience::{wait_until, Patience, PER_FILE, READ_TIME};
 use crate::base::pio;
 use crate::base::rundir::{self, flock, RunDir};
+use crate::base::rundir_find;
+use crate::base::sigbus;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -126,6 +132,13 @@ pub(super) fn held(fd: libc::c_int, start: i64, len: usize) -> bool {
 }
 
 /// Whether any member other than this descriptor's lives in the ledger.
+/// How many member bytes other processes hold (live members, as the kernel says).
+pub(super) fn others_holding(fd: libc::c_int) -> usize {
+    (0..MEMBERS)
+        .filter(|&i| held(fd, member_byte(i), 1))
+        .count()
+}
+
 pub(super) fn others_live(fd: libc::c_int) -> bool {
     held(fd, member_byte(0), MEMBERS)
 }
@@ -163,13 +176,68 @@ fn enter(fd: libc::c_int, wait: Duration) -> Result<Door, String> {
 pub(super) struct Mapping {
     pub ledger: *mut Ledger,
     pub fd: OwnedFd,
+    /// Its slot in `sigbus` (a cut file costs the mapping, never the process).
+    pub guard: Option<usize>,
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        if let Some(g) = self.guard {
+            sigbus::unguard(g);
+        }
         // SAFETY: our own mapping of SIZE bytes, unmapped once (the descriptor closes itself).
         unsafe { libc::munmap(self.ledger.cast(), SIZE) };
     }
+}
+
+/// Brings a member's mapping back to a valid ledger when its file was cut (a SIGBUS replaced
+/// the mapping with zero pages, or the file is no longer `SIZE` bytes) or scribbled (no magic):
+/// behind the door, sized again, mapped again in place, rebuilt if invalid. Whether anything
+/// was wrong (each member then records its own share again: `Group::lock`).
+pub(super) fn restore(m: &Mapping) -> Result<bool, String> {
+    let fd = m.fd.as_raw_fd();
+    let hit = m.guard.is_some_and(sigbus::hit);
+    let st = rundir::fstat(fd).map_err(|e| e.to_string())?;
+    // SAFETY: the magic is an atomic inside our mapping (zero pages after a SIGBUS).
+    let magic = unsafe { (*m.ledger).magic.load(Ordering::Acquire) };
+    if !hit && st.st_size as usize == SIZE && magic == MAGIC {
+        return Ok(false);
+    }
+    let _door = enter(fd, DOOR_WAIT)?;
+    let st = rundir::fstat(fd).map_err(|e| e.to_string())?;
+    if st.st_size as usize != SIZE {
+        // SAFETY: sizing our ledger's file again (the door held).
+        if unsafe { libc::ftruncate(fd, SIZE as libc::off_t) } != 0 {
+            return Err(format!(
+                "cannot size it again: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        rundir::reserve(fd, SIZE).map_err(|e| format!("cannot reserve it again: {e}"))?;
+    }
+    // SAFETY: maps the file again over our own mapping of SIZE bytes, in place, so every
+    // pointer into it stays valid.
+    let p = unsafe {
+        libc::mmap(
+            m.ledger.cast(),
+            SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(format!(
+            "cannot map it again: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: a whole mapped Ledger; `check` only reads it.
+    if check(unsafe { &*m.ledger }).is_err() {
+        initialise(m.ledger);
+    }
+    Ok(true)
 }
 
 /// Why the figures of `l` are impossible, if they are.
@@ -260,6 +328,9 @@ pub(super) enum Opened {
     Fine,
     /// A file that was no valid ledger, rebuilt (no member lived in it): why it was not.
     Rebuilt(String),
+    /// A ledger cut while members live in it, made whole again: the joiner waits for them to
+    /// record their shares again before it takes any.
+    CutUnderMembers,
 }
 
 /// Opens group `name`'s ledger in `dir` for a joiner, creating it if absent, and returns it
@@ -294,8 +365,11 @@ pub(super) fn open_for_join(dir: &RunDir, name: &str) -> Result<(Mapping, Door, 
         }
         let others = others_live(fd.as_raw_fd());
         let size = st.st_size;
+        // Cut under live members (shorter than a ledger): made whole again; they record
+        // their shares again at their next use (`Group::lock`), which the joiner waits for.
+        let cut = others && (size as usize) < SIZE;
         if size as usize != SIZE {
-            if others {
+            if others && !cut {
                 return Err(format!(
                     "{} is {size} bytes, not a group ledger of this version ({SIZE} bytes), and members use it; remove it once no member of the group runs",
                     path.display()
@@ -317,7 +391,8 @@ pub(super) fn open_for_join(dir: &RunDir, name: &str) -> Result<(Mapping, Door, 
             format!("cannot reserve {SIZE} bytes for {}: {e}", path.display())
         })?;
         let ledger = map(&fd).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mapping = Mapping { ledger, fd };
+        let guard = sigbus::guard(ledger.cast(), SIZE);
+        let mapping = Mapping { ledger, fd, guard };
         // SAFETY: a whole mapped Ledger; `check` only reads it.
         let valid = if size as usize == SIZE {
             check(unsafe { &*ledger })
@@ -327,7 +402,12 @@ pub(super) fn open_for_join(dir: &RunDir, name: &str) -> Result<(Mapping, Door, 
             Err(format!("{size} bytes, not {SIZE}"))
         };
         let opened = match valid {
+            Ok(()) if cut => Opened::CutUnderMembers,
             Ok(()) => Opened::Fine,
+            Err(_) if cut => {
+                initialise(ledger);
+                Opened::CutUnderMembers
+            }
             Err(why) if others => {
                 return Err(format!(
                     "{} is damaged ({why}) while members use it; refusing",
@@ -413,7 +493,7 @@ pub fn ledgers(
     all_users: bool,
     configured: Option<&std::path::Path>,
 ) -> Vec<Result<LedgerView, String>> {
-    let dirs = rundir::readable(all_users, configured);
+    let dirs = rundir_find::readable(all_users, configured);
     let mut owners: Vec<u32> = dirs.iter().map(|d| d.owner).collect();
     owners.sort_unstable();
     owners.dedup();

@@ -39,12 +39,14 @@
 //!
 //! Uses: `budget` (its `Shared`), `rundir`, `flags`, `config`, `log`.
 
+mod lending;
+pub use lending::Lender;
 pub mod ledger;
 
 use crate::base::config::LogLevel::{Debug, Warn};
 use crate::limits::budget::Shared;
 use crate::log_at;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -75,7 +77,17 @@ pub struct Group {
     /// The mutex could not be had within [`LOCK_GIVE_UP`]: said once; every later use fails
     /// at once rather than waiting again.
     stuck: AtomicBool,
+    /// This member's own figures, kept in its memory too, so that it can record them again in
+    /// a ledger that was cut or scribbled: its reserved bytes per device slot, and the GPU
+    /// slots it claimed (uuid, the limit it claimed them with).
+    mine: [AtomicU64; DEVICES],
+    claimed: std::sync::Mutex<Vec<(usize, [u8; 16], u64)>>,
+    /// Per device slot, the limit this member enforces whatever the ledger says (the
+    /// mandatory mode: the job's share, `NOT_FIXED` otherwise; `u64::MAX`: none).
+    fixed: [AtomicU64; DEVICES],
 }
+
+const NOT_FIXED: u64 = 0;
 
 // SAFETY: the ledger is shared memory; its plain fields are touched only under its
 // process-shared mutex, the rest through atomics. The mapping lives as long as the Group.
@@ -138,13 +150,25 @@ fn fd_of(map: &Mapping) -> libc::c_int {
 impl Group {
     /// Joins group `name` (its ledger made if absent) in this user's runtime directory
     /// (`configured`: `CUDAPOOL_RUNTIME_DIR`): takes a member byte, then the slot under it.
-    pub fn join(name: &str, configured: Option<&std::path::Path>) -> Result<Arc<Group>, String> {
-        let (dir, said) = crate::base::rundir::mine(configured)?;
-        if let Some(line) = said {
-            log_at!(Warn, "{line}");
-        }
+    /// `job_dir`: the job's folder of root that holds the ledger instead (the mandatory mode).
+    pub fn join(
+        name: &str,
+        configured: Option<&std::path::Path>,
+        job_dir: Option<&std::path::Path>,
+    ) -> Result<Arc<Group>, String> {
+        let dir = match job_dir {
+            // SAFETY: getuid has no preconditions.
+            Some(p) => crate::base::rundir::of_job(p, unsafe { libc::getuid() })?,
+            None => {
+                let (dir, said) = crate::base::rundir_find::mine(configured)?;
+                if let Some(line) = said {
+                    log_at!(Warn, "{line}");
+                }
+                dir
+            }
+        };
         let (map, door, opened) = ledger::open_for_join(&dir, name)?;
-        if let Opened::Rebuilt(why) = opened {
+        if let Opened::Rebuilt(why) = &opened {
             log_at!(
                 Warn,
                 "group {name}: its ledger {} was not a valid ledger ({why}) and no member was alive: rebuilt",
@@ -165,6 +189,9 @@ impl Group {
             me,
             warned: AtomicBool::new(false),
             stuck: AtomicBool::new(false),
+            mine: [const { AtomicU64::new(0) }; DEVICES],
+            claimed: std::sync::Mutex::new(Vec::new()),
+            fixed: [const { AtomicU64::new(NOT_FIXED) }; DEVICES],
         };
         {
             let mut l = group.lock()?;
@@ -194,6 +221,9 @@ impl Group {
                 .store(m.request.load(Ordering::Acquire), Ordering::Release);
         }
         drop(door);
+        if matches!(opened, Opened::CutUnderMembers) {
+            group.wait_for_members();
+        }
         log_at!(Debug, "joined group {name} as member {me}");
         Ok(Arc::new(group))
     }
@@ -208,6 +238,98 @@ impl Group {
         if self.stuck.load(Ordering::Relaxed) {
             return Err(format!("group {}: its ledger's lock is stuck", self.name));
         }
+        match ledger::restore(&self.map) {
+            Ok(false) => {}
+            Ok(true) => log_at!(
+                Warn,
+                "group {}: its ledger was cut or scribbled under its members: sized, mapped and rebuilt again; this member records its share again",
+                self.name
+            ),
+            Err(e) => return Err(format!("group {}: its ledger was cut: {e}", self.name)),
+        }
+        let mut l = self.lock_mutex()?;
+        self.record_again(&mut l);
+        Ok(l)
+    }
+
+    /// Makes the ledger hold this member again after a rebuild wiped it: its slot, its share
+    /// on each GPU and the GPU slots it claimed (under the mutex).
+    fn record_again(&self, l: &mut Locked) {
+        let me = self.me;
+        if l.members[me].live == 1 && l.members[me].pid == std::process::id() as u64 {
+            return;
+        }
+        let claimed = self
+            .claimed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for (slot, uuid, limit) in claimed {
+            let d = &mut l.devices[slot];
+            if d.used == 0 {
+                *d = DeviceSlot {
+                    uuid,
+                    used: 1,
+                    limit,
+                    total: 0,
+                };
+            }
+        }
+        let m = &mut l.members[me];
+        m.live = 1;
+        m.pid = std::process::id() as u64;
+        m.joined_ns = now_ns();
+        for (r, mine) in m.reserved.iter_mut().zip(&self.mine) {
+            *r = mine.load(Ordering::Relaxed);
+        }
+        let reserved = m.reserved;
+        for (d, r) in l.devices.iter_mut().zip(reserved) {
+            d.total = d.total.saturating_add(r);
+        }
+    }
+
+    /// After a joiner made a cut ledger whole: waits (at most 3 s: each member's lending thread
+    /// looks every second) until every other live member has recorded its share again, so
+    /// that nothing is handed out twice.
+    fn wait_for_members(&self) {
+        let fd = fd_of(&self.map);
+        let until = Instant::now() + Duration::from_secs(3);
+        loop {
+            let holding = ledger::others_holding(fd);
+            let recorded = match self.lock() {
+                Ok(l) => (0..MEMBERS)
+                    .filter(|&i| i != self.me && l.members[i].live == 1)
+                    .count(),
+                Err(_) => return,
+            };
+            if recorded >= holding {
+                return;
+            }
+            if Instant::now() > until {
+                log_at!(
+                    Warn,
+                    "group {}: {} of its {holding} other members have not recorded their shares again in its cut ledger",
+                    self.name,
+                    holding - recorded
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The limit this member enforces on device `slot`: its own fixed one, else the ledger's
+    /// (0: none).
+    fn limit_of(&self, l: &Locked, slot: usize) -> u64 {
+        match self.fixed[slot].load(Ordering::Relaxed) {
+            NOT_FIXED => l.devices[slot].limit,
+            u64::MAX => 0,
+            f => f,
+        }
+    }
+
+    /// The mutex itself (see [`lock`](Self::lock)).
+    fn lock_mutex(&self) -> Result<Locked<'_>, String> {
         let deadline = Instant::now() + LOCK_GIVE_UP;
         loop {
             let until = realtime_after(LOCK_WAIT);
@@ -292,10 +414,13 @@ impl Group {
 
     /// The slot of the GPU `uuid`, claimed with `limit` (this process's; 0: none) if no member
     /// used it before. Warns once when the group's limit is not the one this process names.
+    /// `fixed`: this process enforces `limit` itself whatever the ledger records (the mandatory
+    /// mode), and writes it there for readers.
     pub fn device(
         self: &Arc<Self>,
         uuid: [u8; 16],
         limit: Option<u64>,
+        fixed: bool,
     ) -> Result<GroupDevice, String> {
         let mut l = self.lock()?;
         let slot = match (0..DEVICES).find(|&d| l.devices[d].used != 0 && l.devices[d].uuid == uuid)
@@ -314,9 +439,18 @@ impl Group {
                 d
             }
         };
+        if fixed {
+            let f = limit.filter(|&b| b != 0).unwrap_or(u64::MAX);
+            self.fixed[slot].store(f, Ordering::Relaxed);
+            l.devices[slot].limit = limit.unwrap_or(0);
+        }
         let group_limit = l.devices[slot].limit;
+        self.claimed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((slot, uuid, group_limit));
         drop(l);
-        if let Some(mine) = limit.filter(|&m| m != group_limit) {
+        if let Some(mine) = limit.filter(|&m| m != group_limit && !fixed) {
             if !self.warned.swap(true, Ordering::Relaxed) {
                 log_at!(
                     Warn,
@@ -332,104 +466,6 @@ impl Group {
         })
     }
 
-    /// Asks the other members to give back idle cache on device `slot` until `bytes` fit, and
-    /// waits for it (at most `wait`; less once every member asked has answered). Whether they
-    /// fit now (the caller charges them again).
-    pub fn borrow(&self, slot: usize, bytes: u64, wait: Duration) -> bool {
-        let fits = |l: &Locked| {
-            let d = &l.devices[slot];
-            d.limit == 0 || d.total.saturating_add(bytes) <= d.limit
-        };
-        let asked: Vec<(usize, u32)> = {
-            let Ok(mut l) = self.lock() else { return false };
-            self.reap(&mut l);
-            if fits(&l) {
-                return true;
-            }
-            (0..MEMBERS)
-                .filter(|&i| i != self.me && l.members[i].live != 0)
-                .map(|i| {
-                    let m = &l.members[i];
-                    m.want[slot].fetch_max(bytes, Ordering::AcqRel);
-                    let seq = m.request.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
-                    futex_wake(&m.request);
-                    (i, seq)
-                })
-                .collect()
-        };
-        if asked.is_empty() {
-            return false;
-        }
-        let deadline = Instant::now() + wait;
-        loop {
-            std::thread::sleep(Duration::from_millis(1));
-            let Ok(mut l) = self.lock() else { return false };
-            self.reap(&mut l);
-            if fits(&l) {
-                return true;
-            }
-            let answered = asked.iter().all(|&(i, seq)| {
-                let m = &l.members[i];
-                m.live == 0 || m.served.load(Ordering::Acquire).wrapping_sub(seq) < u32::MAX / 2
-            });
-            if answered || Instant::now() > deadline {
-                return false;
-            }
-        }
-    }
-
-    /// Starts the thread that answers the other members' requests: `lend(uuid, bytes)` gives
-    /// back up to `bytes` of idle cache on that GPU and returns what it gave.
-    pub fn serve(self: &Arc<Self>, lend: Lender) {
-        let group = self.clone();
-        let run = move || {
-            // SAFETY: the mapping lives as long as `group`, which this thread holds.
-            let me = unsafe { &(*group.map.ledger).members[group.me] };
-            // Every request since this process joined counts, also one made before this
-            // thread first ran (a busy machine can start it late): from the last one served.
-            let mut seen = me.served.load(Ordering::Acquire);
-            loop {
-                futex_wait(&me.request, seen, Duration::from_secs(1));
-                if crate::base::flags::exiting() {
-                    return;
-                }
-                let now = me.request.load(Ordering::Acquire);
-                if now == seen {
-                    continue;
-                }
-                seen = now;
-                for d in 0..DEVICES {
-                    let want = me.want[d].swap(0, Ordering::AcqRel);
-                    if want == 0 {
-                        continue;
-                    }
-                    let uuid = match group.lock() {
-                        Ok(l) => l.devices[d].uuid,
-                        Err(_) => continue,
-                    };
-                    let gave = lend(&uuid, want);
-                    log_at!(
-                        Debug,
-                        "group {}: lent {gave} of {want} bytes asked",
-                        group.name
-                    );
-                }
-                me.served.store(seen, Ordering::Release);
-            }
-        };
-        let spawned = std::thread::Builder::new()
-            .name("cudapool-group".into())
-            .stack_size(256 << 10)
-            .spawn(run);
-        if let Err(e) = spawned {
-            log_at!(
-                Warn,
-                "group {}: no lending thread ({e}): this process's idle cache will not be lent",
-                self.name
-            );
-        }
-    }
-
     /// The group's figures on device `slot` for a reader (stats, the C API): (live members that
     /// use the GPU, reserved total, limit), the dead reaped first. A member that holds nothing
     /// on the GPU (torchrun's agent, which joins at its first CUDA call) is not counted.
@@ -440,7 +476,11 @@ impl Group {
                 let members = (0..MEMBERS)
                     .filter(|&i| l.members[i].live != 0 && l.members[i].reserved[slot] > 0)
                     .count();
-                (members as u64, l.devices[slot].total, l.devices[slot].limit)
+                (
+                    members as u64,
+                    l.devices[slot].total,
+                    self.limit_of(&l, slot),
+                )
             }
             Err(_) => (0, 0, 0),
         }
@@ -450,7 +490,7 @@ impl Group {
     /// path: no reaping).
     fn totals(&self, slot: usize) -> (u64, u64) {
         match self.lock() {
-            Ok(l) => (l.devices[slot].total, l.devices[slot].limit),
+            Ok(l) => (l.devices[slot].total, self.limit_of(&l, slot)),
             Err(_) => (u64::MAX, 1),
         }
     }
@@ -466,36 +506,6 @@ fn repair(l: &mut Locked) {
         l.devices[d].total = sum;
     }
 }
-
-fn futex_wake(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE on a 4-byte aligned word of shared memory (not a private futex: the
-    // waiters are other processes).
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE,
-            i32::MAX,
-            std::ptr::null::<libc::timespec>(),
-        );
-    }
-}
-
-fn futex_wait(word: &AtomicU32, seen: u32, timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: FUTEX_WAIT on a 4-byte aligned word of shared memory with a valid timeout; it
-    // returns at once if the word is no longer `seen`.
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, seen, &ts);
-    }
-}
-
-/// What lends a member's idle cache: `(uuid, bytes)` gives back up to `bytes` on that GPU and
-/// returns what it gave.
-pub type Lender = Box<dyn Fn(&[u8; 16], u64) -> u64 + Send>;
 
 /// One GPU of a group, as this member's budget draws on it.
 #[derive(Clone)]
@@ -538,10 +548,11 @@ impl Shared for GroupDevice {
         let g = &*self.group;
         let Ok(mut l) = g.lock() else { return false };
         let fits = |l: &Locked| {
-            let d = &l.devices[self.slot];
-            d.total
+            let limit = g.limit_of(l, self.slot);
+            l.devices[self.slot]
+                .total
                 .checked_add(bytes)
-                .is_some_and(|t| d.limit == 0 || t <= d.limit)
+                .is_some_and(|t| limit == 0 || t <= limit)
         };
         if !fits(&l) {
             // Before refusing anyone: the share of members that died comes back.
@@ -554,6 +565,7 @@ impl Shared for GroupDevice {
         *total = total.saturating_add(bytes);
         let mine = &mut l.members[g.me].reserved[self.slot];
         *mine = mine.saturating_add(bytes);
+        g.mine[self.slot].store(*mine, Ordering::Relaxed);
         true
     }
 
@@ -564,6 +576,7 @@ impl Shared for GroupDevice {
             *total = total.saturating_add(bytes);
             let mine = &mut l.members[g.me].reserved[self.slot];
             *mine = mine.saturating_add(bytes);
+            g.mine[self.slot].store(*mine, Ordering::Relaxed);
         }
     }
 
@@ -573,6 +586,7 @@ impl Shared for GroupDevice {
             let mine = &mut l.members[g.me].reserved[self.slot];
             let b = bytes.min(*mine);
             *mine -= b;
+            g.mine[self.slot].store(*mine, Ordering::Relaxed);
             let total = &mut l.devices[self.slot].total;
             *total = total.saturating_sub(b);
         }
@@ -608,42 +622,4 @@ fn realtime_after(d: Duration) -> libc::timespec {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A member asked to lend before its lending thread first ran (a busy machine starts a
-    /// thread late) still answers: before, that thread began from the request count it found,
-    /// missed the one already made, and the asker was refused after its wait (seen as a flaky
-    /// `a_sleeping_members_idle_cache_is_lent_to_another` under load).
-    #[test]
-    fn a_request_made_before_the_lending_thread_runs_is_served() {
-        let dir = std::env::temp_dir().join(format!("cudapool-group-late-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let a = Group::join("late", Some(&dir)).expect("a joins");
-        let b = Group::join("late", Some(&dir)).expect("b joins");
-        let uuid = [7; 16];
-        let da = a.device(uuid, Some(64 << 20)).expect("a's device");
-        let db = b.device(uuid, Some(64 << 20)).expect("b's device");
-        assert!(da.try_reserve(48 << 20), "a caches 48 MiB");
-        let asker =
-            std::thread::spawn(move || db.group.borrow(db.slot, 32 << 20, Duration::from_secs(3)));
-        // The request is made (and its wake lost) before a's thread exists.
-        let pending = || {
-            let l = a.lock().expect("the ledger");
-            let m = &l.members[a.me];
-            m.request.load(Ordering::Acquire) != m.served.load(Ordering::Acquire)
-        };
-        let asked = Instant::now();
-        while !pending() {
-            assert!(asked.elapsed() < Duration::from_secs(3), "b never asked");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let lender = da.clone();
-        a.serve(Box::new(move |_, bytes| {
-            lender.release(bytes);
-            bytes
-        }));
-        assert!(asker.join().unwrap(), "a's idle cache was lent to b");
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
+mod tests;

@@ -1,0 +1,441 @@
+//! Finding runtime directories (`rundir`): the walk around a default name another user took,
+//! and the readers' survey of every directory they may read (`cudapool stat`, the exporter).
+//!
+//! **The walk around.** When `/dev/shm/cudapool-<uid>` is not a directory of the user's, the
+//! user's processes use the first (by name) directory of theirs named `cudapool-<uid>.<suffix>`,
+//! or make one with a random suffix. No one else can make a directory of this user's, so
+//! anything planted at such names is passed over (never opened as ours, never a refusal), and a
+//! random name cannot be taken in advance. Two processes of the user that make one at the same
+//! moment agree through a lock only they can hold for long (an abstract socket; if a neighbour
+//! holds it, the wait is bounded and the race narrow: each process still works).
+//!
+//! **The survey** reads `/dev/shm` once: only directories at the names of the user (or of every
+//! user, as root) are opened, files are passed over by their type alone, so a flood of planted
+//! files costs one directory read. The whole survey ends at a deadline, and the directories are
+//! opened a round at a time across the uids their names give, so one name's flood cannot use up
+//! the others' turns. What it says of squats is bounded ([`MAX_SQUATS`]).
+//!
+//! Uses: `rundir`, `job` (where the jobs' folders are).
+
+use super::rundir::{
+    default_path, lstat_uid, make_dir, open_dir, private_in, uid, Found, RunDir, REMEDY, SHM,
+};
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The most squats a survey reports.
+pub const MAX_SQUATS: usize = 64;
+/// How long a survey of `/dev/shm` may take.
+pub const SURVEY_TIME: Duration = Duration::from_millis(800);
+
+/// Whose directory a name in `/dev/shm` would be: `cudapool-<uid>` (the default: `true`) or
+/// `cudapool-<uid>.<suffix>` (a walk-around name: 1 to 32 letters and digits).
+fn named_uid(name: &str) -> Option<(u32, bool)> {
+    let rest = name.strip_prefix("cudapool-")?;
+    let (u, default) = match rest.split_once('.') {
+        Some((u, sfx)) => {
+            if sfx.is_empty() || sfx.len() > 32 || !sfx.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                return None;
+            }
+            (u, false)
+        }
+        None => (rest, true),
+    };
+    if u.is_empty() || u.len() > 10 || !u.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((u.parse().ok()?, default))
+}
+
+/// The directories (by their type: files are passed over unopened) at users' names in
+/// `/dev/shm`, of `only` when given, read until `deadline`: uid -> (is default, path), each
+/// uid's sorted by name.
+fn candidates(only: Option<u32>, deadline: Instant) -> BTreeMap<u32, Vec<PathBuf>> {
+    let mut out: BTreeMap<u32, Vec<PathBuf>> = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(SHM) else {
+        return out;
+    };
+    for (n, e) in entries.flatten().enumerate() {
+        if n % 4096 == 0 && Instant::now() > deadline {
+            break;
+        }
+        let name = e.file_name();
+        let Some((u, _)) = name.to_str().and_then(named_uid) else {
+            continue;
+        };
+        if only.is_some_and(|o| o != u) {
+            continue;
+        }
+        // The type from the directory entry itself: no system call per planted file.
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        out.entry(u).or_default().push(e.path());
+    }
+    for v in out.values_mut() {
+        v.sort();
+    }
+    out
+}
+
+/// Holds the user's lock on making a walk-around directory (an abstract socket named for the
+/// uid), waited for at most 200 ms; `None` when it could not be had (the walk goes on without).
+fn setup_lock(me: u32) -> Option<std::os::unix::net::UnixListener> {
+    use std::os::linux::net::SocketAddrExt as _;
+    let addr =
+        std::os::unix::net::SocketAddr::from_abstract_name(format!("cudapool-rundir-{me}")).ok()?;
+    let until = Instant::now() + Duration::from_millis(200);
+    loop {
+        if let Ok(l) = std::os::unix::net::UnixListener::bind_addr(&addr) {
+            return Some(l);
+        }
+        if Instant::now() > until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The first usable walk-around directory of user `me`, if any.
+fn first_usable(me: u32) -> Option<RunDir> {
+    let far = Instant::now() + Duration::from_secs(5);
+    candidates(Some(me), far)
+        .remove(&me)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p != &default_path(me))
+        .find_map(|p| match open_dir(&p, me) {
+            Found::Usable(d) => Some(d),
+            _ => None,
+        })
+}
+
+fn random_suffix() -> String {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most `b.len()` bytes into our buffer.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        // No entropy source: the clock and pid, still no name a neighbour made in advance.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        b = (t ^ ((std::process::id() as u64) << 32)).to_le_bytes();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// User `me`'s runtime directory when its default name `taken` cannot be used (`why`): the
+/// first walk-around directory of theirs, or a new one; and the line to say once.
+fn walk_around(me: u32, taken: &Path, why: &str) -> Result<(RunDir, Option<String>), String> {
+    let said = |used: &Path| {
+        Some(format!(
+            "{why}: using {} instead; to take {} back, have root remove it (or set CUDAPOOL_RUNTIME_DIR to a directory of yours)",
+            used.display(),
+            taken.display()
+        ))
+    };
+    if let Some(d) = first_usable(me) {
+        let line = said(&d.path);
+        return Ok((d, line));
+    }
+    let _lock = setup_lock(me);
+    if let Some(d) = first_usable(me) {
+        let line = said(&d.path);
+        return Ok((d, line));
+    }
+    for _ in 0..4 {
+        let path = PathBuf::from(format!("{SHM}/cudapool-{me}.{}", random_suffix()));
+        match make_dir(&path, me) {
+            Found::Usable(d) => {
+                let line = said(&d.path);
+                return Ok((d, line));
+            }
+            Found::Absent => {}
+            Found::Shared(_) | Found::Unusable(_) => {} // taken meanwhile: another name
+        }
+    }
+    Err(format!(
+        "{why}, and no directory could be made instead; {REMEDY}"
+    ))
+}
+
+/// This user's runtime directory (made if absent), and a line to say once when it is not the
+/// default because another user took that name. `Err` is one line: why there is none.
+///
+/// `configured` (`CUDAPOOL_RUNTIME_DIR`): a directory of this user that no one else may write
+/// is used as it is; one another user owns or others may write (`/tmp`, a team's folder) is
+/// used through a private `cudapool-<uid>` made inside it; nothing of it is ever changed.
+pub fn mine(configured: Option<&Path>) -> Result<(RunDir, Option<String>), String> {
+    let me = uid();
+    if let Some(p) = configured {
+        let shared = match make_dir(p, me) {
+            Found::Usable(d) => return Ok((d, None)),
+            Found::Shared(why) => why,
+            Found::Unusable(why) => return Err(format!("CUDAPOOL_RUNTIME_DIR: {why}; {REMEDY}")),
+            Found::Absent => return Err(format!("CUDAPOOL_RUNTIME_DIR: {} vanished", p.display())),
+        };
+        let private = private_in(p, me);
+        return match make_dir(&private, me) {
+            Found::Usable(d) => Ok((d, None)),
+            Found::Shared(why) | Found::Unusable(why) => Err(format!(
+                "CUDAPOOL_RUNTIME_DIR: {shared}, and its private {why}; {REMEDY}"
+            )),
+            Found::Absent => Err(format!(
+                "CUDAPOOL_RUNTIME_DIR: {} vanished",
+                private.display()
+            )),
+        };
+    }
+    let path = default_path(me);
+    let why = match make_dir(&path, me) {
+        Found::Usable(d) => return Ok((d, None)),
+        Found::Shared(why) | Found::Unusable(why) => why,
+        Found::Absent => format!("{} vanished", path.display()),
+    };
+    walk_around(me, &path, &why)
+}
+
+/// What a reader says of a user's default runtime directory that someone else took.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Squat {
+    /// The user whose name was taken.
+    pub uid: u32,
+    /// The name taken, and why it cannot be used.
+    pub path: PathBuf,
+    pub why: String,
+    /// The directory that user's processes use instead.
+    pub used: Option<PathBuf>,
+}
+
+impl Squat {
+    /// One line: what was taken, what is used instead, and the remedy.
+    pub fn line(&self) -> String {
+        match &self.used {
+            Some(u) => format!(
+                "{}: user {}'s processes use {} instead; to take it back, have root remove {} (or set CUDAPOOL_RUNTIME_DIR to a directory of yours)",
+                self.why,
+                self.uid,
+                u.display(),
+                self.path.display()
+            ),
+            None => format!(
+                "{}: user {}'s processes have found no directory instead; have root remove it, or {REMEDY}",
+                self.why, self.uid
+            ),
+        }
+    }
+}
+
+/// Every runtime directory a reader looks in, and the squats it can say, in one bounded read.
+/// With `configured` (`CUDAPOOL_RUNTIME_DIR`): that one (it must belong to the reader, or to
+/// anyone when `all_users`) or, when it is shared, the private `cudapool-<uid>` directories
+/// inside it; else the default and walk-around directories of this user, or of every user
+/// (`all_users`, root). Then the jobs' folders of root whose ledgers are the reader's (any
+/// user's when `all_users`). Each is checked as the writers check theirs. Nothing is changed.
+pub fn survey(all_users: bool, configured: Option<&Path>) -> (Vec<RunDir>, Vec<Squat>) {
+    let me = uid();
+    let mut dirs = Vec::new();
+    let mut squats = Vec::new();
+    if let Some(p) = configured {
+        dirs = configured_dirs(p, all_users, me);
+    } else {
+        let deadline = Instant::now() + SURVEY_TIME;
+        let mut by_uid = candidates((!all_users).then_some(me), deadline);
+        // A round at a time across the uids the names give.
+        let mut round = 0;
+        let mut used: BTreeMap<u32, PathBuf> = BTreeMap::new();
+        loop {
+            let mut any = false;
+            for (&u, paths) in by_uid.iter_mut() {
+                let Some(p) = paths.get(round) else { continue };
+                any = true;
+                if Instant::now() > deadline {
+                    break;
+                }
+                if let Found::Usable(d) = open_dir(p, u) {
+                    if p != &default_path(u) {
+                        used.entry(u).or_insert_with(|| p.clone());
+                    }
+                    dirs.push(d);
+                }
+            }
+            round += 1;
+            if !any || Instant::now() > deadline {
+                break;
+            }
+        }
+        by_uid.clear();
+        // A user whose processes walked around: what took the default name.
+        for (u, walked) in used {
+            if squats.len() >= MAX_SQUATS {
+                break;
+            }
+            let taken = default_path(u);
+            let why = match open_dir(&taken, u) {
+                Found::Usable(_) => continue, // theirs again: nothing to say
+                Found::Absent => continue,
+                Found::Shared(w) | Found::Unusable(w) => w,
+            };
+            squats.push(Squat {
+                uid: u,
+                path: taken,
+                why,
+                used: Some(walked),
+            });
+        }
+    }
+    let jobs = Path::new(super::job::JOBS_DIR);
+    dirs.extend(super::rundir::job_dirs(jobs, (!all_users).then_some(me)));
+    dirs.sort_by(|a, b| a.path.cmp(&b.path));
+    (dirs, squats)
+}
+
+fn configured_dirs(p: &Path, all_users: bool, me: u32) -> Vec<RunDir> {
+    let Ok(c) = CString::new(p.as_os_str().as_encoded_bytes()) else {
+        return Vec::new();
+    };
+    let owner = if all_users {
+        match lstat_uid(&c) {
+            Some(u) => u,
+            None => return Vec::new(),
+        }
+    } else {
+        me
+    };
+    match open_dir(p, owner) {
+        Found::Usable(d) => vec![d],
+        Found::Shared(_) if !all_users => match open_dir(&private_in(p, me), me) {
+            Found::Usable(d) => vec![d],
+            _ => Vec::new(),
+        },
+        Found::Shared(_) => private_dirs_in(p),
+        _ => Vec::new(),
+    }
+}
+
+/// The usable private directories `cudapool-<uid>` in a shared `parent`, each checked against
+/// the uid its name gives.
+fn private_dirs_in(parent: &Path) -> Vec<RunDir> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return out;
+    };
+    for e in entries.flatten().take(1 << 16) {
+        let name = e.file_name();
+        let Some((u, true)) = name.to_str().and_then(named_uid) else {
+            continue;
+        };
+        if let Found::Usable(d) = open_dir(&private_in(parent, u), u) {
+            out.push(d);
+        }
+    }
+    out
+}
+
+/// [`survey`]'s directories.
+pub fn readable(all_users: bool, configured: Option<&Path>) -> Vec<RunDir> {
+    survey(all_users, configured).0
+}
+
+/// [`survey`]'s squats (with `CUDAPOOL_RUNTIME_DIR` set nothing is walked, so none).
+pub fn squats(all_users: bool, configured: Option<&Path>) -> Vec<Squat> {
+    survey(all_users, configured).1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd as _;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("cudapool-rundir-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn only_a_users_names_are_candidates() {
+        assert_eq!(named_uid("cudapool-1002"), Some((1002, true)));
+        assert_eq!(named_uid("cudapool-1002.1"), Some((1002, false)));
+        assert_eq!(
+            named_uid("cudapool-1002.0f3a9c2e11d04b7a"),
+            Some((1002, false))
+        );
+        assert_eq!(named_uid("cudapool-1002."), None);
+        assert_eq!(named_uid("cudapool-x"), None);
+        assert_eq!(named_uid("cudapool-1002.a/b"), None);
+        assert_eq!(named_uid("cudapool-99999999999"), None);
+        let a = random_suffix();
+        assert_eq!(a.len(), 16);
+        assert_ne!(a, random_suffix(), "unpredictable");
+    }
+
+    #[test]
+    fn a_configured_directory_is_made_0700_and_files_open_through_it() {
+        let d = scratch("made").join("run");
+        let (dir, said) = mine(Some(&d)).expect("made");
+        assert!(said.is_none());
+        let mode = std::fs::metadata(&d).unwrap().permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o700
+        );
+        let fd = dir
+            .open("f", libc::O_RDWR | libc::O_CREAT | libc::O_EXCL)
+            .unwrap();
+        super::super::rundir::reserve(fd.as_raw_fd(), 4096).unwrap();
+        assert_eq!(std::fs::metadata(d.join("f")).unwrap().len(), 4096);
+        assert_eq!(dir.names(10), vec!["f".to_string()]);
+        assert!(
+            dir.open("../f", libc::O_RDONLY).is_err(),
+            "a name with a slash"
+        );
+        dir.unlink("f");
+        assert!(dir.names(10).is_empty());
+    }
+
+    #[test]
+    fn a_link_or_a_file_or_a_writable_directory_is_refused() {
+        let base = scratch("refused");
+        let target = base.join("target");
+        std::fs::create_dir(&target).unwrap();
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(mine(Some(&link)).is_err(), "a link to a directory");
+        let file = base.join("file");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(mine(Some(&file)).is_err(), "a file");
+        // A directory of ours that others may write is never changed: a private directory
+        // inside it is used instead, and readers look there too.
+        let open = base.join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+            .unwrap();
+        let (d, _) = mine(Some(&open)).expect("a private directory inside");
+        assert_eq!(d.path(), private_in(&open, uid()));
+        let mode = std::fs::metadata(&open).unwrap().permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777,
+            0o1777,
+            "the shared directory kept its mode"
+        );
+        let seen = readable(false, Some(&open));
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].path(), d.path());
+        // An existing directory of ours with a loose mode is not tightened either.
+        let loose = base.join("loose");
+        std::fs::create_dir(&loose).unwrap();
+        std::fs::set_permissions(&loose, std::os::unix::fs::PermissionsExt::from_mode(0o2775))
+            .unwrap();
+        assert!(mine(Some(&loose)).is_ok());
+        let mode = std::fs::metadata(&loose).unwrap().permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777,
+            0o2775
+        );
+    }
+}

@@ -1,0 +1,602 @@
+//! `cudapool slurm prolog|epilog|task-prolog|share`: what Slurm's Prolog, Epilog and TaskProlog
+//! do for cudapool (docs/deploying.md), in one program instead of shell. The files in
+//! `deploy/slurm/` only hand over to it.
+//!
+//! **Nothing a user wrote is trusted.** The root Prolog reads the job's id, uid and GPUs from
+//! the variables slurmd sets for it (`SLURM_JOB_ID`, `SLURM_JOB_UID`, `SLURM_JOB_GPUS`), and its
+//! GPU-memory request from one field Slurm formats, the job's TRES per node (`squeue
+//! --noheader --jobs=ID --format=%b`, run directly, never through a shell). Each is checked
+//! against a strict grammar; anything else fails closed: the job gets the site's default share,
+//! or a share of nothing (every allocation refused), never more, with one line on stderr.
+//! Texts a user writes (`--comment`, the job's name) never reach it.
+//!
+//! **The share.** `--gres=gpumem:N` per node, split evenly over the job's GPUs on the node and
+//! rounded up (never to 0 unless N is 0; a share of 0 refuses every allocation).
+//!
+//! **The site's settings** are in one file, `/etc/cudapool/slurm.conf` (or `--config FILE`, or
+//! `CUDAPOOL_SLURM_CONFIG` in slurmd's environment): `no_gpumem=none|SIZE` (the share of a job
+//! that asked for no gpumem) and `library=PATH` (the library the TaskProlog preloads). When run
+//! as root it must be a file of root that nobody else may write.
+
+use clap::{Args, Subcommand};
+use cudapool::base::config::parse_size;
+use cudapool::base::job::{ledger_dir, JOBS_DIR};
+use std::ffi::CString;
+use std::io::Read as _;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct SlurmArgs {
+    #[command(subcommand)]
+    what: What,
+    /// The site's settings (default /etc/cudapool/slurm.conf, or CUDAPOOL_SLURM_CONFIG)
+    #[arg(long, value_name = "FILE", global = true)]
+    config: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum What {
+    /// Slurm's root Prolog: writes the job's share into /run/cudapool/jobs/JOBID (as root)
+    Prolog,
+    /// Slurm's root Epilog: removes the job's share and its group's folder (as root)
+    Epilog,
+    /// Slurm's TaskProlog: prints the exports that preload cudapool into the job's group
+    TaskProlog,
+    /// Prints a job's share of GPU memory per GPU on this node, in bytes
+    Share {
+        /// The job's id
+        job: String,
+        /// The GPUs the job has on this node (as SLURM_JOB_GPUS: 0,1)
+        #[arg(long, value_name = "LIST")]
+        gpus: Option<String>,
+    },
+}
+
+const DEFAULT_CONFIG: &str = "/etc/cudapool/slurm.conf";
+const MAX_CONFIG: u64 = 4096;
+
+/// The site's settings.
+#[derive(Debug, Default, PartialEq)]
+struct Site {
+    /// Per GPU, for a job that asked for no gpumem (`None`: no share, no limit).
+    no_gpumem: Option<u64>,
+    library: Option<PathBuf>,
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// Reads the site's settings. An absent default file is the defaults; as root, a file that is
+/// not root's alone is refused.
+fn site(explicit: Option<&Path>) -> Result<Site, String> {
+    let from_env = std::env::var_os("CUDAPOOL_SLURM_CONFIG").map(PathBuf::from);
+    let (path, must) = match explicit.map(Path::to_path_buf).or(from_env) {
+        Some(p) => (p, true),
+        None => (PathBuf::from(DEFAULT_CONFIG), false),
+    };
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must => return Ok(Site::default()),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let m = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !m.is_file() || m.len() > MAX_CONFIG {
+        return Err(format!("{}: not a small regular file", path.display()));
+    }
+    if euid() == 0 && (m.uid() != 0 || m.mode() & 0o022 != 0) {
+        return Err(format!(
+            "{}: not a file of root that only root may write",
+            path.display()
+        ));
+    }
+    let mut text = String::new();
+    f.take(MAX_CONFIG)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    parse_site(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn parse_site(text: &str) -> Result<Site, String> {
+    let mut s = Site::default();
+    for line in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let (k, v) = line
+            .split_once('=')
+            .ok_or_else(|| format!("{line:?} is not NAME=VALUE"))?;
+        let v = v.trim();
+        match k.trim() {
+            "no_gpumem" => {
+                s.no_gpumem = match v {
+                    "none" => None,
+                    v => Some(parse_size(v).map_err(|e| format!("no_gpumem: {e}"))?),
+                }
+            }
+            "library" => s.library = Some(PathBuf::from(v)),
+            other => {
+                return Err(format!(
+                    "unknown setting {other:?} (no_gpumem=none|SIZE, library=PATH)"
+                ))
+            }
+        }
+    }
+    Ok(s)
+}
+
+/// A job id as Slurm gives it: digits only (an array task's own id too), at most 20.
+fn job_id(s: &str) -> Result<&str, String> {
+    if !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit()) {
+        Ok(s)
+    } else {
+        Err(format!("{s:?} is not a job id"))
+    }
+}
+
+/// How many GPUs a `SLURM_JOB_GPUS` list names (`None` or empty: one). `Err`: not such a list.
+fn gpu_count(list: Option<&str>) -> Result<u64, String> {
+    let Some(list) = list.filter(|l| !l.is_empty()) else {
+        return Ok(1);
+    };
+    let items: Vec<&str> = list.split(',').collect();
+    if items.len() > 64
+        || items
+            .iter()
+            .any(|i| i.is_empty() || i.len() > 4 || !i.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(format!("{list:?} is not a list of GPU indices"));
+    }
+    Ok(items.len() as u64)
+}
+
+/// The gpumem count (bytes) in Slurm's TRES-per-node field: `N/A` or empty (none asked), or
+/// comma-separated `gres[:/]NAME[:TYPE][:COUNT]` with Slurm's K/M/G/T/P (powers of 1024).
+/// `Ok(None)`: no gpumem asked. `Err`: the field is not of that grammar, or names gpumem twice.
+fn gpumem_of_tres(field: &str) -> Result<Option<u64>, String> {
+    let field = field.trim();
+    if field.is_empty() || field == "N/A" || field == "(null)" {
+        return Ok(None);
+    }
+    if field.len() > 1024 {
+        return Err("longer than any TRES list".into());
+    }
+    let word = |w: &str| {
+        !w.is_empty()
+            && w.len() <= 64
+            && w.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+    };
+    let count = |w: &str| -> Option<u64> {
+        let (n, m) = match w.as_bytes().last()? {
+            b'K' => (&w[..w.len() - 1], 1u64 << 10),
+            b'M' => (&w[..w.len() - 1], 1 << 20),
+            b'G' => (&w[..w.len() - 1], 1 << 30),
+            b'T' => (&w[..w.len() - 1], 1 << 40),
+            b'P' => (&w[..w.len() - 1], 1 << 50),
+            _ => (w, 1),
+        };
+        if n.is_empty() || n.len() > 20 || !n.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        n.parse::<u64>().ok()?.checked_mul(m)
+    };
+    let looks_count = |w: &str| {
+        let n = w.trim_end_matches(['K', 'M', 'G', 'T', 'P']);
+        !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+    };
+    let mut found = None;
+    for item in field.split(',') {
+        let rest = item
+            .strip_prefix("gres:")
+            .or_else(|| item.strip_prefix("gres/"))
+            .unwrap_or(item);
+        let parts: Vec<&str> = rest.split(':').collect();
+        let bad = || format!("{item:?} is not NAME[:TYPE][:COUNT]");
+        if parts.is_empty() || parts.len() > 3 || !word(parts[0]) {
+            return Err(bad());
+        }
+        let n = match parts.len() {
+            1 => 1,
+            2 => match count(parts[1]) {
+                Some(n) => n,
+                // NAME:TYPE, unless it reads as a count (one too large is no type).
+                // gpumem is a count: its second part is never a type.
+                None if word(parts[1]) && !looks_count(parts[1]) && parts[0] != "gpumem" => 1,
+                None => return Err(bad()),
+            },
+            _ => {
+                if !word(parts[1]) {
+                    return Err(bad());
+                }
+                count(parts[2]).ok_or_else(bad)?
+            }
+        };
+        if parts[0] == "gpumem" {
+            if found.is_some() {
+                return Err("gpumem named twice".into());
+            }
+            found = Some(n);
+        }
+    }
+    Ok(found)
+}
+
+/// `bytes` per node split over `gpus`, rounded up.
+fn per_gpu(bytes: u64, gpus: u64) -> u64 {
+    bytes.div_ceil(gpus.max(1))
+}
+
+/// Asks Slurm for the job's TRES per node: one field, one line, no shell.
+fn tres_per_node(job: &str) -> Result<String, String> {
+    let out = std::process::Command::new("squeue")
+        .args(["--noheader", "--states=all", "--format=%b"])
+        .arg(format!("--jobs={job}"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run squeue: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "squeue failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let text = String::from_utf8(out.stdout).map_err(|_| "squeue printed no text".to_string())?;
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    match lines.as_slice() {
+        [one] => Ok(one.trim().to_string()),
+        [] => Err(format!("squeue knows no job {job}")),
+        _ => Err(format!("squeue printed {} lines for one job", lines.len())),
+    }
+}
+
+/// The job's share per GPU: `Ok(Some(bytes))`, `Ok(None)` when it asked for no gpumem, `Err`
+/// when what Slurm said cannot be trusted (the caller fails closed).
+fn share_of(job: &str, gpus: Option<&str>) -> Result<Option<u64>, String> {
+    let gpus = gpu_count(gpus)?;
+    let field = tres_per_node(job)?;
+    Ok(gpumem_of_tres(&field)
+        .map_err(|e| format!("the job's TRES per node {field:?}: {e}"))?
+        .map(|b| per_gpu(b, gpus)))
+}
+
+/// What a job gets: its share, the site's default, or (when the record cannot be trusted)
+/// the default or nothing. `None`: no share at all (no gpumem and no default).
+fn decide(
+    share: Result<Option<u64>, String>,
+    site: &Site,
+    say: &mut dyn FnMut(String),
+) -> Option<u64> {
+    match share {
+        Ok(Some(b)) => Some(b),
+        Ok(None) => site.no_gpumem,
+        Err(why) => {
+            let given = site.no_gpumem.unwrap_or(0);
+            say(format!(
+                "{why}; failing closed: the job's share is {}",
+                if given == 0 {
+                    "nothing (every allocation refused)".to_string()
+                } else {
+                    format!("the site's default, {given} bytes per GPU")
+                }
+            ));
+            Some(given)
+        }
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+pub fn slurm(a: SlurmArgs) -> ExitCode {
+    let r = match a.what {
+        What::Prolog => prolog(a.config.as_deref()),
+        What::Epilog => epilog(),
+        What::TaskProlog => task_prolog(a.config.as_deref()),
+        What::Share { job, gpus } => job_id(&job).map(|job| match share_of(job, gpus.as_deref()) {
+            Ok(Some(b)) => println!("{b}"),
+            Ok(None) => println!("none"),
+            Err(e) => eprintln!("cudapool slurm share: {e}"),
+        }),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cudapool slurm: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// A folder of root that nobody else may write, made (0755) if absent; refused otherwise.
+fn root_dir(path: &Path) -> Result<(), String> {
+    match std::fs::create_dir(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot make {}: {e}", path.display())),
+    }
+    let m = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !m.is_dir() || m.uid() != 0 {
+        return Err(format!("{}: not a folder of root", path.display()));
+    }
+    // Only a folder of root's: set to 0755 (never writable by others).
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn prolog(config: Option<&Path>) -> Result<(), String> {
+    if euid() != 0 {
+        return Err("the prolog runs as root (slurm.conf: Prolog=)".into());
+    }
+    let Some(job) = env("SLURM_JOB_ID") else {
+        return Ok(());
+    };
+    let job = job_id(&job)?.to_string();
+    let mut said = |l: String| eprintln!("cudapool slurm prolog: job {job}: {l}");
+    let site = site(config).unwrap_or_else(|e| {
+        said(format!("{e}; using no site settings"));
+        Site::default()
+    });
+    let uid: u32 = env("SLURM_JOB_UID")
+        .filter(|u| !u.is_empty() && u.len() <= 10 && u.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|u| u.parse().ok())
+        .ok_or("SLURM_JOB_UID is not a uid")?;
+    let share = share_of(&job, env("SLURM_JOB_GPUS").as_deref());
+    let Some(bytes) = decide(share, &site, &mut said) else {
+        return Ok(());
+    };
+    let jobs = Path::new(JOBS_DIR);
+    root_dir(jobs.parent().unwrap_or(Path::new("/run")))?;
+    root_dir(jobs)?;
+    // The group's folder: root's, holding one file of the job's user, made empty here.
+    let gdir = ledger_dir(&job);
+    remove_job_dir(&gdir)?;
+    root_dir(&gdir)?;
+    let gdir_fd = open_dir(&gdir)?;
+    let ledger = CString::new(format!("group-slurm-{job}")).map_err(|e| e.to_string())?;
+    // SAFETY: openat of a NUL-terminated name in our folder's descriptor; a new file only.
+    let fd = unsafe {
+        libc::openat(
+            gdir_fd.as_raw_fd(),
+            ledger.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        return Err(format!(
+            "cannot make the group's ledger in {}: {}",
+            gdir.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: a descriptor openat just gave us.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: fchown of the file we just made, to the job's user.
+    if unsafe { libc::fchown(fd.as_raw_fd(), uid, u32::MAX) } != 0 {
+        return Err(format!(
+            "cannot give the ledger to user {uid}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // The share file, written whole beside its name and renamed over it.
+    let tmp = jobs.join(format!(".{job}.new"));
+    let _ = std::fs::remove_file(&tmp);
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        write!(f, "group=slurm-{job}\nlimit={bytes}\n")
+            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    }
+    std::fs::rename(&tmp, jobs.join(&job)).map_err(|e| format!("{}: {e}", jobs.display()))?;
+    Ok(())
+}
+
+fn open_dir(path: &Path) -> Result<OwnedFd, String> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: open(2) of a NUL-terminated path, never through a link.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(format!(
+            "{}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: a descriptor open just gave us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Removes a job's group folder and what is in it (files only: root made it and nobody else
+/// could write in it), never through a link. Absent: nothing to do.
+fn remove_job_dir(path: &Path) -> Result<(), String> {
+    let m = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(_) => return Ok(()),
+    };
+    if !m.is_dir() {
+        return std::fs::remove_file(path).map_err(|e| format!("{}: {e}", path.display()));
+    }
+    let fd = open_dir(path)?;
+    let entries = std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    for e in entries.flatten().take(1024) {
+        let Ok(c) = CString::new(e.file_name().as_encoded_bytes()) else {
+            continue;
+        };
+        // SAFETY: unlinkat of a name in our folder's descriptor; a folder is refused.
+        unsafe { libc::unlinkat(fd.as_raw_fd(), c.as_ptr(), 0) };
+    }
+    std::fs::remove_dir(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn epilog() -> Result<(), String> {
+    if euid() != 0 {
+        return Err("the epilog runs as root (slurm.conf: Epilog=)".into());
+    }
+    let Some(job) = env("SLURM_JOB_ID") else {
+        return Ok(());
+    };
+    let job = job_id(&job)?;
+    let jobs = Path::new(JOBS_DIR);
+    if std::fs::symlink_metadata(jobs).is_err() {
+        return Ok(());
+    }
+    let _ = std::fs::remove_file(jobs.join(job));
+    remove_job_dir(&ledger_dir(job))
+}
+
+fn task_prolog(config: Option<&Path>) -> Result<(), String> {
+    let say = |l: &str| println!("print cudapool task prolog: {l}");
+    let Some(job) = env("SLURM_JOB_ID") else {
+        return Ok(());
+    };
+    let job = job_id(&job)?;
+    let site = match site(config) {
+        Ok(s) => s,
+        Err(e) => {
+            say(&format!("{e}: the job runs without cudapool"));
+            return Ok(());
+        }
+    };
+    let lib = match &site.library {
+        Some(l) => l.clone(),
+        None => match super::run::find_library() {
+            Ok(l) => l,
+            Err(e) => {
+                say(&format!("no libcudapool.so ({e}; set library= in {DEFAULT_CONFIG}): the job runs without cudapool"));
+                return Ok(());
+            }
+        },
+    };
+    if !lib.is_file() {
+        say(&format!(
+            "{} is not a file: the job runs without cudapool",
+            lib.display()
+        ));
+        return Ok(());
+    }
+    let gpus = env("CUDA_VISIBLE_DEVICES").or_else(|| env("SLURM_JOB_GPUS"));
+    let mut said = |l: String| say(&l);
+    let Some(bytes) = decide(share_of(job, gpus.as_deref()), &site, &mut said) else {
+        return Ok(());
+    };
+    let preload = match env("LD_PRELOAD").filter(|p| !p.is_empty()) {
+        Some(p) => format!("{}:{p}", lib.display()),
+        None => lib.display().to_string(),
+    };
+    println!("export LD_PRELOAD={preload}");
+    println!("export CUDAPOOL_GROUP=slurm-{job}");
+    // A share of nothing: one byte, which no allocation fits (0 would mean no limit).
+    println!("export CUDAPOOL_GROUP_LIMIT={}", bytes.max(1));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tres_field_is_read_by_a_strict_grammar() {
+        assert_eq!(gpumem_of_tres("gres:gpumem:256M"), Ok(Some(256 << 20)));
+        assert_eq!(gpumem_of_tres("gres/gpumem:1G"), Ok(Some(1 << 30)));
+        assert_eq!(
+            gpumem_of_tres("gres:gpu:2,gres:gpumem:64M"),
+            Ok(Some(64 << 20))
+        );
+        assert_eq!(gpumem_of_tres("gres:gpumem:a100:2G"), Ok(Some(2 << 30)));
+        assert_eq!(gpumem_of_tres("gres:gpumem:0"), Ok(Some(0)));
+        assert_eq!(gpumem_of_tres("gres:gpumem:1048576"), Ok(Some(1 << 20)));
+        assert_eq!(gpumem_of_tres("gres:gpu:1"), Ok(None));
+        assert_eq!(gpumem_of_tres("N/A"), Ok(None));
+        assert_eq!(gpumem_of_tres(""), Ok(None));
+        for forged in [
+            "gres:gpumem:64M GRES=gpumem:1T",
+            "gres:gpumem:64M\nNodes=vm GRES=gpumem:1T",
+            "gres:gpumem:64M,gres:gpumem:1T",
+            "plain TresPerNode=gres:gpumem:1P",
+            "gres:gpumem:1;id",
+            "gres:gpumem:99999999999999999999P",
+            "gres:gpumem:1.5G",
+            "gres:gpumem:$(id)",
+        ] {
+            assert!(gpumem_of_tres(forged).is_err(), "{forged:?} refused");
+        }
+    }
+
+    #[test]
+    fn a_share_split_over_gpus_rounds_up_never_to_zero() {
+        assert_eq!(per_gpu(1, 2), 1, "gpumem:1 over two GPUs");
+        assert_eq!(per_gpu(40 << 30, 2), 20 << 30);
+        assert_eq!(per_gpu(7, 2), 4);
+        assert_eq!(per_gpu(0, 2), 0, "a share of nothing stays nothing");
+        assert_eq!(gpu_count(Some("0,1")), Ok(2));
+        assert_eq!(gpu_count(None), Ok(1));
+        assert!(gpu_count(Some("0,1;rm")).is_err());
+        assert!(gpu_count(Some("0,,1")).is_err());
+    }
+
+    #[test]
+    fn what_cannot_be_trusted_fails_closed() {
+        let mut lines = Vec::new();
+        let none = Site::default();
+        let eight = Site {
+            no_gpumem: Some(8 << 20),
+            library: None,
+        };
+        assert_eq!(decide(Ok(Some(5)), &none, &mut |l| lines.push(l)), Some(5));
+        assert_eq!(decide(Ok(None), &none, &mut |l| lines.push(l)), None);
+        assert_eq!(
+            decide(Ok(None), &eight, &mut |l| lines.push(l)),
+            Some(8 << 20)
+        );
+        assert!(lines.is_empty());
+        assert_eq!(
+            decide(Err("odd".into()), &none, &mut |l| lines.push(l)),
+            Some(0)
+        );
+        assert_eq!(
+            decide(Err("odd".into()), &eight, &mut |l| lines.push(l)),
+            Some(8 << 20)
+        );
+        assert_eq!(lines.len(), 2, "one line each: {lines:?}");
+        assert!(lines[0].contains("every allocation refused"));
+    }
+
+    #[test]
+    fn the_site_file_is_strict() {
+        assert_eq!(
+            parse_site("# the site\nno_gpumem=2GiB\nlibrary=/opt/cudapool/libcudapool.so\n"),
+            Ok(Site {
+                no_gpumem: Some(2 << 30),
+                library: Some("/opt/cudapool/libcudapool.so".into())
+            })
+        );
+        assert_eq!(parse_site("no_gpumem=none"), Ok(Site::default()));
+        assert!(parse_site("no_gpumen=1G").is_err());
+        assert!(parse_site("no_gpumem").is_err());
+    }
+}
