@@ -12,7 +12,13 @@
 //! 5. A process's own page cut by its user costs the page, never the process.
 //! 6. `%n` snapshots keep the last `CUDAPOOL_OOM_SNAPSHOT_KEEP`.
 //! 7. `cudapool plot` reads bounded input.
-//! 8. A squatted runtime directory is said by `stat` and the exporter.
+//! 8. A squatted runtime directory is walked around, and said by `stat` and the exporter.
+//!
+//! Issue 54's cases here (the Slurm ones are in `tests/slurm.rs`): 4 (a neighbour's files at a
+//! user's names stop nothing: case 8 above), 5 (a page that lists a device twice:
+//! `src/cli/exporter.rs`, `a_page_listing_a_device_twice_cannot_end_a_scrape`), 6 (a flood of
+//! files), 8 (a removed page: case 5 above; a cut ledger: `src/limits/group/tests.rs`), 9 (links
+//! among an output path's folders).
 
 mod common;
 use common::*;
@@ -313,21 +319,25 @@ cat /tmp/hold.out /tmp/exporter.err >&2
     );
 }
 
-/// Case 5. The user's own cleanup script empties a live process's page (`: > page-*`). The
-/// process runs on and exits 0; its page is whole again within a poll, so `stat` sees it.
-/// Before: SIGBUS, exit 135.
+/// Case 5. The user's own cleanup script empties a live process's page (`: > page-*`), then
+/// removes it. The process runs on and exits 0; its page is whole again within a poll, and
+/// made again once removed, so `stat` sees it. Before: SIGBUS, exit 135; a removed page was
+/// never written again.
 #[test]
 fn a_page_cut_by_its_user_costs_the_page_never_the_process() {
     let d = scratch("cut");
     let dir = d.join("run");
     let script = format!(
         r#"
-sleep 4 2>/dev/null | CUDAPOOL_RUNTIME_DIR={dir} LD_PRELOAD=$SHIM $CHAOS once hold >/dev/null &
+sleep 6 2>/dev/null | CUDAPOOL_RUNTIME_DIR={dir} LD_PRELOAD=$SHIM $CHAOS once hold >/dev/null &
 pid=$!
 sleep 1
 for f in {dir}/page-*; do : > $f; done
 sleep 1.5
 echo "stat: $(CUDAPOOL_RUNTIME_DIR={dir} $CLI stat | head -1)"
+rm -f {dir}/page-*
+sleep 1.5
+echo "removed: $(CUDAPOOL_RUNTIME_DIR={dir} $CLI stat | head -1)"
 wait $pid
 echo "cut rc=$?"
 "#,
@@ -341,6 +351,10 @@ echo "cut rc=$?"
     assert!(
         o.stdout.contains("stat: pid "),
         "the page is whole again\n{all}"
+    );
+    assert!(
+        o.stdout.contains("removed: pid "),
+        "a removed page is made again (issue 54, case 8; before: the process vanished)\n{all}"
     );
 }
 
@@ -433,24 +447,34 @@ fn plot_reads_bounded_input() {
     }
 }
 
-/// Case 8. uid 1001 takes all eight of root's runtime directory names. A root program runs without
-/// its page (one line); `cudapool stat` says that every name is taken and what to do, and the
-/// exporter says it in a metric and on its stderr. Before: stat said "no cudapool process is
-/// running" and nothing else.
+/// Case 8 (issue 44), and issue 54's case 4: uid 1001 takes all eight of the names root's runtime
+/// directory had (`cudapool-0`, `.1` to `.7`: a directory and links). Root's programs walk
+/// around to a directory of their own with a random name; in a group they get their whole
+/// limit; with `CUDAPOOL_RUNTIME_DIR=/tmp` and `/tmp/cudapool-0` planted, likewise. `stat` finds
+/// them and names the squat; the exporter says it in a metric and once on its stderr. Before
+/// (226784a): every allocation in a group refused (`fill n=0`), and stat said "no cudapool
+/// process is running".
 #[test]
-fn a_squatted_runtime_directory_is_said_by_its_readers() {
+fn a_squatted_runtime_directory_is_walked_around_and_said() {
     let port = 40000 + std::process::id() % 20000;
     let script = format!(
         r#"
-$N sh -c 'mkdir /dev/shm/cudapool-0; for k in 1 2 3 4 5 6 7; do ln -s /etc /dev/shm/cudapool-0.$k; done'
-LD_PRELOAD=$SHIM $CHAOS once >/dev/null
-$CLI stat
+$N sh -c 'mkdir /dev/shm/cudapool-0; for k in 1 2 3 4 5 6 7; do ln -s /etc /dev/shm/cudapool-0.$k; done; touch /tmp/cudapool-0'
+export CUDAPOOL_GROUP=mine CUDAPOOL_GROUP_LIMIT=64MiB
+LD_PRELOAD=$SHIM $CHAOS fill 8388608 0
+CUDAPOOL_RUNTIME_DIR=/tmp LD_PRELOAD=$SHIM $CHAOS fill 8388608 0
+sleep 3 2>/dev/null | LD_PRELOAD=$SHIM $CHAOS once hold >/dev/null &
+sleep 3 2>/dev/null | CUDAPOOL_RUNTIME_DIR=/tmp LD_PRELOAD=$SHIM $CHAOS once hold >/dev/null &
+sleep 1
+$CLI stat | sed 's/^/stat: /'
+CUDAPOOL_RUNTIME_DIR=/tmp $CLI stat | sed 's/^/tmpstat: /'
 $CLI exporter --listen 127.0.0.1:{port} --interval 0 >/dev/null 2>/tmp/exporter.err &
 exporter=$!
 sleep 1
 $PY scrape {port} squat
 kill $exporter
 sed 's/^/exporter: /' /tmp/exporter.err
+wait
 "#
     );
     let Some(o) = on_node("squatted", &script, &[]) else {
@@ -459,18 +483,133 @@ sed 's/^/exporter: /' /tmp/exporter.err
     let (out, err) = (&o.stdout, &o.stderr);
     let all = format!("{out}\n{err}");
     assert!(o.status.signal().is_none(), "{all}");
-    assert!(err.contains("no live stats page for this process"), "{all}");
+    let n: Vec<&str> = out.lines().filter(|l| l.starts_with("fill n=")).collect();
+    assert_eq!(
+        n,
+        ["fill n=8", "fill n=8"],
+        "the whole limit, both ways: {all}"
+    );
+    assert!(err.contains("using /dev/shm/cudapool-0."), "{all}");
+    assert!(err.contains("using /tmp/cudapool-0."), "{all}");
+    assert!(out.contains("stat: pid "), "stat finds the process: {all}");
+    assert!(out.contains("tmpstat: pid "), "{all}");
     assert!(
-        out.contains("note: /dev/shm/cudapool-0 belongs to user 1001, and so are all 7 alternates"),
+        out.contains("note: /dev/shm/cudapool-0 belongs to user 1001"),
         "{all}"
     );
-    assert!(out.contains("set CUDAPOOL_RUNTIME_DIR"), "{all}");
     assert!(
-        out.contains("squat cudapool_runtime_dir_squatted{uid=\"0\",path=\"/dev/shm/cudapool-0\",used=\"\"} 1"),
+        out.lines().any(|l| l.starts_with("squat cudapool_runtime_dir_squatted{uid=\"0\",path=\"/dev/shm/cudapool-0\",used=\"/dev/shm/cudapool-0."))
+            && out.contains("squat cudapool_processes 1"),
         "{all}"
     );
     assert!(
         out.contains("exporter: cudapool exporter: /dev/shm/cudapool-0 belongs to user 1001"),
+        "{all}"
+    );
+}
+
+/// Issue 54, case 6: uid 1001 makes 1.2 million empty files in `/dev/shm`, one at the default
+/// name of every uid up to 1.2 M (root's among them), and holds 4,096 odd pages of its own. A
+/// root scrape still answers within 3 s with root's process in it, a bounded number of squat
+/// series and log lines. Before: 15 to 23 s a scrape, 13 MB of squat series, 150,001 lines.
+#[test]
+fn a_flood_of_files_costs_the_scrape_almost_nothing() {
+    let d = scratch("flood");
+    let (page, _) = odd_files(&d);
+    let port = 20000 + (std::process::id() + 7) % 20000;
+    let script = format!(
+        r#"
+u=/dev/shm/cudapool-1001; mkdir -m 700 $u
+python3 -c '
+import os, shutil, sys
+for i in range(1, 4097):
+    shutil.copyfile(sys.argv[1], f"/dev/shm/cudapool-1001/page-{{100000 + i}}")
+for i in range(1200000):
+    if i != 1001:
+        os.close(os.open(f"/dev/shm/cudapool-{{i}}", os.O_CREAT | os.O_WRONLY, 0o600))
+' {page}
+chown -R 1001:1001 $u
+find /dev/shm -maxdepth 1 -name 'cudapool-*' -type f -exec chown 1001:1001 {{}} + 
+echo files=$(ls -f /dev/shm | wc -l)
+sleep 60 2>/dev/null | LD_PRELOAD=$SHIM $CHAOS once hold >/dev/null 2>&1 &
+mine=$!
+$N $CHAOS hold $u 0 >/tmp/hold.out 2>&1 &
+holder=$!
+while ! grep -q holding /tmp/hold.out; do sleep 0.1; kill -0 $holder || break; done
+$CLI exporter --listen 127.0.0.1:{port} --interval 0 >/dev/null 2>/tmp/exporter.err &
+exporter=$!
+sleep 1
+$PY scrape {port} flood
+$PY scrape {port} again
+kill $holder $exporter $mine
+echo lines=$(wc -l < /tmp/exporter.err)
+"#,
+        page = page.display()
+    );
+    let Some(o) = on_node("flood", &script, &[]) else {
+        return;
+    };
+    let (out, err) = (&o.stdout, &o.stderr);
+    let all = format!(
+        "{}\n{}",
+        out.lines().take(40).collect::<Vec<_>>().join("\n"),
+        err
+    );
+    let files: usize = field(out, "files", "files").parse().unwrap_or(0);
+    assert!(files > 1_200_000, "{all}");
+    for tag in ["flood", "again"] {
+        let m: f64 = field(out, tag, "metrics_s").parse().unwrap();
+        eprintln!("flood: {tag} scrape {m:.2} s under {files} files");
+        assert!(m <= 3.0, "{tag}: a scrape took {m} s\n{all}");
+        assert!(
+            out.contains(&format!("{tag} cudapool_processes 1")),
+            "{all}"
+        );
+        let squats = out
+            .lines()
+            .filter(|l| l.starts_with(&format!("{tag} cudapool_runtime_dir_squatted{{")))
+            .count();
+        assert!(squats <= 64, "{squats} squat series\n{all}");
+    }
+    let lines: usize = field(out, "lines", "lines").parse().unwrap();
+    assert!(lines <= 70, "{lines} lines on the exporter's stderr\n{all}");
+}
+
+/// Issue 54, case 9: uid 1001 plants `/tmp/plots -> /etc` and `/tmp/reports -> /root` (on a
+/// host whose `fs.protected_symlinks` is off, the kernel would let root follow them). Root's
+/// `cudapool plot -o /tmp/plots/memory.svg` and `CUDAPOOL_REPORT=/tmp/reports/report.txt` are
+/// refused with one line, and nothing is written there. Before: the SVG was written into
+/// `/etc`, the report replaced a file of a root-only folder.
+#[test]
+fn an_output_path_never_passes_through_a_neighbours_link() {
+    let d = scratch("links");
+    let trace = d.join("trace.json");
+    std::fs::write(&trace, r#"{"traceEvents":[]}"#).unwrap();
+    let script = format!(
+        r#"
+sysctl -qw fs.protected_symlinks=0 2>/dev/null || true
+mkdir -m 700 /tmp/rootonly
+$N sh -c 'ln -s /tmp/rootonly /tmp/plots; ln -s /tmp/rootonly /tmp/reports'
+$CLI plot {trace} -o /tmp/plots/memory.svg; echo plot_rc=$?
+CUDAPOOL_REPORT=/tmp/reports/report.txt LD_PRELOAD=$SHIM $CHAOS once; echo report_rc=$?
+echo written=$(ls /tmp/rootonly | wc -l)
+"#,
+        trace = trace.display()
+    );
+    let Some(o) = on_node("folder links", &script, &[]) else {
+        return;
+    };
+    let all = format!("{}\n{}", o.stdout, o.stderr);
+    assert_eq!(field(&o.stdout, "plot_rc", "plot_rc"), "2", "{all}");
+    assert_eq!(field(&o.stdout, "written", "written"), "0", "{all}");
+    assert!(
+        o.stderr
+            .contains("plots is a link in a folder other users may write"),
+        "{all}"
+    );
+    assert!(
+        o.stderr
+            .contains("reports is a link in a folder other users may write"),
         "{all}"
     );
 }

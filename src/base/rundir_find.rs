@@ -52,28 +52,48 @@ fn named_uid(name: &str) -> Option<(u32, bool)> {
 /// The directories (by their type: files are passed over unopened) at users' names in
 /// `/dev/shm`, of `only` when given, read until `deadline`: uid -> (is default, path), each
 /// uid's sorted by name.
-fn candidates(only: Option<u32>, deadline: Instant) -> BTreeMap<u32, Vec<PathBuf>> {
+fn candidates(parent: &Path, only: Option<u32>, deadline: Instant) -> BTreeMap<u32, Vec<PathBuf>> {
     let mut out: BTreeMap<u32, Vec<PathBuf>> = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(SHM) else {
+    let Ok(c) = CString::new(parent.as_os_str().as_encoded_bytes()) else {
         return out;
     };
-    for (n, e) in entries.flatten().enumerate() {
+    // SAFETY: opendir of a NUL-terminated path; checked for NULL below.
+    let dir = unsafe { libc::opendir(c.as_ptr()) };
+    if dir.is_null() {
+        return out;
+    }
+    let mut n = 0u64;
+    loop {
+        n += 1;
         if n % 4096 == 0 && Instant::now() > deadline {
             break;
         }
-        let name = e.file_name();
-        let Some((u, _)) = name.to_str().and_then(named_uid) else {
+        // SAFETY: readdir on the stream opened above; the entry lives until the next call.
+        let e = unsafe { libc::readdir(dir) };
+        if e.is_null() {
+            break;
+        }
+        // The type from the directory entry itself, first: a planted file costs no system
+        // call and no allocation. (A file system that gives no type is looked at by name.)
+        // SAFETY: `e` is a valid entry.
+        let t = unsafe { (*e).d_type };
+        if t != libc::DT_DIR && t != libc::DT_UNKNOWN {
+            continue;
+        }
+        // SAFETY: d_name is a NUL-terminated array inside the entry.
+        let name = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) };
+        let Some((u, _)) = name.to_str().ok().and_then(named_uid) else {
             continue;
         };
         if only.is_some_and(|o| o != u) {
             continue;
         }
-        // The type from the directory entry itself: no system call per planted file.
-        if !e.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
+        if let Ok(name) = name.to_str() {
+            out.entry(u).or_default().push(parent.join(name));
         }
-        out.entry(u).or_default().push(e.path());
     }
+    // SAFETY: the stream opened above, closed once.
+    unsafe { libc::closedir(dir) };
     for v in out.values_mut() {
         v.sort();
     }
@@ -98,14 +118,14 @@ fn setup_lock(me: u32) -> Option<std::os::unix::net::UnixListener> {
     }
 }
 
-/// The first usable walk-around directory of user `me`, if any.
-fn first_usable(me: u32) -> Option<RunDir> {
+/// The first usable walk-around directory of user `me` in `parent`, if any.
+fn first_usable(parent: &Path, me: u32) -> Option<RunDir> {
     let far = Instant::now() + Duration::from_secs(5);
-    candidates(Some(me), far)
+    candidates(parent, Some(me), far)
         .remove(&me)
         .unwrap_or_default()
         .into_iter()
-        .filter(|p| p != &default_path(me))
+        .filter(|p| p != &private_in(parent, me))
         .find_map(|p| match open_dir(&p, me) {
             Found::Usable(d) => Some(d),
             _ => None,
@@ -129,7 +149,12 @@ fn random_suffix() -> String {
 
 /// User `me`'s runtime directory when its default name `taken` cannot be used (`why`): the
 /// first walk-around directory of theirs, or a new one; and the line to say once.
-fn walk_around(me: u32, taken: &Path, why: &str) -> Result<(RunDir, Option<String>), String> {
+fn walk_around(
+    parent: &Path,
+    me: u32,
+    taken: &Path,
+    why: &str,
+) -> Result<(RunDir, Option<String>), String> {
     let said = |used: &Path| {
         Some(format!(
             "{why}: using {} instead; to take {} back, have root remove it (or set CUDAPOOL_RUNTIME_DIR to a directory of yours)",
@@ -137,17 +162,17 @@ fn walk_around(me: u32, taken: &Path, why: &str) -> Result<(RunDir, Option<Strin
             taken.display()
         ))
     };
-    if let Some(d) = first_usable(me) {
+    if let Some(d) = first_usable(parent, me) {
         let line = said(&d.path);
         return Ok((d, line));
     }
     let _lock = setup_lock(me);
-    if let Some(d) = first_usable(me) {
+    if let Some(d) = first_usable(parent, me) {
         let line = said(&d.path);
         return Ok((d, line));
     }
     for _ in 0..4 {
-        let path = PathBuf::from(format!("{SHM}/cudapool-{me}.{}", random_suffix()));
+        let path = parent.join(format!("cudapool-{me}.{}", random_suffix()));
         match make_dir(&path, me) {
             Found::Usable(d) => {
                 let line = said(&d.path);
@@ -180,9 +205,9 @@ pub fn mine(configured: Option<&Path>) -> Result<(RunDir, Option<String>), Strin
         let private = private_in(p, me);
         return match make_dir(&private, me) {
             Found::Usable(d) => Ok((d, None)),
-            Found::Shared(why) | Found::Unusable(why) => Err(format!(
-                "CUDAPOOL_RUNTIME_DIR: {shared}, and its private {why}; {REMEDY}"
-            )),
+            // Its private name taken by another user: walked around inside it too.
+            Found::Shared(why) | Found::Unusable(why) => walk_around(p, me, &private, &why)
+                .map_err(|e| format!("CUDAPOOL_RUNTIME_DIR: {shared}, and {e}")),
             Found::Absent => Err(format!(
                 "CUDAPOOL_RUNTIME_DIR: {} vanished",
                 private.display()
@@ -195,7 +220,7 @@ pub fn mine(configured: Option<&Path>) -> Result<(RunDir, Option<String>), Strin
         Found::Shared(why) | Found::Unusable(why) => why,
         Found::Absent => format!("{} vanished", path.display()),
     };
-    walk_around(me, &path, &why)
+    walk_around(Path::new(SHM), me, &path, &why)
 }
 
 /// What a reader says of a user's default runtime directory that someone else took.
@@ -243,7 +268,7 @@ pub fn survey(all_users: bool, configured: Option<&Path>) -> (Vec<RunDir>, Vec<S
         dirs = configured_dirs(p, all_users, me);
     } else {
         let deadline = Instant::now() + SURVEY_TIME;
-        let mut by_uid = candidates((!all_users).then_some(me), deadline);
+        let mut by_uid = candidates(Path::new(SHM), (!all_users).then_some(me), deadline);
         // A round at a time across the uids the names give.
         let mut round = 0;
         let mut used: BTreeMap<u32, PathBuf> = BTreeMap::new();
@@ -307,29 +332,21 @@ fn configured_dirs(p: &Path, all_users: bool, me: u32) -> Vec<RunDir> {
     };
     match open_dir(p, owner) {
         Found::Usable(d) => vec![d],
-        Found::Shared(_) if !all_users => match open_dir(&private_in(p, me), me) {
-            Found::Usable(d) => vec![d],
-            _ => Vec::new(),
-        },
-        Found::Shared(_) => private_dirs_in(p),
+        Found::Shared(_) => private_dirs_in(p, (!all_users).then_some(me)),
         _ => Vec::new(),
     }
 }
 
-/// The usable private directories `cudapool-<uid>` in a shared `parent`, each checked against
-/// the uid its name gives.
-fn private_dirs_in(parent: &Path) -> Vec<RunDir> {
+/// The usable private directories (`cudapool-<uid>` and walk-around names) of user `only`, or
+/// of every user, in a shared `parent`, each checked against the uid its name gives.
+fn private_dirs_in(parent: &Path, only: Option<u32>) -> Vec<RunDir> {
+    let deadline = Instant::now() + SURVEY_TIME;
     let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return out;
-    };
-    for e in entries.flatten().take(1 << 16) {
-        let name = e.file_name();
-        let Some((u, true)) = name.to_str().and_then(named_uid) else {
-            continue;
-        };
-        if let Found::Usable(d) = open_dir(&private_in(parent, u), u) {
-            out.push(d);
+    for (u, paths) in candidates(parent, only, deadline) {
+        for p in paths {
+            if let Found::Usable(d) = open_dir(&p, u) {
+                out.push(d);
+            }
         }
     }
     out

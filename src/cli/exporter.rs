@@ -477,6 +477,54 @@ fn processes(seen: Vec<Snapshot>, dropped: &mut usize) -> Vec<Process> {
 mod tests {
     use super::*;
 
+    /// Issue 54, case 5: a page of another user's that lists device 0 twice, its counters going
+    /// down the second time (held by a live process, so read). Before: every scrape panicked
+    /// (a counter set below its last value) and answered nothing, for every user.
+    #[test]
+    fn a_page_listing_a_device_twice_cannot_end_a_scrape() {
+        use cudapool::limits::budget::DeviceStats;
+        use cudapool::report::page::DeviceFigures;
+        let dev = |ooms| DeviceFigures {
+            device: 0,
+            uuid: Some([1; 16]),
+            stats: DeviceStats {
+                ooms,
+                ..Default::default()
+            },
+        };
+        let snap = |pid, devices| Snapshot {
+            pid,
+            claimed_pid: pid,
+            uid: 1001,
+            pool: "split".into(),
+            group: None,
+            updated_ns: 0,
+            devices,
+        };
+        let mut dropped = 0;
+        let procs = processes(
+            vec![snap(7, vec![dev(9), dev(2)]), snap(8, vec![dev(1)])],
+            &mut dropped,
+        );
+        assert_eq!(dropped, 1, "the repeated device is dropped and counted");
+        let seen = Seen {
+            procs,
+            groups: Vec::new(),
+            skipped: [("invalid", dropped), ("busy", 0), ("time", 0)],
+            squats: Vec::new(),
+            read: Duration::ZERO,
+        };
+        let (text, _) = render(&seen, false, true);
+        assert!(
+            text.contains("cudapool_ooms_total{uid=\"1001\",pid=\"7\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("cudapool_exporter_skipped_files{reason=\"invalid\"} 1"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn listen_takes_every_form() {
         let l = parse_listen(":9489").unwrap();
