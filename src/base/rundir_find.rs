@@ -65,7 +65,7 @@ fn candidates(parent: &Path, only: Option<u32>, deadline: Instant) -> BTreeMap<u
     let mut n = 0u64;
     loop {
         n += 1;
-        if n % 4096 == 0 && Instant::now() > deadline {
+        if n.is_multiple_of(4096) && Instant::now() > deadline {
             break;
         }
         // SAFETY: readdir on the stream opened above; the entry lives until the next call.
