@@ -13,17 +13,18 @@ cc -O1 -shared -fPIC -Wl,-Bsymbolic -o "$W/libcuda.so.1" tests/fake/libcuda.c -l
 cc -O1 -Itests/c -o "$W/client" tests/c/client.c tests/c/reuse.c tests/c/lifetimes.c -ldl -lpthread
 export LD_LIBRARY_PATH="$PWD/$W"
 # Every client reads this FIFO, which only this script holds open for writing: they all exit
-# (freeing their block) when the script does.
+# (freeing their block) when the script does. No child inherits the script's descriptor 3 (a
+# client holding a writer of its own FIFO would wait for its end forever).
 fifo="$W/hold"
 rm -f "$fifo"
 mkfifo "$fifo"
 exec 3<>"$fifo"
 pids=()
 for _ in $(seq "$n"); do
-  LD_PRELOAD="$PWD/target/release/libcudapool.so" "$W/client" dlsym park 1 1048576 <"$fifo" >/dev/null &
+  LD_PRELOAD="$PWD/target/release/libcudapool.so" "$W/client" dlsym park 1 1048576 <"$fifo" >/dev/null 3>&- &
   pids+=($!)
 done
-target/release/cudapool exporter --listen 127.0.0.1:0 --interval 0 2>"$W/exporter.err" &
+target/release/cudapool exporter --listen 127.0.0.1:0 --interval 0 2>"$W/exporter.err" 3>&- &
 exp=$!
 trap 'kill $exp 2>/dev/null; exec 3>&-; wait "${pids[@]}" 2>/dev/null; rm -f "$fifo"' EXIT
 url=""
@@ -32,7 +33,7 @@ for _ in $(seq 50); do
   [ -n "$url" ] && break
   sleep 0.1
 done
-python3 - "$url" "$n" <<'PY'
+python3 - "$url" "$n" 3>&- <<'PY'
 import statistics, sys, time, urllib.request
 url, n = sys.argv[1], int(sys.argv[2])
 deadline = time.monotonic() + 20

@@ -4,7 +4,9 @@
 - every function `include/cudapool.h` declares, and every public name of the Python package
   (its `__all__`), is on docs/api.md;
 - every repository path the README, CONTRIBUTING.md and docs/*.md name exists (a path that
-  starts with one of the tree's folders; `target/` and `dist/` are build outputs, not checked);
+  starts with one of the tree's folders; `target/` and `dist/` are build outputs, not checked),
+  and so does every relative path in a code span that names a source or script file
+  (`csrc/nvtx_mem.c` was named for years after the file moved);
 - every `CUDAPOOL_*` variable the docs name is one cudapool knows (src/base/config/names.rs).
 
 The worked outputs (the README's example, docs/api.md's print_status) are compared with what
@@ -41,9 +43,18 @@ docs = ["README.md", "CONTRIBUTING.md"] + sorted(
 FOLDERS = "src|tests|scripts|benches|docs|deploy|include|cbindings|third_party|\\.ci"
 path_re = re.compile(r"(?<![\w./$-])((?:" + FOLDERS + r")/[A-Za-z0-9_./*-]*[A-Za-z0-9_*])")
 known = set(re.findall(r'"(CUDAPOOL_[A-Z_]+)"', read("src/base/config/names.rs")))
+SOURCE_EXT = (".rs", ".c", ".h", ".cu", ".py", ".sh", ".md", ".yml", ".yaml", ".toml", ".cmake", ".pc.in")
+BUILT = ("target/", "dist/", ".samples/", ".whl/", "build/", "/", "~", "$", "http")
+span_re = re.compile(r"`([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)+)`")
 for doc in docs:
     text = read(doc)
     for n, line in enumerate(text.splitlines(), 1):
+        for m in span_re.finditer(line):
+            p = m.group(1)
+            if p.startswith(BUILT) or not p.endswith(SOURCE_EXT):
+                continue
+            if not os.path.exists(os.path.join(ROOT, p)):
+                problems.append(f"{doc}:{n}: names {p} in code, which is not in the tree")
         for m in path_re.finditer(line):
             p = m.group(1)
             if "*" in p or "<" in p:

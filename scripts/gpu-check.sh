@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The GPU suite (issue 5): real programs and frameworks under cudapool, limits checked from
-# outside with nvidia-smi. For the device tool: build here first (cargo build --release), carry
-# target/release/libcudapool.so, then on the device:
+# The GPU suite: real programs and frameworks under cudapool, limits checked from outside with
+# nvidia-smi (docs/gpu-suite.md). Build first (cargo build --release), then on the GPU machine,
+# from the repository root:
 #   bash scripts/gpu-check.sh              (log and results under $OUT)
-# On a machine with two GPUs (nvidia-h200-x2) it adds the multi-device tests. With NVIDIA's CUDA
+# On a machine with two GPUs it adds the multi-device tests. With NVIDIA's CUDA
 # samples fetched (scripts/fetch-samples.sh; carry .samples) it runs them with and without
 # cudapool (SKIP_SAMPLES=1 leaves them out; tests/gpu/samples.sh runs them alone). Ends with a table
 # of PASS/FAIL lines and "N passed, M failed"; exits 1 if anything failed.
@@ -13,6 +13,15 @@
 # is measured once without the shim by the same program with everything freed ("idle").
 set -u
 cd "$(dirname "$0")/.."
+# Without a GPU (or its tools) there is nothing to check: say so, run nothing.
+for tool in nvidia-smi nvcc; do
+  command -v "$tool" >/dev/null 2>&1 || {
+    echo "gpu-check: no $tool on PATH: this suite needs an NVIDIA GPU with its driver and the CUDA toolkit; run scripts/test.sh for everything that needs none" >&2
+    exit 2
+  }
+done
+nvidia-smi -L >/dev/null 2>&1 || { echo "gpu-check: nvidia-smi finds no GPU: nothing to check" >&2; exit 2; }
+[ -f target/release/libcudapool.so ] || { echo "gpu-check: no target/release/libcudapool.so: run cargo build --release first" >&2; exit 2; }
 OUT=${OUT:-/tmp/cudapool-gpu-check}
 mkdir -p "$OUT"
 LIB=$PWD/target/release/libcudapool.so

@@ -452,10 +452,10 @@ fn readers_survive_files_cut_and_regrown_under_them() {
 }
 
 /// (c) by another uid (root only: `setpriv` makes one without a user entry). User 4242 squats
-/// this user's default runtime directory name and plants a link and a file at the next two: a
-/// group member still joins (in the first alternate it can own), with one line naming user
-/// 4242 and the remedy. Before: a file planted at the ledger's path made every member refuse
-/// all allocations.
+/// this user's default runtime directory name and plants a link and a file at two of its old
+/// alternates: group members still join, both in the one directory of this user's with a
+/// random name they walk around to, with one line naming user 4242 and the remedy. Before: a
+/// file planted at the ledger's path made every member refuse all allocations.
 #[test]
 fn another_user_cannot_block_a_group_by_squatting() {
     if uid() != 0 {
@@ -465,7 +465,7 @@ fn another_user_cannot_block_a_group_by_squatting() {
     let me = uid();
     let script = format!(
         "setpriv --reuid 4242 --regid 4242 --clear-groups sh -c 'mkdir /dev/shm/cudapool-{me} && ln -s /etc /dev/shm/cudapool-{me}.1 && echo x > /dev/shm/cudapool-{me}.2' || exit 98; \
-         LD_PRELOAD=$SHIM CUDAPOOL_GROUP=sq $CHAOS once && LD_PRELOAD=$SHIM CUDAPOOL_GROUP=sq $CHAOS once && ls -ld /dev/shm/cudapool-{me}.3 && $CLI stat -v"
+         LD_PRELOAD=$SHIM CUDAPOOL_GROUP=sq $CHAOS once && LD_PRELOAD=$SHIM CUDAPOOL_GROUP=sq $CHAOS once && echo dirs=$(find /dev/shm -maxdepth 1 -type d -user {me} -name 'cudapool-{me}.*' | wc -l) && ls -ld /dev/shm/cudapool-{me}.* && $CLI stat -v"
     );
     let Some(o) = in_small_shm("64m", &script, &[]) else {
         return;
@@ -484,6 +484,7 @@ fn another_user_cannot_block_a_group_by_squatting() {
         o.stderr
     );
     assert!(o.stdout.contains("drwx------"), "made 0700: {}", o.stdout);
+    assert!(o.stdout.contains("dirs=1"), "one walk-around directory for both: {}", o.stdout);
 }
 
 /// Crowds: 1,000 processes join one group at once and hold their allocation together (a group

@@ -49,6 +49,8 @@ struct fake_ctx {
   int live;
   int dev;
   int primary;
+  size_t limit[3]; // stack, printf FIFO, heap (0: the default), libcuda_overhead.c
+  size_t taken;    // device memory it holds besides allocations (limits, modules, itself)
 };
 
 struct fake_pool;
@@ -193,7 +195,7 @@ CUresult cuDeviceGetUuid(unsigned char *uuid, CUdevice dev) { return cuDeviceGet
 
 static struct fake_ctx *new_ctx(int dev, int is_primary) {
   struct fake_ctx *c = calloc(1, sizeof *c);
-  if (c) *c = (struct fake_ctx){1, dev, is_primary};
+  if (c) *c = (struct fake_ctx){1, dev, is_primary, {0, 0, 0}, 0};
   return c;
 }
 
@@ -215,6 +217,10 @@ static void kill_ctx(struct fake_ctx *ctx) {
     }
   }
   kill_objects_of(ctx);
+  // What the driver took for it besides allocations (limits, modules, a context of its own).
+  used[ctx->dev] -= ctx->taken;
+  ctx->taken = 0;
+  for (int i = 0; i < 3; i++) ctx->limit[i] = 0;
   ctx->live = 0;
   // A context's teardown waits for its work (the device's time moves past it): its memory may
   // come back in a new allocation at once without overlapping the dead context's work.
@@ -227,8 +233,19 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned flags, CUdevice dev) {
   if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
   if (dev < 0 || dev >= ndev) return CUDA_ERROR_INVALID_DEVICE;
+  const char *cm = getenv("FAKECU_CTX_MEM");
+  size_t ctx_mem = cm ? strtoull(cm, NULL, 10) : 0;
   pthread_mutex_lock(&mu);
+  if (used[dev] + ctx_mem > total_mem) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   struct fake_ctx *c = new_ctx(dev, 0);
+  if (c) {
+    c->taken = ctx_mem;
+    used[dev] += ctx_mem;
+    if (used[dev] > peak[dev]) peak[dev] = used[dev];
+  }
   pthread_mutex_unlock(&mu);
   if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
   *pctx = c;
@@ -601,4 +618,5 @@ CUresult cuMemGetAddressRange(unsigned *base, unsigned *size, unsigned ptr) {
 #include "libcuda_streams.c"
 #include "libcuda_pools_graphs.c"
 #include "libcuda_memory_apis.c"
+#include "libcuda_overhead.c"
 #include "libcuda_lookup.c"

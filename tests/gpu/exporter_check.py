@@ -65,39 +65,55 @@ def smi(pid):
     return None
 
 
+try:
+    import torch  # noqa: F401  (only to say early that the check cannot run)
+except ImportError:
+    sys.exit("exporter check: PyTorch is not installed here (pip install torch): not run")
+
 exp = subprocess.Popen([CLI, "exporter", "--listen", "127.0.0.1:0", "--interval", "0"], stderr=subprocess.PIPE, text=True)
-url = re.search(r"http://\S+/metrics", exp.stderr.readline()).group(0)
-with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-    f.write(TRAIN)
-env = dict(os.environ, LD_PRELOAD=LIB, CUDAPOOL_MEMORY_LIMIT="6GiB")
-env.pop("PYTORCH_NO_CUDA_MEMORY_CACHING", None)
-train = subprocess.Popen([sys.executable, f.name], stdout=subprocess.PIPE, text=True, env=env)
-ok = True
-print("| phase | torch.cuda.memory_allocated | torch.cuda.memory_reserved | cudapool allocated | cudapool reserved | cudapool limit | nvidia-smi (process) | OOMs | alloc calls | cache hits |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-for line in train.stdout:
-    m = re.match(r"phase (\d+) torch_reserved=(\d+) torch_allocated=(\d+)", line)
-    if not m:
-        continue
-    time.sleep(0.5)  # the page is refreshed within 50 ms
-    fig = scrape(url).get(str(train.pid), {})
-    get = lambda k: fig.get(k, (float("nan"), {}))[0]
-    used = smi(train.pid)
-    torch_reserved, torch_alloc = int(m.group(2)), int(m.group(3))
-    print(
-        f"| {m.group(1)} | {torch_alloc / MIB:.1f} MiB | {torch_reserved / MIB:.1f} MiB | {get('cudapool_allocated_bytes') / MIB:.1f} MiB | "
-        f"{get('cudapool_reserved_bytes') / MIB:.1f} MiB | {get('cudapool_hard_limit_bytes') / MIB:.0f} MiB | "
-        f"{used} MiB | {get('cudapool_ooms_total'):.0f} | {get('cudapool_alloc_calls_total'):.0f} | {get('cudapool_cache_hits_total'):.0f} |",
-        flush=True,
-    )
-    labels = fig.get("cudapool_allocated_bytes", (0, {}))[1]
-    # cudapool sees every allocation of the process (libraries' own included), torch its own.
-    ok &= torch_reserved <= get("cudapool_allocated_bytes") <= torch_reserved * 1.05 + MIB
-    ok &= used is not None and used * MIB >= get("cudapool_reserved_bytes")
-print("labels:", labels)
-train.wait()
-time.sleep(0.2)
-gone = str(train.pid) not in scrape(url)
-print("after the run exited, its series are gone:", gone)
-exp.kill()
-print("exporter check ok" if ok and gone and train.returncode == 0 else "exporter check FAILED")
+script = None
+train = None
+try:
+    url = re.search(r"http://\S+/metrics", exp.stderr.readline()).group(0)
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(TRAIN)
+        script = f.name
+    env = dict(os.environ, LD_PRELOAD=LIB, CUDAPOOL_MEMORY_LIMIT="6GiB")
+    env.pop("PYTORCH_NO_CUDA_MEMORY_CACHING", None)
+    train = subprocess.Popen([sys.executable, script], stdout=subprocess.PIPE, text=True, env=env)
+    ok = True
+    labels = {}
+    print("| phase | torch.cuda.memory_allocated | torch.cuda.memory_reserved | cudapool allocated | cudapool reserved | cudapool limit | nvidia-smi (process) | OOMs | alloc calls | cache hits |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for line in train.stdout:
+        m = re.match(r"phase (\d+) torch_reserved=(\d+) torch_allocated=(\d+)", line)
+        if not m:
+            continue
+        time.sleep(0.5)  # the page is refreshed within 50 ms
+        fig = scrape(url).get(str(train.pid), {})
+        get = lambda k: fig.get(k, (float("nan"), {}))[0]
+        used = smi(train.pid)
+        torch_reserved, torch_alloc = int(m.group(2)), int(m.group(3))
+        print(
+            f"| {m.group(1)} | {torch_alloc / MIB:.1f} MiB | {torch_reserved / MIB:.1f} MiB | {get('cudapool_allocated_bytes') / MIB:.1f} MiB | "
+            f"{get('cudapool_reserved_bytes') / MIB:.1f} MiB | {get('cudapool_hard_limit_bytes') / MIB:.0f} MiB | "
+            f"{used} MiB | {get('cudapool_ooms_total'):.0f} | {get('cudapool_alloc_calls_total'):.0f} | {get('cudapool_cache_hits_total'):.0f} |",
+            flush=True,
+        )
+        labels = fig.get("cudapool_allocated_bytes", (0, {}))[1]
+        # cudapool sees every allocation of the process (libraries' own included), torch its own.
+        ok &= torch_reserved <= get("cudapool_allocated_bytes") <= torch_reserved * 1.05 + MIB
+        ok &= used is not None and used * MIB >= get("cudapool_reserved_bytes")
+    print("labels:", labels)
+    train.wait()
+    time.sleep(0.2)
+    gone = str(train.pid) not in scrape(url)
+    print("after the run exited, its series are gone:", gone)
+    print("exporter check ok" if ok and gone and train.returncode == 0 else "exporter check FAILED")
+finally:
+    # Whatever happened: no exporter or training left running, no file left behind.
+    for p in (train, exp):
+        if p is not None and p.poll() is None:
+            p.kill()
+    if script:
+        os.unlink(script)
