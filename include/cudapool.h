@@ -52,6 +52,10 @@ typedef struct cudapool_stats {
   uint64_t requested_bytes;      /* what the program asked for of allocated_bytes, before
                                     rounding (PyTorch's requested_bytes) */
   uint64_t peak_requested_bytes;
+  uint64_t overhead_bytes;       /* of reserved_bytes: what the driver took for the process
+                                    besides its allocations: the per-thread stack, the device
+                                    heap, the printf FIFO, module globals, contexts beyond the
+                                    primary one (appended after the requested bytes) */
 } cudapool_stats;
 
 /* Fills *out for `device` (-1: summed over the devices used; limits then read 0).

@@ -484,7 +484,11 @@ fn another_user_cannot_block_a_group_by_squatting() {
         o.stderr
     );
     assert!(o.stdout.contains("drwx------"), "made 0700: {}", o.stdout);
-    assert!(o.stdout.contains("dirs=1"), "one walk-around directory for both: {}", o.stdout);
+    assert!(
+        o.stdout.contains("dirs=1"),
+        "one walk-around directory for both: {}",
+        o.stdout
+    );
 }
 
 /// Crowds: 1,000 processes join one group at once and hold their allocation together (a group

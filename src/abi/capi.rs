@@ -40,6 +40,9 @@ pub struct CudapoolStats {
     /// built against an older header gets a `struct_size` that stops before them).
     pub requested_bytes: u64,
     pub peak_requested_bytes: u64,
+    /// Of `reserved_bytes`: what the driver took for the process besides its allocations
+    /// (appended after the requested bytes).
+    pub overhead_bytes: u64,
 }
 
 impl CudapoolStats {
@@ -66,6 +69,7 @@ impl CudapoolStats {
             soft_limit: s.soft_limit,
             requested_bytes: s.requested,
             peak_requested_bytes: s.requested_peak,
+            overhead_bytes: s.overhead,
         }
     }
 }
@@ -79,6 +83,7 @@ fn all_devices(shim: &Shim) -> DeviceStats {
         t.allocated_peak += s.allocated_peak;
         t.requested += s.requested;
         t.requested_peak += s.requested_peak;
+        t.overhead += s.overhead;
         t.reserved += s.reserved;
         t.reserved_peak += s.reserved_peak;
         t.cached += s.cached;

@@ -133,6 +133,11 @@ const BYTES: &[Metric] = &[
     ),
     ("cached", "Bytes reserved and free for reuse", |s| s.cached),
     (
+        "overhead",
+        "Of reserved: what the driver took for the process besides its allocations (stack, heap, modules, contexts)",
+        |s| s.overhead,
+    ),
+    (
         "peak_allocated",
         "The most bytes the program held at once",
         |s| s.allocated_peak,

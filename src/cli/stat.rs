@@ -41,13 +41,17 @@ fn render(s: &Snapshot) -> String {
             100.0 * d.cache_hits as f64 / d.alloc_calls as f64
         };
         out.push_str(&format!(
-            "  device {dev}{}: limit {limit}  allocated {} (peak {})  reserved {} (peak {})  cached {}\n            requested {} (peak {})  {} live  {} allocs  {} frees  {hits:.1}% hits  {} driver allocs  {} OOMs\n",
+            "  device {dev}{}: limit {limit}  allocated {} (peak {})  reserved {} (peak {})  cached {}{}\n            requested {} (peak {})  {} live  {} allocs  {} frees  {hits:.1}% hits  {} driver allocs  {} OOMs\n",
             f.uuid.map_or(String::new(), |u| format!(" ({})", fmt_uuid(&u))),
             fmt_bytes(d.allocated),
             fmt_bytes(d.allocated_peak),
             fmt_bytes(d.reserved),
             fmt_bytes(d.reserved_peak),
             fmt_bytes(d.cached),
+            match d.overhead {
+                0 => String::new(),
+                o => format!("  overhead {}", fmt_bytes(o)),
+            },
             fmt_bytes(d.requested),
             fmt_bytes(d.requested_peak),
             d.live_allocations,

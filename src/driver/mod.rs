@@ -147,6 +147,17 @@ driver_table! {
     ctx_create_v2 = c"cuCtxCreate_v2": fn(*mut CUcontext, c_uint, CUdevice);
     ctx_create_v3 = c"cuCtxCreate_v3": fn(*mut CUcontext, *mut c_void, c_int, c_uint, CUdevice);
     ctx_create_v4 = c"cuCtxCreate_v4": fn(*mut CUcontext, *mut c_void, c_uint, CUdevice);
+    ctx_get_limit = c"cuCtxGetLimit": fn(*mut usize, c_int);
+    ctx_set_limit = c"cuCtxSetLimit": fn(c_int, usize);
+    device_get_attribute = c"cuDeviceGetAttribute": fn(*mut c_int, c_int, CUdevice);
+    module_load = c"cuModuleLoad": fn(*mut Opaque, *const c_char);
+    module_load_data = c"cuModuleLoadData": fn(*mut Opaque, *const c_void);
+    module_load_data_ex = c"cuModuleLoadDataEx": fn(*mut Opaque, *const c_void, c_uint, *mut c_int, *mut *mut c_void);
+    module_load_fat_binary = c"cuModuleLoadFatBinary": fn(*mut Opaque, *const c_void);
+    module_unload = c"cuModuleUnload": fn(Opaque);
+    library_load_data = c"cuLibraryLoadData": fn(*mut Opaque, *const c_void, *mut c_int, *mut *mut c_void, c_uint, *mut c_int, *mut *mut c_void, c_uint);
+    library_load_from_file = c"cuLibraryLoadFromFile": fn(*mut Opaque, *const c_char, *mut c_int, *mut *mut c_void, c_uint, *mut c_int, *mut *mut c_void, c_uint);
+    library_unload = c"cuLibraryUnload": fn(Opaque);
     ctx_attach = c"cuCtxAttach": fn(*mut CUcontext, c_uint);
     ctx_detach = c"cuCtxDetach": fn(CUcontext);
     stream_begin_capture_to_graph = c"cuStreamBeginCaptureToGraph": fn(CUstream, *mut c_void, *const c_void, *const c_void, usize, c_int);
@@ -450,6 +461,20 @@ impl Driver {
         (call!(self, device_get_uuid_v2(&mut uuid, dev)) == CUDA_SUCCESS
             || call!(self, device_get_uuid_v1(&mut uuid, dev)) == CUDA_SUCCESS)
             .then_some(uuid)
+    }
+
+    /// `cuCtxGetLimit` of the current context.
+    pub fn ctx_limit(&self, which: c_int) -> Result<u64, CUresult> {
+        let mut v = 0usize;
+        check(call!(self, ctx_get_limit(&mut v, which)))?;
+        Ok(v as u64)
+    }
+
+    /// A device attribute (`CUdevice_attribute`).
+    pub fn device_attribute(&self, attr: c_int, dev: CUdevice) -> Result<i64, CUresult> {
+        let mut v: c_int = 0;
+        check(call!(self, device_get_attribute(&mut v, attr, dev)))?;
+        Ok(v as i64)
     }
 
     pub fn mem_get_info(&self) -> Result<(u64, u64), CUresult> {

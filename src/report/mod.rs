@@ -288,6 +288,13 @@ pub fn device_status(dev: i32, s: &DeviceStats) -> String {
         s.segments,
         fmt_bytes(s.cached)
     );
+    if s.overhead > 0 {
+        let _ = writeln!(
+            out,
+            "  overhead  {} of it: the driver's own for this process (stack, heap, modules, contexts)",
+            fmt_bytes(s.overhead)
+        );
+    }
     let _ = writeln!(
         out,
         "  calls: {} allocs, {} frees, {} cache hits ({hit_rate:.1}%); {} reclaim retries, {} OOMs",

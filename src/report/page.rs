@@ -8,15 +8,15 @@ use crate::limits::budget::DeviceStats;
 use std::sync::atomic::AtomicU64;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CUDAPOOL");
-pub const LAYOUT_VERSION: u32 = 5;
+pub const LAYOUT_VERSION: u32 = 6;
 /// The longest path a snapshot request may name (with its NUL).
 pub const REQUEST_PATH: usize = 1024;
 /// The longest reason a served request may give for failing (with its NUL).
 pub const REQUEST_ERROR: usize = 256;
 pub const MAX_DEVICES: usize = 64;
 /// Counters per device: [`DeviceStats`] in its order, but with the requested bytes (added in
-/// layout 4) last.
-pub const FIELDS: usize = 18;
+/// layout 4) and the overhead (layout 6) last.
+pub const FIELDS: usize = 19;
 
 /// The longest group name (`CUDAPOOL_GROUP`), NUL-padded in the page.
 pub const GROUP_NAME: usize = 64;
@@ -110,6 +110,7 @@ pub fn stats_to_array(s: &DeviceStats) -> [u64; FIELDS] {
         s.soft_limit,
         s.requested,
         s.requested_peak,
+        s.overhead,
     ]
 }
 
@@ -133,5 +134,6 @@ pub fn array_to_stats(a: &[u64; FIELDS]) -> DeviceStats {
         soft_limit: a[15],
         requested: a[16],
         requested_peak: a[17],
+        overhead: a[18],
     }
 }

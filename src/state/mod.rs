@@ -7,7 +7,7 @@
 //! concern: [`current`] (the calling thread's pool), [`pooled`] (pooled allocations and the OOM
 //! policy), [`ranges`] (what address queries answer about pooled blocks), [`ipc`] (legacy IPC
 //! of pooled blocks), [`counting`]
-//! (pass-through accounting), [`default_pool`] (what the device's default pool answers), [`graphs`] (graph memory nodes), [`streams`] (streams and the work the
+//! (pass-through accounting), [`overhead`] (what the driver takes besides allocations: stack, heap, modules, contexts), [`default_pool`] (what the device's default pool answers), [`graphs`] (graph memory nodes), [`streams`] (streams and the work the
 //! hooks report), [`teardown`] (contexts that die, reclaim).
 //!
 //! Data flow: `hooks` (raw pointers, C ABI) call the safe methods here; these find the calling
@@ -43,6 +43,7 @@ pub mod ipc_mapped;
 pub mod live;
 pub mod nvml;
 pub mod oom;
+pub mod overhead;
 mod pooled;
 mod ranges;
 mod shim;

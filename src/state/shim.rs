@@ -42,6 +42,8 @@ pub struct Shim {
     pub(super) mapped_imports: super::ipc_mapped::MappedImports,
     /// `CUDAPOOL_HISTORY`: the last allocator events of each device.
     pub(super) history: super::history::History,
+    /// What the driver took besides allocations (stack, heap, modules, contexts).
+    pub(super) overhead: super::overhead::Overhead,
 }
 
 /// What the hooks should do, decided once per process.
@@ -271,6 +273,7 @@ impl Shim {
                 imports: Default::default(),
                 mapped_imports: Default::default(),
                 history: super::history::History::new(config.history),
+                overhead: Default::default(),
                 config: config.clone(),
                 driver,
             }
@@ -407,8 +410,13 @@ impl Shim {
                 }
                 _ => String::new(),
             };
+            let by = super::overhead::asking().map_or(String::new(), |w| format!(" by {w}"));
+            let overhead = match s.overhead {
+                0 => String::new(),
+                o => format!(" (the driver's own for this process: {})", fmt_bytes(o)),
+            };
             log::line(&format!(
-                "out of memory on device {dev}: asked {}; limit {limit}, allocated {}, reserved {}, cached after reclaim {}, device free {device_free}{group}{note}",
+                "out of memory on device {dev}: asked {}{by}; limit {limit}, allocated {}, reserved {}{overhead}, cached after reclaim {}, device free {device_free}{group}{note}",
                 fmt_bytes(asked),
                 fmt_bytes(s.allocated),
                 fmt_bytes(s.reserved),

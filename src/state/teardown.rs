@@ -72,6 +72,7 @@ impl Shim {
     /// The context `ctx` is gone (destroyed or reset): its memory went with it. Drop every
     /// record of it without calling the driver (DESIGN.md trap 5).
     pub fn context_gone(&self, ctx: usize) {
+        self.overhead_context_gone(ctx);
         let cp = self.contexts.remove(ctx);
         let mut dropped = 0u64;
         let mut driver_pools = Vec::new();

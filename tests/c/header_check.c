@@ -40,6 +40,7 @@ int main(void) {
   OFF(soft_limit);
   OFF(requested_bytes);
   OFF(peak_requested_bytes);
+  OFF(overhead_bytes);
   printf("\n");
   printf("values device=%d allocated=%llu hard=%llu\n", s.device,
          (unsigned long long)s.allocated_bytes, (unsigned long long)s.hard_limit);

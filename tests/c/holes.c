@@ -11,12 +11,15 @@
 //     HOLES_SMI=1                  after each step, the process's memory as nvidia-smi says
 //   Prints "step NAME rc=N [smi_mib=M]", then "free_mib=F" before and after giving everything
 //   back ("back NAME rc=N").
+#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "cudapool.h"
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -122,6 +125,12 @@ int main(void) {
   size_t free_b = 0, total_b = 0;
   info(&free_b, &total_b);
   printf("free_mib=%zu total_mib=%zu\n", free_b >> 20, total_b >> 20);
+  // cudapool's own figures, when it is there.
+  int (*get_stats)(int, cudapool_stats *) = (int (*)(int, cudapool_stats *))dlsym(RTLD_DEFAULT, "cudapool_get_stats");
+  cudapool_stats st = {.struct_size = sizeof st};
+  if (get_stats && get_stats(0, &st) == 0)
+    printf("cudapool reserved_mib=%llu overhead_mib=%llu\n", (unsigned long long)st.reserved_bytes >> 20,
+           (unsigned long long)st.overhead_bytes >> 20);
   // Everything back: contexts, the module, the limits at their defaults.
   for (int i = 0; i < nctx && i < 64; i++)
     if (ctxs[i]) printf("back ctx%d rc=%d\n", i + 1, destroy(ctxs[i]));
@@ -131,6 +140,9 @@ int main(void) {
   if (!heap) printf("back heap rc=%d\n", set_limit(2, 8 << 20));
   info(&free_b, &total_b);
   printf("free_mib=%zu total_mib=%zu\n", free_b >> 20, total_b >> 20);
+  if (get_stats && get_stats(0, &st) == 0)
+    printf("cudapool_after reserved_mib=%llu overhead_mib=%llu\n", (unsigned long long)st.reserved_bytes >> 20,
+           (unsigned long long)st.overhead_bytes >> 20);
   (void)p1, (void)p2;
   return 0;
 }

@@ -83,6 +83,11 @@ pub fn fixture() -> &'static Fixture {
         ]);
         a.extend(["-L.", "-lcuda", "-ldl", "-lpthread"]);
         cc(&a, &dir);
+        let holes = src("tests/c/holes.c");
+        let mut a = strict.to_vec();
+        let include = format!("-I{}", src("include"));
+        a.extend([&include, "-o", "holes", &holes, "-ldl"]);
+        cc(&a, &dir);
         let memapi = src("tests/c/memapi.c");
         let mut a = strict.to_vec();
         a.extend(["-o", "memapi", &memapi, "-ldl"]);

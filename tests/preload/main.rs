@@ -87,6 +87,7 @@ const MEMAPI_MODES: [&str; 3] = ["dlsym", "gpa", "gpa-ptsz"];
 // The tests, in files by what they cover.
 mod ipc;
 mod newcomer_nvml_oom;
+mod overhead;
 mod reuse_and_reports;
 mod stats_and_apis;
 mod ways_in_and_limits;

@@ -135,7 +135,8 @@ fn the_header_matches_the_library() {
         hard_limit,
         soft_limit,
         requested_bytes,
-        peak_requested_bytes
+        peak_requested_bytes,
+        overhead_bytes
     );
     assert_eq!(
         (r.get("snapshot", "null"), r.get("snapshot", "unwritable")),

@@ -58,6 +58,7 @@ FIELDS = [
     "soft_limit",
     "requested_bytes",
     "peak_requested_bytes",
+    "overhead_bytes",
 ]
 
 

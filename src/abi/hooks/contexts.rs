@@ -155,6 +155,29 @@ pub unsafe extern "C" fn cuCtxPopCurrent(pctx: *mut CUcontext) -> CUresult {
     switched(None, move |d| call!(d, ctx_pop_current_v1(pctx)))
 }
 
+/// A context of its own: what it takes is measured and charged (`state::overhead`); when it
+/// does not fit it is destroyed again and the answer is out of memory. The thread's current
+/// context is unknown after it, as after any create.
+fn created(pctx: *mut CUcontext, real: impl Fn(&Driver) -> CUresult + Copy) -> CUresult {
+    if pctx.is_null() {
+        return switched(None, real);
+    }
+    let r = hook(OnBadConfig::Refuse, real, |shim| {
+        // SAFETY: `pctx` is the program's out-pointer, written by the driver on success.
+        let made = || unsafe { *pctx };
+        shim.measured_load(
+            "cuCtxCreate",
+            || real(shim.driver),
+            || crate::state::overhead::Taker::Context,
+            |_| {
+                let _ = call!(shim.driver, ctx_destroy_v2(made()));
+            },
+        )
+    });
+    Contexts::set_known_current(None);
+    r
+}
+
 /// # Safety
 /// The driver's contract for this entry point: `pctx` valid for writes.
 #[no_mangle]
@@ -163,7 +186,7 @@ pub unsafe extern "C" fn cuCtxCreate(
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    switched(None, move |d| call!(d, ctx_create_v1(pctx, flags, dev)))
+    created(pctx, move |d| call!(d, ctx_create_v1(pctx, flags, dev)))
 }
 
 /// # Safety
@@ -174,7 +197,7 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    switched(None, move |d| call!(d, ctx_create_v2(pctx, flags, dev)))
+    created(pctx, move |d| call!(d, ctx_create_v2(pctx, flags, dev)))
 }
 
 /// # Safety
@@ -187,7 +210,7 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    switched(None, move |d| {
+    created(pctx, move |d| {
         call!(d, ctx_create_v3(pctx, params, num_params, flags, dev))
     })
 }
@@ -201,7 +224,7 @@ pub unsafe extern "C" fn cuCtxCreate_v4(
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    switched(None, move |d| {
+    created(pctx, move |d| {
         call!(d, ctx_create_v4(pctx, params, flags, dev))
     })
 }

@@ -14,6 +14,8 @@
 //! - [`contexts`]: context teardown, and the calling thread's current context followed;
 //! - [`lookups`]: `cuMemGetInfo` and the address queries (`cuMemGetAddressRange`,
 //!   `cuPointerGetAttribute(s)`) and legacy IPC (`cuIpc*MemHandle`);
+//! - [`overhead`]: what makes the driver take memory besides allocations: limits (stack,
+//!   heap, printf FIFO), module and library loads;
 //! - [`work`]: the entry points that issue device work (they report their queue);
 //! - [`guard`]: the panic boundary and re-entry guard they all use.
 //!
@@ -25,6 +27,7 @@ pub mod graphs;
 pub mod guard;
 pub mod lookups;
 pub mod nvml;
+pub mod overhead;
 pub mod pooled;
 pub mod streams;
 pub mod work;
@@ -115,6 +118,15 @@ pub fn table() -> Vec<(&'static CStr, *const c_void)> {
         contexts::cuCtxPushCurrent,
         contexts::cuCtxPopCurrent_v2,
         contexts::cuCtxPopCurrent,
+        overhead::cuCtxSetLimit,
+        overhead::cuModuleLoad,
+        overhead::cuModuleLoadData,
+        overhead::cuModuleLoadDataEx,
+        overhead::cuModuleLoadFatBinary,
+        overhead::cuModuleUnload,
+        overhead::cuLibraryLoadData,
+        overhead::cuLibraryLoadFromFile,
+        overhead::cuLibraryUnload,
         contexts::cuCtxCreate,
         contexts::cuCtxCreate_v2,
         contexts::cuCtxCreate_v3,

@@ -148,6 +148,10 @@ pub struct DeviceBudget {
     soft_limit: AtomicU64,
     reserved: AtomicU64,
     reserved_peak: AtomicU64,
+    /// Of `reserved`: what the driver took for the process besides its allocations (a
+    /// per-thread stack, the device heap, the printf FIFO, module globals, contexts beyond the
+    /// primary one: `state::overhead`).
+    overhead: AtomicU64,
     /// Bumped each time memory goes back to the driver (after it is uncharged): a thread whose
     /// allocation failed retries if this moved since it asked (another thread released memory
     /// between its failed call and its own reclaim).
@@ -189,6 +193,8 @@ pub struct DeviceStats {
     pub ooms: u64,
     pub hard_limit: u64,
     pub soft_limit: u64,
+    /// Of `reserved`: the driver's own memory for the process (stack, heap, modules, contexts).
+    pub overhead: u64,
 }
 
 impl DeviceBudget {
@@ -319,6 +325,18 @@ impl DeviceBudget {
     pub fn on_driver_free(&self) {
         self.driver_frees.fetch_add(1, Relaxed);
         self.segments.fetch_sub(1, Relaxed);
+        self.released.fetch_add(1, Release);
+    }
+
+    /// `bytes` the driver took besides allocations, charged with `try_charge`.
+    pub fn on_overhead(&self, bytes: u64) {
+        self.overhead.fetch_add(bytes, Relaxed);
+    }
+
+    /// `bytes` of overhead the driver gave back: uncharged.
+    pub fn on_overhead_gone(&self, bytes: u64) {
+        self.overhead.fetch_sub(bytes, Relaxed);
+        self.uncharge(bytes);
         self.released.fetch_add(1, Release);
     }
 
@@ -556,6 +574,7 @@ impl DeviceBudget {
             driver_frees: self.driver_frees.load(Relaxed),
             reclaim_retries: self.reclaim_retries.load(Relaxed),
             ooms: self.ooms.load(Relaxed),
+            overhead: self.overhead.load(Relaxed),
             hard_limit: self.hard_limit.load(Relaxed),
             soft_limit: self.soft_limit.load(Relaxed),
         }

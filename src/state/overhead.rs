@@ -1,0 +1,278 @@
+//! Device memory the driver takes for the process besides its allocations (issue 52), charged
+//! against the limit and the group like any allocation and shown as its own figure
+//! ("overhead"):
+//!
+//! - `cuCtxSetLimit`: the per-thread stack, for every thread slot of the device (the driver
+//!   takes `(new - default) x SMs x threads per SM` at once: 64 KiB is 16.6 GB on an H100), the
+//!   device heap (`CU_LIMIT_MALLOC_HEAP_SIZE`, taken when a kernel first mallocs: charged when
+//!   it is set, before it can be taken) and the printf FIFO. Known before the call: charged
+//!   first, the call refused when it does not fit.
+//! - module and library loads (`cuModuleLoad*`, `cuLibraryLoad*`): their device globals. The
+//!   driver does not say their size: it is measured, as the graph reserve is, from the
+//!   device's free memory before and after the call, less what cudapool itself took from the
+//!   driver meanwhile; charged after, and the module unloaded again when it does not fit.
+//! - a context beyond the primary one (`cuCtxCreate*`): measured the same way, destroyed again
+//!   when it does not fit.
+//!
+//! What is charged goes back when the driver gives it back: a limit lowered, a module or library
+//! unloaded, a context destroyed or reset (everything charged in it).
+//!
+//! Invariant: every entry of `held` is in its device's budget as overhead, once.
+//!
+//! Uses: `shim`, `driver` (through the shim), `budget`.
+
+use super::Shim;
+use crate::base::cu::*;
+use std::cell::Cell;
+use std::ffi::c_int;
+use std::sync::Mutex;
+
+/// What took the memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taker {
+    /// `cuCtxSetLimit`'s limit (0 stack, 1 printf FIFO, 2 heap) in a context.
+    Limit(c_int),
+    Module(usize),
+    Library(usize),
+    /// A context of its own (not a primary one).
+    Context,
+}
+
+#[derive(Debug)]
+struct Held {
+    taker: Taker,
+    ctx: usize,
+    dev: CUdevice,
+    bytes: u64,
+}
+
+/// Everything charged as overhead (see the module's notes).
+#[derive(Debug, Default)]
+pub struct Overhead {
+    held: Mutex<Vec<Held>>,
+}
+
+const STACK: c_int = 0;
+const PRINTF_FIFO: c_int = 1;
+const MALLOC_HEAP: c_int = 2;
+const ATTR_SMS: c_int = 16;
+const ATTR_THREADS_PER_SM: c_int = 39;
+/// The limits' defaults on every GPU so far (part of every context's own footprint).
+const DEFAULTS: [u64; 3] = [1024, 1 << 20, 8 << 20];
+
+thread_local! {
+    /// What the allocation being refused on this thread was asked by, for the OOM line.
+    static ASKING: Cell<Option<&'static str>> = const { Cell::new(None) };
+}
+
+/// The name of what asks for memory on this thread right now, if not an allocation.
+pub fn asking() -> Option<&'static str> {
+    ASKING.with(Cell::get)
+}
+
+fn limit_name(which: c_int) -> &'static str {
+    match which {
+        STACK => "cuCtxSetLimit(CU_LIMIT_STACK_SIZE)",
+        PRINTF_FIFO => "cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE)",
+        _ => "cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE)",
+    }
+}
+
+impl Shim {
+    /// Charges `bytes` on `dev` as overhead asked by `what`, after the reclaim and borrow steps
+    /// every allocation gets; `Err` is the out-of-memory answer, said in one line.
+    fn charge_overhead(
+        &self,
+        dev: CUdevice,
+        bytes: u64,
+        what: &'static str,
+    ) -> Result<(), CUresult> {
+        ASKING.with(|a| a.set(Some(what)));
+        let r = self.charge_counted(dev, bytes);
+        ASKING.with(|a| a.set(None));
+        r?;
+        self.budget(dev).on_overhead(bytes);
+        Ok(())
+    }
+
+    fn give_overhead_back(&self, h: &Held) {
+        self.budget(h.dev).on_overhead_gone(h.bytes);
+        self.observe(h.dev);
+    }
+
+    fn hold(&self, taker: Taker, ctx: usize, dev: CUdevice, bytes: u64) {
+        let mut held = crate::base::sync::lock(&self.overhead.held);
+        held.push(Held {
+            taker,
+            ctx,
+            dev,
+            bytes,
+        });
+        drop(held);
+        self.observe(dev);
+    }
+
+    /// The current context and its device, when the driver says.
+    fn here(&self) -> Option<(usize, CUdevice)> {
+        let ctx = self.driver.current_context().ok()??;
+        let dev = self.driver.current_device().ok()?;
+        Some((ctx as usize, dev))
+    }
+
+    /// `cuCtxSetLimit(which, value)`: the stack, heap and printf FIFO charged before the call
+    /// (see the module's notes); any other limit goes through.
+    pub fn set_limit(
+        &self,
+        which: c_int,
+        value: usize,
+        real: impl FnOnce() -> CUresult,
+    ) -> CUresult {
+        if !(STACK..=MALLOC_HEAP).contains(&which) {
+            return real();
+        }
+        let Some((ctx, dev)) = self.here() else {
+            return real();
+        };
+        let per = if which == STACK {
+            let sms = self
+                .driver
+                .device_attribute(ATTR_SMS, dev)
+                .unwrap_or(0)
+                .max(0) as u64;
+            let threads = self
+                .driver
+                .device_attribute(ATTR_THREADS_PER_SM, dev)
+                .unwrap_or(0)
+                .max(0) as u64;
+            sms * threads
+        } else {
+            1
+        };
+        let default = DEFAULTS[which as usize];
+        let want = (value as u64).saturating_sub(default).saturating_mul(per);
+        let had = self.held_by(Taker::Limit(which), ctx);
+        if want > had {
+            if let Err(e) = self.charge_overhead(dev, want - had, limit_name(which)) {
+                return e;
+            }
+        }
+        let r = real();
+        let keep = if r == CUDA_SUCCESS { want } else { had };
+        self.replace_held(Taker::Limit(which), ctx, dev, keep, want.max(had));
+        r
+    }
+
+    /// Bytes held for `taker` in context `ctx`.
+    fn held_by(&self, taker: Taker, ctx: usize) -> u64 {
+        crate::base::sync::lock(&self.overhead.held)
+            .iter()
+            .filter(|h| h.taker == taker && h.ctx == ctx)
+            .map(|h| h.bytes)
+            .sum()
+    }
+
+    /// After a limit's call: `taker` in `ctx` holds `keep` bytes, of `charged` now charged.
+    fn replace_held(&self, taker: Taker, ctx: usize, dev: CUdevice, keep: u64, charged: u64) {
+        let mut held = crate::base::sync::lock(&self.overhead.held);
+        held.retain(|h| !(h.taker == taker && h.ctx == ctx));
+        if keep > 0 {
+            held.push(Held {
+                taker,
+                ctx,
+                dev,
+                bytes: keep,
+            });
+        }
+        drop(held);
+        if charged > keep {
+            self.give_overhead_back(&Held {
+                taker,
+                ctx,
+                dev,
+                bytes: charged - keep,
+            });
+        } else {
+            self.observe(dev);
+        }
+    }
+
+    /// A load that takes device memory the driver does not announce (`what` names it): `load`
+    /// runs, what it took is measured and charged; when it does not fit, `undo` gives it back
+    /// (unload, destroy) and the answer is out of memory. `taker` names the handle `load` made.
+    pub fn measured_load(
+        &self,
+        what: &'static str,
+        load: impl FnOnce() -> CUresult,
+        taker: impl FnOnce() -> Taker,
+        undo: impl FnOnce(Taker),
+    ) -> CUresult {
+        let Some((_, dev)) = self.here() else {
+            return load();
+        };
+        let before = self.driver.mem_get_info().ok();
+        let ours = self.budget(dev).reserved();
+        let r = load();
+        if r != CUDA_SUCCESS {
+            return r;
+        }
+        let taker = taker();
+        // The new context is current after a create: its device is the same.
+        let (ctx, _) = self.here().unwrap_or((0, dev));
+        let after = self.driver.mem_get_info().ok();
+        let (Some((f0, _)), Some((f1, _))) = (before, after) else {
+            return r;
+        };
+        let ours_now = self.budget(dev).reserved();
+        let took = f0
+            .saturating_sub(f1)
+            .saturating_sub(ours_now.saturating_sub(ours));
+        if took == 0 {
+            return r;
+        }
+        match self.charge_overhead(dev, took, what) {
+            Ok(()) => {
+                self.hold(taker, ctx, dev, took);
+                r
+            }
+            Err(e) => {
+                undo(taker);
+                e
+            }
+        }
+    }
+
+    /// A module or library was unloaded (`real` succeeded): what it held goes back.
+    pub fn unloaded(&self, taker: Taker, real: impl FnOnce() -> CUresult) -> CUresult {
+        let r = real();
+        if r == CUDA_SUCCESS {
+            let gone: Vec<Held> = {
+                let mut held = crate::base::sync::lock(&self.overhead.held);
+                let (gone, kept) = std::mem::take(&mut *held)
+                    .into_iter()
+                    .partition(|h| h.taker == taker);
+                *held = kept;
+                gone
+            };
+            for h in &gone {
+                self.give_overhead_back(h);
+            }
+        }
+        r
+    }
+
+    /// Context `ctx` is gone (destroyed, reset): everything charged in it goes back, itself
+    /// included.
+    pub(super) fn overhead_context_gone(&self, ctx: usize) {
+        let gone: Vec<Held> = {
+            let mut held = crate::base::sync::lock(&self.overhead.held);
+            let (gone, kept) = std::mem::take(&mut *held)
+                .into_iter()
+                .partition(|h| h.ctx == ctx);
+            *held = kept;
+            gone
+        };
+        for h in &gone {
+            self.give_overhead_back(h);
+        }
+    }
+}
