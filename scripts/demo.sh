@@ -9,7 +9,18 @@ export PATH="$HOME/.cargo/bin:$PATH"
 cargo build --release
 work=target/demo
 mkdir -p "$work"
-cc -O1 -Itests/c -o "$work/sample" tests/c/client.c tests/c/reuse.c tests/c/lifetimes.c -ldl -lpthread
+cc -O1 -Itests/c -o "$work/client" tests/c/client.c tests/c/reuse.c tests/c/lifetimes.c -ldl -lpthread
+# target/demo/sample: the sample workload, to run yourself (`cudapool run --limit 256MiB --
+# target/demo/sample`); it uses the fake driver beside it when there is one.
+cat > "$work/sample" <<'SH'
+#!/bin/sh
+# The demo's sample workload (tests/c/client.c, scenario "sample"): allocates 64 MiB buffers
+# until refused. Without a GPU it uses the fake driver scripts/demo.sh laid out beside it.
+dir=$(cd "$(dirname "$0")" && pwd)
+[ -f "$dir/libcuda.so.1" ] && export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+exec "$dir/client" dlsym sample "$@"
+SH
+chmod +x "$work/sample"
 if nvidia-smi -L >/dev/null 2>&1 && ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
   echo "GPU found: the sample runs against the real driver"
 else
@@ -19,4 +30,4 @@ else
 fi
 limit=${LIMIT:-512MiB}
 echo "\$ cudapool run --limit $limit --report -- sample"
-exec target/release/cudapool run --limit "$limit" --report -- "$work/sample" dlsym sample
+exec target/release/cudapool run --limit "$limit" --report -- "$work/sample"

@@ -7,6 +7,7 @@
 mod cli {
     pub mod config;
     pub mod exporter;
+    pub mod keys;
     pub mod metrics;
     pub mod out;
     pub mod plot;
@@ -146,13 +147,10 @@ fn seconds(s: &str) -> Result<f64, String> {
 }
 
 fn positive_seconds(s: &str) -> Result<f64, String> {
-    seconds(s).and_then(|v| {
-        if v > 0.0 {
-            Ok(v)
-        } else {
-            Err("must be more than 0".into())
-        }
-    })
+    s.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .ok_or(format!("{s:?} is not a number of seconds more than 0"))
 }
 
 /// A subcommand's result: its error printed as `cudapool SUB: ...`, exit 2 (or its own code).

@@ -355,7 +355,7 @@ fn stat_and_the_c_api_show_the_group() {
     assert_eq!(group["mine"], (24 * MIB).to_string());
     let text = stat();
     assert!(
-        text.contains(&format!("group {}: 1 members", g.0)),
+        text.contains(&format!("group {}: 1 member\n", g.0)),
         "{text}"
     );
     assert!(
@@ -380,7 +380,7 @@ fn a_member_that_uses_no_gpu_is_no_member_of_it() {
     assert_eq!(group["members"], "1", "{group:?}");
     let text = stat();
     assert!(
-        text.contains(&format!("group {}: 1 members (and 1 that use no GPU)", g.0)),
+        text.contains(&format!("group {}: 1 member (and 1 that uses no GPU)", g.0)),
         "{text}"
     );
     assert_eq!(a.finish(), 0);

@@ -333,6 +333,8 @@ pub unsafe extern "C" fn cudapool_set_memory_limit_text(
             .to_string_lossy()
             .into_owned();
         let Some(shim) = Shim::active() else {
+            // `why` is written for every answer but success.
+            say("cudapool is loaded but not active (CUDAPOOL_DISABLE, a bad CUDAPOOL_* value, or no driver yet)".into());
             return CUDA_ERROR_NOT_INITIALIZED as c_int;
         };
         let limits = match crate::base::config::parse_device_limits(&text) {

@@ -21,7 +21,7 @@
 //! every series carries the `uid` that owns the file it came from; `pid` and `comm` are the
 //! kernel's, never the page's word.
 
-use super::metrics::render;
+use super::metrics::{render, Process, Seen};
 use cudapool::base::patience::{Patience, READ_TIME};
 use cudapool::base::rundir::configured_from_env;
 use cudapool::base::rundir_find::{self, Squat};
@@ -108,15 +108,20 @@ pub fn exporter(listen: Listen, interval: Duration) -> ExitCode {
                 bound = Some(l);
                 break;
             }
-            Err(e) => last = Some(format!("{a}: {e}")),
+            Err(e) => last = Some((*a, e)),
         }
     }
     let Some(listener) = bound else {
-        eprintln!(
-            "cudapool exporter: cannot listen on {}: {}",
-            listen.text,
-            last.unwrap_or_default()
-        );
+        let why = match &last {
+            Some((_, e)) if e.kind() == std::io::ErrorKind::AddrInUse => format!(
+                "{e} (another exporter, or another program, has the port: choose another with --listen, e.g. {}:9490)",
+                listen.addrs.first().map_or("127.0.0.1".to_string(), |a| a.ip().to_string())
+            ),
+            Some((a, e)) if a.to_string() != listen.text => format!("{a}: {e}"),
+            Some((_, e)) => e.to_string(),
+            None => "no address to listen on".into(),
+        };
+        eprintln!("cudapool exporter: cannot listen on {}: {why}", listen.text);
         return ExitCode::from(1);
     };
     let Ok(addr) = listener.local_addr() else {
@@ -248,26 +253,6 @@ async fn serve(listener: std::net::TcpListener, scraper: Arc<Scraper>) -> std::i
         });
         conns.add(id, active, task.abort_handle());
     }
-}
-
-/// One process as a scrape sees it.
-pub(super) struct Process {
-    pub(super) snap: Snapshot,
-    pub(super) comm: String,
-}
-
-/// What a scrape reads: the processes and the groups, what it could not read, and the users'
-/// runtime directories someone else took.
-pub(super) struct Seen {
-    pub(super) procs: Vec<Process>,
-    pub(super) groups: Vec<cudapool::limits::group::LedgerView>,
-    /// Files left unread, by reason: `invalid` (not a page or ledger of this version, or not
-    /// the directory owner's), `busy` (its live writer was writing all the time it was given),
-    /// `time` (the read's time, or its owner's share of it, ran out first).
-    pub(super) skipped: [(&'static str, usize); 3],
-    pub(super) squats: Vec<Squat>,
-    /// How long the read took.
-    pub(super) read: Duration,
 }
 
 struct Scraper {

@@ -2,14 +2,36 @@
 //! in the Prometheus text format or OpenMetrics from one `fastmetrics` registry, families in
 //! one fixed order. What is read, and how, is `exporter`'s.
 
-use super::exporter::Seen;
+use cudapool::base::rundir_find::Squat;
 use cudapool::limits::budget::DeviceStats;
 use cudapool::report::page::fmt_uuid;
+use cudapool::report::pages::Snapshot;
 use fastmetrics::encoder::{EncodeLabelSet, LabelSetEncoder};
 use fastmetrics::format::text::{self, EscapingScheme, TextProfile};
 use fastmetrics::metrics::{counter::Counter, family::Family, gauge::Gauge};
 use fastmetrics::raw::{metadata::Unit, LabelSetSchema};
 use fastmetrics::registry::Registry;
+use std::time::Duration;
+
+/// One process as a scrape sees it.
+pub(super) struct Process {
+    pub(super) snap: Snapshot,
+    pub(super) comm: String,
+}
+
+/// What a scrape reads: the processes and the groups, what it could not read, and the users'
+/// runtime directories someone else took.
+pub(super) struct Seen {
+    pub(super) procs: Vec<Process>,
+    pub(super) groups: Vec<cudapool::limits::group::LedgerView>,
+    /// Files left unread, by reason: `invalid` (not a page or ledger of this version, or not
+    /// the directory owner's), `busy` (its live writer was writing all the time it was given),
+    /// `time` (the read's time, or its owner's share of it, ran out first).
+    pub(super) skipped: [(&'static str, usize); 3],
+    pub(super) squats: Vec<Squat>,
+    /// How long the read took.
+    pub(super) read: Duration,
+}
 
 /// The labels of one process's device.
 #[derive(Clone, PartialEq, Eq, Hash)]

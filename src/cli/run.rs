@@ -13,9 +13,20 @@ use std::process::{Command, ExitCode};
 
 /// `--limit`, checked as `CUDAPOOL_MEMORY_LIMIT` would be.
 pub fn parse_limit_arg(s: &str) -> Result<String, String> {
-    parse_device_limits(s)
-        .map(|_| s.to_string())
-        .map_err(|why| format!("{why}; accepted: {SIZE_FORMS}"))
+    parse_device_limits(s).map_err(|why| format!("{why}; accepted: {SIZE_FORMS}"))?;
+    // A bare number is bytes: `--limit 256` is 256 bytes, which no allocation fits. Below
+    // 1 MiB without a unit it is surely a slip: refused with the remedy.
+    for part in s.split(',') {
+        let size = part.rsplit_once('=').map_or(part, |(_, v)| v).trim();
+        if let Ok(n) = size.parse::<u64>() {
+            if n > 0 && n < 1 << 20 {
+                return Err(format!(
+                    "{size} is {size} bytes, less than 1 MiB: did you mean {size}MiB or {size}GiB? (write {size}B if you mean bytes)"
+                ));
+            }
+        }
+    }
+    Ok(s.to_string())
 }
 
 /// `--pool`, checked as `CUDAPOOL_POOL` would be.
@@ -113,6 +124,31 @@ pub fn run(
         Ok(c) => c,
         Err(e) => return fail(2, e.to_string()),
     };
+    // A leftover CUDAPOOL_DISABLE in the environment turns off what this command was asked to
+    // do: never silently.
+    if config.disable {
+        let asked: Vec<&str> = set
+            .iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(n, _)| match *n {
+                "CUDAPOOL_MEMORY_LIMIT" => "--limit",
+                "CUDAPOOL_POOL" => "--pool",
+                _ => "--report",
+            })
+            .collect();
+        let value = std::env::var("CUDAPOOL_DISABLE").unwrap_or_default();
+        return fail(
+            2,
+            format!(
+                "CUDAPOOL_DISABLE={value} in the environment turns cudapool off{}: unset it (unset CUDAPOOL_DISABLE) to run the program under cudapool, or run the program without `cudapool run`",
+                if asked.is_empty() {
+                    String::new()
+                } else {
+                    format!(", so {} would do nothing", asked.join(" and "))
+                }
+            ),
+        );
+    }
     // What the library would only warn of, refused here before anything runs: a misspelt
     // name, a file it could not write at exit, a soft limit that never applies.
     let names: Vec<String> = std::env::vars_os()

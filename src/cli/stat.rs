@@ -21,8 +21,13 @@ fn render(s: &Snapshot) -> String {
         0 => format!("{} (its own pid namespace's)", s.claimed_pid),
         p => p.to_string(),
     };
+    // The name the process gives itself (the kernel's record of it), as ps shows it.
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", s.pid))
+        .ok()
+        .filter(|_| s.pid != 0)
+        .map_or(String::new(), |c| format!(" ({})", c.trim_end()));
     let mut out = format!(
-        "pid {pid}  pool {}{group}  updated {age:.1} s ago\n",
+        "pid {pid}{comm}  pool {}{group}  updated {age:.1} s ago\n",
         s.pool
     );
     if s.devices.is_empty() {
@@ -94,17 +99,26 @@ pub fn stat_text(pids: &[u32], verbose: bool) -> Result<String, String> {
     for sq in squats(false, configured_from_env().as_deref()) {
         out.push_str(&format!("note: {}\n", sq.line()));
     }
-    if pids.is_empty() {
-        out.push_str(&groups_text(verbose));
-    }
+    // The groups of the processes shown (every group of this user when no pid was named).
+    let shown: Vec<&str> = all
+        .iter()
+        .filter(|s| pids.is_empty() || pids.contains(&s.pid))
+        .filter_map(|s| s.group.as_deref())
+        .collect();
+    out.push_str(&groups_text(verbose, (!pids.is_empty()).then_some(&shown)));
     Ok(out)
 }
 
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Every group of this user: per GPU its limit, its total and each live member's part.
-fn groups_text(verbose: bool) -> String {
+fn groups_text(verbose: bool, only: Option<&Vec<&str>>) -> String {
     let mut out = String::new();
     for g in cudapool::limits::group::ledgers(false, configured_from_env().as_deref()) {
         let g = match g {
+            Ok(g) if only.is_some_and(|o| !o.contains(&g.name.as_str())) => continue,
             Ok(g) => g,
             Err(why) if verbose => {
                 out.push_str(&format!("(skipped a group ledger: {why})\n"));
@@ -124,9 +138,16 @@ fn groups_text(verbose: bool) -> String {
         let idle = g.members.len() - g.users();
         let idle = match idle {
             0 => String::new(),
-            n => format!(" (and {n} that use no GPU)"),
+            n => format!(
+                " (and {n} that {} no GPU)",
+                if n == 1 { "uses" } else { "use" }
+            ),
         };
-        out.push_str(&format!("group {}: {} members{idle}\n", g.name, g.users()));
+        out.push_str(&format!(
+            "group {}: {}{idle}\n",
+            g.name,
+            plural(g.users(), "member", "members")
+        ));
         for (i, (uuid, limit, total)) in g.devices.iter().enumerate() {
             let limit = if *limit == 0 {
                 "none".to_string()
@@ -158,23 +179,110 @@ pub fn stat(pids: &[u32], verbose: bool) -> Result<(), String> {
 pub fn top(pids: &[u32], verbose: bool, count: u64, delay: f64) -> Result<(), String> {
     // SAFETY: isatty on the standard output's descriptor.
     let terminal = unsafe { libc::isatty(1) } == 1;
+    // On a terminal, `q` quits: its keys are read one at a time (restored at the end).
+    let keys = terminal.then(super::keys::Keys::new).flatten();
     for i in 0..count {
         let text = stat_text(pids, verbose)?;
         if terminal {
-            // Clear the screen and go home, like top.
+            // Clear the screen and go home, like top; lines fit the terminal's width.
+            let quit = if keys.is_some() { "q" } else { "Ctrl-C" };
+            let text = fit(&text, super::keys::width().unwrap_or(usize::MAX));
             super::out::out(&format!(
-                "\x1b[H\x1b[2Jcudapool top (every {delay} s, Ctrl-C to quit)\n\n{text}"
+                "\x1b[H\x1b[2Jcudapool top (every {delay} s, {quit} to quit)\n\n{text}"
             ));
         } else {
             // Into a pipe or a file: plain screens, one after another, each under a time line.
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
-            super::out::out(&format!("--- cudapool top at {now:.1} (Unix time)\n{text}"));
+            super::out::out(&format!("--- cudapool top at {}\n{text}", local_time()));
         }
         if i + 1 < count {
-            std::thread::sleep(std::time::Duration::from_secs_f64(delay));
+            let wait = std::time::Duration::from_secs_f64(delay);
+            match &keys {
+                Some(k) if k.quit_within(wait) => break,
+                Some(_) => {}
+                None => std::thread::sleep(wait),
+            }
         }
     }
     Ok(())
+}
+
+/// Now, as the local clock says: `2026-11-26 15:41:07`.
+fn local_time() -> String {
+    // SAFETY: time(NULL), then localtime_r into our own struct; strftime into our buffer.
+    unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            return format!("{t} (Unix time)");
+        }
+        let mut buf = [0u8; 32];
+        let n = libc::strftime(
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            c"%Y-%m-%d %H:%M:%S".as_ptr(),
+            &tm,
+        );
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+}
+
+/// `text` with every line longer than `width` broken where its fields part (two spaces), the
+/// rest indented under it: a narrow terminal shows whole fields, never a word cut in two.
+fn fit(text: &str, width: usize) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        if line.chars().count() <= width {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        let indent = line.len() - line.trim_start().len() + 4;
+        let mut cur = String::new();
+        for (k, field) in line
+            .trim_start()
+            .split("  ")
+            .filter(|f| !f.is_empty())
+            .enumerate()
+        {
+            let lead = if k == 0 {
+                line.len() - line.trim_start().len()
+            } else {
+                indent
+            };
+            if !cur.is_empty() && cur.chars().count() + 2 + field.chars().count() > width {
+                out.push_str(&cur);
+                out.push('\n');
+                cur.clear();
+            }
+            if cur.is_empty() {
+                cur = format!("{}{field}", " ".repeat(lead));
+            } else {
+                cur.push_str("  ");
+                cur.push_str(field);
+            }
+        }
+        out.push_str(&cur);
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_lines_break_between_fields() {
+        let line = "  device 0 (GPU-aa): limit none  allocated 1.00 MiB (peak 1.00 MiB)  reserved 2.00 MiB (peak 2.00 MiB)  cached 1.00 MiB";
+        let out = fit(line, 60);
+        for l in out.lines() {
+            assert!(l.chars().count() <= 60, "{l:?}");
+        }
+        assert!(
+            out.contains("allocated 1.00 MiB (peak 1.00 MiB)"),
+            "fields whole: {out}"
+        );
+        assert_eq!(fit("short", 60), "short\n");
+        assert!(local_time().len() >= 19);
+    }
 }

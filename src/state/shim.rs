@@ -386,6 +386,9 @@ impl Shim {
             .and_then(|o| o.oom(self, dev, asked))
             .map_or(String::new(), |n| format!("; {n}"));
         if log::enabled(Warn) {
+            let Some(held_back) = oom_line_due() else {
+                return;
+            };
             let s = self.device_stats(dev);
             let device_free = self
                 .driver
@@ -415,8 +418,12 @@ impl Shim {
                 0 => String::new(),
                 o => format!(" (the driver's own for this process: {})", fmt_bytes(o)),
             };
+            let held_back = match held_back {
+                0 => String::new(),
+                n => format!(" ({n} more out-of-memory answers since the last line)"),
+            };
             log::line(&format!(
-                "out of memory on device {dev}: asked {}{by}; limit {limit}, allocated {}, reserved {}{overhead}, cached after reclaim {}, device free {device_free}{group}{note}",
+                "out of memory on device {dev}: asked {}{by}; limit {limit}, allocated {}, reserved {}{overhead}, cached after reclaim {}, device free {device_free}{group}{note}{held_back}",
                 fmt_bytes(asked),
                 fmt_bytes(s.allocated),
                 fmt_bytes(s.reserved),
@@ -463,3 +470,36 @@ impl View for Shim {
         self.counted.memory_on(dev)
     }
 }
+
+/// The first [`OOM_LINES_FREE`] out-of-memory lines are said; after them, at most one every
+/// [`OOM_LINE_EVERY`], naming how many answers went unsaid meanwhile (a program that retries
+/// would otherwise fill its log: 168 lines in 25 s were seen). `Some(unsaid)` when a line is
+/// due now.
+fn oom_line_due() -> Option<u64> {
+    use std::sync::atomic::AtomicU64;
+    static SAID: AtomicU64 = AtomicU64::new(0);
+    static UNSAID: AtomicU64 = AtomicU64::new(0);
+    static LAST_NS: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    if SAID.fetch_add(1, Ordering::Relaxed) < OOM_LINES_FREE {
+        LAST_NS.store(now, Ordering::Relaxed);
+        return Some(0);
+    }
+    let last = LAST_NS.load(Ordering::Relaxed);
+    if now.saturating_sub(last) >= OOM_LINE_EVERY.as_nanos() as u64
+        && LAST_NS
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        return Some(UNSAID.swap(0, Ordering::Relaxed));
+    }
+    UNSAID.fetch_add(1, Ordering::Relaxed);
+    None
+}
+
+/// Out-of-memory lines said before they are thinned out.
+const OOM_LINES_FREE: u64 = 10;
+/// At most one out-of-memory line this often after the first ones.
+const OOM_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);

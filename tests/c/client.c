@@ -23,9 +23,17 @@ static const char *mode;
 CUdevice dev;
 CUcontext primary;
 
+static const char *me = "client";
+
 static void *must(void *p, const char *name) {
   if (!p) {
-    fprintf(stderr, "client: cannot get %s\n", name);
+    if (!strcmp(name, "libcuda.so.1"))
+      fprintf(stderr,
+              "%s: cannot load libcuda.so.1: no NVIDIA driver here; scripts/demo.sh lays out a fake "
+              "one in target/demo (put that folder on LD_LIBRARY_PATH, or run target/demo/sample)\n",
+              me);
+    else
+      fprintf(stderr, "%s: cannot get %s\n", me, name);
     exit(4);
   }
   return p;
@@ -552,8 +560,16 @@ static __attribute__((noinline)) CUdeviceptr leaky_helper(size_t size) {
 #include "client_holding.c"
 
 int main(int argc, char **argv) {
+  const char *slash = strrchr(argv[0], '/');
+  me = slash ? slash + 1 : argv[0];
   if (argc < 3) {
-    fprintf(stderr, "usage: client link|dlsym|gpa|gpa-ptsz SCENARIO [args]\n");
+    fprintf(stderr,
+            "usage: %s link|dlsym|gpa|gpa-ptsz SCENARIO [args]\n"
+            "  how it reaches the driver: linked, dlopen+dlsym, or cuGetProcAddress\n"
+            "  SCENARIO: sample (the demo's workload), basic, limit, getinfo, threads, ctx, pitch,\n"
+            "  range, legacy, pairs, ... (tests/c/client.c lists them all)\n"
+            "  e.g. %s dlsym sample\n",
+            me, me);
     return 2;
   }
   mode = argv[1];

@@ -1,7 +1,7 @@
 // The ways the driver takes device memory for a process besides its allocations (issue 52),
 // one step after another, each answer printed, reaching the driver through dlsym as most
 // runtimes do. Runs on the fake driver (tests/preload/overhead.rs) and on a GPU
-// (tests/gpu/holes.sh, with a PTX image and nvidia-smi).
+// (tests/gpu/programs/holes.sh, with a PTX image and nvidia-smi).
 //
 //   holes  (settings from the environment; a step left unset is skipped)
 //     HOLES_ALLOC1, HOLES_ALLOC2   two cuMemAlloc sizes (bytes), both kept

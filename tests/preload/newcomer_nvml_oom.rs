@@ -12,7 +12,7 @@ fn the_cli_helps_and_names_what_is_wrong() {
     let r = run_program(&cli, &["--help"], false, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     for sub in [
-        "run", "stat", "top", "plot", "snapshot", "exporter", "config",
+        "run", "stat", "top", "plot", "snapshot", "exporter", "config", "slurm",
     ] {
         assert!(r.stdout.contains(sub), "the help lists {sub}: {}", r.stdout);
         for args in [vec![sub, "--help"], vec!["help", sub]] {
@@ -353,7 +353,8 @@ fn the_readmes_worked_example_is_what_the_demo_prints() {
     assert_eq!(block[1], "$ cudapool run --limit 512MiB --report -- sample");
     assert!(demo.contains("echo \"\\$ cudapool run --limit $limit --report -- sample\""));
     assert!(demo.contains("limit=${LIMIT:-512MiB}"));
-    assert!(demo.contains("\"$work/sample\" dlsym sample"));
+    assert!(demo.contains("--report -- \"$work/sample\""));
+    assert!(demo.contains("exec \"$dir/client\" dlsym sample \"$@\""));
     let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
     let r = run_program(
         Path::new("sh"),

@@ -102,7 +102,7 @@ assert cudapool.memory_stats(0)["hard_limit"] == 0
 for bad, says in [
     ("lots", "unknown unit"),
     ("-1", "negative"),
-    ("150%", "between 0% and 100%"),
+    ("150%", "more than 0% and at most 100%"),
     ("0=1GiB,0=2GiB", "listed twice"),
     ("7=1GiB", "device 7"),
 ]:
@@ -126,7 +126,14 @@ for call in [
         sys.exit("device 7 accepted")
     except ValueError as e:
         assert "device 7" in str(e), str(e)
+# A getter's error names the getter the user called, not the one it is built on.
+try:
+    cudapool.memory_allocated(5)
+    sys.exit("device 5 accepted")
+except ValueError as e:
+    assert str(e).startswith("memory_allocated: device 5"), str(e)
 assert cudapool.memory_stats(1)["allocated_bytes"] == 0, "device 1 is one of the fake's two"
+assert "overhead_bytes" in cudapool.memory_stats(0)
 try:
     cudapool.snapshot("/nonexistent-dir/x.json")
     sys.exit("unwritable snapshot path accepted")

@@ -214,12 +214,12 @@ def version():
     return _lib().cudapool_version().decode()
 
 
-def memory_stats(device=None):
+def memory_stats(device=None, _what="memory_stats"):
     """Every counter of `device` (None: all devices summed) as a dict: cudapool's names, and
     torch.cuda.memory_stats' names for the ones they share."""
     s = _Stats(struct_size=ctypes.sizeof(_Stats))
     d = _device(device)
-    _check(_lib().cudapool_get_stats(d, ctypes.byref(s)), "memory_stats", d)
+    _check(_lib().cudapool_get_stats(d, ctypes.byref(s)), _what, d)
     out = {name: getattr(s, name) for name in FIELDS}
     out.update(
         {
@@ -291,22 +291,22 @@ def set_oom_handler(fn):
 
 def memory_allocated(device=None):
     """Bytes the program holds now."""
-    return memory_stats(device)["allocated_bytes"]
+    return memory_stats(device, "memory_allocated")["allocated_bytes"]
 
 
 def max_memory_allocated(device=None):
     """Peak of memory_allocated since start or the last reset_peak_memory_stats."""
-    return memory_stats(device)["peak_allocated_bytes"]
+    return memory_stats(device, "max_memory_allocated")["peak_allocated_bytes"]
 
 
 def memory_reserved(device=None):
     """Bytes held from the driver: allocated plus cached."""
-    return memory_stats(device)["reserved_bytes"]
+    return memory_stats(device, "memory_reserved")["reserved_bytes"]
 
 
 def max_memory_reserved(device=None):
     """Peak of memory_reserved."""
-    return memory_stats(device)["peak_reserved_bytes"]
+    return memory_stats(device, "max_memory_reserved")["peak_reserved_bytes"]
 
 
 def reset_peak_memory_stats(device=None):

@@ -602,7 +602,9 @@ pub fn parse_limit(s: &str) -> Result<Limit, String> {
             .parse()
             .map_err(|_| format!("{:?} is not a percentage", s))?;
         if !(p > 0.0 && p <= 100.0) {
-            return Err(format!("{s} is not between 0% and 100%"));
+            return Err(format!(
+                "{s} is not a share of the device: more than 0% and at most 100%"
+            ));
         }
         return Ok(Limit::Percent(p));
     }

@@ -3,10 +3,10 @@
 # a context, 900 MiB then 200 MiB allocated, cuCtxSetLimit of a 64 KiB stack and an 8 GiB heap,
 # a PTX module with a 4 GiB global, 8 more contexts; nvidia-smi's figure for the process after
 # each step. Run without cudapool, under CUDAPOOL_MEMORY_LIMIT=1GiB and under 20GiB.
-#   bash tests/gpu/holes.sh [OUTDIR]      (from the repository root; needs nvcc, nvidia-smi and
+#   bash tests/gpu/programs/holes.sh [OUTDIR]      (from the repository root; needs nvcc, nvidia-smi and
 #                                         target/release/libcudapool.so)
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 out=${1:-${OUT:-/tmp/cudapool-holes}}
 mkdir -p "$out"
 w=$(mktemp -d)
