@@ -65,6 +65,12 @@ for doc in docs:
             if v not in known and not v.startswith("CUDAPOOL_VERSION"):
                 problems.append(f"{doc}:{n}: names {v}, a variable cudapool does not know")
 
+# The README is the front door: what it does, the two commands, an example, the variables, one
+# speed and one memory table, the limits; detail lives in docs/.
+readme_lines = read("README.md").count("\n")
+if readme_lines > 300:
+    problems.append(f"README.md: {readme_lines} lines, more than 300 (move detail into docs/)")
+
 for p in problems:
     print(p)
 print(f"check-docs: {len(docs)} pages, {len(problems)} problems")

@@ -9,7 +9,7 @@
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 
-/// (seconds, allocated, reserved, limit), sizes in GiB.
+/// (seconds, allocated, reserved, limit), sizes in bytes (in the axis's unit once drawn).
 type Sample = (f64, f64, f64, f64);
 /// A line of the chart: its name, colour and which value of a sample it draws.
 type Line = (&'static str, RGBColor, fn(&Sample) -> f64);
@@ -28,9 +28,22 @@ pub const MAX_EVENTS: usize = 1_000_000;
 /// The most devices drawn (a page holds 64).
 pub const MAX_DEVICES: usize = 64;
 
+/// The unit an axis reaching `top` bytes is drawn in, and its size in bytes.
+fn unit_for(top: f64) -> (&'static str, f64) {
+    if top >= GIB {
+        ("GiB", GIB)
+    } else if top >= (1u64 << 20) as f64 {
+        ("MiB", (1u64 << 20) as f64)
+    } else {
+        ("KiB", 1024.0)
+    }
+}
+
 pub fn plot(input: &str, output: &str) -> Result<(), String> {
     if !output.ends_with(".svg") {
-        return Err(format!("{output}: only .svg pictures are drawn"));
+        return Err(format!(
+            "{output}: cudapool draws SVG only (name the file .svg); for a PNG to paste, convert it: `rsvg-convert memory.svg -o memory.png` (librsvg2-bin) or `convert memory.svg memory.png` (ImageMagick)"
+        ));
     }
     let out_path = std::path::Path::new(output);
     cudapool::base::outfile::check(out_path)?;
@@ -60,7 +73,7 @@ pub fn plot(input: &str, output: &str) -> Result<(), String> {
                     continue;
                 };
                 let a = &e["args"];
-                let g = |k: &str| a[k].as_f64().unwrap_or(0.0) / GIB;
+                let g = |k: &str| a[k].as_f64().unwrap_or(0.0);
                 devices.entry(dev).or_default().samples.push((
                     ts,
                     g("allocated"),
@@ -82,6 +95,19 @@ pub fn plot(input: &str, output: &str) -> Result<(), String> {
     }
     if devices.values().all(|s| s.samples.is_empty()) {
         return Err(format!("{input}: the trace holds no memory samples"));
+    }
+    // The axis in the unit that suits the run: a 100 MiB run in MiB, not in hundredths of GiB.
+    let top = devices
+        .values()
+        .flat_map(|s| s.samples.iter().map(|x| x.1.max(x.2).max(x.3)))
+        .fold(0.0, f64::max);
+    let (unit, per) = unit_for(top);
+    for s in devices.values_mut() {
+        for x in &mut s.samples {
+            x.1 /= per;
+            x.2 /= per;
+            x.3 /= per;
+        }
     }
     let n = devices.len() as u32;
     let mut svg = String::new();
@@ -107,7 +133,7 @@ pub fn plot(input: &str, output: &str) -> Result<(), String> {
             chart
                 .configure_mesh()
                 .x_desc("seconds")
-                .y_desc("GiB")
+                .y_desc(unit)
                 .draw()
                 .map_err(|e| e.to_string())?;
             let step = |pick: fn(&Sample) -> f64| -> Vec<(f64, f64)> {
@@ -161,4 +187,14 @@ pub fn plot(input: &str, output: &str) -> Result<(), String> {
     cudapool::base::outfile::write(out_path, svg.as_bytes())?;
     super::out::outln(&format!("wrote {output}"));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_axis_unit_suits_the_run() {
+        assert_eq!(super::unit_for(100.0 * 1048576.0).0, "MiB");
+        assert_eq!(super::unit_for(3.0 * super::GIB).0, "GiB");
+        assert_eq!(super::unit_for(4096.0).0, "KiB");
+    }
 }
