@@ -1,5 +1,5 @@
 //! The `cudapool` command (SPEC.md): `run`, `stat`, `top`, `plot`, `snapshot`, `exporter`,
-//! `config` and `slurm`, parsed by clap (the preloaded library links none of it). Every subcommand answers
+//! `config`, `slurm` and `jobstat`, parsed by clap (the preloaded library links none of it). Every subcommand answers
 //! `--help` (and `cudapool help SUB`); a usage error names the subcommand and the option and
 //! exits 2; `run` exits 126 or 127 when the program cannot be started; output into a closed
 //! pipe ends quietly with status 0 (`cli::out`).
@@ -7,6 +7,7 @@
 mod cli {
     pub mod config;
     pub mod exporter;
+    pub mod jobstat;
     pub mod keys;
     pub mod metrics;
     pub mod out;
@@ -60,6 +61,14 @@ enum Command {
     Config(cli::config::ConfigArgs),
     /// Slurm's Prolog, Epilog and TaskProlog for cudapool (deploy/slurm/ hands over to these)
     Slurm(cli::slurm::SlurmArgs),
+    /// A Slurm job's GPU memory: asked, peak, refusals, per node and GPU
+    Jobstat(JobstatArgs),
+}
+
+#[derive(Args)]
+struct JobstatArgs {
+    /// The job's id
+    job: String,
 }
 
 #[derive(Args)]
@@ -135,8 +144,8 @@ struct ExporterArgs {
     interval: f64,
 }
 
-const SUBCOMMANDS: [&str; 8] = [
-    "run", "stat", "top", "plot", "snapshot", "exporter", "config", "slurm",
+const SUBCOMMANDS: [&str; 9] = [
+    "run", "stat", "top", "plot", "snapshot", "exporter", "config", "slurm", "jobstat",
 ];
 
 fn seconds(s: &str) -> Result<f64, String> {
@@ -204,5 +213,6 @@ fn main() -> ExitCode {
         }
         Command::Config(a) => finish("config", cli::config::config(&a)),
         Command::Slurm(a) => cli::slurm::slurm(a),
+        Command::Jobstat(a) => finish("jobstat", cli::jobstat::jobstat(&a.job)),
     }
 }

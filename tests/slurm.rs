@@ -15,6 +15,8 @@
 //!     file of root; a task whose environment tries to raise the limit, name another group or
 //!     turn cudapool off is held to the share all the same; the Epilog removes the file.
 //! (h) a hostile user (issue 54, cases 1 to 4, each failing on 226784a): see [`hostile_users`].
+//! (i) Slurm's accounting (slurmdbd and MariaDB of the test's own): what each job used, beside
+//!     what it asked, in `sacct` (issue 51): see [`accounting`].
 
 mod common;
 use common::*;
@@ -94,6 +96,7 @@ fn slurm_schedules_gpu_memory_and_cudapool_holds_it() {
         .arg("start")
         .arg(&dir)
         .env("PROCTRACK", "cgroup")
+        .env("ACCOUNTING", "1")
         .env("SLURM_PROLOG", root().join("deploy/slurm/prolog.sh"))
         .env("SLURM_EPILOG", root().join("deploy/slurm/epilog.sh"))
         .env(
@@ -222,6 +225,12 @@ fn slurm_schedules_gpu_memory_and_cudapool_holds_it() {
             "the Epilog removed the file: {all}"
         );
         hostile_users(&c);
+        let t = Instant::now();
+        accounting(&c);
+        eprintln!(
+            "slurm: the accounting case {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
     } else {
         eprintln!("slurm: no Slurm cgroups here: the mandatory mode (g) not checked");
     }
@@ -360,4 +369,74 @@ fn hostile_users(c: &Cluster) {
     );
     assert!(o.stdout.contains("once ok"), "{all}");
     assert!(o.stdout.contains("pid"), "stat finds the process: {all}");
+}
+
+/// Issue 51: two jobs of two users end; `sacct` shows each one's asked TRES beside what it used,
+/// recorded by the root Epilog in its `AdminComment`: the job that hit its 64 MiB share shows
+/// its peak and its refusals, the other job its own figures only; `cudapool jobstat` prints the
+/// same. Before: `sacct` knew the request only.
+fn accounting(c: &Cluster) {
+    const MB8: &str = "8388608";
+    let o = sh(
+        c,
+        &format!(
+            r#"U1='{U1}' U2='{U2}'
+            a=$($U1 sbatch --parsable --chdir=/tmp --output=/dev/null --gres=gpumem:64M --wrap "$CHAOS fill {MB8} 0")
+            b=$($U2 sbatch --parsable --chdir=/tmp --output=/dev/null --gres=gpumem:128M --wrap "$CHAOS once")
+            echo "jobs a=$a b=$b"
+            for i in $(seq 100); do
+              n=$(sacct -n -P -X -j $a,$b -o AdminComment | grep -c cudapool)
+              [ "$n" = 2 ] && break
+              sleep 0.2
+            done
+            sacct -n -P -X -j $a,$b -o JobID,User,State,ReqTRES,AdminComment | sed 's/^/sacct|/'
+            $CLI jobstat $a | sed 's/^/jobstat: /'
+            "#
+        ),
+    );
+    let all = format!("{}{}", o.stdout, o.stderr);
+    let rows: Vec<Vec<&str>> = o
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("sacct|"))
+        .map(|l| l.splitn(5, '|').collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{all}");
+    let json = |r: &Vec<&str>| -> serde_json::Value {
+        serde_json::from_str(&r[4].replace('`', "\"")).unwrap_or_else(|e| panic!("{e}: {all}"))
+    };
+    let (a, b) = (json(&rows[0]), json(&rows[1]));
+    let gpu = |v: &serde_json::Value| {
+        v["cudapool"]
+            .as_object()
+            .unwrap()
+            .values()
+            .next()
+            .unwrap()
+            .clone()
+    };
+    let (ga, gb) = (gpu(&a), gpu(&b));
+    assert!(
+        rows[0][3].contains("gpumem") || rows[0][3].contains("gres"),
+        "asked: {all}"
+    );
+    assert_eq!(ga["share"], 67108864, "{all}");
+    assert_eq!(ga["gpus"][0]["peak_reserved"], 67108864, "{all}");
+    assert!(ga["gpus"][0]["refused"].as_u64().unwrap() >= 1, "{all}");
+    assert_eq!(gb["share"], 134217728, "{all}");
+    assert_eq!(gb["gpus"][0]["refused"], 0, "{all}");
+    assert!(
+        gb["gpus"][0]["peak_reserved"].as_u64().unwrap() < 67108864,
+        "{all}"
+    );
+    assert!(o.stdout.contains("jobstat: job "), "{all}");
+    assert!(o.stdout.contains("peak 64.00 MiB"), "{all}");
+    eprintln!(
+        "slurm: sacct said\n{}",
+        o.stdout
+            .lines()
+            .filter(|l| l.starts_with("sacct|"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }

@@ -61,8 +61,11 @@ pub fn default_path(uid: u32) -> PathBuf {
 pub struct RunDir {
     pub(super) fd: OwnedFd,
     pub(super) path: PathBuf,
-    /// Its owner, as `fstat` says.
+    /// Its owner, as `fstat` says (for a job's folder of root: the owner of its files).
     pub owner: u32,
+    /// A job's folder of root ([`of_job`]): its files are removed by the root Epilog only,
+    /// never by a reader.
+    pub of_job: bool,
 }
 
 /// What is at a candidate path.
@@ -119,6 +122,7 @@ pub(super) fn open_dir(path: &Path, owner: u32) -> Found {
         fd,
         path: path.to_path_buf(),
         owner,
+        of_job: false,
     })
 }
 
@@ -159,6 +163,7 @@ pub fn of_job(path: &Path, files_of: u32) -> Result<RunDir, String> {
     match open_dir(path, 0) {
         Found::Usable(mut d) => {
             d.owner = files_of;
+            d.of_job = true;
             Ok(d)
         }
         Found::Absent => Err(format!(

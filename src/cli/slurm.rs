@@ -10,6 +10,9 @@
 //! or a share of nothing (every allocation refused), never more, with one line on stderr.
 //! Texts a user writes (`--comment`, the job's name) never reach it.
 //!
+//! **The record.** The root Epilog writes what the job used on the node (its group's peak per
+//! GPU, refusals, members) into Slurm's accounting, the job's `AdminComment` (`jobstat`).
+//!
 //! **The share.** `--gres=gpumem:N` per node, split evenly over the job's GPUs on the node and
 //! rounded up (never to 0 unless N is 0; a share of 0 refuses every allocation).
 //!
@@ -136,14 +139,7 @@ fn parse_site(text: &str) -> Result<Site, String> {
     Ok(s)
 }
 
-/// A job id as Slurm gives it: digits only (an array task's own id too), at most 20.
-fn job_id(s: &str) -> Result<&str, String> {
-    if !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit()) {
-        Ok(s)
-    } else {
-        Err(format!("{s:?} is not a job id"))
-    }
-}
+use super::jobstat::job_id;
 
 /// How many GPUs a `SLURM_JOB_GPUS` list names (`None` or empty: one). `Err`: not such a list.
 fn gpu_count(list: Option<&str>) -> Result<u64, String> {
@@ -464,6 +460,10 @@ fn epilog() -> Result<(), String> {
     let jobs = Path::new(JOBS_DIR);
     if std::fs::symlink_metadata(jobs).is_err() {
         return Ok(());
+    }
+    // What the job used on this node, into Slurm's accounting, before its files go.
+    if let Err(e) = super::jobstat::record(job) {
+        eprintln!("cudapool slurm epilog: job {job}: its GPU memory is not recorded: {e}");
     }
     let _ = std::fs::remove_file(jobs.join(job));
     remove_job_dir(&ledger_dir(job))

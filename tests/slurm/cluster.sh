@@ -17,10 +17,11 @@ cmd=$1 dir=$(realpath -m "$2")
 root=$(cd "$(dirname "$0")/../.." && pwd)
 case $cmd in
 stop)
-  for p in slurmd slurmctld; do
+  for p in slurmd slurmctld slurmdbd; do
     [ -f "$dir/$p.pid" ] && kill "$(cat "$dir/$p.pid")" 2>/dev/null || true
   done
   [ -f "$dir/munged.pid" ] && kill "$(cat "$dir/munged.pid")" 2>/dev/null || true
+  [ -f "$dir/db/mariadb.pid" ] && kill "$(cat "$dir/db/mariadb.pid")" 2>/dev/null || true
   exit 0
   ;;
 start) ;;
@@ -35,6 +36,13 @@ if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! comm
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
   apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null
+fi
+# Slurm's accounting (sacct): slurmdbd and a MariaDB of our own, on loopback ports, in DIR.
+if [ "${ACCOUNTING:-}" = 1 ] && { ! command -v slurmdbd >/dev/null || ! command -v mariadbd >/dev/null; }; then
+  echo "slurm: installing Debian's slurmdbd and mariadb-server" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends slurmdbd mariadb-server >/dev/null
 fi
 mkdir -p "$dir/state" "$dir/spool" "$dir/munge"
 # Two ordinary users for the hostile cases (Slurm runs jobs only of users it can look up):
@@ -52,6 +60,16 @@ fi
 echo "${PROCTRACK:-linuxproc}" > "$dir/proctrack"
 node=$(hostname -s)
 cpus=$(nproc)
+ACCOUNTING_LINES=""
+if [ "${ACCOUNTING:-}" = 1 ]; then
+  # The lines a site adds for accounting (docs/deploying.md): GPUs and the gpumem GRES as TRES.
+  ACCOUNTING_LINES="AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=16819
+AccountingStoragePass=$dir/munge/munge.socket
+AccountingStorageTRES=gres/gpu,gres/gpumem
+JobAcctGatherType=jobacct_gather/none"
+fi
 cat > "$dir/slurm.conf" <<CONF
 ClusterName=cudapool-test
 SlurmctldHost=$node(127.0.0.1)
@@ -79,6 +97,7 @@ MinJobAge=600
 JobCompType=jobcomp/filetxt
 JobCompLoc=$dir/jobcomp.txt
 MpiDefault=none
+${ACCOUNTING_LINES:-}
 # What a site adds for cudapool (docs/deploying.md):
 GresTypes=gpumem
 TaskProlog=$root/deploy/slurm/task_prolog.sh
@@ -108,6 +127,37 @@ fi
 munged --force --socket="$dir/munge/munge.socket" --pid-file="$dir/munged.pid" \
   --seed-file="$dir/munge/seed" --log-file="$dir/munged.log" 2>/dev/null
 export SLURM_CONF=$dir/slurm.conf
+if [ "${ACCOUNTING:-}" = 1 ]; then
+  rm -rf "$dir/db" && mkdir -p "$dir/db"
+  mariadb-install-db --no-defaults --datadir="$dir/db/data" --user=root --auth-root-authentication-method=socket >/dev/null 2>&1
+  mariadbd --no-defaults --datadir="$dir/db/data" --user=root --socket="$dir/db/sock" \
+    --port=13306 --bind-address=127.0.0.1 --pid-file="$dir/db/mariadb.pid" \
+    --log-error="$dir/db/error.log" --skip-log-bin >/dev/null 2>&1 &
+  for _ in $(seq 100); do [ -S "$dir/db/sock" ] && break; sleep 0.1; done
+  mariadb --no-defaults --socket="$dir/db/sock" -u root -e \
+    "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'cudapool-test'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+  cat > "$dir/slurmdbd.conf" <<DBD
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge/munge.socket
+DbdAddr=127.0.0.1
+DbdHost=localhost
+DbdPort=16819
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=13306
+StorageUser=slurm
+StoragePass=cudapool-test
+StorageLoc=slurm_acct_db
+PidFile=$dir/slurmdbd.pid
+LogFile=$dir/slurmdbd.log
+DBD
+  chmod 600 "$dir/slurmdbd.conf"
+  # slurmdbd reads the slurmdbd.conf beside SLURM_CONF.
+  SLURM_CONF=$dir/slurm.conf slurmdbd
+  for _ in $(seq 100); do sacctmgr -i add cluster cudapool-test >/dev/null 2>&1 && break; sleep 0.2; done
+  sacctmgr -n -P list cluster format=cluster 2>/dev/null | grep -qx cudapool-test || { echo "slurm: slurmdbd did not come up" >&2; tail -5 "$dir/slurmdbd.log" >&2; exit 1; }
+fi
 slurmctld -f "$dir/slurm.conf"
 slurmd -f "$dir/slurm.conf" -N "$node"
 for _ in $(seq 100); do

@@ -39,7 +39,7 @@ pub const DEVICES: usize = 32;
 /// Members a group holds at once.
 pub const MEMBERS: usize = 1024;
 const MAGIC: u64 = u64::from_le_bytes(*b"CPGROUP\0");
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 /// More bytes than any GPU has: a figure above it is impossible (64 PiB).
 pub const SANE: u64 = 1 << 56;
 /// The longest wait at a ledger's door.
@@ -57,6 +57,11 @@ pub(super) struct DeviceSlot {
     pub limit: u64,
     /// The members' reserved bytes on it, summed (the dead ones' until they are reaped).
     pub total: u64,
+    /// The most `total` ever was, the reservations the group refused, and how many members
+    /// ever held memory on it: the job's record (`cudapool slurm epilog`, `jobstat`).
+    pub peak: u64,
+    pub refused: u64,
+    pub users: u64,
 }
 
 /// A member. `live`, `pid`, `joined_ns` and `reserved` are under the mutex; the lending words
@@ -249,7 +254,7 @@ pub(super) fn check(l: &Ledger) -> Result<(), String> {
         return Err(format!("version {}, not {VERSION}", l.version));
     }
     for (d, s) in l.devices.iter().enumerate() {
-        if s.used > 1 || s.total >= SANE || s.limit >= SANE {
+        if s.used > 1 || s.total >= SANE || s.limit >= SANE || s.peak >= SANE {
             return Err(format!("GPU slot {d} holds impossible figures"));
         }
     }
@@ -445,6 +450,9 @@ pub struct LedgerView {
     /// What the ledger itself records as reserved on each GPU (in `devices` order): the live
     /// members' shares and the dead ones' not yet reaped. Never above the limit.
     pub recorded: Vec<u64>,
+    /// (peak reserved, reservations refused, members that ever held memory) of each GPU, in
+    /// `devices` order: the group's record since its ledger was made.
+    pub record: Vec<(u64, u64, u64)>,
 }
 
 impl LedgerView {
@@ -553,7 +561,8 @@ pub fn read(dir: &RunDir, fname: &str) -> Result<LedgerView, String> {
 pub fn read_within(dir: &RunDir, fname: &str, wait: Duration) -> Result<LedgerView, String> {
     let path = dir.file(fname);
     // SAFETY: getuid has no preconditions.
-    let mine = dir.owner == unsafe { libc::getuid() };
+    // (A job's folder of root is the root Epilog's to empty, after it recorded the ledger.)
+    let mine = dir.owner == unsafe { libc::getuid() } && !dir.of_job;
     // Our own: read-write, to remove it if it is dead (a write lock needs a writable file).
     let mode = if mine { libc::O_RDWR } else { libc::O_RDONLY };
     let (fd, st) =
@@ -651,6 +660,17 @@ pub fn read_within(dir: &RunDir, fname: &str, wait: Duration) -> Result<LedgerVi
             })
             .collect(),
         recorded: used.iter().map(|&d| l.devices[d].total).collect(),
+        record: used
+            .iter()
+            .map(|&d| {
+                let s = &l.devices[d];
+                (
+                    s.peak,
+                    s.refused.min(SANE),
+                    s.users.min(MEMBERS as u64 * 1024),
+                )
+            })
+            .collect(),
     })
 }
 

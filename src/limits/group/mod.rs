@@ -85,6 +85,8 @@ pub struct Group {
     /// Per device slot, the limit this member enforces whatever the ledger says (the
     /// mandatory mode: the job's share, `NOT_FIXED` otherwise; `u64::MAX`: none).
     fixed: [AtomicU64; DEVICES],
+    /// Whether this member ever held memory on each GPU slot (counted once in its `users`).
+    ever_used: [AtomicBool; DEVICES],
 }
 
 const NOT_FIXED: u64 = 0;
@@ -192,6 +194,7 @@ impl Group {
             mine: [const { AtomicU64::new(0) }; DEVICES],
             claimed: std::sync::Mutex::new(Vec::new()),
             fixed: [const { AtomicU64::new(NOT_FIXED) }; DEVICES],
+            ever_used: [const { AtomicBool::new(false) }; DEVICES],
         };
         {
             let mut l = group.lock()?;
@@ -272,6 +275,9 @@ impl Group {
                     used: 1,
                     limit,
                     total: 0,
+                    peak: 0,
+                    refused: 0,
+                    users: 0,
                 };
             }
         }
@@ -435,6 +441,9 @@ impl Group {
                     used: 1,
                     limit: limit.unwrap_or(0),
                     total: 0,
+                    peak: 0,
+                    refused: 0,
+                    users: 0,
                 };
                 d
             }
@@ -529,6 +538,22 @@ pub struct GroupFigures {
 }
 
 impl GroupDevice {
+    /// Adds `bytes` to this member's share and the GPU's total (under the mutex), keeping the
+    /// GPU's record: its peak, and its users the first time this member holds memory on it.
+    fn add(&self, l: &mut Locked, bytes: u64) {
+        let g = &*self.group;
+        let mine = &mut l.members[g.me].reserved[self.slot];
+        let first = *mine == 0 && !g.ever_used[self.slot].swap(true, Ordering::Relaxed);
+        *mine = mine.saturating_add(bytes);
+        g.mine[self.slot].store(*mine, Ordering::Relaxed);
+        let d = &mut l.devices[self.slot];
+        d.total = d.total.saturating_add(bytes);
+        d.peak = d.peak.max(d.total);
+        if first {
+            d.users = d.users.saturating_add(1);
+        }
+    }
+
     pub fn figures(&self) -> GroupFigures {
         let (members, reserved, limit) = self.group.figures(self.slot);
         GroupFigures {
@@ -558,25 +583,18 @@ impl Shared for GroupDevice {
             // Before refusing anyone: the share of members that died comes back.
             g.reap(&mut l);
             if !fits(&l) {
+                let d = &mut l.devices[self.slot];
+                d.refused = d.refused.saturating_add(1);
                 return false;
             }
         }
-        let total = &mut l.devices[self.slot].total;
-        *total = total.saturating_add(bytes);
-        let mine = &mut l.members[g.me].reserved[self.slot];
-        *mine = mine.saturating_add(bytes);
-        g.mine[self.slot].store(*mine, Ordering::Relaxed);
+        self.add(&mut l, bytes);
         true
     }
 
     fn force_reserve(&self, bytes: u64) {
-        let g = &*self.group;
-        if let Ok(mut l) = g.lock() {
-            let total = &mut l.devices[self.slot].total;
-            *total = total.saturating_add(bytes);
-            let mine = &mut l.members[g.me].reserved[self.slot];
-            *mine = mine.saturating_add(bytes);
-            g.mine[self.slot].store(*mine, Ordering::Relaxed);
+        if let Ok(mut l) = self.group.lock() {
+            self.add(&mut l, bytes);
         }
     }
 

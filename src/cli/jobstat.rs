@@ -1,0 +1,289 @@
+//! A Slurm job's GPU memory in Slurm's own accounting (issue 51): what the root Epilog records
+//! of the job on its node (`record`, from the job's group ledger), and `cudapool jobstat JOBID`,
+//! which prints it for a person, from `sacct` once the job ended or from the live ledger while
+//! it runs.
+//!
+//! **Where.** The job's `AdminComment` (only Slurm's administrators may write it; `sacct -o
+//! AdminComment` shows it beside `ReqTRES`): a compact JSON object whose `cudapool` key holds
+//! one entry per node, `{"<node>": {"share": B, "gpus": [{"uuid", "limit", "peak_reserved",
+//! "refused", "members"}]}}`. Whatever else the comment held is kept: another node's entry, the
+//! site's own JSON keys, or the site's plain text (kept under `"text"`). It is read from the
+//! accounting (`sacct -o AdminComment`: a field only administrators write, never `scontrol show
+//! job`'s text, where a user's comment could pose as it) and written with `scontrol update`,
+//! run directly, never through a shell: by `sacctmgr modify job` (the job has ended when the
+//! Epilog runs, and slurmctld no longer updates it), which stores each `"` as a backtick: a
+//! reader turns them back (`unquote`; `tr '`' '"'`). Two nodes' Epilogs that run at the same instant can
+//! still each write over the other's entry (Slurm has no append): said in docs/deploying.md.
+//!
+//! **What the figures are.** The group's record in its ledger, which is the job's user's to
+//! write: informative, not evidence against the user. Peak allocated is not recorded (it lives
+//! in each process); the peak is of what the group's members held from the driver together.
+
+use cudapool::base::job::{ledger_dir, read_share, JOBS_DIR};
+use cudapool::base::rundir::of_job;
+use cudapool::limits::group::ledger;
+use cudapool::report::fmt_bytes;
+use cudapool::report::page::fmt_uuid;
+use serde_json::{json, Map, Value};
+use std::path::Path;
+use std::process::Command;
+
+/// A job id as Slurm gives it: digits only (an array task's own id too), at most 20.
+pub fn job_id(s: &str) -> Result<&str, String> {
+    if !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit()) {
+        Ok(s)
+    } else {
+        Err(format!("{s:?} is not a job id"))
+    }
+}
+
+/// A node name as Slurm's `SLURMD_NODENAME` gives it: letters, digits, `.`, `_`, `-`.
+fn node_name(s: &str) -> Option<&str> {
+    (!s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-'))
+    .then_some(s)
+}
+
+/// This node's entry for job `job`, from its group ledger in the job's folder of root; `None`
+/// when the job had no group here (no gpumem, or no CUDA process ran).
+pub fn node_entry(job: &str) -> Option<Value> {
+    let dir_path = ledger_dir(job);
+    let fname = ledger::file_name(&format!("slurm-{job}"));
+    let owner = std::fs::symlink_metadata(dir_path.join(&fname)).ok()?;
+    let dir = of_job(&dir_path, std::os::unix::fs::MetadataExt::uid(&owner)).ok()?;
+    let view = ledger::read(&dir, &fname).ok()?;
+    let share = read_share(Path::new(JOBS_DIR), job)
+        .ok()
+        .flatten()
+        .and_then(|s| s.limit.all)
+        .map(|l| l.resolve(0));
+    let gpus: Vec<Value> = view
+        .devices
+        .iter()
+        .zip(&view.record)
+        .map(|((uuid, limit, _), (peak, refused, members))| {
+            json!({
+                // Lower case: the accounting stores it so.
+                "uuid": fmt_uuid(uuid).to_ascii_lowercase(),
+                "limit": limit,
+                "peak_reserved": peak,
+                "refused": refused,
+                "members": members,
+            })
+        })
+        .collect();
+    Some(json!({ "share": share, "gpus": gpus }))
+}
+
+/// The job's `AdminComment` as Slurm's accounting holds it (empty when none): one field of
+/// `sacct`, which only Slurm's administrators write, never a text the user wrote.
+///
+/// `None` while the accounting has no whole record of the job yet (slurmctld sends it
+/// asynchronously: a job that ended a moment ago may not be there, or lack its request).
+fn admin_comment(job: &str) -> Result<Option<String>, String> {
+    let out = Command::new("sacct")
+        .args([
+            "--noheader",
+            "--parsable2",
+            "--allocations",
+            "--format=JobID,ReqTRES,AdminComment",
+        ])
+        .arg(format!("--jobs={job}"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run sacct: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "sacct failed (is Slurm's accounting set up? docs/deploying.md): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{job}|")))
+        .and_then(|rest| rest.split_once('|'))
+        .filter(|(req, _)| !req.is_empty())
+        .map(|(_, comment)| unquote(comment)))
+}
+
+/// A comment as `sacctmgr` stored it, with its quotes back: it keeps every `"` as a backtick
+/// (and our JSON holds no backtick of its own).
+pub fn unquote(stored: &str) -> String {
+    stored.replace('`', "\"")
+}
+
+/// `existing` (the comment as it is) with this node's `entry` put under `cudapool.<node>`,
+/// everything else kept.
+fn merged(existing: &str, node: &str, entry: Value) -> Value {
+    let mut top = match serde_json::from_str::<Value>(existing.trim()) {
+        Ok(Value::Object(m)) => m,
+        _ if existing.trim().is_empty() => Map::new(),
+        _ => {
+            let mut m = Map::new();
+            m.insert("text".into(), Value::String(existing.to_string()));
+            m
+        }
+    };
+    let nodes = top
+        .entry("cudapool")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !nodes.is_object() {
+        *nodes = Value::Object(Map::new());
+    }
+    nodes
+        .as_object_mut()
+        .expect("an object")
+        .insert(node.to_string(), entry);
+    Value::Object(top)
+}
+
+/// Records job `job`'s figures on this node into its `AdminComment` (the root Epilog, before
+/// the job's folder is removed). Nothing to record is no error.
+pub fn record(job: &str) -> Result<(), String> {
+    let Some(entry) = node_entry(job) else {
+        return Ok(());
+    };
+    let node = std::env::var("SLURMD_NODENAME")
+        .ok()
+        .and_then(|n| node_name(&n).map(str::to_string))
+        .ok_or("SLURMD_NODENAME is not a node name")?;
+    // Changed only once the accounting holds the job's own record: a change made before it
+    // arrives would stand in for it (seen: the job's user and request lost).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let existing = loop {
+        if let Some(c) = admin_comment(job)? {
+            break c;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err("the accounting has no record of the job after 30 s".into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let text = merged(&existing, &node, entry).to_string();
+    // The job has ended when the Epilog runs: slurmctld refuses to update it ("Job has already
+    // finished"); its record in the accounting is what `sacct` shows, changed by sacctmgr.
+    let out = Command::new("sacctmgr")
+        .args(["--immediate", "modify", "job", "where"])
+        .arg(format!("jobid={job}"))
+        .arg("set")
+        .arg(format!("AdminComment={text}"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run sacctmgr: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "sacctmgr modify job where jobid={job} set AdminComment=... failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+/// `cudapool jobstat JOBID`: what the job asked for and used, per node and GPU.
+pub fn jobstat(job: &str) -> Result<(), String> {
+    let job = job_id(job)?;
+    // Running on this node: its live ledger.
+    if let Some(entry) = node_entry(job) {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        print(job, "running", &json!({ host.trim(): entry }));
+        return Ok(());
+    }
+    let out = Command::new("sacct")
+        .args(["--noheader", "--parsable2", "--allocations"])
+        .arg(format!("--jobs={job}"))
+        .args(["--format=JobID,State,ReqTRES,AdminComment"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run sacct (Slurm's accounting): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "sacct failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.split('|').next() == Some(job))
+        .ok_or(format!("Slurm's accounting knows no job {job}"))?;
+    let f: Vec<&str> = line.splitn(4, '|').collect();
+    let (state, req, comment) = (f.get(1).copied(), f.get(2).copied(), f.get(3).copied());
+    println!(
+        "job {job}: {}, asked {}",
+        state.unwrap_or("?"),
+        req.unwrap_or("?")
+    );
+    let nodes = serde_json::from_str::<Value>(&unquote(comment.unwrap_or("")))
+        .ok()
+        .map(|v| v["cudapool"].clone())
+        .filter(Value::is_object);
+    match nodes {
+        Some(n) => print(job, "", &n),
+        None => {
+            println!("  no GPU memory recorded (no gpumem group ran, or no Epilog recorded it)")
+        }
+    }
+    Ok(())
+}
+
+fn print(job: &str, state: &str, nodes: &Value) {
+    if !state.is_empty() {
+        println!("job {job}: {state}");
+    }
+    let Some(nodes) = nodes.as_object() else {
+        return;
+    };
+    for (node, e) in nodes {
+        let share = e["share"]
+            .as_u64()
+            .map_or("none".to_string(), |b| format!("{} per GPU", fmt_bytes(b)));
+        println!("  node {node}: share {share}");
+        for g in e["gpus"].as_array().into_iter().flatten() {
+            let n = |k: &str| g[k].as_u64().unwrap_or(0);
+            println!(
+                "    {}: peak {} of {} (limit {}), {} refused, {} {}",
+                g["uuid"].as_str().unwrap_or("?"),
+                fmt_bytes(n("peak_reserved")),
+                share,
+                match n("limit") {
+                    0 => "none".to_string(),
+                    l => fmt_bytes(l),
+                },
+                n("refused"),
+                n("members"),
+                if n("members") == 1 {
+                    "process"
+                } else {
+                    "processes"
+                }
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nodes_entry_keeps_what_the_comment_held() {
+        let e = json!({"share": 1});
+        let m = merged("", "n1", e.clone());
+        assert_eq!(m, json!({"cudapool": {"n1": {"share": 1}}}));
+        let m2 = merged(&m.to_string(), "n2", json!({"share": 2}));
+        assert_eq!(
+            m2["cudapool"]["n1"]["share"], 1,
+            "the other node's entry kept"
+        );
+        assert_eq!(m2["cudapool"]["n2"]["share"], 2);
+        let site = merged(r#"{"site": "x"}"#, "n1", e.clone());
+        assert_eq!(site["site"], "x");
+        let text = merged("checked by ops", "n1", e);
+        assert_eq!(text["text"], "checked by ops", "the site's text kept");
+        assert!(node_name("gpu-01.cluster").is_some());
+        assert!(node_name("n1;id").is_none());
+    }
+}
