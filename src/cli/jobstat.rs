@@ -140,12 +140,9 @@ fn merged(existing: &str, node: &str, entry: Value) -> Value {
     Value::Object(top)
 }
 
-/// Records job `job`'s figures on this node into its `AdminComment` (the root Epilog, before
-/// the job's folder is removed). Nothing to record is no error.
-pub fn record(job: &str) -> Result<(), String> {
-    let Some(entry) = node_entry(job) else {
-        return Ok(());
-    };
+/// Records this node's `entry` for job `job` (read with [`node_entry`] before the job's files
+/// were removed) into its `AdminComment` (the root Epilog).
+pub fn record(job: &str, entry: Value) -> Result<(), String> {
     let node = std::env::var("SLURMD_NODENAME")
         .ok()
         .and_then(|n| node_name(&n).map(str::to_string))

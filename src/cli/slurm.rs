@@ -461,12 +461,17 @@ fn epilog() -> Result<(), String> {
     if std::fs::symlink_metadata(jobs).is_err() {
         return Ok(());
     }
-    // What the job used on this node, into Slurm's accounting, before its files go.
-    if let Err(e) = super::jobstat::record(job) {
-        eprintln!("cudapool slurm epilog: job {job}: its GPU memory is not recorded: {e}");
-    }
+    // What the job used on this node, read before its files go and recorded in Slurm's
+    // accounting after (which may wait for the job's record to reach it).
+    let entry = super::jobstat::node_entry(job);
     let _ = std::fs::remove_file(jobs.join(job));
-    remove_job_dir(&ledger_dir(job))
+    let removed = remove_job_dir(&ledger_dir(job));
+    if let Some(entry) = entry {
+        if let Err(e) = super::jobstat::record(job, entry) {
+            eprintln!("cudapool slurm epilog: job {job}: its GPU memory is not recorded: {e}");
+        }
+    }
+    removed
 }
 
 fn task_prolog(config: Option<&Path>) -> Result<(), String> {

@@ -386,8 +386,11 @@ impl Shim {
             .and_then(|o| o.oom(self, dev, asked))
             .map_or(String::new(), |n| format!("; {n}"));
         if log::enabled(Warn) {
-            let Some(held_back) = oom_line_due() else {
-                return;
+            // A line that names a snapshot file (written or removed) is always said.
+            let held_back = match oom_line_due() {
+                Some(n) => n,
+                None if !note.is_empty() => 0,
+                None => return,
             };
             let s = self.device_stats(dev);
             let device_free = self
@@ -472,7 +475,8 @@ impl View for Shim {
 }
 
 /// The first [`OOM_LINES_FREE`] out-of-memory lines are said; after them, at most one every
-/// [`OOM_LINE_EVERY`], naming how many answers went unsaid meanwhile (a program that retries
+/// [`OOM_LINE_EVERY`] (and every one that names a snapshot file), naming how many answers went
+/// unsaid meanwhile (a program that retries
 /// would otherwise fill its log: 168 lines in 25 s were seen). `Some(unsaid)` when a line is
 /// due now.
 fn oom_line_due() -> Option<u64> {

@@ -2,6 +2,7 @@
 
 use super::common::*;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 fn cli() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cudapool"))
@@ -108,7 +109,6 @@ fn out_of_memory_lines_are_thinned_out() {
     assert!(r.stdout.contains("oom ooms=40"), "{}", r.stdout);
     let lines = r.stderr.matches("out of memory on device").count();
     assert_eq!(lines, 10, "{}", r.stderr);
-    let _ = Path::new("");
 }
 
 /// Item 12: `stat` names each process, says "1 member", and `stat PID` shows its group
@@ -150,4 +150,29 @@ fn stat_names_processes_and_shows_a_pids_group() {
         r.stdout
     );
     assert!(r.stdout.contains("group names: 1 member\n"), "{}", r.stdout);
+}
+
+/// Item 11: `top` on a terminal quits on `q` [it did nothing], and its lines fit the terminal
+/// (`src/cli/stat.rs` tests the fitting). A terminal is made with util-linux's `script`.
+#[test]
+fn top_quits_on_q() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("no `script` (util-linux) to make a terminal: not checked");
+        return;
+    }
+    let cmd = format!("{} top -d 0.3", cli().display());
+    let t = std::time::Instant::now();
+    let r = run_program(
+        Path::new("sh"),
+        &[
+            "-c",
+            "(sleep 1; printf q) | timeout 20 script -qec \"$0\" /dev/null",
+            &cmd,
+        ],
+        false,
+        &[],
+    );
+    assert_eq!(r.code, 0, "q quits: {}{}", r.stdout, r.stderr);
+    assert!(t.elapsed() < std::time::Duration::from_secs(15));
+    assert!(r.stdout.contains("q to quit"), "{}", r.stdout);
 }

@@ -244,7 +244,7 @@ fn stat_reads_a_running_process_and_it_leaves_nothing_behind() {
     let num = |k: &str| held[k].parse::<u64>().unwrap();
     let fmt = cudapool::report::fmt_bytes;
     for want in [
-        format!("pid {pid}  pool split"),
+        format!("pid {pid} (client)  pool split"),
         format!("limit 64.00 MiB  allocated {}", fmt(num("allocated"))),
         format!("cached {}", fmt(num("cached"))),
         format!(
