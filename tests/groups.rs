@@ -460,3 +460,41 @@ fn the_python_package_reads_the_group() {
         "{text}"
     );
 }
+
+/// Issue 52: a group's limit holds each member's whole footprint, its context included (as
+/// NVML counts the process; the fake NVML lists it with `FAKENVML_CONTEXT` bytes of context).
+/// Under a 512 MiB group limit a member whose context is 100 MiB gets 51 blocks of 8 MiB, not
+/// 64; its own `CUDAPOOL_MEMORY_LIMIT` still counts only its memory. Before: 64, the context on
+/// top of the group's limit.
+#[test]
+fn a_groups_limit_counts_each_members_context() {
+    let g = Group::new("footprint");
+    let fill = |extra: &[(&str, &str)]| -> String {
+        let mut env = in_group(&g, "512MiB");
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let o = common::finish(
+            common::chaos(&["fill", "8388608", "0"], &env_of(&env)),
+            std::time::Duration::from_secs(60),
+            "fill",
+        );
+        o.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("fill n="))
+            .unwrap_or_else(|| panic!("{}{}", o.stdout, o.stderr))
+            .to_string()
+    };
+    assert_eq!(
+        fill(&[]),
+        "64",
+        "no context listed: the limit is all the program's"
+    );
+    assert_eq!(fill(&[("FAKENVML_CONTEXT", "104857600")]), "51");
+    assert_eq!(
+        fill(&[
+            ("FAKENVML_CONTEXT", "104857600"),
+            ("CUDAPOOL_MEMORY_LIMIT", "64MiB")
+        ]),
+        "8",
+        "the process's own limit is its memory alone"
+    );
+}

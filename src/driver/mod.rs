@@ -10,6 +10,7 @@
 //!
 //! Uses: `config` (the faults' type), `log`, `cu`.
 
+pub mod nvml;
 pub mod nvtx;
 mod vmm;
 

@@ -9,7 +9,7 @@ use crate::base::config::LogLevel::{Error, Info, Warn};
 use crate::base::cu::CUdevice;
 use crate::base::log::fmt_bytes;
 use crate::driver::Driver;
-use crate::limits::budget::DeviceBudget;
+use crate::limits::budget::{DeviceBudget, Shared as _};
 use crate::limits::group::{Group, GroupDevice};
 use crate::log_at;
 use std::sync::{Arc, OnceLock};
@@ -137,6 +137,20 @@ impl Budgets {
                 });
                 match group.device(uuid, named, config.group_fixed) {
                     Ok(share) => {
+                        // The group holds each member's whole footprint: its context and what
+                        // the driver took before cudapool saw the device, as NVML counts the
+                        // process (SPEC, CUDAPOOL_GROUP_LIMIT). Charged to the group alone:
+                        // the process's own limit keeps its meaning.
+                        let context = crate::driver::nvml::process_used(&uuid, std::process::id())
+                            .map_or(0, |used| used.saturating_sub(budget.reserved()));
+                        if context > 0 {
+                            share.force_reserve(context);
+                            log_at!(
+                                Info,
+                                "device {dev}: the group counts this process's context, {} (NVML)",
+                                fmt_bytes(context)
+                            );
+                        }
                         budget.share(Box::new(share.clone()));
                         let _ = self.shares[dev as usize].set(share);
                     }

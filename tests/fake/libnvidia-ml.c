@@ -3,10 +3,14 @@
 // (tests/fake/libcuda.c): FAKECU_DEVICES of them (default 2), NVML index = the physical index,
 // the same UUIDs (fa ce 00 <index> ...), FAKECU_TOTAL_MEM bytes each (default 1 GiB), of which
 // FAKENVML_USED bytes (default 100 MiB) are used by "other processes" and 8 MiB reserved by the
-// driver.
+// driver. With FAKENVML_CONTEXT=N, the calling process is listed among the compute processes of
+// each GPU, holding N bytes (its "context") plus what the fake driver holds for it there.
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int nvmlReturn_t;
 typedef struct fake_nvml_dev *nvmlDevice_t;
@@ -105,3 +109,39 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m) {
   return NVML_SUCCESS;
 }
 const char *nvmlErrorString(nvmlReturn_t r) { return r == NVML_SUCCESS ? "Success" : "Error"; }
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *d) {
+  if (!inited || !uuid || !d) return NVML_ERROR_INVALID_ARGUMENT;
+  for (int i = 0; i < ndev(); i++) {
+    char s[64];
+    if (nvmlDeviceGetUUID(&devs[i], s, sizeof s) == NVML_SUCCESS && !strcmp(s, uuid)) {
+      *d = &devs[i];
+      return NVML_SUCCESS;
+    }
+  }
+  return NVML_ERROR_INVALID_ARGUMENT;
+}
+
+typedef struct {
+  unsigned int pid;
+  unsigned long long used;
+  unsigned int gpu_instance, compute_instance;
+} nvmlProcessInfo_t;
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+  if (!valid(d) || !count) return NVML_ERROR_INVALID_ARGUMENT;
+  const char *c = getenv("FAKENVML_CONTEXT");
+  if (!c) {
+    *count = 0;
+    return NVML_SUCCESS;
+  }
+  if (*count < 1 || !infos) {
+    *count = 1;
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  size_t (*held)(int) = (size_t(*)(int))dlsym(RTLD_DEFAULT, "fakecu_used");
+  infos[0] = (nvmlProcessInfo_t){(unsigned int)getpid(), strtoull(c, NULL, 10) + (held ? held(d->index) : 0), 0, 0};
+  *count = 1;
+  return NVML_SUCCESS;
+}
