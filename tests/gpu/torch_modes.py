@@ -22,8 +22,10 @@ Columns:
   compile   torch.compile(mode="reduce-overhead") runs and gives the right result
   ipc       a CUDA tensor sent to a child through torch.multiprocessing reads right there
   mempool   torch.cuda.MemPool with use_mem_pool allocates
-  lend      two processes of one cudapool group under a 3 GiB group limit: one frees 2 GiB it
-            held, the other then gets 2 GiB (the idle cache lent back)
+  lend      two processes of one cudapool group under a 4 GiB group limit, which counts each
+            member's context (about 0.5 GiB on an H100) and the driver's own memory: one frees
+            2 GiB it held, the other then gets 2 GiB (the idle cache lent back; without it the
+            two need about 5.6 GiB)
 """
 import json
 import os
@@ -236,7 +238,7 @@ def lend(extra, shim):
     if not shim:
         return "n/a (no group)"
     e = env_for(extra, shim)
-    e.update(CUDAPOOL_GROUP=f"modes{os.getpid()}", CUDAPOOL_GROUP_LIMIT="3GiB")
+    e.update(CUDAPOOL_GROUP=f"modes{os.getpid()}", CUDAPOOL_GROUP_LIMIT="4GiB")
     flag = f"/tmp/torch_modes_flag_{os.getpid()}"
     if os.path.exists(flag):
         os.remove(flag)
