@@ -69,6 +69,11 @@ pub fn hit(i: usize) -> bool {
         .is_some_and(|r| r.hit.swap(false, Ordering::AcqRel))
 }
 
+/// Whether a SIGBUS hit slot `i`'s range, without taking the news (see [`hit`]).
+pub fn peek(i: usize) -> bool {
+    RANGES.get(i).is_some_and(|r| r.hit.load(Ordering::Acquire))
+}
+
 fn install() {
     // SAFETY: a zeroed sigaction is valid; we fill the handler, flags and an empty mask.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };

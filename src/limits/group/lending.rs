@@ -73,9 +73,11 @@ impl Group {
                 if crate::base::flags::exiting() {
                     return;
                 }
-                // A ledger cut or scribbled meanwhile holds this member again within a second,
-                // idle or not.
-                drop(group.lock());
+                // A ledger cut, scribbled or rebuilt meanwhile holds this member again within a
+                // second, idle or not (the lock only when it needs mending).
+                if group.needs_mending() {
+                    drop(group.lock());
+                }
                 let now = me.request.load(Ordering::Acquire);
                 if now == seen {
                     continue;

@@ -87,6 +87,8 @@ pub struct Group {
     fixed: [AtomicU64; DEVICES],
     /// Whether this member ever held memory on each GPU slot (counted once in its `users`).
     ever_used: [AtomicBool; DEVICES],
+    /// The ledger's generation this member's share is recorded in.
+    generation: std::sync::atomic::AtomicU32,
 }
 
 const NOT_FIXED: u64 = 0;
@@ -195,6 +197,7 @@ impl Group {
             claimed: std::sync::Mutex::new(Vec::new()),
             fixed: [const { AtomicU64::new(NOT_FIXED) }; DEVICES],
             ever_used: [const { AtomicBool::new(false) }; DEVICES],
+            generation: std::sync::atomic::AtomicU32::new(0),
         };
         {
             let mut l = group.lock()?;
@@ -252,7 +255,17 @@ impl Group {
         }
         let mut l = self.lock_mutex()?;
         self.record_again(&mut l);
+        self.generation
+            .store(ledger::generation(&self.map), Ordering::Relaxed);
         Ok(l)
+    }
+
+    /// Whether the ledger was cut, scribbled or rebuilt since this member last recorded its
+    /// share (then its next [`lock`](Self::lock) mends it). Takes no lock: the lending thread
+    /// asks every second, and a thousand members locking every second would keep readers out.
+    pub(super) fn needs_mending(&self) -> bool {
+        ledger::damaged(&self.map)
+            || ledger::generation(&self.map) != self.generation.load(Ordering::Relaxed)
     }
 
     /// Makes the ledger hold this member again after a rebuild wiped it: its slot, its share
