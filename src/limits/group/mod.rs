@@ -40,6 +40,7 @@
 //! Uses: `budget` (its `Shared`), `rundir`, `flags`, `config`, `log`.
 
 mod lending;
+mod mend;
 pub use lending::Lender;
 pub mod ledger;
 
@@ -244,7 +245,7 @@ impl Group {
         if self.stuck.load(Ordering::Relaxed) {
             return Err(format!("group {}: its ledger's lock is stuck", self.name));
         }
-        match ledger::restore(&self.map) {
+        match mend::restore(&self.map) {
             Ok(false) => {}
             Ok(true) => log_at!(
                 Warn,
@@ -256,7 +257,7 @@ impl Group {
         let mut l = self.lock_mutex()?;
         self.record_again(&mut l);
         self.generation
-            .store(ledger::generation(&self.map), Ordering::Relaxed);
+            .store(mend::generation(&self.map), Ordering::Relaxed);
         Ok(l)
     }
 
@@ -264,8 +265,8 @@ impl Group {
     /// share (then its next [`lock`](Self::lock) mends it). Takes no lock: the lending thread
     /// asks every second, and a thousand members locking every second would keep readers out.
     pub(super) fn needs_mending(&self) -> bool {
-        ledger::damaged(&self.map)
-            || ledger::generation(&self.map) != self.generation.load(Ordering::Relaxed)
+        mend::damaged(&self.map)
+            || mend::generation(&self.map) != self.generation.load(Ordering::Relaxed)
     }
 
     /// Makes the ledger hold this member again after a rebuild wiped it: its slot, its share
