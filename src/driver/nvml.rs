@@ -7,7 +7,7 @@
 //! `None` when NVML is absent, does not know the GPU, or lists no process of this pid (a
 //! process in a pid namespace NVML does not see: a container without the host's pid namespace).
 //!
-//! Uses: `lookup` (the real `dlsym`).
+//! Uses: `lookup` (the real `dlsym`), `log` (how a UUID is written).
 
 use super::lookup;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
@@ -70,18 +70,8 @@ fn nvml() -> Option<&'static Nvml> {
     .as_ref()
 }
 
-/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as NVML names a GPU.
-fn uuid_text(u: &[u8; 16]) -> String {
-    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
+/// A GPU's name for NVML: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+use crate::base::log::fmt_uuid as uuid_text;
 
 /// Bytes process `pid` holds on the GPU `uuid`, as NVML counts them (what `nvidia-smi` shows).
 pub fn process_used(uuid: &[u8; 16], pid: u32) -> Option<u64> {

@@ -41,18 +41,7 @@ pub struct DeviceFigures {
     pub stats: DeviceStats,
 }
 
-/// A UUID as `nvidia-smi -L` prints it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
-pub fn fmt_uuid(u: &[u8; 16]) -> String {
-    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
+pub use crate::base::log::fmt_uuid;
 
 /// The shared page. Its process writes it with `pwrite`; readers copy it with `pread`; nobody
 /// maps it (a file someone can truncate is never mapped).

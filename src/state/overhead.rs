@@ -245,17 +245,7 @@ impl Shim {
     pub fn unloaded(&self, taker: Taker, real: impl FnOnce() -> CUresult) -> CUresult {
         let r = real();
         if r == CUDA_SUCCESS {
-            let gone: Vec<Held> = {
-                let mut held = crate::base::sync::lock(&self.overhead.held);
-                let (gone, kept) = std::mem::take(&mut *held)
-                    .into_iter()
-                    .partition(|h| h.taker == taker);
-                *held = kept;
-                gone
-            };
-            for h in &gone {
-                self.give_overhead_back(h);
-            }
+            self.give_back_where(|h| h.taker == taker);
         }
         r
     }
@@ -263,11 +253,16 @@ impl Shim {
     /// Context `ctx` is gone (destroyed, reset): everything charged in it goes back, itself
     /// included.
     pub(super) fn overhead_context_gone(&self, ctx: usize) {
+        self.give_back_where(|h| h.ctx == ctx);
+    }
+
+    /// Gives back every entry `gone` picks, and forgets them.
+    fn give_back_where(&self, gone: impl Fn(&Held) -> bool) {
         let gone: Vec<Held> = {
             let mut held = crate::base::sync::lock(&self.overhead.held);
             let (gone, kept) = std::mem::take(&mut *held)
                 .into_iter()
-                .partition(|h| h.ctx == ctx);
+                .partition(|h| gone(h));
             *held = kept;
             gone
         };
