@@ -199,14 +199,17 @@ impl Shim {
     /// A load that takes device memory the driver does not announce (`what` names it): `load`
     /// runs, what it took is measured and charged; when it does not fit, `undo` gives it back
     /// (unload, destroy) and the answer is out of memory. `taker` names the handle `load` made.
+    /// `on`: the device the load takes memory on, when it is not the current context's (a
+    /// context created on another GPU): then it is not measured (nothing to compare with).
     pub fn measured_load(
         &self,
         what: &'static str,
+        on: Option<CUdevice>,
         load: impl FnOnce() -> CUresult,
         taker: impl FnOnce() -> Taker,
         undo: impl FnOnce(Taker),
     ) -> CUresult {
-        let Some((_, dev)) = self.here() else {
+        let Some((_, dev)) = self.here().filter(|&(_, d)| on.is_none_or(|o| o == d)) else {
             return load();
         };
         let before = self.driver.mem_get_info().ok();
@@ -216,7 +219,7 @@ impl Shim {
             return r;
         }
         let taker = taker();
-        // The new context is current after a create: its device is the same.
+        // The new context is current after a create, on the same device (checked above).
         let (ctx, _) = self.here().unwrap_or((0, dev));
         let after = self.driver.mem_get_info().ok();
         let (Some((f0, _)), Some((f1, _))) = (before, after) else {

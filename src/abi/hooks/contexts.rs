@@ -158,7 +158,11 @@ pub unsafe extern "C" fn cuCtxPopCurrent(pctx: *mut CUcontext) -> CUresult {
 /// A context of its own: what it takes is measured and charged (`state::overhead`); when it
 /// does not fit it is destroyed again and the answer is out of memory. The thread's current
 /// context is unknown after it, as after any create.
-fn created(pctx: *mut CUcontext, real: impl Fn(&Driver) -> CUresult + Copy) -> CUresult {
+fn created(
+    pctx: *mut CUcontext,
+    dev: CUdevice,
+    real: impl Fn(&Driver) -> CUresult + Copy,
+) -> CUresult {
     if pctx.is_null() {
         return switched(None, real);
     }
@@ -167,6 +171,7 @@ fn created(pctx: *mut CUcontext, real: impl Fn(&Driver) -> CUresult + Copy) -> C
         let made = || unsafe { *pctx };
         shim.measured_load(
             "cuCtxCreate",
+            Some(dev),
             || real(shim.driver),
             || crate::state::overhead::Taker::Context,
             |_| {
@@ -186,7 +191,9 @@ pub unsafe extern "C" fn cuCtxCreate(
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    created(pctx, move |d| call!(d, ctx_create_v1(pctx, flags, dev)))
+    created(pctx, dev, move |d| {
+        call!(d, ctx_create_v1(pctx, flags, dev))
+    })
 }
 
 /// # Safety
@@ -197,7 +204,9 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    created(pctx, move |d| call!(d, ctx_create_v2(pctx, flags, dev)))
+    created(pctx, dev, move |d| {
+        call!(d, ctx_create_v2(pctx, flags, dev))
+    })
 }
 
 /// # Safety
@@ -210,7 +219,7 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    created(pctx, move |d| {
+    created(pctx, dev, move |d| {
         call!(d, ctx_create_v3(pctx, params, num_params, flags, dev))
     })
 }
@@ -224,7 +233,7 @@ pub unsafe extern "C" fn cuCtxCreate_v4(
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
-    created(pctx, move |d| {
+    created(pctx, dev, move |d| {
         call!(d, ctx_create_v4(pctx, params, flags, dev))
     })
 }

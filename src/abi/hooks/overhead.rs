@@ -46,6 +46,7 @@ fn load(
         };
         shim.measured_load(
             what,
+            None,
             || real(shim.driver),
             taker,
             |_| {
