@@ -1,5 +1,5 @@
 //! The `cudapool` command (SPEC.md): `run`, `stat`, `top`, `plot`, `snapshot`, `exporter`,
-//! `config`, `slurm` and `jobstat`, parsed by clap (the preloaded library links none of it). Every subcommand answers
+//! `config`, `slurm`, `jobstat` and `replay`, parsed by clap (the preloaded library links none of it). Every subcommand answers
 //! `--help` (and `cudapool help SUB`); a usage error names the subcommand and the option and
 //! exits 2; `run` exits 126 or 127 when the program cannot be started; output into a closed
 //! pipe ends quietly with status 0 (`cli::out`).
@@ -12,6 +12,7 @@ mod cli {
     pub mod metrics;
     pub mod out;
     pub mod plot;
+    pub mod replay;
     pub mod run;
     pub mod slurm;
     pub mod snapshot;
@@ -63,6 +64,30 @@ enum Command {
     Slurm(cli::slurm::SlurmArgs),
     /// A Slurm job's GPU memory: asked, peak, refusals, per node and GPU
     Jobstat(JobstatArgs),
+    /// Replay allocation traces through the pool kinds (no GPU): peak reserved against allocated
+    #[command(
+        after_help = "FILE: a plain trace (`a ID SIZE`, `f ID`, `#` comments), a PyTorch memory snapshot \
+                      with history (torch.cuda.memory._dump_snapshot), or a CUDAPOOL_TRACE file written \
+                      with CUDAPOOL_HISTORY=N.\n\
+                      Example: cudapool replay --pool split --segments expandable snapshot.pickle"
+    )]
+    Replay(ReplayArgs),
+}
+
+#[derive(Args)]
+struct ReplayArgs {
+    /// Traces to replay
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// Only this pool kind: split, binned or simple (default: each)
+    #[arg(long, value_name = "KIND")]
+    pool: Option<String>,
+    /// Only these segments: classic or expandable (default: both for split)
+    #[arg(long, value_name = "S", value_parser = ["classic", "expandable"])]
+    segments: Option<String>,
+    /// One JSON object per line, per file and configuration
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -144,8 +169,8 @@ struct ExporterArgs {
     interval: f64,
 }
 
-const SUBCOMMANDS: [&str; 9] = [
-    "run", "stat", "top", "plot", "snapshot", "exporter", "config", "slurm", "jobstat",
+const SUBCOMMANDS: [&str; 10] = [
+    "run", "stat", "top", "plot", "snapshot", "exporter", "config", "slurm", "jobstat", "replay",
 ];
 
 fn seconds(s: &str) -> Result<f64, String> {
@@ -214,5 +239,9 @@ fn main() -> ExitCode {
         Command::Config(a) => finish("config", cli::config::config(&a)),
         Command::Slurm(a) => cli::slurm::slurm(a),
         Command::Jobstat(a) => finish("jobstat", cli::jobstat::jobstat(&a.job)),
+        Command::Replay(a) => finish(
+            "replay",
+            cli::replay::replay(&a.files, a.pool.as_deref(), a.segments.as_deref(), a.json),
+        ),
     }
 }

@@ -79,7 +79,12 @@ impl Reporting {
     /// Writes the trace file (`CUDAPOOL_TRACE`), if one is configured.
     pub fn write_trace(&self, view: &dyn View) {
         if let Some(t) = self.trace(view) {
-            t.write(view.pool_kind().name());
+            let allocations: Vec<_> = view
+                .devices_seen()
+                .into_iter()
+                .map(|d| (d, view.history(d)))
+                .collect();
+            t.write(view.pool_kind().name(), &allocations);
         }
     }
 }
@@ -302,7 +307,7 @@ pub fn device_status(dev: i32, s: &DeviceStats) -> String {
     );
     let _ = writeln!(
         out,
-        "  from the driver: {} allocations taken, {} given back (a segment, a 2 MiB chunk of an expandable segment or a pass-through allocation each)",
+        "  from the driver: {} allocations taken, {} given back (a segment, a handle of an expandable segment or a pass-through allocation each)",
         s.driver_allocs, s.driver_frees
     );
     out

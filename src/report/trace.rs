@@ -3,9 +3,12 @@
 //! published (slow paths, and every few hundred allocations of a thread); instant events for
 //! OOMs, reclaims and limit changes. Memory is bounded: the newest [`MAX_EVENTS`] events are
 //! kept and the number dropped is written too. Written at exit and on `cudapool_snapshot`.
+//! Under `CUDAPOOL_HISTORY` too, the history's allocations and frees are written as instant
+//! events `alloc` and `free` (args `device`, `addr`, `bytes`): what `cudapool replay` reads.
 //!
-//! Uses: `log`, `sync`.
+//! Uses: `log`, `sync`, `state::history` (its events).
 
+use crate::state::history::{Action, Event as HistoryEvent};
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -33,6 +36,8 @@ enum Event {
 pub struct Trace {
     path: PathBuf,
     start: Instant,
+    /// `start` in microseconds since the Unix epoch (the history's clock).
+    start_epoch_us: u64,
     /// (events oldest first, events dropped)
     events: Mutex<(VecDeque<Event>, u64)>,
 }
@@ -42,6 +47,9 @@ impl Trace {
         Trace {
             path,
             start: Instant::now(),
+            start_epoch_us: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64),
             events: Mutex::new((VecDeque::new(), 0)),
         }
     }
@@ -81,7 +89,9 @@ impl Trace {
         });
     }
 
-    pub fn json(&self, pool: &str) -> String {
+    /// The trace as JSON; `allocations`: each device's history (`alloc` and `free` events are
+    /// written, in order, after the counters).
+    pub fn json(&self, pool: &str, allocations: &[(i32, Vec<HistoryEvent>)]) -> String {
         let pid = std::process::id();
         let g = crate::base::sync::lock(&self.events);
         let mut o = format!(
@@ -116,12 +126,28 @@ impl Trace {
                 }
             }
         }
+        for (device, events) in allocations {
+            for e in events {
+                let name = match e.action {
+                    Action::Alloc => "alloc",
+                    Action::FreeRequested => "free",
+                    _ => continue,
+                };
+                let ts_us = e.time_us.saturating_sub(self.start_epoch_us);
+                let _ = write!(
+                    o,
+                    ",{{\"name\":\"{name}\",\"ph\":\"i\",\"s\":\"t\",\"ts\":{ts_us},\"pid\":{pid},\"tid\":{},\"args\":{{\"device\":{device},\"addr\":{},\"bytes\":{}}}}}",
+                    e.stream, e.addr, e.size
+                );
+            }
+        }
         o.push_str("]}\n");
         o
     }
 
-    pub fn write(&self, pool: &str) {
-        if let Err(e) = crate::base::outfile::write(&self.path, self.json(pool).as_bytes()) {
+    pub fn write(&self, pool: &str, allocations: &[(i32, Vec<HistoryEvent>)]) {
+        let json = self.json(pool, allocations);
+        if let Err(e) = crate::base::outfile::write(&self.path, json.as_bytes()) {
             crate::base::log::line(&format!("cannot write the trace: {e}"));
         }
     }
@@ -138,7 +164,17 @@ mod tests {
             t.counter(0, i, i * 2, 0);
         }
         t.instant(1, "oom", 42);
-        let j = t.json("split");
+        let free = HistoryEvent {
+            action: Action::FreeRequested,
+            addr: 0x1000,
+            size: 512,
+            stream: 0,
+            time_us: t.start_epoch_us + 5,
+            frames: None,
+        };
+        let j = t.json("split", &[(0, vec![free])]);
+        assert!(j.contains("\"name\":\"free\",\"ph\":\"i\",\"s\":\"t\",\"ts\":5,"));
+        assert!(j.contains("\"args\":{\"device\":0,\"addr\":4096,\"bytes\":512}"));
         assert!(j.contains("\"dropped_events\":11"), "oldest dropped");
         assert!(j.contains("\"name\":\"oom\",\"ph\":\"i\""));
         assert!(j.contains("\"name\":\"device 0 memory\",\"ph\":\"C\""));
