@@ -215,6 +215,36 @@ impl Driver {
         out
     }
 
+    /// Maps the one allocation mapped at `[from, from + bytes)` a second time at `to` (reserved,
+    /// nothing mapped there), readable and writable like the first: the same memory at two
+    /// addresses, until one is unmapped.
+    pub fn vmm_lend(
+        &self,
+        dev: CUdevice,
+        from: DevPtr,
+        to: DevPtr,
+        bytes: u64,
+    ) -> Result<(), CUresult> {
+        let mut h: MemHandle = 0;
+        check(call!(
+            self,
+            mem_retain_allocation_handle(&mut h, from as usize as *mut c_void)
+        ))?;
+        let mapped = check(call!(self, mem_map(to, bytes as usize, 0, h, 0)));
+        // The mappings keep the memory; the handle retained above is not needed any more.
+        call!(self, mem_release(h));
+        mapped?;
+        let access = self.vmm_access(dev);
+        let r = check(call!(
+            self,
+            mem_set_access(to, bytes as usize, access.as_ptr(), access.len())
+        ));
+        if r.is_err() {
+            let _ = check(call!(self, mem_unmap(to, bytes as usize)));
+        }
+        r
+    }
+
     /// Unmaps `[at, at + bytes)`, mapped by [`vmm_map`](Self::vmm_map) in chunks of `chunk`;
     /// its memory goes back to the device. No device work may still use it (unlike
     /// `cuMemFree`, `cuMemUnmap` does not wait for the device). Every chunk is tried; the

@@ -23,8 +23,37 @@ pub struct FakeUpstream {
     state: Mutex<(u64, BTreeMap<DevPtr, u64>, u64)>,
     /// The chunk of the virtual memory offered (0: none).
     chunk: u64,
-    /// Reserved ranges (start -> size) and the mapped chunks in them (their starts).
-    vmm: Mutex<(BTreeMap<DevPtr, u64>, std::collections::BTreeSet<DevPtr>)>,
+    vmm: Mutex<Vmem>,
+    /// Handles lent so far.
+    pub lends: std::sync::atomic::AtomicU64,
+}
+
+/// The fake's virtual memory: reserved ranges (start -> size), mappings (start -> (bytes, the
+/// physical allocation)), and physical allocations (id -> (bytes, mappings of it)). Memory
+/// is charged while a mapping of it is left.
+#[derive(Default)]
+struct Vmem {
+    reserved: BTreeMap<DevPtr, u64>,
+    maps: BTreeMap<DevPtr, (u64, u64)>,
+    phys: std::collections::HashMap<u64, (u64, u32)>,
+    next: u64,
+}
+
+impl Vmem {
+    /// Whether `[at, at + bytes)` lies in one reserved range and overlaps no mapping.
+    fn vacant(&self, at: DevPtr, bytes: u64) -> bool {
+        let inside = self
+            .reserved
+            .range(..=at)
+            .next_back()
+            .is_some_and(|(&b, &s)| at + bytes <= b + s);
+        let before = self
+            .maps
+            .range(..at)
+            .next_back()
+            .is_some_and(|(&p, &(l, _))| p + l > at);
+        inside && !before && self.maps.range(at..at + bytes).next().is_none()
+    }
 }
 
 impl FakeUpstream {
@@ -36,29 +65,54 @@ impl FakeUpstream {
             state: Mutex::new((1 << 20, BTreeMap::new(), 0)),
             chunk: 0,
             vmm: Mutex::default(),
+            lends: 0.into(),
         }
     }
     /// The same, offering virtual memory mapped in chunks of `chunk` bytes.
     pub fn with_vmm(self, chunk: u64) -> Self {
         FakeUpstream { chunk, ..self }
     }
-    /// Whether every chunk of `[ptr, ptr + len)` that lies in a reserved range is mapped.
+    /// Whether every byte of `[ptr, ptr + len)` that lies in a reserved range is mapped.
     pub fn backed(&self, ptr: DevPtr, len: u64) -> bool {
         let v = self.vmm.lock().unwrap();
-        let Some((&base, &size)) = v.0.range(..=ptr).next_back() else {
+        let Some((&base, &size)) = v.reserved.range(..=ptr).next_back() else {
             return true;
         };
         if ptr >= base + size {
             return true;
         }
-        let first = base + (ptr - base) / self.chunk * self.chunk;
-        (first..ptr + len)
-            .step_by(self.chunk as usize)
-            .all(|c| v.1.contains(&c))
+        let mut at = ptr;
+        while at < ptr + len {
+            match v.maps.range(..=at).next_back() {
+                Some((&p, &(l, _))) if p + l > at => at = p + l,
+                _ => return false,
+            }
+        }
+        true
     }
-    /// Bytes mapped now.
+    /// Bytes of memory mapped now (memory mapped twice counts once).
     pub fn mapped(&self) -> u64 {
-        self.vmm.lock().unwrap().1.len() as u64 * self.chunk
+        self.vmm.lock().unwrap().phys.values().map(|p| p.0).sum()
+    }
+    /// The memory behind `[ptr, ptr + len)`, as (physical allocation, from, to) offsets in it,
+    /// for the bytes of it that are mapped.
+    pub fn physical(&self, ptr: DevPtr, len: u64) -> Vec<(u64, u64, u64)> {
+        let v = self.vmm.lock().unwrap();
+        let first = v.maps.range(..=ptr).next_back().map_or(ptr, |(&p, _)| p);
+        v.maps
+            .range(first..ptr + len)
+            .filter(|&(&p, &(l, _))| p + l > ptr)
+            .map(|(&p, &(l, id))| {
+                let lo = ptr.max(p) - p;
+                let hi = (ptr + len).min(p + l) - p;
+                (id, lo, hi)
+            })
+            .collect()
+    }
+    /// Whether `a` and `b` are mappings of the same memory.
+    pub fn aliased(&self, a: DevPtr, b: DevPtr) -> bool {
+        let v = self.vmm.lock().unwrap();
+        matches!((v.maps.get(&a), v.maps.get(&b)), (Some(x), Some(y)) if x.1 == y.1)
     }
     /// A device of `capacity` bytes with no limit.
     pub fn unlimited(capacity: u64) -> Self {
@@ -282,6 +336,12 @@ pub fn replay_in(
         fn unmap(&self, at: u64, b: u64, chunk: u64) -> Result<(), u32> {
             self.0.unmap(at, b, chunk)
         }
+        fn lend(&self, from: u64, to: u64, b: u64) -> Result<(), u32> {
+            self.0.lend(from, to, b)
+        }
+        fn unmap_alias(&self, at: u64, b: u64) -> Result<(), u32> {
+            self.0.unmap_alias(at, b)
+        }
         fn synchronize(&self) -> bool {
             true
         }
@@ -378,45 +438,80 @@ impl Upstream for FakeUpstream {
         let mut s = self.state.lock().unwrap();
         let p = s.0.next_multiple_of(self.chunk);
         s.0 = p + bytes + self.chunk;
-        self.vmm.lock().unwrap().0.insert(p, bytes);
+        self.vmm.lock().unwrap().reserved.insert(p, bytes);
         Ok(p)
     }
     fn unreserve(&self, at: DevPtr, bytes: u64) {
         let mut v = self.vmm.lock().unwrap();
-        assert_eq!(v.0.remove(&at), Some(bytes), "unreserve of {at:#x}");
+        assert_eq!(v.reserved.remove(&at), Some(bytes), "unreserve of {at:#x}");
         assert!(
-            !v.1.range(at..at + bytes).any(|_| true),
+            !v.maps.range(at..at + bytes).any(|_| true),
             "unreserve of mapped memory"
         );
     }
-    fn map(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
-        assert_eq!(chunk, self.chunk, "the chunk the upstream offered");
-        assert!(at.is_multiple_of(self.chunk) && bytes.is_multiple_of(self.chunk) && bytes > 0);
+    fn map(&self, at: DevPtr, bytes: u64, handle: u64) -> Result<(), CUresult> {
+        assert!(
+            handle > 0 && handle.is_multiple_of(self.chunk),
+            "a handle of whole chunks"
+        );
+        assert!(at.is_multiple_of(self.chunk) && bytes.is_multiple_of(handle) && bytes > 0);
         let mut s = self.state.lock().unwrap();
         let mut v = self.vmm.lock().unwrap();
-        let (&base, &size) =
-            v.0.range(..=at)
-                .next_back()
-                .expect("map inside a reservation");
-        assert!(at + bytes <= base + size, "map past the reservation");
+        assert!(
+            v.vacant(at, bytes),
+            "map of {at:#x} outside a reservation or over a mapping"
+        );
         if s.2 + bytes > self.capacity {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
-        for c in (at..at + bytes).step_by(self.chunk as usize) {
-            assert!(v.1.insert(c), "chunk {c:#x} mapped twice");
+        for h in (at..at + bytes).step_by(handle as usize) {
+            v.next += 1;
+            let id = v.next;
+            v.phys.insert(id, (handle, 1));
+            v.maps.insert(h, (handle, id));
         }
         s.2 += bytes;
         Ok(())
     }
-    fn unmap(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
-        assert_eq!(chunk, self.chunk, "the chunk the upstream offered");
-        assert!(at.is_multiple_of(self.chunk) && bytes.is_multiple_of(self.chunk) && bytes > 0);
+    fn unmap(&self, at: DevPtr, bytes: u64, handle: u64) -> Result<(), CUresult> {
+        assert!(bytes.is_multiple_of(handle) && bytes > 0);
         let mut s = self.state.lock().unwrap();
         let mut v = self.vmm.lock().unwrap();
-        for c in (at..at + bytes).step_by(self.chunk as usize) {
-            assert!(v.1.remove(&c), "chunk {c:#x} unmapped but not mapped");
+        for h in (at..at + bytes).step_by(handle as usize) {
+            let (len, id) = v.maps.remove(&h).expect("unmap of a mapping");
+            assert_eq!(len, handle, "unmap of a whole handle at {h:#x}");
+            let p = v.phys.get_mut(&id).expect("its memory");
+            p.1 -= 1;
+            assert_eq!(
+                p.1, 0,
+                "unmap of {h:#x} while its memory is mapped elsewhere"
+            );
+            v.phys.remove(&id);
+            s.2 -= handle;
         }
-        s.2 -= bytes;
+        Ok(())
+    }
+    fn lend(&self, from: DevPtr, to: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        let mut v = self.vmm.lock().unwrap();
+        let (len, id) = *v.maps.get(&from).expect("lend of a mapping");
+        assert_eq!(len, bytes, "lend of a whole handle");
+        assert!(v.vacant(to, bytes), "lend to {to:#x}: not vacant");
+        v.maps.insert(to, (len, id));
+        v.phys.get_mut(&id).expect("its memory").1 += 1;
+        self.lends
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+    fn unmap_alias(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        let mut v = self.vmm.lock().unwrap();
+        let (len, id) = v.maps.remove(&at).expect("unmap_alias of a mapping");
+        assert_eq!(len, bytes, "unmap_alias of a whole handle");
+        let p = v.phys.get_mut(&id).expect("its memory");
+        p.1 -= 1;
+        assert!(
+            p.1 > 0,
+            "unmap_alias of {at:#x}: its memory is mapped nowhere else"
+        );
         Ok(())
     }
     fn synchronize(&self) -> bool {

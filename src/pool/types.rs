@@ -44,18 +44,37 @@ pub trait Upstream {
     fn unreserve(&self, at: DevPtr, bytes: u64) {
         let _ = (at, bytes);
     }
-    /// Puts memory behind `[at, at + bytes)` (aligned to `chunk`, inside a reserved range, not
-    /// mapped), one physical allocation per chunk, charged like [`alloc`](Self::alloc):
+    /// Puts memory behind `[at, at + bytes)` (aligned to [`Vmm::chunk`], inside a reserved
+    /// range, not mapped), one physical allocation (*handle*) per `handle` bytes (a multiple
+    /// of [`Vmm::chunk`] dividing `bytes`), charged like [`alloc`](Self::alloc):
     /// `CUDA_ERROR_OUT_OF_MEMORY` when the limit or the device is full. All or nothing.
-    fn map(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
-        let _ = (at, bytes, chunk);
+    fn map(&self, at: DevPtr, bytes: u64, handle: u64) -> Result<(), CUresult> {
+        let _ = (at, bytes, handle);
         Err(CUDA_ERROR_NOT_SUPPORTED)
     }
-    /// Takes the memory from behind `[at, at + bytes)` (mapped in chunks of `chunk`) and gives
-    /// it back. Unlike [`free`](Self::free) this does not wait for the device: the caller makes
-    /// sure no device work still uses the range.
-    fn unmap(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
-        let _ = (at, bytes, chunk);
+    /// Takes the memory from behind `[at, at + bytes)` (mapped in handles of `handle` bytes)
+    /// and gives it back. Unlike [`free`](Self::free) this does not wait for the device: the
+    /// caller makes sure no device work still uses the range.
+    fn unmap(&self, at: DevPtr, bytes: u64, handle: u64) -> Result<(), CUresult> {
+        let _ = (at, bytes, handle);
+        Err(CUDA_ERROR_NOT_SUPPORTED)
+    }
+    /// Maps the one handle mapped at `[from, from + bytes)` a second time, at `to` (aligned,
+    /// reserved, not mapped), charging nothing: the same memory now has two addresses. The
+    /// caller uses it at one only, and unmaps the other with [`unmap_alias`] (while a mapping
+    /// of it is left, the memory stays). `CUDA_ERROR_NOT_SUPPORTED`: memory is not lent here
+    /// (no virtual memory, or a tool that must see each allocation apart is attached).
+    ///
+    /// [`unmap_alias`]: Self::unmap_alias
+    fn lend(&self, from: DevPtr, to: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        let _ = (from, to, bytes);
+        Err(CUDA_ERROR_NOT_SUPPORTED)
+    }
+    /// Unmaps the one handle mapped at `[at, at + bytes)` whose memory [`lend`](Self::lend)
+    /// mapped elsewhere too, charging nothing back (the other mapping keeps the memory).
+    /// Like [`unmap`](Self::unmap), it does not wait for the device.
+    fn unmap_alias(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        let _ = (at, bytes);
         Err(CUDA_ERROR_NOT_SUPPORTED)
     }
     /// Waits for all device work of the pool's context; `false` when it cannot.
@@ -67,7 +86,8 @@ pub trait Upstream {
 /// What [`Upstream::vmm`] offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Vmm {
-    /// Memory is mapped and unmapped in multiples of this, at multiples of it.
+    /// Memory is mapped and unmapped in multiples of this, at multiples of it (the smallest
+    /// handle).
     pub chunk: u64,
     /// How much address space to reserve for one range (the device's memory, rounded up).
     pub span: u64,
@@ -119,13 +139,12 @@ pub struct Forgotten {
     pub arena: Option<ArenaLeft>,
 }
 
-/// An arena as a context's end leaves it: its reserved range (start, bytes), its runs of
-/// mapped memory, and the chunk they were mapped in.
+/// An arena as a context's end leaves it: its reserved range (start, bytes) and each mapping
+/// in it (start, bytes: one handle each, lent memory's second mappings included).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ArenaLeft {
     pub range: (DevPtr, u64),
     pub mapped: Vec<(DevPtr, u64)>,
-    pub chunk: u64,
 }
 
 /// One block as a snapshot shows it.
@@ -166,9 +185,12 @@ pub struct BlockSpan {
     pub segment: DevPtr,
     /// The segment is an expandable one: mapped memory, which has no legacy IPC handle.
     pub expandable: bool,
-    /// In an expandable segment, the size of the chunks its memory is mapped in (0 otherwise):
-    /// what an export of the block shares (`state::ipc`).
+    /// In an expandable segment, the size of the handles its memory is mapped in, when the
+    /// handles under the block are contiguous and of one size (0 otherwise, and outside an
+    /// expandable segment): what an export of the block shares (`state::ipc_mapped`).
     pub chunk: u64,
+    /// Where the first of those handles starts.
+    pub handles_from: DevPtr,
 }
 
 /// One segment (driver allocation) and the blocks that tile it.

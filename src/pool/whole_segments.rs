@@ -87,6 +87,7 @@ impl SegmentCache {
             segment: start,
             expandable: false,
             chunk: 0,
+            handles_from: 0,
         })
     }
 

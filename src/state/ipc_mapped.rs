@@ -190,7 +190,11 @@ impl Shim {
     /// The handle of a block of an expandable segment (see the module's notes).
     pub(super) fn export_mapped(&self, span: &BlockSpan) -> Result<HandleBytes, CUresult> {
         let chunk = span.chunk;
-        let lo = span.ptr - span.ptr % chunk;
+        if chunk == 0 {
+            // Handles of several sizes under the block: the table names one size.
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        let lo = span.handles_from;
         let hi = (span.ptr + span.size).next_multiple_of(chunk);
         let count = (hi - lo) / chunk;
         let budget = fd_budget();

@@ -454,6 +454,29 @@ impl Upstream for DriverUpstream<'_> {
         Ok(())
     }
 
+    fn lend(&self, from: DevPtr, to: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        if self.tools {
+            // A sanitizer would see two allocations over the same memory: nothing is lent.
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        self.driver.vmm_lend(self.device, from, to, bytes)?;
+        self.budget.on_map(1);
+        if let Some((h, dev)) = self.history {
+            h.record(dev, Action::SegmentMap, to, bytes, 0, None);
+            h.record(dev, Action::SegmentUnmap, from, bytes, 0, None);
+        }
+        Ok(())
+    }
+
+    fn unmap_alias(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        if crate::base::flags::exiting() {
+            return Ok(());
+        }
+        super::ipc_mapped::while_unmapping(at, bytes, || self.driver.vmm_unmap(at, bytes, bytes))?;
+        self.budget.on_unmap(0);
+        Ok(())
+    }
+
     fn synchronize(&self) -> bool {
         self.driver.synchronize().is_ok()
     }

@@ -101,7 +101,7 @@ impl Shim {
                 for (at, len) in arena.mapped {
                     // Exports of these chunks go first: their descriptors would keep the memory.
                     let _ = super::ipc_mapped::while_unmapping(at, len, || {
-                        self.driver.vmm_unmap(at, len, arena.chunk)
+                        self.driver.vmm_unmap(at, len, len)
                     });
                 }
                 let _ = self.driver.vmm_unreserve(arena.range.0, arena.range.1);

@@ -127,14 +127,26 @@ fn the_arena_maps_within_the_limit() {
     }
     assert_eq!(held.len(), 8, "eight 8 MiB blocks under 64 MiB");
     assert_eq!(up.mapped(), 64 * MIB);
-    // Free two apart: the 16 MiB goes back by trim and serves one 16 MiB request.
-    p.free(held.remove(5).held(8 * MIB), &up).unwrap();
-    p.free(held.remove(1).held(8 * MIB), &up).unwrap();
-    assert_eq!(p.alloc(16 * MIB, &up), Err(CUDA_ERROR_OUT_OF_MEMORY));
-    p.trim(&up, u64::MAX);
-    let g = p.alloc(16 * MIB, &up).expect("16 MiB after the trim");
+    // Free two apart: their memory, lent to the end of the arena, serves one 16 MiB request
+    // at the limit, without a trim, a wait or new memory.
+    let five = held.remove(5);
+    let one = held.remove(1);
+    p.free(five.held(8 * MIB), &up).unwrap();
+    p.free(one.held(8 * MIB), &up).unwrap();
+    let g = p.alloc(16 * MIB, &up).expect("16 MiB from two 8 MiB holes");
     assert!(up.backed(g.ptr, g.size));
-    assert!(up.mapped() <= 64 * MIB);
+    assert_eq!(up.mapped(), 64 * MIB, "no new memory");
+    assert!(up.aliased(g.ptr, one.ptr) || up.aliased(g.ptr, five.ptr));
+    // The holes are shadows now: no request gets them.
+    let more = p.alloc(8 * MIB, &up);
+    assert_eq!(more, Err(CUDA_ERROR_OUT_OF_MEMORY));
+    // A trim unmaps the shadows; the memory stays where it is used.
+    p.trim(&up, u64::MAX);
+    assert_eq!(up.mapped(), 64 * MIB);
+    assert!(up.backed(g.ptr, g.size));
+    p.free(g.held(16 * MIB), &up).unwrap();
+    assert_eq!(p.trim(&up, u64::MAX), 16 * MIB);
+    assert_eq!(up.mapped(), 48 * MIB);
 }
 
 /// Once a block was exported through legacy IPC, large requests get classic segments; the
@@ -155,7 +167,7 @@ fn stop_expanding_turns_to_classic_segments() {
 }
 
 /// A context's end forgets the arena without calling the upstream, and names its reserved
-/// range and mapped runs (they outlive the context).
+/// range and each mapping in it (they outlive the context).
 #[test]
 fn forgetting_the_arena_names_what_to_unmap() {
     let up = vmm_upstream(1 << 30);
@@ -163,14 +175,18 @@ fn forgetting_the_arena_names_what_to_unmap() {
     let a = p.alloc(3 * MIB, &up).unwrap();
     let gone = p.forget_all();
     let arena = gone.arena.expect("an arena");
-    assert_eq!(arena.range, (a.ptr, 1 << 30));
-    assert_eq!(arena.mapped, vec![(a.ptr, 4 * MIB)]);
-    assert_eq!(arena.chunk, CHUNK);
+    assert_eq!(
+        arena.range,
+        (a.ptr, 4 << 30),
+        "four times the device's memory"
+    );
+    // A 3 MiB request grows 4 MiB, in handles of at most 1/16 of it: the smallest, 2 MiB.
+    assert_eq!(arena.mapped, vec![(a.ptr, CHUNK), (a.ptr + CHUNK, CHUNK)]);
     assert_eq!(gone.bytes, 4 * MIB);
 }
 
 /// Random sizes and lifetimes, trims in between, a lagging clock: live blocks never overlap,
-/// every live block is mapped, the pool's reserved bytes are what the upstream holds, and
+/// in addresses or (through lent memory) in memory, every live block is mapped, the pool's reserved bytes are what the upstream holds, and
 /// everything comes back.
 #[test]
 fn random_workloads_in_the_arena_stay_mapped_and_balance() {
@@ -209,15 +225,27 @@ fn random_workloads_in_the_arena_stay_mapped_and_balance() {
                 }
                 Err(e) => assert_eq!(e, CUDA_ERROR_OUT_OF_MEMORY),
             }
+            // Lent memory has two addresses: no two live blocks share memory through them.
+            let mut memory = Vec::new();
             for b in live.values() {
                 assert!(
                     up.backed(b.ptr, b.size),
                     "{rule:?} step {step}: {b:?} unmapped"
                 );
+                memory.extend(up.physical(b.ptr, b.size));
+            }
+            memory.sort_unstable();
+            for w in memory.windows(2) {
+                assert!(
+                    w[0].0 != w[1].0 || w[0].2 <= w[1].1,
+                    "{rule:?} step {step}: two live blocks share memory {w:?}"
+                );
             }
             let shown: u64 = p.segments().iter().map(|s| s.size).sum();
             assert_eq!(shown, up.outstanding().1, "{rule:?} step {step}");
         }
+        let lends = up.lends.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(lends > 100, "{rule:?}: memory was lent ({lends} handles)");
         for (_, b) in std::mem::take(&mut live) {
             p.free(b, &up).unwrap();
         }
