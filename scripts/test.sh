@@ -2,7 +2,7 @@
 # Every test that needs no GPU: the pool and config unit tests, then the whole library under
 # LD_PRELOAD against the fake libcuda.so.1 with C clients (tests/preload/), plus fmt, clippy
 # and the layering check; then the pip wheel, installed into a fresh venv
-# (scripts/test-wheel.sh). Needs cargo, a C compiler (cc) and python3 with venv and pip.
+# (scripts/test-wheel.sh), and the replay gate (scripts/replay-gate.py). Needs cargo, a C compiler (cc) and python3 with venv and pip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -28,6 +28,10 @@ status=${PIPESTATUS[0]}
 # The whole library again with classic segments (expandable is the default): every client
 # runs under CUDAPOOL_SEGMENTS=classic unless its test names the mode.
 CPTEST_SEGMENTS=classic cargo test --no-fail-fast --test preload --test lifetimes 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+# The replay gate: every allocation trace of benches/traces/ through split with expandable
+# segments, at most 1.03x its peak allocated and never above PyTorch's recorded reserved.
+python3 scripts/replay-gate.py target/debug/cudapool 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 # The pip wheel, built and installed into a fresh virtual environment (fetches the Python
 # build tools from PyPI into a private venv the first time).
