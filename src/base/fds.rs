@@ -4,18 +4,21 @@
 //! trace it: what the kernel's ptrace access check allows).
 //!
 //! **Trust.** The importer checks what it takes on the descriptor: the table is a regular file
-//! with the inode the handle names, of exactly the size its count says, and still valid after
-//! every chunk's descriptor was taken (the exporter invalidates a table before it closes the
+//! with the inode the handle names, of exactly the size its count says, its handles' sizes
+//! adding up to the span the handle names, and still valid after every handle's descriptor
+//! was taken (the exporter invalidates a table before it closes the
 //! descriptors it lists, so a table still valid then listed the right ones).
 //!
 //! Uses: nothing of the crate (the base layer).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-/// The table's header: `valid` (1, or 0 once invalidated), `count`, `chunk`; then `count`
-/// descriptor numbers, 4 bytes each.
+/// The table's header: `valid` (1, or 0 once invalidated), `count`, `span` (the bytes of all
+/// the handles); then `count` entries of [`ENTRY`] bytes: a descriptor number (4 bytes) and
+/// the size of the handle it holds (8 bytes).
 const HEADER: usize = 24;
-/// The most descriptors one table lists (a table of 4 TiB of 2 MiB chunks).
+const ENTRY: usize = 12;
+/// The most descriptors one table lists (a table of 4 TiB of 2 MiB handles).
 pub const MAX_COUNT: u64 = 1 << 21;
 
 fn errno() -> i32 {
@@ -39,8 +42,8 @@ pub struct Table {
 }
 
 impl Table {
-    /// A valid table listing `fds`, for chunks of `chunk` bytes.
-    pub fn new(fds: &[i32], chunk: u64) -> Result<Table, i32> {
+    /// A valid table listing `fds`, each a descriptor and the size of the handle it holds.
+    pub fn new(fds: &[(i32, u64)]) -> Result<Table, i32> {
         // SAFETY: a NUL-terminated name and valid flags.
         let raw = unsafe { libc::memfd_create(c"cudapool-ipc".as_ptr(), libc::MFD_CLOEXEC) };
         if raw < 0 {
@@ -48,12 +51,14 @@ impl Table {
         }
         // SAFETY: memfd_create just gave us this descriptor.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let mut bytes = Vec::with_capacity(HEADER + 4 * fds.len());
-        for word in [1u64, fds.len() as u64, chunk] {
+        let mut bytes = Vec::with_capacity(HEADER + ENTRY * fds.len());
+        let span: u64 = fds.iter().map(|f| f.1).sum();
+        for word in [1u64, fds.len() as u64, span] {
             bytes.extend_from_slice(&word.to_le_bytes());
         }
-        for f in fds {
+        for (f, size) in fds {
             bytes.extend_from_slice(&f.to_le_bytes());
+            bytes.extend_from_slice(&size.to_le_bytes());
         }
         write_all_at(&fd, &bytes, 0)?;
         let ino = fstat(&fd)?.st_ino;
@@ -75,8 +80,10 @@ impl Table {
 /// What an importer reads from a table it took.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Listed {
-    pub chunk: u64,
-    pub fds: Vec<i32>,
+    /// The bytes of all the handles.
+    pub span: u64,
+    /// Each descriptor, and the size of the handle it holds.
+    pub fds: Vec<(i32, u64)>,
 }
 
 /// Reads the table behind `fd` (a descriptor taken from the exporter), checking it is the one
@@ -89,20 +96,32 @@ pub fn read_table(fd: &OwnedFd, ino: u64) -> Result<Listed, &'static str> {
     let mut head = [0u8; HEADER];
     read_exact_at(fd, &mut head, 0).map_err(|_| "table too short")?;
     let word = |i: usize| u64::from_le_bytes(head[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-    let (valid, count, chunk) = (word(0), word(1), word(2));
+    let (valid, count, span) = (word(0), word(1), word(2));
     if valid != 1 {
         return Err("the export is gone (the exporter freed or unmapped the block)");
     }
-    if count == 0 || count > MAX_COUNT || st.st_size as u64 != HEADER as u64 + 4 * count {
+    if count == 0
+        || count > MAX_COUNT
+        || st.st_size as u64 != (HEADER + ENTRY * count as usize) as u64
+    {
         return Err("table of an inconsistent size");
     }
-    let mut body = vec![0u8; 4 * count as usize];
+    let mut body = vec![0u8; ENTRY * count as usize];
     read_exact_at(fd, &mut body, HEADER as u64).map_err(|_| "table too short")?;
-    let fds = body
-        .chunks_exact(4)
-        .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")))
+    let fds: Vec<(i32, u64)> = body
+        .chunks_exact(ENTRY)
+        .map(|b| {
+            let fd = i32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
+            (fd, u64::from_le_bytes(b[4..].try_into().expect("8 bytes")))
+        })
         .collect();
-    Ok(Listed { chunk, fds })
+    let sum = fds.iter().try_fold(0u64, |t, &(_, size)| {
+        (size > 0).then(|| t.checked_add(size)).flatten()
+    });
+    if sum != Some(span) {
+        return Err("table whose handles do not add up to its span");
+    }
+    Ok(Listed { span, fds })
 }
 
 /// Whether the table behind `fd` is still valid (see [`Table::invalidate`]).
@@ -190,14 +209,14 @@ mod tests {
 
     #[test]
     fn a_table_reads_back_until_invalidated_and_only_with_its_inode() {
-        let t = Table::new(&[7, 9, 11], 2 << 20).unwrap();
+        let t = Table::new(&[(7, 2 << 20), (9, 16 << 20), (11, 2 << 20)]).unwrap();
         let mine = pidfd_open(std::process::id()).unwrap();
         let fd = pidfd_getfd(&mine, t.raw()).unwrap();
         assert_eq!(
             read_table(&fd, t.ino),
             Ok(Listed {
-                chunk: 2 << 20,
-                fds: vec![7, 9, 11]
+                span: 20 << 20,
+                fds: vec![(7, 2 << 20), (9, 16 << 20), (11, 2 << 20)]
             })
         );
         assert!(read_table(&fd, t.ino + 1).is_err());
@@ -209,7 +228,13 @@ mod tests {
 
     #[test]
     fn a_planted_table_of_the_wrong_size_is_refused() {
-        let t = Table::new(&[3], 4096).unwrap();
+        let t = Table::new(&[(3, 4096)]).unwrap();
+        // A span its handles do not add up to.
+        write_all_at(&t.fd, &8192u64.to_le_bytes(), 16).unwrap();
+        assert_eq!(
+            read_table(&t.fd, t.ino),
+            Err("table whose handles do not add up to its span")
+        );
         // A count that the size does not back.
         write_all_at(&t.fd, &5u64.to_le_bytes(), 8).unwrap();
         assert_eq!(

@@ -46,26 +46,25 @@ impl Driver {
         bytes: u64,
         chunk: u64,
     ) -> Result<(), CUresult> {
-        self.map_chunks(at, bytes / chunk, chunk, Some(dev), |_| {
-            self.create_chunk(dev, chunk)
-        })
+        let sizes = vec![chunk; (bytes / chunk) as usize];
+        self.map_chunks(at, &sizes, Some(dev), |_| self.create_chunk(dev, chunk))
     }
 
-    /// Maps `count` chunks of `chunk` bytes at `at`, the i-th the physical memory `next(i)`
-    /// gives (its handle released once mapped: the mapping keeps the memory), then makes the
-    /// range readable and writable by `dev` (by default the first chunk's device) and its
-    /// peers. All or nothing: on any error what was mapped is unmapped.
+    /// Maps one handle per entry of `sizes` at `at`, one after the other, the i-th the
+    /// physical memory `next(i)` gives (its handle released once mapped: the mapping keeps the
+    /// memory), then makes the range readable and writable by `dev` (by default the first
+    /// handle's device) and its peers. All or nothing: on any error what was mapped is unmapped.
     fn map_chunks(
         &self,
         at: DevPtr,
-        count: u64,
-        chunk: u64,
+        sizes: &[u64],
         mut dev: Option<CUdevice>,
         mut next: impl FnMut(usize) -> Result<MemHandle, CUresult>,
     ) -> Result<(), CUresult> {
         let mut done = 0;
+        let mut count = 0;
         let mut result = Ok(());
-        for i in 0..count as usize {
+        for (i, &chunk) in sizes.iter().enumerate() {
             let h = match next(i) {
                 Ok(h) => h,
                 Err(e) => {
@@ -90,6 +89,7 @@ impl Driver {
                 break;
             }
             done += chunk;
+            count += 1;
         }
         if result.is_ok() {
             let access = self.vmm_access(dev.unwrap_or(0));
@@ -99,7 +99,7 @@ impl Driver {
             ));
         }
         if result.is_err() {
-            let _ = self.vmm_unmap(at, done, chunk);
+            let _ = self.vmm_unmap_each(at, &sizes[..count]);
         }
         result
     }
@@ -133,16 +133,15 @@ impl Driver {
         Ok(h)
     }
 
-    /// File descriptors for the chunks mapped at `[at, at + bytes)` (one per `chunk`), to hand
-    /// to another process; each keeps its chunk's memory alive until closed. All or nothing.
-    pub fn vmm_export(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<Vec<OwnedFd>, CUresult> {
+    /// File descriptors for the handles mapped at `handles` (start, bytes), to hand to another
+    /// process; each keeps its handle's memory alive until closed. All or nothing.
+    pub fn vmm_export(&self, handles: &[(DevPtr, u64)]) -> Result<Vec<OwnedFd>, CUresult> {
         let mut fds = Vec::new();
-        let mut off = 0;
-        while off < bytes {
+        for &(at, _) in handles {
             let mut h: MemHandle = 0;
             check(call!(
                 self,
-                mem_retain_allocation_handle(&mut h, (at + off) as usize as *mut c_void)
+                mem_retain_allocation_handle(&mut h, at as usize as *mut c_void)
             ))?;
             let mut fd: c_int = -1;
             let r = call!(
@@ -161,24 +160,23 @@ impl Driver {
             }
             // SAFETY: the driver just made this descriptor for us; nothing else owns it.
             fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
-            off += chunk;
         }
         Ok(fds)
     }
 
-    /// Maps `count` chunks of `chunk` bytes, the descriptor of the i-th from `take(i)` (from
-    /// another process's [`vmm_export`](Self::vmm_export)), in order into new address space,
-    /// readable and writable by the chunks' device and its peers. One descriptor is open at a
-    /// time. Returns the range's start; all or nothing.
+    /// Maps one handle per entry of `sizes`, the descriptor of the i-th from `take(i)` (from
+    /// another process's [`vmm_export`](Self::vmm_export)), in order into new address space
+    /// aligned to `align`, readable and writable by the handles' device and its peers. One
+    /// descriptor is open at a time. Returns the range's start; all or nothing.
     pub fn vmm_import(
         &self,
-        count: u64,
-        chunk: u64,
+        sizes: &[u64],
+        align: u64,
         mut take: impl FnMut(usize) -> Result<OwnedFd, CUresult>,
     ) -> Result<DevPtr, CUresult> {
-        let bytes = chunk * count;
-        let at = self.vmm_reserve(bytes, chunk)?;
-        let imported = self.map_chunks(at, count, chunk, None, |i| {
+        let bytes = sizes.iter().sum();
+        let at = self.vmm_reserve(bytes, align)?;
+        let imported = self.map_chunks(at, sizes, None, |i| {
             let fd = take(i)?;
             let mut h: MemHandle = 0;
             check(call!(
@@ -243,6 +241,18 @@ impl Driver {
             let _ = check(call!(self, mem_unmap(to, bytes as usize)));
         }
         r
+    }
+
+    /// Unmaps the handles mapped one after the other at `at`, of `sizes` bytes each; every one
+    /// is tried, the first error returned.
+    pub fn vmm_unmap_each(&self, at: DevPtr, sizes: &[u64]) -> Result<(), CUresult> {
+        let mut result = Ok(());
+        let mut off = at;
+        for &size in sizes {
+            result = result.and(check(call!(self, mem_unmap(off, size as usize))));
+            off += size;
+        }
+        result
     }
 
     /// Unmaps `[at, at + bytes)`, mapped by [`vmm_map`](Self::vmm_map) in chunks of `chunk`;

@@ -79,6 +79,11 @@ pub trait Core: Send {
     /// Large requests get classic segments from now on (a block was exported through legacy
     /// IPC, which mapped memory cannot be).
     fn stop_expanding(&mut self) {}
+    /// See [`super::Pool::handles_under`].
+    fn handles_under(&self, ptr: DevPtr) -> Vec<(DevPtr, u64)> {
+        let _ = ptr;
+        Vec::new()
+    }
     /// Brings free blocks to the state every operation of the core would find them in first
     /// (split lists and merges its parked block), so that a view of the segments shows what
     /// the next allocation will see. Changes no choice the core makes.

@@ -185,12 +185,6 @@ pub struct BlockSpan {
     pub segment: DevPtr,
     /// The segment is an expandable one: mapped memory, which has no legacy IPC handle.
     pub expandable: bool,
-    /// In an expandable segment, the size of the handles its memory is mapped in, when the
-    /// handles under the block are contiguous and of one size (0 otherwise, and outside an
-    /// expandable segment): what an export of the block shares (`state::ipc_mapped`).
-    pub chunk: u64,
-    /// Where the first of those handles starts.
-    pub handles_from: DevPtr,
 }
 
 /// One segment (driver allocation) and the blocks that tile it.
@@ -275,6 +269,13 @@ pub trait Pool: Send + Sync {
     /// made on first use; `None` for a pool without one, or while the thread is torn down.
     fn thread_cache(&self) -> Option<super::ThreadCache> {
         None
+    }
+    /// The handles (physical allocations: start, bytes) whose memory lies under the held block
+    /// at `ptr` of an expandable segment, in address order: what an export of it shares
+    /// (`state::ipc_mapped`). Empty for a block of a classic segment.
+    fn handles_under(&self, ptr: DevPtr) -> Vec<(DevPtr, u64)> {
+        let _ = ptr;
+        Vec::new()
     }
     /// Large requests get classic segments from now on (see [`super::core::Core::stop_expanding`]).
     fn stop_expanding(&self) {}

@@ -86,8 +86,6 @@ impl SegmentCache {
             size,
             segment: start,
             expandable: false,
-            chunk: 0,
-            handles_from: 0,
         })
     }
 

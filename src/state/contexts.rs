@@ -137,6 +137,15 @@ impl Contexts {
         Some(cp.pool.block_of(ptr))
     }
 
+    /// The handles under the held block at `ptr` of an expandable segment (see
+    /// [`crate::pool::Pool::handles_under`]).
+    pub fn handles_under(&self, ptr: DevPtr) -> Vec<(DevPtr, u64)> {
+        let map = self.read();
+        map.values()
+            .find(|c| c.pool.owns(ptr))
+            .map_or_else(Vec::new, |cp| cp.pool.handles_under(ptr))
+    }
+
     /// Whether `ptr` lies inside memory some pool holds.
     pub fn pool_owns(&self, ptr: DevPtr) -> bool {
         self.read().values().any(|c| c.pool.owns(ptr))

@@ -2,12 +2,13 @@
 //! mapped (no driver allocation behind it, so no driver handle), and the importer's open and
 //! close of what it gives.
 //!
-//! **Export.** The chunks under the block (`[lo, hi)`, whole chunks) are exported as POSIX file
-//! descriptors (`cuMemExportToShareableHandle`: the arena creates its chunks exportable). A
-//! table in a `memfd` lists their numbers (`base::fds`), and the 64-byte handle carries this
-//! process's pid, the table's descriptor and inode, the chunk size and count, and the block's
-//! offset from `lo`, under a magic word and a checksum. Exports are kept per chunk range (a
-//! later block over the same chunks shares it) until one of their chunks is unmapped: then,
+//! **Export.** The handles (physical allocations) under the block (`[lo, hi)`, whole handles,
+//! of whatever sizes the arena made them) are exported as POSIX file descriptors
+//! (`cuMemExportToShareableHandle`: the arena creates its handles exportable). A table in a
+//! `memfd` lists their numbers and sizes (`base::fds`), and the 64-byte handle carries this
+//! process's pid, the table's descriptor and inode, the handles' count and bytes, and the
+//! block's offset from `lo`, under a magic word and a checksum. Exports are kept per range (a
+//! later block over the same handles shares it) until one of their handles is unmapped: then,
 //! under the lock that every unmap takes, the table is invalidated and the descriptors closed
 //! *before* the chunk goes (an open descriptor would keep the memory alive).
 //!
@@ -41,7 +42,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Mutex;
 
 /// The handle's first 8 bytes.
-const MAGIC: u64 = u64::from_le_bytes(*b"cpmapd01");
+const MAGIC: u64 = u64::from_le_bytes(*b"cpmapd02");
 
 /// What a handle of a mapped block carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +50,8 @@ pub struct Mapped {
     pub pid: u32,
     pub table_fd: i32,
     pub table_ino: u64,
-    pub chunk: u64,
+    /// The bytes of all the handles.
+    pub span: u64,
     pub count: u32,
     /// The block's start, from the first chunk's.
     pub offset: u64,
@@ -70,7 +72,7 @@ impl Mapped {
         h[8..12].copy_from_slice(&self.pid.to_le_bytes());
         h[12..16].copy_from_slice(&self.table_fd.to_le_bytes());
         h[16..24].copy_from_slice(&self.table_ino.to_le_bytes());
-        h[24..32].copy_from_slice(&self.chunk.to_le_bytes());
+        h[24..32].copy_from_slice(&self.span.to_le_bytes());
         h[32..40].copy_from_slice(&self.offset.to_le_bytes());
         h[40..48].copy_from_slice(&self.size.to_le_bytes());
         h[48..52].copy_from_slice(&self.count.to_le_bytes());
@@ -93,33 +95,28 @@ impl Mapped {
             pid: u32_at(8),
             table_fd: u32_at(12) as i32,
             table_ino: u64_at(16),
-            chunk: u64_at(24),
+            span: u64_at(24),
             offset: u64_at(32),
             size: u64_at(40),
             count: u32_at(48),
         };
-        let span = m.chunk.checked_mul(m.count as u64);
-        let fits = m
-            .offset
-            .checked_add(m.size)
-            .zip(span)
-            .is_some_and(|(e, s)| e <= s);
-        if m.chunk == 0 || m.count == 0 || m.count as u64 > fds::MAX_COUNT || m.size == 0 || !fits {
+        let fits = m.offset.checked_add(m.size).is_some_and(|e| e <= m.span);
+        if m.count == 0 || m.count as u64 > fds::MAX_COUNT || m.size == 0 || !fits {
             return Some(Err("inconsistent handle"));
         }
         Some(Ok(m))
     }
 }
 
-/// One export: the chunks mapped at `[lo, lo + count * chunk)`.
+/// One export: the handles mapped at `[lo, hi)`.
 ///
-/// Invariant: `fds[i]` is the exported descriptor of the chunk mapped at `lo + i * chunk`,
-/// which is still mapped; `table` lists their numbers in order and is valid. An export is
-/// dropped (its table invalidated, then its descriptors closed) before any of its chunks is
-/// unmapped ([`while_unmapping`]).
+/// Invariant: `_fds[i]` is the exported descriptor of the i-th handle mapped from `lo` on,
+/// which is still mapped; `table` lists their numbers and sizes in order and is valid. An
+/// export is dropped (its table invalidated, then its descriptors closed) before any of its
+/// handles is unmapped ([`while_unmapping`]).
 struct Export {
     lo: DevPtr,
-    chunk: u64,
+    hi: DevPtr,
     count: u64,
     table: Table,
     /// Held, never read: closing them (on drop) lets the chunks' memory go.
@@ -128,7 +125,7 @@ struct Export {
 
 impl Export {
     fn overlaps(&self, at: DevPtr, bytes: u64) -> bool {
-        self.lo < at + bytes && at < self.lo + self.count * self.chunk
+        self.lo < at + bytes && at < self.hi
     }
 }
 
@@ -165,7 +162,7 @@ fn fd_budget() -> u64 {
 /// The imports of mapped blocks in this process.
 ///
 /// Invariant: `opened` holds each address handed to the program with the mapping behind it
-/// (its handle, range and chunk size) and how many opens returned it; `by_handle` maps each
+/// (its handle, range and handle sizes) and how many opens returned it; `by_handle` maps each
 /// such handle to that address. A mapping is unmapped when its count reaches zero.
 #[derive(Default)]
 pub struct MappedImports {
@@ -182,21 +179,19 @@ struct Opened {
     handle: HandleBytes,
     base: DevPtr,
     bytes: u64,
-    chunk: u64,
+    sizes: Vec<u64>,
     refs: u32,
 }
 
 impl Shim {
     /// The handle of a block of an expandable segment (see the module's notes).
     pub(super) fn export_mapped(&self, span: &BlockSpan) -> Result<HandleBytes, CUresult> {
-        let chunk = span.chunk;
-        if chunk == 0 {
-            // Handles of several sizes under the block: the table names one size.
+        let handles = self.contexts.handles_under(span.ptr);
+        let (Some(&(lo, _)), Some(&(last, last_len))) = (handles.first(), handles.last()) else {
             return Err(CUDA_ERROR_NOT_SUPPORTED);
-        }
-        let lo = span.handles_from;
-        let hi = (span.ptr + span.size).next_multiple_of(chunk);
-        let count = (hi - lo) / chunk;
+        };
+        let hi = last + last_len;
+        let count = handles.len() as u64;
         let budget = fd_budget();
         if count + 1 > budget {
             log_at!(
@@ -208,7 +203,7 @@ impl Shim {
             return Err(CUDA_ERROR_NOT_SUPPORTED);
         }
         let mut ex = lock(&EXPORTS);
-        let at = match ex.iter().position(|e| e.lo == lo && e.count == count) {
+        let at = match ex.iter().position(|e| e.lo == lo && e.hi == hi) {
             Some(i) => i,
             None => {
                 let mut held: u64 = ex.iter().map(|e| e.count + 1).sum();
@@ -217,16 +212,20 @@ impl Shim {
                     old.table.invalidate();
                     held -= old.count + 1;
                 }
-                let fds = self.driver.vmm_export(lo, hi - lo, chunk)?;
+                let fds = self.driver.vmm_export(&handles)?;
                 fds.iter().for_each(fds::cloexec);
-                let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
-                let table = Table::new(&raw, chunk).map_err(|e| {
+                let listed: Vec<(i32, u64)> = fds
+                    .iter()
+                    .zip(&handles)
+                    .map(|(f, &(_, len))| (f.as_raw_fd(), len))
+                    .collect();
+                let table = Table::new(&listed).map_err(|e| {
                     log_at!(Warn, "cuIpcGetMemHandle: memfd_create failed (errno {e})");
                     CUDA_ERROR_OUT_OF_MEMORY
                 })?;
                 ex.push(Export {
                     lo,
-                    chunk,
+                    hi,
                     count,
                     table,
                     _fds: fds,
@@ -237,14 +236,14 @@ impl Shim {
         let e = &ex[at];
         log_at!(
             Debug,
-            "ipc export: block {:#x} over {count} chunks at {lo:#x}",
+            "ipc export: block {:#x} over {count} handles at {lo:#x}",
             span.ptr
         );
         Ok(Mapped {
             pid: std::process::id(),
             table_fd: e.table.raw(),
             table_ino: e.table.ino,
-            chunk,
+            span: hi - lo,
             count: count as u32,
             offset: span.ptr - lo,
             size: span.size,
@@ -278,29 +277,30 @@ impl Shim {
                 return Some(Err(code));
             }
         };
+        let (base, sizes) = base;
         let at = base + m.offset;
-        let bytes = m.chunk * m.count as u64;
         t.opened.insert(
             at,
             Opened {
                 handle: *h,
                 base,
-                bytes,
-                chunk: m.chunk,
+                bytes: m.span,
+                sizes,
                 refs: 1,
             },
         );
         t.by_handle.insert(*h, at);
         log_at!(
             Debug,
-            "ipc open: {} chunks at {base:#x} + {:#x}",
+            "ipc open: {} handles at {base:#x} + {:#x}",
             m.count,
             m.offset
         );
         Some(Ok(at))
     }
 
-    fn import_mapped(&self, m: &Mapped) -> Result<DevPtr, (CUresult, String)> {
+    /// Maps the exporter's handles; returns where, and their sizes.
+    fn import_mapped(&self, m: &Mapped) -> Result<(DevPtr, Vec<u64>), (CUresult, String)> {
         let take_err = |what: &str, e: i32| {
             let code = match e {
                 libc::EPERM | libc::EACCES => CUDA_ERROR_NOT_PERMITTED,
@@ -320,13 +320,25 @@ impl Shim {
         let table = fds::pidfd_getfd(&pidfd, m.table_fd).map_err(|e| take_err("pidfd_getfd", e))?;
         let listed = fds::read_table(&table, m.table_ino)
             .map_err(|why| (CUDA_ERROR_INVALID_VALUE, why.to_string()))?;
-        if listed.chunk != m.chunk || listed.fds.len() != m.count as usize {
+        if listed.span != m.span || listed.fds.len() != m.count as usize {
             return Err((CUDA_ERROR_INVALID_VALUE, "table and handle disagree".into()));
+        }
+        let sizes: Vec<u64> = listed.fds.iter().map(|&(_, size)| size).collect();
+        let align = self
+            .driver
+            .vmm_granularity(0)
+            .unwrap_or(2 << 20)
+            .max(2 << 20);
+        if sizes.iter().any(|s| s % align != 0) {
+            return Err((
+                CUDA_ERROR_INVALID_VALUE,
+                "table of handles of odd sizes".into(),
+            ));
         }
         let base = self
             .driver
-            .vmm_import(m.count as u64, m.chunk, |i| {
-                fds::pidfd_getfd(&pidfd, listed.fds[i]).map_err(|_| CUDA_ERROR_INVALID_VALUE)
+            .vmm_import(&sizes, align, |i| {
+                fds::pidfd_getfd(&pidfd, listed.fds[i].0).map_err(|_| CUDA_ERROR_INVALID_VALUE)
             })
             .map_err(|e| {
                 (
@@ -335,15 +347,14 @@ impl Shim {
                 )
             })?;
         if !fds::still_valid(&table) {
-            let bytes = m.chunk * m.count as u64;
-            let _ = self.driver.vmm_unmap(base, bytes, m.chunk);
-            let _ = self.driver.vmm_unreserve(base, bytes);
+            let _ = self.driver.vmm_unmap_each(base, &sizes);
+            let _ = self.driver.vmm_unreserve(base, m.span);
             return Err((
                 CUDA_ERROR_INVALID_VALUE,
                 "the exporter freed the block while it was being opened".into(),
             ));
         }
-        Ok(base)
+        Ok((base, sizes))
     }
 
     /// `cuIpcCloseMemHandle(ptr)`: `None` when `ptr` did not come from an open of a mapped
@@ -360,7 +371,7 @@ impl Shim {
         t.by_handle.remove(&o.handle);
         drop(t);
         let _ = self.driver.synchronize();
-        let r = self.driver.vmm_unmap(o.base, o.bytes, o.chunk);
+        let r = self.driver.vmm_unmap_each(o.base, &o.sizes);
         let _ = self.driver.vmm_unreserve(o.base, o.bytes);
         Some(r.err().unwrap_or(CUDA_SUCCESS))
     }
@@ -375,7 +386,7 @@ mod tests {
             pid: 4242,
             table_fd: 17,
             table_ino: 99,
-            chunk: 2 << 20,
+            span: 6 << 20,
             count: 3,
             offset: 4096,
             size: 5 << 20,

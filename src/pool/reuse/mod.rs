@@ -91,8 +91,9 @@ pub trait Clock: Send + Sync {
         let _ = f;
         false
     }
-    /// The pool is on a slow path: a chance for the clock's own housekeeping (retiring queues
-    /// that went idle). Never waits for the device.
+    /// The pool missed (it is about to ask the driver): a chance for the clock's own
+    /// housekeeping (retiring queues whose work has completed, at once). Never waits for the
+    /// device.
     fn tick(&self) {}
 }
 
@@ -628,6 +629,10 @@ impl Pool for CachingPool {
 
     fn block_of(&self, ptr: DevPtr) -> Option<BlockSpan> {
         self.lock().core.block_of(ptr)
+    }
+
+    fn handles_under(&self, ptr: DevPtr) -> Vec<(DevPtr, u64)> {
+        self.lock().core.handles_under(ptr)
     }
 
     fn segments(&self) -> Vec<SegmentView> {

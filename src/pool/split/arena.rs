@@ -440,21 +440,18 @@ impl SplitCore {
         out
     }
 
-    /// The handles under `[ptr, ptr + size)` when they are of one size: (that size, where the
-    /// first starts); (0, 0) otherwise.
-    pub(super) fn handles_under(&self, ptr: DevPtr, size: u64) -> (u64, DevPtr) {
-        let Some((&first, &len)) = self.handles.range(..=ptr).next_back() else {
-            return (0, 0);
-        };
-        let uniform = self
+    /// The handles under `[ptr, ptr + size)` (mapped memory), in address order.
+    pub(super) fn handles_of(&self, ptr: DevPtr, size: u64) -> Vec<(DevPtr, u64)> {
+        let first = self
             .handles
+            .range(..=ptr)
+            .next_back()
+            .map_or(ptr, |(&h, _)| h);
+        self.handles
             .range(first..ptr + size)
-            .all(|(_, &l)| l == len);
-        if uniform && first + len > ptr {
-            (len, first)
-        } else {
-            (0, 0)
-        }
+            .filter(|&(&h, &l)| h + l > ptr)
+            .map(|(&h, &l)| (h, l))
+            .collect()
     }
 
     /// The arena's runs of mapped blocks, as segments.

@@ -523,18 +523,11 @@ impl Core for SplitCore {
 
     fn block_of(&self, ptr: DevPtr) -> Option<BlockSpan> {
         let (&start, b) = self.blocks.range(..=ptr).next_back()?;
-        let (chunk, handles_from) = if self.in_arena(start) {
-            self.handles_under(start, b.size)
-        } else {
-            (0, 0)
-        };
         (ptr < start + b.size && !b.free && b.mapped).then_some(BlockSpan {
             ptr: start,
             size: b.size,
             segment: b.segment,
             expandable: self.in_arena(start),
-            chunk,
-            handles_from,
         })
     }
 
@@ -640,5 +633,12 @@ impl Core for SplitCore {
 
     fn stop_expanding(&mut self) {
         self.expandable = false;
+    }
+
+    fn handles_under(&self, ptr: DevPtr) -> Vec<(DevPtr, u64)> {
+        match self.blocks.get(&ptr) {
+            Some(b) if !b.free && b.mapped && self.in_arena(ptr) => self.handles_of(ptr, b.size),
+            _ => Vec::new(),
+        }
     }
 }
