@@ -221,6 +221,25 @@ impl Queues {
         self.unordered.store(true, Release);
     }
 
+    /// At a pool's miss: retires at once every queue whose work has all completed, as a
+    /// probation would [`PROBATION`] later. The epoch is bumped first, so every thread reports
+    /// its next work again; nothing retires while a work call is in flight (one begun before
+    /// the bump may be passing work to a queue without reporting it). So a second queue that
+    /// went idle stops costing fences at the next miss. Never waits.
+    pub fn retire_idle(&self, dev: &dyn QueueDevice) {
+        let mut st = self.lock();
+        if st.active.len() < 2 {
+            return;
+        }
+        bump_epoch();
+        if !quiescent() {
+            return;
+        }
+        st.active.retain(|a| !dev.idle(a.key));
+        self.count.store(st.active.len(), Release);
+        st.probation = None;
+    }
+
     /// Housekeeping, at most every [`TICK`] (returns whether it ran): starts a probation, or
     /// retires the queues that stayed untouched and idle through one. Never waits.
     pub fn tick(&self, dev: &dyn QueueDevice) -> bool {
@@ -364,6 +383,30 @@ mod tests {
         std::thread::sleep(TICK);
         q.tick(&dev);
         assert!(q.one_queue());
+    }
+
+    #[test]
+    fn at_a_miss_idle_queues_retire_at_once_unless_busy_or_a_call_is_in_flight() {
+        let _serial = serial();
+        let (q, dev) = (Queues::default(), Dev::default());
+        q.work_on(LEGACY, &dev);
+        q.work_on(S, &dev);
+        dev.busy.borrow_mut().push(LEGACY);
+        let call = Entered::new();
+        let e = epoch();
+        q.retire_idle(&dev);
+        assert!(epoch() > e, "every thread reports its next work again");
+        assert_eq!(q.active().len(), 2, "a call in flight may be issuing on S");
+        drop(call);
+        q.retire_idle(&dev);
+        assert_eq!(
+            q.active(),
+            vec![LEGACY],
+            "S idle: retired with no probation"
+        );
+        assert!(q.one_queue());
+        q.work_on(S, &dev);
+        assert_eq!(dev.ordered.borrow().last(), Some(&(S, vec![LEGACY])));
     }
 
     #[test]

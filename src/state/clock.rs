@@ -677,6 +677,9 @@ impl Clock for ContextClock {
 
     fn tick(&self) {
         if let Some(alive) = self.alive() {
+            if self.reuse != Reuse::Immediate && !exiting() {
+                self.queues.retire_idle(&alive);
+            }
             self.tick_alive(&alive);
         }
     }
