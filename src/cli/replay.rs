@@ -116,7 +116,7 @@ pub fn replay(
                     .recorded_reserved
                     .map_or("null".to_string(), |r| r.to_string());
                 outln(&format!(
-                    "{{\"file\":{},\"pool\":\"{}\",\"segments\":\"{}\",\"peak_reserved_bytes\":{},\"peak_allocated_bytes\":{},\"ratio\":{ratio:.4},\"recorded_reserved_bytes\":{recorded},\"allocations\":{},\"driver_calls\":{}}}",
+                    "{{\"file\":{},\"pool\":\"{}\",\"segments\":\"{}\",\"peak_reserved_bytes\":{},\"peak_allocated_bytes\":{},\"ratio\":{ratio:.4},\"recorded_reserved_bytes\":{recorded},\"allocations\":{},\"driver_calls\":{},\"driver_calls_late\":{}}}",
                     serde_json::to_string(&t.name).unwrap_or_default(),
                     s.kind.name(),
                     s.segments(),
@@ -124,6 +124,7 @@ pub fn replay(
                     r.peak_requested,
                     t.ops.iter().filter(|o| matches!(o, Op::Alloc(..))).count(),
                     r.driver_allocs,
+                    r.driver_allocs_late,
                 ));
             } else {
                 let short = std::path::Path::new(&t.name)

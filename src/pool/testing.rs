@@ -337,7 +337,9 @@ pub fn replay_in(
             self.0.unmap(at, b, chunk)
         }
         fn lend(&self, from: u64, to: u64, b: u64) -> Result<(), u32> {
-            self.0.lend(from, to, b)
+            self.0.lend(from, to, b)?;
+            self.1.fetch_add(1, Relaxed);
+            Ok(())
         }
         fn unmap_alias(&self, at: u64, b: u64) -> Result<(), u32> {
             self.0.unmap_alias(at, b)

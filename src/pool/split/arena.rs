@@ -48,6 +48,10 @@ impl Arena {
     }
 }
 
+/// A run of arena blocks that could be one free block (see `reclaim_shadows`): where it
+/// starts, its bytes, and its shadows (start, bytes, memory, where that memory is a handle).
+type Run = (DevPtr, u64, Vec<(DevPtr, u64, u64, DevPtr)>);
+
 /// The handle sizes a growth of `bytes` maps, in order: powers of two times `chunk`, each the
 /// largest that fits what is left, at most `cap`.
 fn handle_sizes(bytes: u64, chunk: u64, cap: u64) -> Vec<u64> {
@@ -206,6 +210,9 @@ impl SplitCore {
                 self.carve_shadow(h, len);
                 self.handles.remove(&h);
                 self.handles.insert(at + done, len);
+                let id = self.memory[&h];
+                self.memory.insert(at + done, id);
+                self.owner.insert(id, at + done);
                 done += len;
                 if done >= need {
                     break 'blocks;
@@ -298,6 +305,9 @@ impl SplitCore {
         for (p, len, h) in runs {
             for s in (p..p + len).step_by(h as usize) {
                 self.handles.insert(s, h);
+                self.next_memory += 1;
+                self.memory.insert(s, self.next_memory);
+                self.owner.insert(self.next_memory, s);
             }
         }
         self.reserved += bytes;
@@ -356,6 +366,9 @@ impl SplitCore {
                 continue;
             }
             self.handles.remove(&c);
+            if let Some(id) = self.memory.remove(&c) {
+                self.owner.remove(&id);
+            }
             let b = self.unmark_free(block);
             self.blocks.remove(&block);
             if c > block {
@@ -396,6 +409,82 @@ impl SplitCore {
         done
     }
 
+    /// Before a growth for the rounded request `r`: the first run of neighbouring arena blocks,
+    /// each free and ready or a shadow whose memory lies free and ready where it is a handle
+    /// now (outside the run), that holds `r`: its shadows' memory moves back (each handle
+    /// becomes the shadow; no driver call: both addresses map the memory), and the run is one
+    /// free block. Lending moves memory whenever a growth finds none; without this, the same
+    /// steps of a training job lent again every iteration. Returns whether memory moved.
+    pub(super) fn reclaim_shadows(&mut self, r: u64) -> bool {
+        let Some(a) = self.arena else { return false };
+        if self.shadows.is_empty() {
+            return false;
+        }
+        let ready = |b: &Block| b.free && b.mapped && b.lane == READY;
+        let mut run: Option<Run> = None;
+        let mut found = None;
+        for (&p, b) in self.blocks.range(a.base..a.base + a.span) {
+            let movable = (!b.free && !b.mapped)
+                .then(|| {
+                    let id = *self.memory.get(&p)?;
+                    let at = *self.owner.get(&id)?;
+                    let (&start, owner) = self.blocks.range(..=at).next_back()?;
+                    (ready(owner) && start + owner.size >= at + b.size).then_some((id, at))
+                })
+                .flatten();
+            let fits_in = ready(b) || movable.is_some();
+            let run_ok = |run: &Run| {
+                run.0 + run.1 == p
+                    && movable.is_none_or(|(id, at)| {
+                        // Its memory must not be one the run holds or uses already.
+                        !(run.0..p + b.size).contains(&at)
+                            && run
+                                .2
+                                .iter()
+                                .all(|s| s.2 != id && !(p..p + b.size).contains(&s.3))
+                    })
+            };
+            if !fits_in {
+                run = None;
+                continue;
+            }
+            match run.as_mut() {
+                Some(cur) if run_ok(cur) => cur.1 += b.size,
+                _ => run = Some((p, b.size, Vec::new())),
+            }
+            let cur = run.as_mut().expect("just set");
+            if let Some((id, at)) = movable {
+                cur.2.push((p, b.size, id, at));
+            }
+            if cur.1 >= r && !cur.2.is_empty() {
+                found = run.take();
+                break;
+            }
+        }
+        let Some((_, _, shadows)) = found else {
+            return false;
+        };
+        for (s, len, id, at) in shadows {
+            self.carve_shadow(at, len);
+            self.handles.remove(&at);
+            self.handles.insert(s, len);
+            self.owner.insert(id, s);
+            self.shadows.remove(&s);
+            let sb = self.blocks.remove(&s).expect("a shadow is a block");
+            self.merge_and_free(
+                s,
+                Block {
+                    free: true,
+                    mapped: true,
+                    lane: READY,
+                    epoch: 0,
+                    ..sb
+                },
+            );
+        }
+        true
+    }
+
     /// Unmaps every shadow (no device work may use one: a release after the device is idle);
     /// each becomes a hole.
     pub(super) fn unmap_shadows(&mut self, up: &dyn Upstream) {
@@ -405,6 +494,7 @@ impl SplitCore {
                 continue;
             }
             self.shadows.remove(&p);
+            self.memory.remove(&p);
             let b = self.blocks.remove(&p).expect("a shadow is a block");
             self.merge_and_free(
                 p,

@@ -99,6 +99,12 @@ pub struct SplitCore {
     /// The arena's handles (start -> bytes) and shadows (start -> bytes), see above.
     handles: BTreeMap<DevPtr, u64>,
     shadows: BTreeMap<DevPtr, u64>,
+    /// The memory behind each handle and shadow (start -> an id of the physical allocation),
+    /// and where each allocation is a handle (id -> start): a shadow's memory is that of the
+    /// handle `owner[memory[shadow]]`.
+    memory: HashMap<DevPtr, u64>,
+    owner: HashMap<u64, DevPtr>,
+    next_memory: u64,
     /// The block put back ready last, when no core operation has come since: free and
     /// [`READY`] in `blocks` and counted in `cached`, but in no free set and not yet merged
     /// with its free neighbours (the one exception to both invariants above). A take of its
@@ -445,6 +451,12 @@ impl Core for SplitCore {
     fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<Taken, CUresult> {
         self.unpark();
         let r = self.round(size);
+        if self.expandable && r > SMALL_REQUEST && self.reclaim_shadows(r) {
+            // Memory moved back to where it makes a larger free block: no driver call.
+            if let Some(t) = self.take(size, READY, u64::MAX) {
+                return Ok(t);
+            }
+        }
         if self.expandable && r > SMALL_REQUEST && self.grow_arena(r, up)? {
             // The arena now has a ready free block this request fits.
             return Ok(self
