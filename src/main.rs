@@ -85,6 +85,9 @@ struct ReplayArgs {
     /// Only these segments: classic or expandable (default: both for split)
     #[arg(long, value_name = "S", value_parser = ["classic", "expandable"])]
     segments: Option<String>,
+    /// Replay under this hard limit (e.g. 8GiB), as CUDAPOOL_MEMORY_LIMIT would set
+    #[arg(long, value_name = "SIZE")]
+    limit: Option<String>,
     /// One JSON object per line, per file and configuration
     #[arg(long)]
     json: bool,
@@ -241,7 +244,13 @@ fn main() -> ExitCode {
         Command::Jobstat(a) => finish("jobstat", cli::jobstat::jobstat(&a.job)),
         Command::Replay(a) => finish(
             "replay",
-            cli::replay::replay(&a.files, a.pool.as_deref(), a.segments.as_deref(), a.json),
+            cli::replay::replay(
+                &a.files,
+                a.pool.as_deref(),
+                a.segments.as_deref(),
+                a.limit.as_deref(),
+                a.json,
+            ),
         ),
     }
 }

@@ -14,6 +14,8 @@
 //!   events).
 //!
 //! A replay is the one-queue case: frees are in request order, with no streams and no lag.
+//! With `--limit SIZE` it runs under that hard limit (as `CUDAPOOL_MEMORY_LIMIT`), where the
+//! arena lends free memory to its growths; requests the limit refuses are counted (`ooms`).
 //!
 //! Uses: `pool` (its kinds and `testing`'s replay), `config`, `log`, `cli::out`.
 
@@ -85,9 +87,17 @@ pub fn replay(
     files: &[std::path::PathBuf],
     pool: Option<&str>,
     segments: Option<&str>,
+    limit: Option<&str>,
     json: bool,
 ) -> Result<(), String> {
     let setups = setups(pool, segments)?;
+    let limit = match limit {
+        Some(l) => match cudapool::base::config::parse_size(l) {
+            Ok(0) | Err(_) => return Err(format!("--limit {l:?}: a size such as 8GiB or 7500MiB")),
+            Ok(n) => n,
+        },
+        None => u64::MAX,
+    };
     let mut traces = Vec::new();
     for f in files {
         let bytes = std::fs::read(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?;
@@ -102,21 +112,14 @@ pub fn replay(
     }
     for t in &traces {
         for s in &setups {
-            let r = replay_in(
-                s.kind,
-                s.expandable,
-                &t.ops,
-                ReuseRule::OneQueue,
-                0,
-                u64::MAX,
-            );
+            let r = replay_in(s.kind, s.expandable, &t.ops, ReuseRule::OneQueue, 0, limit);
             let ratio = r.peak_reserved as f64 / r.peak_requested.max(1) as f64;
             if json {
                 let recorded = t
                     .recorded_reserved
                     .map_or("null".to_string(), |r| r.to_string());
                 outln(&format!(
-                    "{{\"file\":{},\"pool\":\"{}\",\"segments\":\"{}\",\"peak_reserved_bytes\":{},\"peak_allocated_bytes\":{},\"ratio\":{ratio:.4},\"recorded_reserved_bytes\":{recorded},\"allocations\":{},\"driver_calls\":{},\"driver_calls_late\":{}}}",
+                    "{{\"file\":{},\"pool\":\"{}\",\"segments\":\"{}\",\"peak_reserved_bytes\":{},\"peak_allocated_bytes\":{},\"ratio\":{ratio:.4},\"recorded_reserved_bytes\":{recorded},\"allocations\":{},\"driver_calls\":{},\"driver_calls_late\":{},\"limit_bytes\":{},\"ooms\":{}}}",
                     serde_json::to_string(&t.name).unwrap_or_default(),
                     s.kind.name(),
                     s.segments(),
@@ -125,13 +128,15 @@ pub fn replay(
                     t.ops.iter().filter(|o| matches!(o, Op::Alloc(..))).count(),
                     r.driver_allocs,
                     r.driver_allocs_late,
+                    if limit == u64::MAX { "null".to_string() } else { limit.to_string() },
+                    r.ooms,
                 ));
             } else {
                 let short = std::path::Path::new(&t.name)
                     .file_name()
                     .map_or(t.name.clone(), |n| n.to_string_lossy().into_owned());
                 outln(&format!(
-                    "{:<28} {:<6} {:<10} {:>15} {:>15} {:>7.3} {:>15}",
+                    "{:<28} {:<6} {:<10} {:>15} {:>15} {:>7.3} {:>15}{}",
                     short,
                     s.kind.name(),
                     s.segments(),
@@ -139,6 +144,11 @@ pub fn replay(
                     fmt_bytes(r.peak_requested),
                     ratio,
                     t.recorded_reserved.map_or("-".to_string(), fmt_bytes),
+                    if r.ooms > 0 {
+                        format!("  ({} refused by the limit)", r.ooms)
+                    } else {
+                        String::new()
+                    },
                 ));
             }
         }
