@@ -2,13 +2,14 @@
 //! large requests that grows by mapping memory where a request needs it and gives back the
 //! memory of its free blocks. The best fit over its blocks is `split`'s own; this file is how the
 //! range gets and loses memory:
-//! - under a limit, a growth first *lends* the handles (physical allocations) that lie whole
+//! - near a limit, a growth first *lends* the handles (physical allocations) that lie whole
 //!   inside ready free blocks elsewhere in the arena: each is mapped a second time where the
 //!   request grows, and its first address becomes a *shadow* that no block may use, so the
 //!   holes left between live blocks serve the growth without an unmap, a copy or a wait
 //!   (GMLake's stitching, over expandable segments). Only then is new memory made. Without a
-//!   limit nothing is lent: on an H100 a lend cost about 0.7 ms (a BERT step lent some fifteen
-//!   handles every step and ran 10-18 % slower than without lending, for 4.6 % less memory);
+//!   limit, or far from it (more than 1/[`LEND_NEAR_LIMIT`] of it left after the growth),
+//!   nothing is lent: on an H100 a lend cost about 0.7 ms, and a BERT step lent some fifteen
+//!   handles every step and ran 10-18 % slower than without lending, for 4.6 % less memory;
 //! - before a growth, memory lent away moves back where that makes a free block the request
 //!   fits ([`SplitCore::reclaim_shadows`], no driver call);
 //! - new memory comes in handles as large as the growth allows (powers of two of the chunk up
@@ -25,6 +26,9 @@ use super::*;
 /// The range reserved is this many times the device's memory: lent memory leaves shadows that
 /// hold address space (not memory) until the next release.
 const SPAN_PER_MEMORY: u64 = 4;
+/// A growth lends only when, after it, less than 1/`LEND_NEAR_LIMIT` of the limit would be
+/// left: a loose limit costs no lending.
+const LEND_NEAR_LIMIT: u64 = 8;
 /// The largest handle a growth makes.
 pub const MAX_HANDLE: u64 = 256 * MIB;
 /// Under a limit, a handle is at most 1/`HANDLES_PER_REQUEST` of the request that grows the
@@ -129,8 +133,9 @@ impl SplitCore {
             return self.grow_arena(r, up);
         };
         let room = self.holes[&at];
-        // Lending only under a limit (see the module's notes).
-        let lent = if up.limit() != u64::MAX {
+        // Lending only near a limit (see the module's notes).
+        let near = |limit: u64| up.headroom() < need.saturating_add(limit / LEND_NEAR_LIMIT);
+        let lent = if up.limit() != u64::MAX && near(up.limit()) {
             self.lend_into(at, need, room, up)
         } else {
             0

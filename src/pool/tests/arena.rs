@@ -149,6 +149,34 @@ fn the_arena_maps_within_the_limit() {
     assert_eq!(up.mapped(), 48 * MIB);
 }
 
+/// Far from the limit nothing is lent (a lend costs the device about a synchronization): the
+/// same two holes stay free and the 16 MiB request gets new memory; and without a limit,
+/// growths come in large handles.
+#[test]
+fn far_from_a_limit_nothing_is_lent() {
+    for up in [
+        vmm_upstream(1 << 30),
+        FakeUpstream::unlimited(1 << 30).with_vmm(CHUNK),
+    ] {
+        let (p, _) = expandable(ReuseRule::Immediate);
+        let held: Vec<_> = (0..8).map(|_| p.alloc(8 * MIB, &up).unwrap()).collect();
+        p.free(held[5].held(8 * MIB), &up).unwrap();
+        p.free(held[1].held(8 * MIB), &up).unwrap();
+        let g = p.alloc(16 * MIB, &up).unwrap();
+        assert_eq!(up.lends.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert_eq!(up.mapped(), 80 * MIB, "new memory for the request");
+        assert!(!up.aliased(g.ptr, held[1].ptr) && !up.aliased(g.ptr, held[5].ptr));
+    }
+    let up = FakeUpstream::unlimited(1 << 33).with_vmm(CHUNK);
+    let (p, _) = expandable(ReuseRule::Immediate);
+    let g = p.alloc(1 << 30, &up).unwrap();
+    assert_eq!(
+        up.physical(g.ptr, g.size).len(),
+        4,
+        "1 GiB in four 256 MiB handles"
+    );
+}
+
 /// Once a block was exported through legacy IPC, large requests get classic segments; the
 /// arena keeps serving from what it holds.
 #[test]
