@@ -147,7 +147,7 @@ fn faulty(which: &str, faults: &str, fired: usize) -> Vec<(&'static str, Run)> {
 fn expandable_faults(pool: &str, faults: &str) -> String {
     let expandable = !std::env::var("CPTEST_SEGMENTS").is_ok_and(|m| m == "classic");
     match faults {
-        "cuMemAlloc_v2@3" if expandable && pool == "split" => "cuMemCreate@25".into(),
+        "cuMemAlloc_v2@3" if expandable && pool == "split" => "cuMemCreate@5".into(),
         "cuMemFree_v2@1" if expandable && pool == "split" => "cuMemUnmap@1".into(),
         other => other.into(),
     }
