@@ -89,6 +89,7 @@ mod frictions;
 mod ipc;
 mod newcomer_nvml_oom;
 mod overhead;
+mod replay;
 mod reuse_and_reports;
 mod stats_and_apis;
 mod ways_in_and_limits;
