@@ -376,9 +376,18 @@ impl SplitCore {
             .range(at..at + len)
             .map(|(&h, &l)| (h, l))
             .collect();
+        // Memory a shadow still maps (its unmap failed) is not given back: it would stay.
+        let shadowed: std::collections::HashSet<u64> = self
+            .shadows
+            .keys()
+            .filter_map(|s| self.memory.get(s).copied())
+            .collect();
         let mut block = block;
         let mut done = 0;
         for (c, hl) in handles {
+            if self.memory.get(&c).is_some_and(|id| shadowed.contains(id)) {
+                continue;
+            }
             if up.unmap(c, hl, hl).is_err() {
                 // The handle stays mapped, in the free block the next one is carved from.
                 continue;
