@@ -270,6 +270,11 @@ pub trait Pool: Send + Sync {
     fn thread_cache(&self) -> Option<super::ThreadCache> {
         None
     }
+    /// The freed blocks waiting for a fence (their reuse by anyone held back until it is done),
+    /// by address: what a history's `free_completed` waits for.
+    fn fenced(&self) -> Vec<DevPtr> {
+        Vec::new()
+    }
     /// The handles (physical allocations: start, bytes) whose memory lies under the held block
     /// at `ptr` of an expandable segment, in address order: what an export of it shares
     /// (`state::ipc_mapped`). Empty for a block of a classic segment.

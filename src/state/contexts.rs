@@ -146,6 +146,11 @@ impl Contexts {
             .map_or_else(Vec::new, |cp| cp.pool.handles_under(ptr))
     }
 
+    /// The freed blocks of every pool still waiting for a fence.
+    pub fn fenced(&self) -> std::collections::HashSet<DevPtr> {
+        self.read().values().flat_map(|c| c.pool.fenced()).collect()
+    }
+
     /// Whether `ptr` lies inside memory some pool holds.
     pub fn pool_owns(&self, ptr: DevPtr) -> bool {
         self.read().values().any(|c| c.pool.owns(ptr))

@@ -3,9 +3,11 @@
 //! driver, out-of-memory refusals; each with its stream, a timestamp and (under
 //! `CUDAPOOL_TRACK=2`) where the program asked.
 //!
-//! A free is recorded as requested and completed at once: the block is the program's no more.
-//! (When it may be reused depends on the reuse rule and its fence, which the pool decides
-//! later; the snapshot's blocks say which are still pending.)
+//! A free is recorded as requested when the program makes it, and as completed when its block
+//! may be reused by anyone: at once when no fence holds it back (one queue, or a thread's
+//! magazine), else when the shim next looks and finds its fence done ([`History::settle`]: every
+//! [`SETTLE_EVERY`] allocations and at each read of the history). So a snapshot's history tells
+//! how much memory waited on fences at each moment, to within those allocations.
 //!
 //! Uses: `sync`, `cu`.
 
@@ -59,17 +61,27 @@ pub struct Event {
 }
 
 /// Invariant: each device's ring holds at most `cap` events, oldest first; nothing is kept when
-/// `cap` is 0.
+/// `cap` is 0. `pending` holds the frees recorded as requested and not yet as completed
+/// (device, address, size, stream), oldest first, at most [`PENDING_CAP`].
 pub struct History {
     cap: usize,
     rings: Mutex<HashMap<CUdevice, VecDeque<Event>>>,
+    pending: Mutex<VecDeque<(CUdevice, DevPtr, u64, u64)>>,
+    allocs: std::sync::atomic::AtomicU64,
 }
+
+/// Frees waiting to be seen completed; past this the oldest is recorded completed at once.
+pub const PENDING_CAP: usize = 4096;
+/// Pending frees are looked at every this many allocations.
+pub const SETTLE_EVERY: u64 = 32;
 
 impl History {
     pub fn new(cap: usize) -> Self {
         History {
             cap,
             rings: Mutex::new(HashMap::new()),
+            pending: Mutex::new(VecDeque::new()),
+            allocs: 0.into(),
         }
     }
 
@@ -109,6 +121,52 @@ impl History {
         });
     }
 
+    /// A free whose block waits for a fence: its completion is recorded when
+    /// [`settle`](Self::settle) finds the fence done.
+    pub fn free_pending(&self, dev: CUdevice, addr: DevPtr, size: u64, stream: u64) {
+        if self.cap == 0 {
+            return;
+        }
+        let oldest = {
+            let mut p = lock(&self.pending);
+            p.push_back((dev, addr, size, stream));
+            (p.len() > PENDING_CAP).then(|| p.pop_front()).flatten()
+        };
+        if let Some((dev, addr, size, stream)) = oldest {
+            self.record(dev, Action::FreeCompleted, addr, size, stream, None);
+        }
+    }
+
+    /// Whether an allocation should settle the pending frees now (every [`SETTLE_EVERY`]-th
+    /// while any is pending).
+    pub fn settle_due(&self) -> bool {
+        let n = self
+            .allocs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        n.is_multiple_of(SETTLE_EVERY) && !lock(&self.pending).is_empty()
+    }
+
+    /// Records as completed, oldest first, the pending frees whose block `fenced()` (the
+    /// blocks still waiting for a fence) no longer lists. `fenced` is called with no lock of
+    /// the history held, and only when a free is pending.
+    pub fn settle(&self, fenced: impl FnOnce() -> std::collections::HashSet<DevPtr>) {
+        if lock(&self.pending).is_empty() {
+            return;
+        }
+        let waiting = fenced();
+        let done: Vec<_> = {
+            let mut p = lock(&self.pending);
+            let all: Vec<_> = p.drain(..).collect();
+            let (done, still): (Vec<_>, Vec<_>) =
+                all.into_iter().partition(|e| !waiting.contains(&e.1));
+            p.extend(still);
+            done
+        };
+        for (dev, addr, size, stream) in done {
+            self.record(dev, Action::FreeCompleted, addr, size, stream, None);
+        }
+    }
+
     /// The events of `dev`, oldest first.
     pub fn events(&self, dev: CUdevice) -> Vec<Event> {
         lock(&self.rings)
@@ -136,5 +194,43 @@ mod tests {
         let off = History::new(0);
         off.record(0, Action::Alloc, 1, 1, 0, None);
         assert!(!off.on() && off.events(0).is_empty());
+    }
+
+    #[test]
+    fn a_fenced_free_completes_when_its_fence_is_done() {
+        let h = History::new(100);
+        h.record(0, Action::FreeRequested, 0x1000, 10, 7, None);
+        h.free_pending(0, 0x1000, 10, 7);
+        h.free_pending(0, 0x2000, 20, 7);
+        h.settle(|| [0x1000].into_iter().collect());
+        let actions = |h: &History| {
+            h.events(0)
+                .iter()
+                .map(|e| (e.action, e.addr))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            actions(&h),
+            vec![
+                (Action::FreeRequested, 0x1000),
+                (Action::FreeCompleted, 0x2000)
+            ]
+        );
+        h.settle(Default::default);
+        assert_eq!(actions(&h)[2], (Action::FreeCompleted, 0x1000));
+        let mut asked = false;
+        h.settle(|| {
+            asked = true;
+            Default::default()
+        });
+        assert!(!asked, "nothing pending: the pools are not asked");
+        for i in 0..PENDING_CAP as u64 + 1 {
+            h.free_pending(1, i, 1, 0);
+        }
+        assert_eq!(
+            h.events(1).len(),
+            1,
+            "the oldest, past the cap, completed at once"
+        );
     }
 }

@@ -156,6 +156,9 @@ impl Shim {
             self.tell_tools(cp, grant.ptr, size, on.is_some());
         }
         if self.history.on() {
+            if self.history.settle_due() {
+                self.history.settle(|| self.contexts.fenced());
+            }
             let frames = self.live.backtrace(grant.ptr);
             let stream = on.unwrap_or(0);
             self.history
@@ -243,9 +246,14 @@ impl Shim {
         if result == CUDA_SUCCESS {
             if self.history.on() {
                 let stream = on.map_or(0, |(s, ptsz)| clock::key(clock::resolve(s, ptsz)));
-                for action in [Action::FreeRequested, Action::FreeCompleted] {
+                let dev = live.device;
+                self.history
+                    .record(dev, Action::FreeRequested, ptr, live.size, stream, None);
+                if live.origin == Origin::Pool && self.contexts.fenced().contains(&ptr) {
+                    self.history.free_pending(dev, ptr, live.size, stream);
+                } else {
                     self.history
-                        .record(live.device, action, ptr, live.size, stream, None);
+                        .record(dev, Action::FreeCompleted, ptr, live.size, stream, None);
                 }
             }
             self.live.freed(ptr);

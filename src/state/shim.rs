@@ -466,6 +466,7 @@ impl View for Shim {
     }
 
     fn history(&self, dev: CUdevice) -> Vec<super::history::Event> {
+        self.history.settle(|| self.contexts.fenced());
         self.history.events(dev)
     }
 

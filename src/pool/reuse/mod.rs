@@ -635,6 +635,15 @@ impl Pool for CachingPool {
         self.lock().core.handles_under(ptr)
     }
 
+    fn fenced(&self) -> Vec<DevPtr> {
+        let st = self.lock();
+        st.pending
+            .iter()
+            .chain(st.sealed.iter().flat_map(|b| b.blocks.iter()))
+            .map(|w| w.ptr)
+            .collect()
+    }
+
     fn segments(&self) -> Vec<SegmentView> {
         let mut st = self.lock();
         // A parked block shows merged, as the next allocation will find it.
