@@ -588,3 +588,21 @@ fn a_torch_snapshot_reads_back_with_its_blocks_and_history() {
         assert!(r.stdout.contains("torch snapshot: ok"), "{}", r.stdout);
     }
 }
+
+/// The history's `free_completed` comes when the block's fence is done, not at the free: a 3 MiB
+/// block freed while another queue's work is held has no completion until that work ends.
+#[test]
+fn a_fenced_free_completes_in_the_history_when_its_fence_is_done() {
+    let f = fixture();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/check_history_fences.py");
+    let snap = f.dir.join("history_fences.pickle");
+    let env = [("CUDAPOOL_HISTORY", "1000")];
+    let r = run_program(
+        &python3(),
+        &[script.to_str().unwrap(), snap.to_str().unwrap()],
+        true,
+        &env,
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("history fences: ok"), "{}", r.stdout);
+}
