@@ -73,11 +73,17 @@ fn setups(pool: Option<&str>, segments: Option<&str>) -> Result<Vec<Setup>, Stri
     let mut out = Vec::new();
     for kind in kinds {
         for &expandable in ways {
-            if expandable && kind != PoolKind::Split && segments.is_none() {
+            // Only split has expandable segments (as CUDAPOOL_SEGMENTS).
+            if expandable && kind != PoolKind::Split {
                 continue;
             }
             out.push(Setup { kind, expandable });
         }
+    }
+    if out.is_empty() {
+        return Err(
+            "expandable segments are split's only: --segments classic for this kind".into(),
+        );
     }
     Ok(out)
 }

@@ -187,4 +187,16 @@ fn what_is_no_trace_is_refused_with_its_line() {
         );
         assert!(r.stderr.contains("bad.ops"), "{}", r.stderr);
     }
+    // Expandable segments are split's only, as for CUDAPOOL_SEGMENTS.
+    let file = dir.join("good.ops");
+    std::fs::write(&file, "a 1 4096\nf 1\n").unwrap();
+    let args = ["replay", "--pool", "binned", "--segments", "expandable"];
+    let r = run_program(
+        &cli(),
+        &[&args[..], &[file.to_str().unwrap()]].concat(),
+        false,
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("split's only"), "{}", r.stderr);
 }
