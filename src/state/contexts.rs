@@ -151,6 +151,14 @@ impl Contexts {
         self.read().values().flat_map(|c| c.pool.fenced()).collect()
     }
 
+    /// Whether the freed block at `ptr` waits for a fence in the pool that holds it.
+    pub fn is_fenced(&self, ptr: DevPtr) -> bool {
+        let map = self.read();
+        map.values()
+            .find(|c| c.pool.owns(ptr))
+            .is_some_and(|c| c.pool.fenced().contains(&ptr))
+    }
+
     /// Whether `ptr` lies inside memory some pool holds.
     pub fn pool_owns(&self, ptr: DevPtr) -> bool {
         self.read().values().any(|c| c.pool.owns(ptr))

@@ -249,7 +249,7 @@ impl Shim {
                 let dev = live.device;
                 self.history
                     .record(dev, Action::FreeRequested, ptr, live.size, stream, None);
-                if live.origin == Origin::Pool && self.contexts.fenced().contains(&ptr) {
+                if live.origin == Origin::Pool && self.contexts.is_fenced(ptr) {
                     self.history.free_pending(dev, ptr, live.size, stream);
                 } else {
                     self.history

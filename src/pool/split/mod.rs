@@ -81,7 +81,6 @@ type FreeSets = [BTreeSet<(u64, DevPtr)>; 2];
 /// segments' sizes and the arena's mapped bytes. `handles` tiles exactly the arena's mapped
 /// blocks, one entry per physical allocation mapped there (a block in use never lies over a
 /// shadow); the memory of a shadow is that of one handle.
-
 #[derive(Default)]
 pub struct SplitCore {
     blocks: BTreeMap<DevPtr, Block>,
@@ -183,8 +182,8 @@ impl SplitCore {
             .find(|&&(_, at)| after.is_none() || at != next);
         // A tail (the merged block ends where the arena is unmapped) ranks after every other
         // fit (see `lean_fit`).
-        let tail = self.in_arena(p) && self.holes.contains_key(&(p + merged));
-        if fit.is_some_and(|&fit| tail || fit < (merged, p)) {
+        let tail = || self.in_arena(p) && self.holes.contains_key(&(p + merged));
+        if fit.is_some_and(|&fit| fit < (merged, p) || tail()) {
             return None;
         }
         self.blocks
