@@ -27,6 +27,8 @@ pub const CUDA_ERROR_UNKNOWN: CUresult = E::CUDA_ERROR_UNKNOWN as CUresult;
 pub const CUDA_ERROR_NOT_READY: CUresult = E::CUDA_ERROR_NOT_READY as CUresult;
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = E::CUDA_ERROR_NOT_SUPPORTED as CUresult;
 pub const CUDA_ERROR_NOT_PERMITTED: CUresult = E::CUDA_ERROR_NOT_PERMITTED as CUresult;
+pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: CUresult =
+    E::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED as CUresult;
 
 /// `CU_POINTER_ATTRIBUTE_RANGE_START_ADDR`: the start of the allocation holding a pointer.
 pub const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: std::ffi::c_int = 11;
@@ -45,6 +47,9 @@ pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 2;
 
 /// `CU_STREAM_PER_THREAD`: the calling thread's per-thread default stream.
 pub const CU_STREAM_PER_THREAD: usize = 0x2;
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`: a thread in this mode may make calls a capture elsewhere
+/// would forbid it.
+pub const CU_STREAM_CAPTURE_MODE_RELAXED: std::ffi::c_int = 2;
 /// `CU_STREAM_CAPTURE_STATUS_ACTIVE`.
 pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: std::ffi::c_int = 1;
 

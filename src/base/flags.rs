@@ -18,20 +18,62 @@ pub fn set_exiting() {
     EXITING.store(true, Relaxed);
 }
 
-/// Graph captures begun and not yet ended, process-wide (counted by the capture hooks).
+/// Graph captures begun (or beginning) and not yet ended, process-wide (counted by the
+/// capture hooks).
 static CAPTURES: AtomicI64 = AtomicI64::new(0);
 
-pub fn capture_begun() {
-    CAPTURES.fetch_add(1, AcqRel);
+/// Permissions of [`own_calls`] given and not yet dropped, process-wide.
+static OWN_CALLS: AtomicI64 = AtomicI64::new(0);
+
+/// How long a capture's begin waits for the permissions given before it (see
+/// [`capture_beginning`]).
+const BEGIN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A program's capture is about to begin (its `cuStreamBeginCapture*` is about to reach the
+/// driver): from now on no permission of [`own_calls`] is given, and this waits (at most
+/// [`BEGIN_PATIENCE`]) until those given before are dropped, so that no call cudapool checked
+/// before the capture reaches the driver after it began. A call still held past that is one
+/// that blocks in the driver (a host wait), which the driver admitted before the capture.
+/// [`capture_ended`] undoes it, also when the begin failed.
+pub fn capture_beginning() {
+    CAPTURES.fetch_add(1, SeqCst);
+    let start = std::time::Instant::now();
+    while OWN_CALLS.load(SeqCst) > 0 && start.elapsed() < BEGIN_PATIENCE {
+        std::thread::yield_now();
+    }
 }
 
 pub fn capture_ended() {
-    let _ = CAPTURES.fetch_update(AcqRel, Acquire, |n| Some((n - 1).max(0)));
+    let _ = CAPTURES.fetch_update(SeqCst, SeqCst, |n| Some((n - 1).max(0)));
 }
 
 /// Whether a graph capture is under way anywhere in the process.
 pub fn capturing_somewhere() -> bool {
-    CAPTURES.load(Acquire) > 0
+    CAPTURES.load(SeqCst) > 0
+}
+
+/// Permission to call the driver on cudapool's own behalf (a query, a synchronization, an
+/// event, a release of memory): held for the length of the calls, it keeps any capture from
+/// beginning meanwhile. `None` while a capture is under way anywhere in the process: CUDA
+/// forbids such calls then, or they would change what the program captures (docs/design.md,
+/// "Capture-safe"), and the caller does without.
+pub fn own_calls() -> Option<OwnCalls> {
+    OWN_CALLS.fetch_add(1, SeqCst);
+    if CAPTURES.load(SeqCst) > 0 {
+        OWN_CALLS.fetch_sub(1, SeqCst);
+        return None;
+    }
+    Some(OwnCalls(()))
+}
+
+/// A permission of [`own_calls`]; dropping it gives it back.
+#[must_use]
+pub struct OwnCalls(());
+
+impl Drop for OwnCalls {
+    fn drop(&mut self) {
+        OWN_CALLS.fetch_sub(1, SeqCst);
+    }
 }
 
 /// Set for good once per-thread default stream work went through an entry point cudapool does

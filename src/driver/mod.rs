@@ -132,6 +132,7 @@ driver_table! {
     stream_begin_capture_v2_ptsz = c"cuStreamBeginCapture_v2_ptsz": fn(CUstream, c_int);
     stream_end_capture = c"cuStreamEndCapture": fn(CUstream, *mut *mut c_void);
     stream_is_capturing = c"cuStreamIsCapturing": fn(CUstream, *mut c_int);
+    thread_exchange_capture_mode = c"cuThreadExchangeStreamCaptureMode": fn(*mut c_int);
     stream_end_capture_ptsz = c"cuStreamEndCapture_ptsz": fn(CUstream, *mut *mut c_void);
     event_create = c"cuEventCreate": fn(*mut CUevent, c_uint);
     stream_wait_event = c"cuStreamWaitEvent": fn(CUstream, CUevent, c_uint);
@@ -603,6 +604,21 @@ impl Driver {
         let (mut flags, mut active) = (0 as c_uint, 0 as c_int);
         call!(self, primary_ctx_get_state(dev, &mut flags, &mut active)) == CUDA_SUCCESS
             && active != 0
+    }
+
+    /// Runs `f` with the calling thread's capture interaction mode relaxed, then puts the mode
+    /// back (`cuThreadExchangeStreamCaptureMode`): an allocation made for the program while a
+    /// capture is under way elsewhere is then no call a capture forbids (CUDA refuses a
+    /// `cuMemAlloc` in the default mode during another thread's global capture, and the
+    /// capture dies of it), as PyTorch does for its own `cudaMalloc` during a capture.
+    pub fn relaxed<T>(&self, f: impl FnOnce() -> T) -> T {
+        let mut mode: c_int = CU_STREAM_CAPTURE_MODE_RELAXED;
+        if call!(self, thread_exchange_capture_mode(&mut mode)) != CUDA_SUCCESS {
+            return f();
+        }
+        let r = f();
+        call!(self, thread_exchange_capture_mode(&mut mode));
+        r
     }
 
     /// Waits for all work of the calling thread's current context.

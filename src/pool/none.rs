@@ -32,7 +32,7 @@ impl Pool for NonePool {
     }
 
     fn free(&self, block: Held, up: &dyn Upstream) -> Result<(), CUresult> {
-        up.free(block.ptr, block.size)?;
+        up.free_for_program(block.ptr, block.size)?;
         self.segments.fetch_sub(1, Relaxed);
         self.bytes.fetch_sub(block.size, Relaxed);
         Ok(())

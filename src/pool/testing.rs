@@ -142,6 +142,9 @@ pub struct FakeClock {
     pub handed: std::sync::atomic::AtomicU64,
     /// While set, a wait blocks (a test sees what other threads can do meanwhile).
     pub gate: std::sync::atomic::AtomicBool,
+    /// While set, the clock may not wait (as during a graph capture): a wait returns false at
+    /// once, the fence not done.
+    pub refuses_waits: std::sync::atomic::AtomicBool,
 }
 
 impl FakeClock {
@@ -156,6 +159,7 @@ impl FakeClock {
             hands_over: false.into(),
             handed: 0.into(),
             gate: false.into(),
+            refuses_waits: false.into(),
         })
     }
     /// Every fence issued so far completes.
@@ -178,13 +182,17 @@ impl Clock for FakeClock {
         use std::sync::atomic::Ordering::SeqCst;
         self.instant.load(SeqCst) || f <= self.done_upto.load(SeqCst)
     }
-    fn wait(&self, f: FenceId) {
+    fn wait(&self, f: FenceId) -> bool {
         use std::sync::atomic::Ordering::SeqCst;
         self.waited.fetch_add(1, SeqCst);
+        if self.refuses_waits.load(SeqCst) {
+            return false;
+        }
         while self.gate.load(SeqCst) {
             std::thread::yield_now();
         }
         self.done_upto.fetch_max(f, SeqCst);
+        true
     }
     fn retire(&self, _f: FenceId) {}
     fn hand_over(&self, _f: FenceId) -> bool {
@@ -240,10 +248,11 @@ impl Clock for LagClock {
         let at = self.issued_at.lock().unwrap()[f as usize - 1];
         f <= self.done_upto.load(SeqCst) || at + self.lag <= self.now.load(SeqCst)
     }
-    fn wait(&self, f: FenceId) {
+    fn wait(&self, f: FenceId) -> bool {
         use std::sync::atomic::Ordering::SeqCst;
         self.waited.fetch_add(1, SeqCst);
         self.done_upto.fetch_max(f, SeqCst);
+        true
     }
     fn retire(&self, _f: FenceId) {}
 }

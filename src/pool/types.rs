@@ -11,8 +11,15 @@ pub trait Upstream {
     /// A new segment of exactly `bytes`, or the error to give the program
     /// (`CUDA_ERROR_OUT_OF_MEMORY` when the limit or the device is full).
     fn alloc(&self, bytes: u64) -> Result<DevPtr, CUresult>;
-    /// Gives back a segment obtained from [`alloc`](Self::alloc) with the same `bytes`; each once.
+    /// Gives back a segment obtained from [`alloc`](Self::alloc) with the same `bytes`; each
+    /// once. A release of the pool's own: it may be refused (during a graph capture), and the
+    /// pool then keeps the segment.
     fn free(&self, ptr: DevPtr, bytes: u64) -> Result<(), CUresult>;
+    /// Gives back a segment the program itself freed (the `none` pool, where the program's
+    /// free is the driver's to judge, during a capture too).
+    fn free_for_program(&self, ptr: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        self.free(ptr, bytes)
+    }
     /// How much more [`alloc`](Self::alloc) could grant before the limit refuses (a hint: the
     /// device itself may have less).
     fn headroom(&self) -> u64 {

@@ -209,8 +209,11 @@ impl Shim {
         };
         let seen = budget.releases();
         if !budget.try_charge(ahead) {
-            // Give back what the driver pool keeps idle, and cudapool's own cache.
-            call!(self.driver, mem_pool_trim_to(pool as Opaque, 0));
+            // Give back what the driver pool keeps idle, and cudapool's own cache (not during
+            // a graph capture: the trim is cudapool's own call).
+            if let Some(_calls) = crate::base::flags::own_calls() {
+                call!(self.driver, mem_pool_trim_to(pool as Opaque, 0));
+            }
             self.settle_pool(key, rec);
             self.reclaim_device(dev);
             let charged = budget.try_charge(ahead)
@@ -235,7 +238,9 @@ impl Shim {
         if grown > ahead && !budget.try_charge(grown - ahead) {
             // The pool grew past the limit: give it all back and say so.
             undo(ptr);
-            call!(self.driver, mem_pool_trim_to(pool as Opaque, 0));
+            if let Some(_calls) = crate::base::flags::own_calls() {
+                call!(self.driver, mem_pool_trim_to(pool as Opaque, 0));
+            }
             budget.uncharge(ahead);
             self.settle_pool(key, rec);
             drop(pools);

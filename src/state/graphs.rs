@@ -236,9 +236,14 @@ impl Shim {
             Some(r) if r.charged > 0 => r.charged,
             _ => return 0,
         };
+        // Not during a graph capture: the trim is cudapool's own call.
+        let Some(calls) = crate::base::flags::own_calls() else {
+            return 0;
+        };
         if call!(self.driver, device_graph_mem_trim(dev)) != CUDA_SUCCESS {
             return 0;
         }
+        drop(calls);
         self.graphs_trimmed(dev);
         let after = lock(&self.graphs.reserves)
             .get(&dev)

@@ -367,6 +367,12 @@ impl Shim {
         if o.refs > 0 {
             return Some(CUDA_SUCCESS);
         }
+        // The unmap waits for the device first, which a graph capture forbids: then the
+        // close is refused as the driver refuses a synchronizing call, and the mapping stays.
+        let Some(_calls) = crate::base::flags::own_calls() else {
+            o.refs += 1;
+            return Some(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        };
         let o = t.opened.remove(&ptr).expect("just found");
         t.by_handle.remove(&o.handle);
         drop(t);

@@ -212,7 +212,10 @@ impl Shim {
         let Some((_, dev)) = self.here().filter(|&(_, d)| on.is_none_or(|o| o == d)) else {
             return load();
         };
-        let before = self.driver.mem_get_info().ok();
+        // Measured by calls of cudapool's own: not during a graph capture.
+        let free_now =
+            || crate::base::flags::own_calls().and_then(|_calls| self.driver.mem_get_info().ok());
+        let before = free_now();
         let ours = self.budget(dev).reserved();
         let r = load();
         if r != CUDA_SUCCESS {
@@ -221,7 +224,7 @@ impl Shim {
         let taker = taker();
         // The new context is current after a create, on the same device (checked above).
         let (ctx, _) = self.here().unwrap_or((0, dev));
-        let after = self.driver.mem_get_info().ok();
+        let after = free_now();
         let (Some((f0, _)), Some((f1, _))) = (before, after) else {
             return r;
         };

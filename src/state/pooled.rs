@@ -12,6 +12,7 @@ use super::{Live, Origin, Shim};
 use crate::base::config::LogLevel::Debug;
 use crate::base::config::PoolKind;
 use crate::base::cu::*;
+use crate::base::flags::own_calls;
 use crate::driver::nvtx;
 use crate::driver::Driver;
 use crate::limits::budget::{Bytes, DeviceBudget};
@@ -348,7 +349,14 @@ impl Upstream for DriverUpstream<'_> {
         if !self.budget.try_charge(bytes) {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
-        match self.driver.mem_alloc(bytes) {
+        // A segment taken while a capture is under way: in the relaxed mode (see
+        // `Driver::relaxed`); the mapped growth of expandable segments needs none.
+        let got = if crate::base::flags::capturing_somewhere() {
+            self.driver.relaxed(|| self.driver.mem_alloc(bytes))
+        } else {
+            self.driver.mem_alloc(bytes)
+        };
+        match got {
             Ok(p) => {
                 self.budget.on_driver_alloc();
                 if self.tools {
@@ -385,7 +393,16 @@ impl Upstream for DriverUpstream<'_> {
         self.budget.over_soft_limit()
     }
 
+    /// A release of cudapool's own: refused while a graph capture is under way (the real
+    /// `cuMemFree` synchronizes, which a capture forbids); the pool keeps the segment.
     fn free(&self, ptr: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        let Some(_calls) = own_calls() else {
+            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        };
+        self.free_for_program(ptr, bytes)
+    }
+
+    fn free_for_program(&self, ptr: DevPtr, bytes: u64) -> Result<(), CUresult> {
         if crate::base::flags::exiting() {
             // Past exit() the driver may be torn down: leak rather than call it.
             return Ok(());
@@ -424,6 +441,10 @@ impl Upstream for DriverUpstream<'_> {
         if crate::base::flags::exiting() {
             return;
         }
+        // Not during a capture: the range stays reserved (its address space only).
+        let Some(_calls) = own_calls() else {
+            return;
+        };
         if self.driver.vmm_unreserve(at, bytes).is_ok() {
             self.budget.on_driver_free();
         }
@@ -448,10 +469,14 @@ impl Upstream for DriverUpstream<'_> {
         }
     }
 
+    /// Refused while a graph capture is under way (see [`free`](Self::free)).
     fn unmap(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
         if crate::base::flags::exiting() {
             return Ok(());
         }
+        let Some(_calls) = own_calls() else {
+            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        };
         // Exports of these chunks go first: their descriptors would keep the memory alive.
         super::ipc_mapped::while_unmapping(at, bytes, || self.driver.vmm_unmap(at, bytes, chunk))?;
         if let Some((h, dev)) = self.history {
@@ -480,12 +505,19 @@ impl Upstream for DriverUpstream<'_> {
         if crate::base::flags::exiting() {
             return Ok(());
         }
+        let Some(_calls) = own_calls() else {
+            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        };
         super::ipc_mapped::while_unmapping(at, bytes, || self.driver.vmm_unmap(at, bytes, bytes))?;
         self.budget.on_unmap(0);
         Ok(())
     }
 
+    /// False while a graph capture is under way (`cuCtxSynchronize` would end it).
     fn synchronize(&self) -> bool {
+        let Some(_calls) = own_calls() else {
+            return false;
+        };
         self.driver.synchronize().is_ok()
     }
 }

@@ -393,9 +393,9 @@ impl Shim {
                 None => return,
             };
             let s = self.device_stats(dev);
-            let device_free = self
-                .driver
-                .mem_get_info()
+            // Not asked during a graph capture (a call of cudapool's own).
+            let device_free = crate::base::flags::own_calls()
+                .and_then(|_calls| self.driver.mem_get_info().ok())
                 .map_or("unknown".to_string(), |(f, _)| fmt_bytes(f));
             let limit = match s.hard_limit {
                 0 => "none".to_string(),

@@ -46,6 +46,12 @@ impl Shim {
         }
     }
 
+    /// The program is about to begin a graph capture: nothing a capture forbids may be left
+    /// for it to meet (see `clock::settle_all_owed`).
+    pub fn before_capture(&self) {
+        clock::settle_all_owed();
+    }
+
     /// The program created `stream` (a handle, as an address) with `flags` in the current
     /// context.
     pub fn stream_created(&self, stream: usize, flags: u32) {

@@ -64,9 +64,16 @@ pub unsafe extern "C" fn cuStreamDestroy(stream: CUstream) -> CUresult {
     })
 }
 
-fn begun(r: CUresult) -> CUresult {
-    if r == CUDA_SUCCESS {
-        crate::base::flags::capture_begun();
+/// Begins a capture: first what must not be left for the capture to meet (fences owed on the
+/// device are waited for now, while nothing forbids it), then no call of cudapool's own
+/// reaches the driver until it ends (`flags::capture_beginning`). A begin the driver refuses
+/// ends at once.
+fn begin(shim: &Shim, real: impl FnOnce(&Driver) -> CUresult) -> CUresult {
+    shim.before_capture();
+    crate::base::flags::capture_beginning();
+    let r = real(shim.driver);
+    if r != CUDA_SUCCESS {
+        crate::base::flags::capture_ended();
     }
     r
 }
@@ -76,7 +83,7 @@ fn begun(r: CUresult) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamBeginCapture(stream: CUstream) -> CUresult {
     let real = move |d: &Driver| call!(d, stream_begin_capture_v1(stream));
-    hook(OnBadConfig::Forward, real, |shim| begun(real(shim.driver)))
+    hook(OnBadConfig::Forward, real, |shim| begin(shim, real))
 }
 
 /// # Safety
@@ -84,7 +91,7 @@ pub unsafe extern "C" fn cuStreamBeginCapture(stream: CUstream) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_int) -> CUresult {
     let real = move |d: &Driver| call!(d, stream_begin_capture_v2(stream, mode));
-    hook(OnBadConfig::Forward, real, |shim| begun(real(shim.driver)))
+    hook(OnBadConfig::Forward, real, |shim| begin(shim, real))
 }
 
 /// # Safety
@@ -92,7 +99,7 @@ pub unsafe extern "C" fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_int) 
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamBeginCapture_ptsz(stream: CUstream) -> CUresult {
     let real = move |d: &Driver| call!(d, stream_begin_capture_ptsz(stream));
-    hook(OnBadConfig::Forward, real, |shim| begun(real(shim.driver)))
+    hook(OnBadConfig::Forward, real, |shim| begin(shim, real))
 }
 
 /// # Safety
@@ -100,7 +107,7 @@ pub unsafe extern "C" fn cuStreamBeginCapture_ptsz(stream: CUstream) -> CUresult
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamBeginCapture_v2_ptsz(stream: CUstream, mode: c_int) -> CUresult {
     let real = move |d: &Driver| call!(d, stream_begin_capture_v2_ptsz(stream, mode));
-    hook(OnBadConfig::Forward, real, |shim| begun(real(shim.driver)))
+    hook(OnBadConfig::Forward, real, |shim| begin(shim, real))
 }
 
 /// Ends a capture: counted as ended when the stream was capturing before the call.
@@ -155,7 +162,7 @@ pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
             stream_begin_capture_to_graph(stream, graph, deps, edges, n, mode)
         )
     };
-    hook(OnBadConfig::Forward, real, |shim| begun(real(shim.driver)))
+    hook(OnBadConfig::Forward, real, |shim| begin(shim, real))
 }
 
 /// # Safety
@@ -175,5 +182,5 @@ pub unsafe extern "C" fn cuStreamBeginCaptureToGraph_ptsz(
             stream_begin_capture_to_graph_ptsz(stream, graph, deps, edges, n, mode)
         )
     };
-    hook(OnBadConfig::Forward, real, |shim| begun(real(shim.driver)))
+    hook(OnBadConfig::Forward, real, |shim| begin(shim, real))
 }

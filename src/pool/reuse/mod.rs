@@ -78,8 +78,10 @@ pub trait Clock: Send + Sync {
     fn issue(&self) -> Option<FenceId>;
     /// Whether the work before `f` has completed. Never waits.
     fn is_done(&self, f: FenceId) -> bool;
-    /// Waits until the work before `f` has completed.
-    fn wait(&self, f: FenceId);
+    /// Waits until the work before `f` has completed; false when it cannot wait now (a graph
+    /// capture is under way: a host wait is forbidden), and then nothing behind `f` may be
+    /// taken back on the strength of this call.
+    fn wait(&self, f: FenceId) -> bool;
     /// `f` will not be asked about again.
     fn retire(&self, f: FenceId);
     /// *Hands `f` over*: makes all device work issued from now on, on every queue of the
@@ -110,7 +112,9 @@ impl Clock for ImmediateClock {
     fn is_done(&self, _f: FenceId) -> bool {
         true
     }
-    fn wait(&self, _f: FenceId) {}
+    fn wait(&self, _f: FenceId) -> bool {
+        true
+    }
     fn retire(&self, _f: FenceId) {}
 }
 
@@ -347,20 +351,26 @@ impl CachingPool {
 
     /// Takes the oldest batch back before its fence is done: handed over in stream order if
     /// the clock can, or else waited for on the host with the lock given up meanwhile (`st`
-    /// is taken again: check `forgotten`). There must be a sealed batch.
-    fn take_back_oldest<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+    /// is taken again: check `forgotten`). There must be a sealed batch. False with the guard
+    /// when nothing could be taken back (the clock may not wait now: a capture is under way).
+    fn take_back_oldest<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+    ) -> (MutexGuard<'a, State>, bool) {
         let f = st.sealed.front().expect("a sealed batch").fence;
         if self.clock.hand_over(f) {
             let batch = st.sealed.pop_front().expect("front exists");
             st.unproven += batch.blocks.len() as u64;
             Self::admit(&mut st, batch);
-            return st;
+            return (st, true);
         }
         drop(st);
-        self.clock.wait(f);
+        let waited = self.clock.wait(f);
         let mut st = self.lock();
-        self.collect_waited(&mut st, &[f]);
-        st
+        if waited {
+            self.collect_waited(&mut st, &[f]);
+        }
+        (st, waited)
     }
 
     /// Whether no device work can use a free block now, for a core holding mapped memory
@@ -459,12 +469,16 @@ impl CachingPool {
         self.clock.tick();
         self.seal(&mut st);
         while Self::should_wait(&st, size, up) {
-            st = self.take_back_oldest(st);
+            let (guard, progressed) = self.take_back_oldest(st);
+            st = guard;
             if st.forgotten {
                 return Err(CUDA_ERROR_INVALID_CONTEXT);
             }
             if let Some(p) = take(&mut st) {
                 return hit(p);
+            }
+            if !progressed {
+                break;
             }
         }
         if let Some(p) = st.core.take(size, lane, limit) {
@@ -582,13 +596,12 @@ impl Pool for CachingPool {
             let idle_fence = if unmaps { self.clock.issue() } else { None };
             (fences, unmaps, idle_fence, st.unproven)
         };
-        for &f in fences.iter().chain(idle_fence.iter()) {
-            self.clock.wait(f);
-        }
-        // No fence under `immediate` reuse (or during a capture): where reuse never fences,
-        // the upstream waits for the whole context.
+        // Only the fences waited for are taken back (a capture stops the waits). No fence under
+        // `immediate` reuse (or during a capture): the upstream waits for the whole context.
+        let fences: Vec<FenceId> = fences.into_iter().filter(|&f| self.clock.wait(f)).collect();
+        let idle_waited = idle_fence.is_some_and(|f| self.clock.wait(f));
         let idle = match idle_fence {
-            Some(_) => true,
+            Some(_) => idle_waited,
             None => unmaps && self.clock.rule() == ReuseRule::Immediate && up.synchronize(),
         };
         let mut st = self.lock();

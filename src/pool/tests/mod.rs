@@ -427,6 +427,48 @@ fn a_clock_that_hands_fences_over_bounds_growth_without_waiting() {
     }
 }
 
+/// A clock that may not wait (a graph capture is under way): the pool takes no fenced block
+/// back on the strength of a refused wait, never loops on it, and grows instead; a trim gives
+/// back nothing that waits for a fence. Once waits are allowed again, the blocks come back.
+#[test]
+fn a_clock_that_refuses_to_wait_never_hands_a_fenced_block_out() {
+    use std::sync::atomic::Ordering::SeqCst;
+    for kind in KINDS_CACHING {
+        let up = FakeUpstream::unlimited(1 << 40);
+        let (p, clock) = pool(kind, ReuseRule::Fenced);
+        clock.refuses_waits.store(true, SeqCst);
+        let mut freed = std::collections::HashSet::new();
+        for _ in 0..20 {
+            let acts: Vec<_> = (0..32).map(|_| p.alloc(8 * MIB, &up).unwrap()).collect();
+            for g in acts.iter() {
+                assert!(
+                    !freed.contains(&g.ptr),
+                    "{kind:?}: a fenced block handed out"
+                );
+            }
+            for g in acts.iter().rev() {
+                freed.insert(g.ptr);
+                p.free(g.held(8 * MIB), &up).unwrap();
+            }
+        }
+        assert!(waited(&clock) > 0, "{kind:?}: the pool asked to wait");
+        let grown = up.outstanding().1;
+        assert!(grown > 32 * 8 * MIB * 2, "{kind:?}: it grew instead");
+        p.trim(&up, u64::MAX);
+        assert_eq!(
+            up.outstanding().1,
+            grown,
+            "{kind:?}: nothing fenced went back"
+        );
+        clock.refuses_waits.store(false, SeqCst);
+        p.trim(&up, u64::MAX);
+        assert!(
+            up.outstanding().1 < grown,
+            "{kind:?}: waited for, it goes back"
+        );
+    }
+}
+
 /// A thread waiting for a fence does not hold the pool's lock: meanwhile another thread's
 /// free and a look at the cache go through; the waiter is served once the fence is done.
 #[test]

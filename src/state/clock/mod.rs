@@ -34,9 +34,20 @@
 //!   itself (either the new context sees the fence owed or the hand-over sees the context:
 //!   both sides publish, then look).
 //!
-//! No event is recorded while a graph capture is under way anywhere in the process: an event
-//! on the legacy stream could invalidate the capture. Freed blocks then wait, and the pool
-//! grows; a queue that needs ordering then cannot be ordered (`Queues::unordered`).
+//! **Capture-safe** (docs/design.md, "Capture-safe"): every call the clock makes on its own
+//! behalf (an event recorded, queried or waited for, a stream queried, made to wait for an
+//! event it would not otherwise wait for) runs under a permission of `flags::own_calls`, which
+//! is refused while a graph capture is under way anywhere in the process, in any mode: CUDA
+//! forbids such calls to every thread during a global capture, a query or wait on the legacy
+//! stream conflicts with any capture of a blocking stream, and a query of the capturing
+//! stream itself invalidates the capture. Without one the clock does without: no fence is
+//! issued (freed blocks wait, the pool grows), none is seen done or waited for (a wait says so
+//! and the pool takes nothing back on its strength), no queue is retired, a queue that needs
+//! ordering cannot be ordered (`Queues::unordered`), and no hand-over is made. A capture
+//! begins with no fence owed: [`settle_all_owed`] waits for them on the host just before. The
+//! one call made during a capture is the device-side wait of a queue that pays a fence (on the
+//! stream the program is issuing to, as legal as the program's own work there; a capturing
+//! stream never pays: its work runs when the graph is launched, which pays).
 //!
 //! A safety net: on housekeeping ticks, a stream the program created and that has no work
 //! cudapool saw is asked whether it is idle; if it is not, work reached it through an entry
@@ -66,10 +77,15 @@
 //! Uses: `queues`, `pool` (its `Clock`), `driver`, `flags`, `config`, `addr_hash`, `per_thread`,
 //! `sync`, `cu`.
 
+mod owed;
+
+pub use owed::settle_all_owed;
+use owed::Owed;
+
 use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::config::Reuse;
 use crate::base::cu::*;
-use crate::base::flags::{capturing_somewhere, exiting, unwatched_work};
+use crate::base::flags::{capturing_somewhere, exiting, own_calls, unwatched_work};
 use crate::base::sync::{lock, Lifetime, Use};
 use crate::driver::{call, Driver};
 use crate::pool::queues::{QueueDevice, QueueKey, Queues};
@@ -134,19 +150,6 @@ struct Fence {
     zombies: Vec<Arc<Zombie>>,
 }
 
-/// The newest fence handed over, while not seen complete (see the module doc).
-///
-/// Invariant: `fence` is the handed-over fence with the highest id, of generation `gen` (one
-/// more each hand-over); `waited` maps a queue to the generation its stream was last made to
-/// wait for: a queue not listed, or listed with an older generation, must wait for `fence`
-/// before its next work.
-#[derive(Default)]
-struct Owed {
-    gen: u64,
-    fence: Option<(FenceId, Fence)>,
-    waited: HashMap<QueueKey, u64>,
-}
-
 /// The clock of one context (see the module doc).
 ///
 /// Invariants: `created` holds the live streams the program created in this context, with
@@ -207,41 +210,6 @@ impl ContextClock {
         all.retain(|w| w.strong_count() > 0);
         all.push(Arc::downgrade(&c));
         c
-    }
-
-    /// The events of the fence this context owes, if any.
-    fn owed_events(&self) -> Vec<(usize, Option<Arc<Zombie>>)> {
-        match &lock(&self.owed).fence {
-            Some((_, f)) => f
-                .own
-                .iter()
-                .map(|&e| (e, None))
-                .chain(f.zombies.iter().map(|z| (z.0, Some(z.clone()))))
-                .collect(),
-            None => Vec::new(),
-        }
-    }
-
-    /// This context begins device work while another already has: waits on the host for the
-    /// fences the others owe (their blocks may reach this context's queues, which never pay).
-    fn wait_for_others_owed(&self) {
-        let others: Vec<Arc<ContextClock>> = lock(&CLOCKS)
-            .iter()
-            .filter_map(|w| w.upgrade())
-            .filter(|c| !std::ptr::eq(&**c, self))
-            .collect();
-        for other in others {
-            if !other.owing.load(SeqCst) {
-                continue;
-            }
-            let Some(_alive) = other.alive() else {
-                continue;
-            };
-            // The zombies' references are held through the wait: none is destroyed under it.
-            for (ev, _hold) in other.owed_events() {
-                call!(other.driver, event_synchronize(ev as CUevent));
-            }
-        }
     }
 
     /// The clock inside a use of its context; `None` once the context is gone.
@@ -378,79 +346,10 @@ impl Alive<'_> {
     /// Whether the work before `ev` has completed. An error (the context hit a sticky error,
     /// or an injected fault) is not completion: the fence stays pending, and a wait ends it.
     fn complete(&self, ev: usize) -> bool {
+        let Some(_calls) = own_calls() else {
+            return false;
+        };
         call!(self.clock.driver, event_query(ev as CUevent)) == CUDA_SUCCESS
-    }
-
-    /// Makes `q`'s stream wait for the owed fence if it has not yet (the calling thread is
-    /// about to issue work on `q`). While a capture is under way anywhere, the host waits
-    /// instead: a wait on the legacy stream could invalidate it.
-    fn pay(&self, q: QueueKey) {
-        let c = self.clock;
-        let d = c.driver;
-        let mut owed = lock(&c.owed);
-        let gen = owed.gen;
-        if owed.waited.get(&q).is_some_and(|&g| g >= gen) || self.settle_owed(&mut owed) {
-            return;
-        }
-        let Some((_, f)) = &owed.fence else {
-            return;
-        };
-        let target = ContextClock::target(q);
-        let capture = capturing_somewhere();
-        // Whether some event was waited for on the host (a capture, or the driver refused the
-        // device-side wait).
-        let on_host = d.in_context(c.ctx, || {
-            let mut on_host = false;
-            for &ev in f.own.iter().chain(f.zombies.iter().map(|z| &z.0)) {
-                let waited = !capture
-                    && call!(d, stream_wait_event(target as CUstream, ev as CUevent, 0))
-                        == CUDA_SUCCESS;
-                if !waited {
-                    call!(d, event_synchronize(ev as CUevent));
-                    on_host = true;
-                }
-            }
-            on_host
-        });
-        owed.waited.insert(q, gen);
-        crate::log_at!(
-            crate::base::config::LogLevel::Debug,
-            "queue {target:#x} waits for a handed-over fence ({})",
-            if on_host {
-                "on the host"
-            } else {
-                "on the device"
-            }
-        );
-    }
-
-    /// Drops the owed fence if it has completed (its events go back to the spare list);
-    /// whether nothing is owed now.
-    fn settle_owed(&self, owed: &mut Owed) -> bool {
-        let c = self.clock;
-        let done = match &owed.fence {
-            None => true,
-            Some((_, f)) => f
-                .own
-                .iter()
-                .chain(f.zombies.iter().map(|z| &z.0))
-                .all(|&ev| self.complete(ev)),
-        };
-        if done {
-            if let Some((_, f)) = owed.fence.take() {
-                lock(&c.spare).extend(f.own);
-            }
-            owed.waited.clear();
-            c.owing.store(false, Release);
-        }
-        done
-    }
-
-    /// Drops the owed fence if it has completed.
-    fn prune_owed(&self) {
-        if self.clock.owing.load(Acquire) {
-            self.settle_owed(&mut lock(&self.clock.owed));
-        }
     }
 
     /// Destroys the zombie events that have completed and that no fence holds.
@@ -469,9 +368,12 @@ impl Alive<'_> {
     /// idle.
     fn check_unwatched(&self) {
         let c = self.clock;
-        if !c.trusted() || capturing_somewhere() {
+        if !c.trusted() {
             return;
         }
+        let Some(_calls) = own_calls() else {
+            return;
+        };
         let active = c.queues.active();
         let quiet: Vec<usize> = lock(&c.created)
             .iter()
@@ -509,9 +411,9 @@ impl QueueDevice for Alive<'_> {
         if sources.is_empty() && zombies.is_empty() {
             return true;
         }
-        if capturing_somewhere() {
+        let Some(_calls) = own_calls() else {
             return false;
-        }
+        };
         let mut own = Vec::with_capacity(sources.len());
         for s in sources {
             match self.record_on(s) {
@@ -540,6 +442,9 @@ impl QueueDevice for Alive<'_> {
             // Only its own thread can name it; it never retires.
             return false;
         }
+        let Some(_calls) = own_calls() else {
+            return false;
+        };
         let d = self.clock.driver;
         d.in_context(self.clock.ctx, || {
             call!(d, stream_query(q as usize as CUstream)) == CUDA_SUCCESS
@@ -557,9 +462,10 @@ impl Clock for ContextClock {
     }
 
     fn issue(&self) -> Option<FenceId> {
-        if capturing_somewhere() || exiting() {
+        if exiting() {
             return None;
         }
+        let _calls = own_calls()?;
         let alive = self.alive()?;
         self.tick_alive(&alive);
         alive.prune_owed();
@@ -598,6 +504,9 @@ impl Clock for ContextClock {
         let Some(fence) = fences.get(&f) else {
             return true;
         };
+        let Some(_calls) = own_calls() else {
+            return false;
+        };
         fence
             .own
             .iter()
@@ -609,64 +518,27 @@ impl Clock for ContextClock {
     /// another thread: the wait holds the zombie events it waits on (none is destroyed under
     /// it), and an own event recycled meanwhile only makes it wait longer (the pool takes
     /// nothing back on the strength of a wait for a fence it no longer holds).
-    fn wait(&self, f: FenceId) {
+    /// A capture under way anywhere stops the wait (a host wait is forbidden then): false.
+    fn wait(&self, f: FenceId) -> bool {
         let Some(_alive) = self.alive() else {
-            return;
+            return true;
         };
         let Some(fence) = lock(&self.fences).get(&f).cloned() else {
-            return;
+            return true;
         };
         for &ev in fence.own.iter().chain(fence.zombies.iter().map(|z| &z.0)) {
+            let Some(_calls) = own_calls() else {
+                return false;
+            };
             // An error here is a sticky one of the context (nothing will run in it again) or
             // an injected fault: either way the wait is over.
             call!(self.driver, event_synchronize(ev as CUevent));
         }
+        true
     }
 
     fn hand_over(&self, f: FenceId) -> bool {
-        if self.reuse == Reuse::Immediate
-            || capturing_somewhere()
-            || exiting()
-            || !self.trusted()
-            || BUSY_CONTEXTS.load(Acquire) > 1
-        {
-            return false;
-        }
-        let Some(alive) = self.alive() else {
-            return false;
-        };
-        let Some(fence) = lock(&self.fences).remove(&f) else {
-            return false;
-        };
-        let mut owed = lock(&self.owed);
-        if owed.fence.as_ref().is_some_and(|(id, _)| *id > f) {
-            // An older fence than the one owed: covered by it already.
-            lock(&self.spare).extend(fence.own);
-            return true;
-        }
-        owed.gen += 1;
-        if let Some((_, older)) = owed.fence.replace((f, fence)) {
-            // Covered by the new one (see the module doc). A wait on the host that still
-            // holds one of its events only waits longer if it is recorded again.
-            lock(&self.spare).extend(older.own);
-        }
-        self.owing.store(true, SeqCst);
-        drop(owed);
-        crate::log_at!(
-            crate::base::config::LogLevel::Debug,
-            "fence {f} handed over: every queue's next work waits for it on the device"
-        );
-        // Every thread's next work call reports again, and pays: before the block is handed out.
-        crate::pool::queues::bump_epoch();
-        if BUSY_CONTEXTS.load(SeqCst) > 1 {
-            // A second context began meanwhile and may not have seen this fence owed: it is
-            // waited for here, on the host.
-            for (ev, _hold) in self.owed_events() {
-                call!(self.driver, event_synchronize(ev as CUevent));
-            }
-        }
-        drop(alive);
-        true
+        self.hand_over_now(f)
     }
 
     fn retire(&self, f: FenceId) {
@@ -675,7 +547,12 @@ impl Clock for ContextClock {
         }
     }
 
+    /// Queries streams: nothing while a capture is under way anywhere (a query of the legacy
+    /// or the capturing stream would invalidate it).
     fn tick(&self) {
+        let Some(_calls) = own_calls() else {
+            return;
+        };
         if let Some(alive) = self.alive() {
             if self.reuse != Reuse::Immediate && !exiting() {
                 self.queues.retire_idle(&alive);
