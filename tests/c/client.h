@@ -62,6 +62,8 @@ long fake_calls(const char *name);
 int reuse_scenario(const char *name, int argc, char **argv);
 // The lifetime and fault-injection scenarios (lifetimes.c), the same way.
 int lifetime_scenario(const char *name, int argc, char **argv);
+// The graph capture scenarios (capture.c), the same way.
+int capture_scenario(const char *name, int argc, char **argv);
 // A kernel of the fake driver on `s` that runs `us` microseconds of device time and touches
 // [p, p + n) (reuse.c).
 void touch(void *s, CUdeviceptr p, size_t n, unsigned us);

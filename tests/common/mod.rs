@@ -67,8 +67,9 @@ pub fn fixture() -> &'static Fixture {
         let client = src("tests/c/client.c");
         let reuse = src("tests/c/reuse.c");
         let lifetimes = src("tests/c/lifetimes.c");
+        let capture = src("tests/c/capture.c");
         let mut a = strict.to_vec();
-        a.extend([&inc, "-o", "client", &client, &reuse, &lifetimes]);
+        a.extend([&inc, "-o", "client", &client, &reuse, &lifetimes, &capture]);
         a.extend(["-ldl", "-lpthread"]);
         cc(&a, &dir);
         let mut a = strict.to_vec();
@@ -80,6 +81,7 @@ pub fn fixture() -> &'static Fixture {
             &client,
             &reuse,
             &lifetimes,
+            &capture,
         ]);
         a.extend(["-L.", "-lcuda", "-ldl", "-lpthread"]);
         cc(&a, &dir);

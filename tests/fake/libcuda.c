@@ -77,6 +77,8 @@ static __thread struct fake_ctx *current;
 // Modelled device time, in ns (see "streams, events, modelled device work" below).
 typedef unsigned long long ns_t;
 static ns_t dev_now; // device time that has passed
+// Graph capture's rules (libcuda_streams.c): a "potentially unsafe" call during a capture.
+static CUresult capture_unsafe(const char *api);
 static ns_t max2(ns_t a, ns_t b) { return a > b ? a : b; }
 
 // Calls are counted per name literal, lock-free (the pointer of the literal is the key), so the
@@ -388,12 +390,16 @@ static CUresult do_free(CUdeviceptr ptr) {
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
   count("cuMemAlloc_v2");
+  CUresult c = capture_unsafe("cuMemAlloc_v2");
+  if (c) return c;
   return do_alloc(dptr, size, 0);
 }
 
 static ns_t all_end(void);
 CUresult cuMemFree_v2(CUdeviceptr ptr) {
   count("cuMemFree_v2");
+  CUresult c = capture_unsafe("cuMemFree_v2");
+  if (c) return c;
   // The real cuMemFree waits for the device.
   pthread_mutex_lock(&mu);
   dev_now = max2(dev_now, all_end());

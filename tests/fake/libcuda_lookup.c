@@ -74,6 +74,7 @@ static const struct proc procs[] = {
     {"cuStreamEndCapture", 10000, 0, (void *)cuStreamEndCapture},
     {"cuStreamEndCapture", 10000, 1, (void *)cuStreamEndCapture_ptsz},
     {"cuStreamIsCapturing", 10000, 0, (void *)cuStreamIsCapturing},
+    {"cuThreadExchangeStreamCaptureMode", 10010, 0, (void *)cuThreadExchangeStreamCaptureMode},
     {"cuEventCreate", 2000, 0, (void *)cuEventCreate},
     {"cuEventRecord", 2000, 0, (void *)cuEventRecord},
     {"cuEventRecord", 7000, 1, (void *)cuEventRecord_ptsz},

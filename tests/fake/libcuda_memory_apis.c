@@ -80,9 +80,9 @@ CUresult cuStreamAddCallback(void *s, void (*cb)(void *, CUresult, void *), void
 
 CUresult cuStreamBeginCaptureToGraph(void *s, void *g, const void *d, const void *e, size_t n,
                                      int mode) {
-  (void)g, (void)d, (void)e, (void)n, (void)mode;
+  (void)g, (void)d, (void)e, (void)n;
   count("cuStreamBeginCaptureToGraph");
-  return begin_capture(s);
+  return begin_capture(s, mode);
 }
 
 // ---- managed, host, virtual memory --------------------------------------------------------

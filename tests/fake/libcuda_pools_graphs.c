@@ -100,6 +100,8 @@ static void pool_trim(struct fake_pool *pool, size_t keep) {
 }
 CUresult cuMemPoolTrimTo(void *pool, size_t keep) {
   count("cuMemPoolTrimTo");
+  CUresult c = capture_unsafe("cuMemPoolTrimTo");
+  if (c) return c;
   if (!pool) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mu);
   pool_trim(pool, keep);
@@ -342,6 +344,8 @@ long fakecu_graph_maps(void) { return graph_maps; }
 CUresult cuStreamSynchronize(void *s) {
   count("cuStreamSynchronize");
   stream_alive(s, "cuStreamSynchronize");
+  CUresult c = capture_sync_rules(s, 0, "cuStreamSynchronize");
+  if (c) return c;
   pthread_mutex_lock(&mu);
   int nb = is_nonblocking(s);
   for (int i = 0; i < MAX_HOLDS; i++)

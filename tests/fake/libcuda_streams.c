@@ -22,8 +22,29 @@
 //
 // A "hold" is work that runs until the test finishes it (FAKECU_HOLD kernels, fakecu_hold()):
 // events and stream queries wait for the holds their stream must wait for.
+//
+// Graph capture, with CUDA's rules as measured on an H200 (driver 580.159.04,
+// tests/gpu/programs/capture_rules.cu; docs/design.md, "Capture-safe"):
+// - a capture has a mode (global, thread-local, relaxed) and the thread that began it; each
+//   thread has an interaction mode (cuThreadExchangeStreamCaptureMode, global by default);
+// - "potentially unsafe" calls (stream and event queries and synchronizations, cuMemAlloc,
+//   cuMemFree, cuMemPoolTrimTo, synchronous copies) are refused with
+//   CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the capture that forbade them is invalidated,
+//   when the calling thread's mode is not relaxed and it has a capture of its own not begun
+//   relaxed, or when its mode is global and another thread has a global capture;
+// - cuCtxSynchronize is refused during any capture, and invalidates them all;
+// - a query or synchronization of the capturing stream itself is refused and invalidates it;
+// - any work, event, wait or query on the legacy stream while a blocking stream captures is
+//   refused with CUDA_ERROR_STREAM_CAPTURE_IMPLICIT and invalidates that capture (a query of
+//   whether the legacy stream captures gets the error and invalidates nothing);
+// - an invalidated capture ends with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and no graph.
+// fakecu_capture_invalidations() counts the captures invalidated, fakecu_capture_breaker()
+// names the call that invalidated the last one.
 #define CUDA_ERROR_NOT_READY 600
+#define CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
+#define CUDA_ERROR_STREAM_CAPTURE_INVALIDATED 901
 #define CUDA_ERROR_STREAM_CAPTURE_IMPLICIT 906
+enum { CAPTURE_GLOBAL = 0, CAPTURE_THREAD_LOCAL = 1, CAPTURE_RELAXED = 2 };
 #define MAX_HOLDS 1024
 #define EVENT_HOLDS 64
 #define FAKECU_HOLD ((void *)0x401)
@@ -34,6 +55,9 @@ struct fake_stream {
   unsigned flags;
   struct fake_ctx *ctx;
   int capturing;
+  int capture_mode;        // as begun (CAPTURE_*)
+  pthread_t capture_thread; // the thread that began it
+  int invalidated;          // a forbidden call ended it: its end fails
   int nwaits;
   int waits[EVENT_HOLDS]; // holds this stream's later work waits for (cuStreamWaitEvent)
   ns_t busy;              // when its last work ends
@@ -73,6 +97,80 @@ static void kill_objects_of(struct fake_ctx *ctx) {
 }
 static int capturing_now;
 static long capture_violations;
+static long capture_invalidations;
+static const char *capture_breaker = "";
+static __thread int thread_capture_mode; // CAPTURE_GLOBAL until exchanged
+
+static int is_legacy_stream(void *s, int ptsz) { return (uintptr_t)s == 1 || (!s && !ptsz); }
+
+// Ends the capture of st as a forbidden call does (mu held).
+static void invalidate_capture(struct fake_stream *st, const char *api) {
+  if (st->invalidated) return;
+  st->invalidated = 1;
+  capture_invalidations++;
+  capture_violations++;
+  capture_breaker = api;
+}
+
+// A "potentially unsafe" call (see above): 0, or the error it gets (the captures that forbid
+// it invalidated).
+static CUresult capture_unsafe(const char *api) {
+  if (!capturing_now || thread_capture_mode == CAPTURE_RELAXED) return CUDA_SUCCESS;
+  pthread_mutex_lock(&mu);
+  int refused = 0;
+  for (struct fake_stream *st = all_streams; st; st = st->next) {
+    if (!st->live || !st->capturing) continue;
+    int mine = pthread_equal(st->capture_thread, pthread_self());
+    if ((mine && st->capture_mode != CAPTURE_RELAXED) ||
+        (!mine && thread_capture_mode == CAPTURE_GLOBAL && st->capture_mode == CAPTURE_GLOBAL)) {
+      invalidate_capture(st, api);
+      refused = 1;
+    }
+  }
+  pthread_mutex_unlock(&mu);
+  return refused ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+// Legacy-stream work while a blocking stream captures (mu held): 0, or the error (those
+// captures invalidated unless only_ask).
+static CUresult capture_legacy_conflict(const char *api, int only_ask) {
+  if (!capturing_now) return CUDA_SUCCESS;
+  int refused = 0;
+  for (struct fake_stream *st = all_streams; st; st = st->next) {
+    if (!st->live || !st->capturing || (st->flags & 1)) continue;
+    if (!only_ask) invalidate_capture(st, api);
+    refused = 1;
+  }
+  return refused ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT : CUDA_SUCCESS;
+}
+
+// A query or synchronization of stream s (ptsz: through a per-thread entry point): 0, or the
+// error of a capture's rules (mu not held).
+static CUresult capture_sync_rules(void *s, int ptsz, const char *api) {
+  if (!capturing_now) return CUDA_SUCCESS;
+  if ((uintptr_t)s > 2 && ((struct fake_stream *)s)->capturing) {
+    pthread_mutex_lock(&mu);
+    invalidate_capture(s, api);
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  if (is_legacy_stream(s, ptsz)) {
+    pthread_mutex_lock(&mu);
+    CUresult r = capture_legacy_conflict(api, 0);
+    pthread_mutex_unlock(&mu);
+    if (r) return r;
+  }
+  return capture_unsafe(api);
+}
+
+CUresult cuThreadExchangeStreamCaptureMode(int *mode) {
+  count("cuThreadExchangeStreamCaptureMode");
+  if (!mode || *mode < 0 || *mode > 2) return CUDA_ERROR_INVALID_VALUE;
+  int old = thread_capture_mode;
+  thread_capture_mode = *mode;
+  *mode = old;
+  return CUDA_SUCCESS;
+}
 static long last_hold = -1;
 
 static ns_t host_ns = 1000; // FAKECU_HOST_NS
@@ -149,7 +247,16 @@ static void init_time(void) {
 
 static CUresult work(void *s, int ptsz, ns_t dur, unsigned long long lo, size_t bytes, int sync) {
   stream_alive(s, "a work call");
+  if (sync) {
+    CUresult c = capture_unsafe("a synchronous copy or memset");
+    if (c) return c;
+  }
   pthread_mutex_lock(&mu);
+  CUresult c = is_legacy_stream(s, ptsz) ? capture_legacy_conflict("work on the legacy stream", 0) : 0;
+  if (c) {
+    pthread_mutex_unlock(&mu);
+    return c;
+  }
   init_time();
   ns_t end = submit(s, ptsz, dur, lo, bytes);
   if (sync) dev_now = max2(dev_now, end);
@@ -259,24 +366,40 @@ CUresult cuStreamGetCtx(void *s, CUcontext *pctx) {
   *pctx = ((struct fake_stream *)s)->ctx;
   return CUDA_SUCCESS;
 }
-static CUresult begin_capture(void *s) {
+static CUresult begin_capture(void *s, int mode) {
   stream_alive(s, "cuStreamBeginCapture");
   if ((uintptr_t)s <= 2) return CUDA_ERROR_INVALID_VALUE; // legacy cannot capture
+  if (mode < 0 || mode > 2) return CUDA_ERROR_INVALID_VALUE;
+  struct fake_stream *st = s;
   pthread_mutex_lock(&mu);
-  ((struct fake_stream *)s)->capturing = 1;
+  if (st->capturing) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  st->capturing = 1;
+  st->capture_mode = mode;
+  st->capture_thread = pthread_self();
+  st->invalidated = 0;
   capturing_now++;
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
 }
-CUresult cuStreamBeginCapture_v2(void *s, int mode) { (void)mode; count("cuStreamBeginCapture_v2"); return begin_capture(s); }
-CUresult cuStreamBeginCapture_v2_ptsz(void *s, int mode) { (void)mode; count("cuStreamBeginCapture_v2_ptsz"); return begin_capture(s); }
+CUresult cuStreamBeginCapture_v2(void *s, int mode) { count("cuStreamBeginCapture_v2"); return begin_capture(s, mode); }
+CUresult cuStreamBeginCapture_v2_ptsz(void *s, int mode) { count("cuStreamBeginCapture_v2_ptsz"); return begin_capture(s, mode); }
 static CUresult end_capture(void *s, void **graph) {
   stream_alive(s, "cuStreamEndCapture");
   if ((uintptr_t)s <= 2 || !((struct fake_stream *)s)->capturing) return CUDA_ERROR_INVALID_VALUE;
+  struct fake_stream *st = s;
   pthread_mutex_lock(&mu);
-  ((struct fake_stream *)s)->capturing = 0;
+  st->capturing = 0;
   capturing_now--;
+  int invalidated = st->invalidated;
+  st->invalidated = 0;
   pthread_mutex_unlock(&mu);
+  if (invalidated) {
+    if (graph) *graph = NULL;
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
   if (graph) *graph = (void *)0x6a;
   return CUDA_SUCCESS;
 }
@@ -286,7 +409,14 @@ CUresult cuStreamIsCapturing(void *s, int *status) {
   count("cuStreamIsCapturing");
   stream_alive(s, "cuStreamIsCapturing");
   if (!status) return CUDA_ERROR_INVALID_VALUE;
-  *status = (uintptr_t)s > 2 && ((struct fake_stream *)s)->capturing ? 1 : 0;
+  if (is_legacy_stream(s, 0)) {
+    pthread_mutex_lock(&mu);
+    CUresult c = capture_legacy_conflict("cuStreamIsCapturing", 1);
+    pthread_mutex_unlock(&mu);
+    if (c) return c; // the status is left unspecified, as the driver documents
+  }
+  struct fake_stream *st = s;
+  *status = (uintptr_t)s > 2 && st->capturing ? (st->invalidated ? 2 : 1) : 0;
   return CUDA_SUCCESS;
 }
 
@@ -315,11 +445,13 @@ static CUresult event_record(void *e, void *s, int ptsz) {
   if (!sctx || !sctx->live) return CUDA_ERROR_INVALID_CONTEXT;
   if (sctx != ev->ctx) return CUDA_ERROR_INVALID_HANDLE;
   pthread_mutex_lock(&mu);
-  if (capturing_now && is_legacy(s, ptsz)) {
+  if (is_legacy(s, ptsz)) {
     // The real driver refuses, and the capture elsewhere is ruined.
-    capture_violations++;
-    pthread_mutex_unlock(&mu);
-    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    CUresult c = capture_legacy_conflict("cuEventRecord on the legacy stream", 0);
+    if (c) {
+      pthread_mutex_unlock(&mu);
+      return c;
+    }
   }
   ev->n = 0;
   int nb = is_nonblocking(s);
@@ -345,6 +477,11 @@ static CUresult stream_wait_event(void *s, void *e, int ptsz) {
   if (!ev) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mu);
   if (is_legacy(s, ptsz)) {
+    CUresult c = capture_legacy_conflict("cuStreamWaitEvent on the legacy stream", 0);
+    if (c) {
+      pthread_mutex_unlock(&mu);
+      return c;
+    }
     for (int i = 0; i < ev->n && legacy_nwaits < EVENT_HOLDS; i++) legacy_waits[legacy_nwaits++] = ev->holds[i];
     legacy_wait = max2(legacy_wait, ev->at);
   } else if (is_ptsz(s, ptsz)) {
@@ -387,6 +524,8 @@ CUresult cuEventQuery(void *e) {
   struct fake_event *ev = e;
   event_alive(e, "cuEventQuery");
   if (!ev) return CUDA_ERROR_INVALID_VALUE;
+  CUresult c = capture_unsafe("cuEventQuery");
+  if (c) return c;
   pthread_mutex_lock(&mu);
   int done = event_done(ev);
   pthread_mutex_unlock(&mu);
@@ -397,6 +536,8 @@ CUresult cuEventSynchronize(void *e) {
   struct fake_event *ev = e;
   event_alive(e, "cuEventSynchronize");
   if (!ev) return CUDA_ERROR_INVALID_VALUE;
+  CUresult c = capture_unsafe("cuEventSynchronize");
+  if (c) return c;
   pthread_mutex_lock(&mu); // waiting: the device finishes what the event waits for
   for (int i = 0; i < ev->n; i++) holds[ev->holds[i]].live = 0;
   dev_now = max2(dev_now, ev->at);
@@ -421,12 +562,21 @@ static ns_t all_end(void) {
 CUresult cuCtxSynchronize(void) {
   count("cuCtxSynchronize");
   pthread_mutex_lock(&mu);
+  if (capturing_now) {
+    // Refused during any capture, whatever its mode or the caller's: every one ends.
+    for (struct fake_stream *st = all_streams; st; st = st->next)
+      if (st->live && st->capturing) invalidate_capture(st, "cuCtxSynchronize");
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
   dev_now = max2(dev_now, all_end());
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
 }
 static CUresult stream_query(void *s, int ptsz) {
   stream_alive(s, "cuStreamQuery");
+  CUresult c = capture_sync_rules(s, ptsz, "cuStreamQuery");
+  if (c) return c;
   pthread_mutex_lock(&mu);
   int busy = stream_end(s, ptsz) > dev_now;
   int nb = is_nonblocking(s);
@@ -440,6 +590,8 @@ CUresult cuStreamQuery(void *s) { count("cuStreamQuery"); return stream_query(s,
 
 // Test controls and readings of the modelled device.
 long fakecu_races(void) { return races; }
+long fakecu_capture_invalidations(void) { return capture_invalidations; }
+const char *fakecu_capture_breaker(void) { return capture_breaker; }
 unsigned long long fakecu_device_ns(void) { return dev_now; }
 // How far the device lags: the end of everything issued minus what has run.
 unsigned long long fakecu_lag_ns(void) {

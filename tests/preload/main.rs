@@ -85,6 +85,7 @@ fn memapi(mode: &str, scenario: &str, env: &[(&str, &str)]) -> Run {
 const MEMAPI_MODES: [&str; 3] = ["dlsym", "gpa", "gpa-ptsz"];
 
 // The tests, in files by what they cover.
+mod capture;
 mod frictions;
 mod ipc;
 mod newcomer_nvml_oom;
