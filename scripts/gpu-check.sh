@@ -86,6 +86,15 @@ for m in ("torch", "cupy", "jax", "numba"):
         print(m, "unavailable:", e)
 PY
 
+# NVIDIA's samples run beside the rest (their own process, their rows merged at the end): the
+# suite then fits in about half the time.
+SAMPLES_PID=
+if [ -z "${SKIP_SAMPLES:-}" ] && [ -d .samples/src/Samples ]; then
+  : > "$W/samples.results"
+  RESULTS="$W/samples.results" OUT="$OUT" LIB="$LIB" bash tests/gpu/samples.sh > "$W/samples.log" 2>&1 &
+  SAMPLES_PID=$!
+fi
+
 echo "=== build"
 # (Waits name their jobs: a bare `wait` would also wait for the log's tee.)
 jobs_=()
@@ -94,6 +103,8 @@ nvcc -O2 -cudart shared -o "$W/rt_shared" tests/gpu/programs/rt_alloc.cu & jobs_
 nvcc -O2 -std=c++17 -o "$W/race" tests/gpu/programs/race.cu & jobs_+=($!)
 nvcc -O2 -std=c++17 --default-stream per-thread -o "$W/race_ptds" tests/gpu/programs/race.cu & jobs_+=($!)
 nvcc -O2 -std=c++17 -o "$W/limit_apis" tests/gpu/programs/limit_apis.cu -lcuda & jobs_+=($!)
+nvcc -O2 -std=c++17 -o "$W/capture_threads" tests/gpu/programs/capture_threads.cu -ldl & jobs_+=($!)
+nvcc -O2 -o "$W/capture_rules" tests/gpu/programs/capture_rules.cu -lcuda -ldl -lpthread & jobs_+=($!)
 if [ "$NGPU" -ge 2 ]; then nvcc -O2 -std=c++17 -o "$W/multi" tests/gpu/programs/multi.cu & jobs_+=($!); fi
 wait "${jobs_[@]}"
 ls "$W"
@@ -289,6 +300,11 @@ if [ "$NGPU" -ge 2 ]; then
   shim env CUDAPOOL_HISTORY=10000 torchrun --nproc_per_node 2 tests/gpu/nccl_snapshot.py "$W" > "$W/nccl.out" 2>&1
   cat "$W/nccl.out" | grep '^rank'
   check "[ \$(grep -c 'rank .*ok$' '$W/nccl.out') = 2 ]" "NCCL all-reduce buffers in each rank's torch snapshot" "$(grep '^rank 0' "$W/nccl.out")"
+  # An all-reduce captured in a CUDA graph on both GPUs (how serving engines run tensor parallel).
+  shim timeout 300 torchrun --nproc_per_node 2 tests/gpu/capture/nccl_capture.py > "$W/nccl_capture.out" 2>&1
+  grep '^rank' "$W/nccl_capture.out"
+  check "[ \$(grep -c '^rank .*ok$' '$W/nccl_capture.out') = 2 ]" "NCCL all-reduce captured in a CUDA graph, two GPUs" \
+    "$(grep '^rank' "$W/nccl_capture.out" | tr '\n' ';')"
 fi
 
 echo "=== cudapool exporter: a PyTorch run scraped while it trains"
@@ -327,21 +343,49 @@ while read -r verdict what; do
   result "$verdict" "graphs: $what" "$(grep -h '^runs_2g' "$W/graphs.out" | head -1)"
 done < <(grep -E '^(PASS|FAIL) ' "$W/graphs.out" | sed 's/^\(PASS\|FAIL\) /\1 /')
 
+echo "=== graph capture: nothing cudapool does breaks a program's capture (docs/design.md, Capture-safe)"
+# The driver's rules, as the fake driver models them: one line per call, mode and thread.
+timeout 120 "$W/capture_rules" > "$OUT/capture-rules.txt" 2>&1
+check "grep -q 'capture rules done' '$OUT/capture-rules.txt'" "capture rules probed (capture-rules.txt)" \
+  "$(grep -c '^call=' "$OUT/capture-rules.txt") cases; cuStreamQuery(capturing) ended the capture in $(grep -c '^call=cuStreamQuery(capturing).*end=901' "$OUT/capture-rules.txt") of 24"
+# Two threads of a C++ program: one captures (each mode) while the other allocates and frees.
+for mode in global thread_local relaxed; do
+  $T "$W/capture_threads" $mode > "$W/ct.plain" 2>&1
+  rc_plain=$?
+  for k in split binned simple split-classic; do
+    seg=expandable; pool=$k
+    [ $k = split-classic ] && seg=classic pool=split
+    shim env CUDAPOOL_POOL=$pool CUDAPOOL_SEGMENTS=$seg "$W/capture_threads" $mode > "$W/ct.out" 2>&1
+    rc=$?
+    check "[ $rc_plain = 0 ] && [ $rc = 0 ]" "two threads, one capturing ($mode), $k" \
+      "$(grep -h 'captures ok' "$W/ct.out" | head -1); without cudapool: $(grep -h 'captures ok' "$W/ct.plain" | head -1)"
+  done
+done
+# PyTorch: capture and replay, graphs sharing one pool, torch.compile(mode="reduce-overhead"),
+# a thread capturing while another allocates, a cuMemCreate allocator behind MemPool under a
+# limit, and an engine's sizing from cuMemGetInfo and NVML; each PyTorch mode, beside PyTorch alone.
+timeout 1200 python3 tests/gpu/capture/capture_check.py "$LIB" "$W/capture" > "$W/capture.out" 2>&1
+cat "$W/capture.out"
+cp "$W/capture.out" "$OUT/capture-check.txt"
+while IFS='|' read -r verdict what detail; do
+  result "$(echo $verdict)" "$(echo $what)" "$(echo $detail)"
+done < <(grep -E '^(PASS|FAIL) \|' "$W/capture.out")
+grep -q '^capture check: ' "$W/capture.out" || result FAIL "capture check ran" "$(tail -3 "$W/capture.out")"
+
 echo "=== a group of two PyTorch processes under one limit; one killed, the other grows"
 $T python3 tests/gpu/group_check.py "$LIB" > "$W/group.out" 2>&1
 cat "$W/group.out"
 check "grep -q 'group check ok' '$W/group.out'" "two processes in one group: nvidia-smi within the group limit, a killed member's share back" \
   "$(grep -A2 '^| group limit' "$W/group.out" | tail -1)"
 
-echo "=== NVIDIA's CUDA samples, with and without cudapool (tests/gpu/samples.sh)"
+echo "=== NVIDIA's CUDA samples, with and without cudapool (tests/gpu/samples.sh, run beside the rest)"
 if [ -n "${SKIP_SAMPLES:-}" ]; then
   echo "skipped (SKIP_SAMPLES is set; run tests/gpu/samples.sh on its own)"
-elif [ -d .samples/src/Samples ]; then
-  here=$PWD
-  . tests/gpu/samples.sh
-  build
-  run
-  cd "$here"
+elif [ -n "$SAMPLES_PID" ]; then
+  wait "$SAMPLES_PID"
+  cat "$W/samples.log"
+  cat "$W/samples.results" >> "$RESULTS"
+  grep -q . "$W/samples.results" || result FAIL "NVIDIA CUDA samples" "no result: $(tail -2 "$W/samples.log")"
 else
   result FAIL "NVIDIA CUDA samples" "not here: run scripts/fetch-samples.sh before, and carry .samples"
 fi
@@ -352,4 +396,14 @@ cat "$RESULTS"
 passed=$(grep -c '^PASS' "$RESULTS")
 failed=$(grep -c '^FAIL' "$RESULTS")
 echo "$passed passed, $failed failed"
+# The record of this run (docs/gpu/check.txt): the build it ran first, the table, the count last.
+# The commit comes from git, or from GPU_CHECK_COMMIT where the tree was copied without it.
+commit=$(git rev-parse HEAD 2>/dev/null || echo "${GPU_CHECK_COMMIT:-unknown}")
+{
+  echo "commit $commit"
+  echo "# scripts/gpu-check.sh$([ -n "${SKIP_SAMPLES:-}" ] && echo ' (SKIP_SAMPLES=1)'), $(date -u +%Y-%m-%d), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | sed 's/, / driver /')$([ "$NGPU" -ge 2 ] && echo " x$NGPU"), $((SECONDS - START)) s"
+  cat "$RESULTS"
+  echo "$passed passed, $failed failed"
+} > "$OUT/check.txt"
+cp "$OUT/check.txt" docs/gpu/check.txt 2>/dev/null
 [ "$failed" = 0 ]
