@@ -397,8 +397,9 @@ passed=$(grep -c '^PASS' "$RESULTS")
 failed=$(grep -c '^FAIL' "$RESULTS")
 echo "$passed passed, $failed failed"
 # The record of this run (docs/gpu/check.txt): the build it ran first, the table, the count last.
-# The commit comes from git, or from GPU_CHECK_COMMIT where the tree was copied without it.
-commit=$(git rev-parse HEAD 2>/dev/null || echo "${GPU_CHECK_COMMIT:-unknown}")
+# The commit is GPU_CHECK_COMMIT where the tree was copied to the GPU machine (a copied .git
+# may name another commit than the tree's), else git's.
+commit=${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 {
   echo "commit $commit"
   echo "# scripts/gpu-check.sh$([ -n "${SKIP_SAMPLES:-}" ] && echo ' (SKIP_SAMPLES=1)'), $(date -u +%Y-%m-%d), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | sed 's/, / driver /')$([ "$NGPU" -ge 2 ] && echo " x$NGPU"), $((SECONDS - START)) s"
