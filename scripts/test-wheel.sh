@@ -23,6 +23,10 @@ check() { # what, command producing output, grep pattern
 }
 lib="$W/venv/lib/python3*/site-packages/cudapool/libcudapool.so"
 check "the library is in the package" "ls $lib" "libcudapool.so"
+# The licences travel with it: cudapool's two, and NVTX's, whose headers are compiled in.
+for f in LICENSE-MIT LICENSE-APACHE third_party/nvtx3/LICENSE.txt; do
+  check "the wheel carries $f" "python3 -m zipfile -l '$OLDPWD/$wheel'" "dist-info/licenses/$f"
+done
 # Installed without debug info, symbols kept (a backtrace names cudapool's functions).
 for bin in $lib venv/bin/cudapool; do
   check "$(basename $bin) carries no debug info ($(du -k $bin | cut -f1) KiB)" \
