@@ -29,10 +29,13 @@ pub mod limits;
 pub mod pool;
 
 /// Reads the environment when the library loads (SPEC.md: later changes have no effect).
-/// Prints nothing and touches no driver: a process that never calls CUDA is not disturbed.
+/// Prints nothing and touches no driver: a process that never calls CUDA is not disturbed
+/// (but for the one `cudapool run --report` started, which says so at exit).
 #[ctor::ctor]
 unsafe fn load() {
-    let _ = state::env_config();
+    if let Ok(config) = state::env_config() {
+        report::say_when_unused(config);
+    }
     driver::nvtx::init();
     state::set_observer(&report::REPORTING);
 }

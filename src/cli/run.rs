@@ -173,6 +173,9 @@ pub fn run(
     }
     let mut cmd = Command::new(&program[0]);
     cmd.args(&program[1..]).env("LD_PRELOAD", preload);
+    // The program keeps this pid after the exec: under --report it says at exit when it asked
+    // CUDA for no memory (`report::say_when_unused`).
+    cmd.env("CUDAPOOL_RUN_PID", std::process::id().to_string());
     for (name, value) in &set {
         if let Some(v) = value {
             cmd.env(name, v);

@@ -258,6 +258,19 @@ fn limit(l: u64) -> String {
     }
 }
 
+/// `n` with the noun in the number it needs: "1 segment", "2 segments".
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// "once", "2 times".
+fn times(n: u64) -> String {
+    match n {
+        1 => "once".into(),
+        n => format!("{n} times"),
+    }
+}
+
 /// One device's block of the status text.
 pub fn device_status(dev: i32, s: &DeviceStats) -> String {
     let hit_rate = if s.alloc_calls == 0 {
@@ -287,10 +300,10 @@ pub fn device_status(dev: i32, s: &DeviceStats) -> String {
     );
     let _ = writeln!(
         out,
-        "  reserved  {} (peak {}) in {} segments, cached {}",
+        "  reserved  {} (peak {}) in {}, cached {}",
         fmt_bytes(s.reserved),
         fmt_bytes(s.reserved_peak),
-        s.segments,
+        count(s.segments, "segment", "segments"),
         fmt_bytes(s.cached)
     );
     if s.overhead > 0 {
@@ -302,13 +315,22 @@ pub fn device_status(dev: i32, s: &DeviceStats) -> String {
     }
     let _ = writeln!(
         out,
-        "  calls: {} allocs, {} frees, {} cache hits ({hit_rate:.1}%); {} reclaim retries, {} OOMs",
-        s.alloc_calls, s.free_calls, s.cache_hits, s.reclaim_retries, s.ooms
+        "  calls: {} and {}, {} from the cache ({hit_rate:.1}%); {}, {}",
+        count(s.alloc_calls, "allocation", "allocations"),
+        count(s.free_calls, "free", "frees"),
+        s.cache_hits,
+        count(
+            s.reclaim_retries,
+            "retry after emptying the cache",
+            "retries after emptying the cache"
+        ),
+        count(s.ooms, "out-of-memory answer", "out-of-memory answers")
     );
     let _ = writeln!(
         out,
-        "  from the driver: {} allocations taken, {} given back (a segment, a handle of an expandable segment or a pass-through allocation each)",
-        s.driver_allocs, s.driver_frees
+        "  from the driver: memory taken {}, given back {} (an expandable segment takes it 2 MiB at a time)",
+        times(s.driver_allocs),
+        times(s.driver_frees)
     );
     out
 }
@@ -337,6 +359,37 @@ pub fn memory_status(shim: &dyn View) -> String {
         out.push_str(&device_status(dev, &shim.device_stats(dev)));
     }
     out
+}
+
+/// `cudapool run --report` of a program that never asks CUDA for memory: the process the
+/// command started (`CUDAPOOL_RUN_PID`, its pid after the exec) says so at exit, so that the
+/// silence is not taken for a report lost. Other processes stay silent (a script's `ls`).
+pub fn say_when_unused(config: &crate::base::config::Config) {
+    let started = std::env::var("CUDAPOOL_RUN_PID")
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok());
+    if config.report.is_some() && started == Some(std::process::id()) {
+        // SAFETY: registers a plain extern "C" function with no arguments.
+        unsafe { libc::atexit(unused_at_exit) };
+    }
+}
+
+extern "C" fn unused_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        // A forked child inherits the handler: only the started process itself speaks.
+        let started = std::env::var("CUDAPOOL_RUN_PID").ok();
+        if started != Some(std::process::id().to_string()) {
+            return;
+        }
+        if !crate::state::Shim::cuda_seen() {
+            let name = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+            crate::base::log::line(&format!(
+                "loaded into pid {} ({}), which asked CUDA for no memory: nothing to report",
+                std::process::id(),
+                name.trim()
+            ));
+        }
+    });
 }
 
 /// At exit: the leak report (`CUDAPOOL_TRACK`) on stderr, and the status (with the leaks)

@@ -37,17 +37,17 @@ impl Shim {
         let (ptr, footprint) = match alloc() {
             Ok(r) => r,
             Err(e) => {
-                budget.uncharge(charge);
+                budget.refund(charge);
                 return Err(self.failed(dev, charge, e));
             }
         };
         if footprint > charge && !budget.try_charge(footprint - charge) {
             release(ptr);
-            budget.uncharge(charge);
+            budget.refund(charge);
             return Err(self.failed(dev, footprint, CUDA_ERROR_OUT_OF_MEMORY));
         }
         if footprint < charge {
-            budget.uncharge(charge - footprint);
+            budget.refund(charge - footprint);
         }
         budget.on_driver_alloc();
         let (holder, _) = budget.on_alloc(footprint, false);
@@ -228,7 +228,7 @@ impl Shim {
         let ptr = match alloc() {
             Ok(p) => p,
             Err(e) => {
-                budget.uncharge(ahead);
+                budget.refund(ahead);
                 drop(pools);
                 return Err(self.failed(dev, size, e));
             }
@@ -241,13 +241,13 @@ impl Shim {
             if let Some(_calls) = crate::base::flags::own_calls() {
                 call!(self.driver, mem_pool_trim_to(pool as Opaque, 0));
             }
-            budget.uncharge(ahead);
+            budget.refund(ahead);
             self.settle_pool(key, rec);
             drop(pools);
             return Err(self.failed(dev, size, CUDA_ERROR_OUT_OF_MEMORY));
         }
         if grown < ahead {
-            budget.uncharge(ahead - grown);
+            budget.refund(ahead - grown);
         }
         rec.charged = now.max(rec.charged);
         drop(pools);
@@ -343,7 +343,7 @@ impl Shim {
                 Ok(h)
             }
             Err(e) => {
-                self.budget(dev).uncharge(size);
+                self.budget(dev).refund(size);
                 Err(self.failed(dev, size, e))
             }
         }
@@ -487,7 +487,7 @@ impl Shim {
                 Ok(h)
             }
             Err(e) => {
-                self.budget(dev).uncharge(size);
+                self.budget(dev).refund(size);
                 Err(self.failed(dev, size, e))
             }
         }

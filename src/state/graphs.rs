@@ -139,7 +139,7 @@ impl Shim {
                 Ok(()) => ahead.push((need.device, need.bytes)),
                 Err(e) => {
                     for &(dev, bytes) in &ahead {
-                        self.budget(dev).uncharge(bytes);
+                        self.budget(dev).refund(bytes);
                     }
                     return e;
                 }
@@ -188,14 +188,18 @@ impl Shim {
             epoch: 1,
         });
         let Some(now) = self.driver.graph_reserved(dev).ok().or(unread) else {
-            budget.uncharge(ahead);
+            budget.refund(ahead);
             return;
         };
         let before = rec.charged + ahead;
         if now > before {
             budget.force_charge(now - before);
         } else {
-            budget.uncharge(before - now);
+            // What was charged ahead and not taken never held memory; below the old charge,
+            // the driver gave memory back.
+            let unused = (before - now).min(ahead);
+            budget.refund(unused);
+            budget.uncharge(before - now - unused);
         }
         if now > rec.charged {
             budget.on_driver_alloc();

@@ -368,7 +368,7 @@ impl Upstream for DriverUpstream<'_> {
                 Ok(p)
             }
             Err(e) => {
-                self.budget.uncharge(bytes);
+                self.budget.refund(bytes);
                 Err(e)
             }
         }
@@ -463,7 +463,7 @@ impl Upstream for DriverUpstream<'_> {
                 Ok(())
             }
             Err(e) => {
-                self.budget.uncharge(bytes);
+                self.budget.refund(bytes);
                 Err(e)
             }
         }

@@ -104,6 +104,8 @@ static GROUP: OnceLock<Result<Option<Arc<crate::limits::group::Group>>, String>>
 static SHIM: OnceLock<Shim> = OnceLock::new();
 static OBSERVER: OnceLock<&'static dyn Observer> = OnceLock::new();
 static REFUSAL_SAID: AtomicBool = AtomicBool::new(false);
+/// Set when a call of the program first reached the shim (`Shim::set_up`), whatever came of it.
+static CUDA_SEEN: AtomicBool = AtomicBool::new(false);
 
 /// Reads the environment once. Called from the load-time constructor, and lazily by anything
 /// that runs before it.
@@ -227,6 +229,7 @@ impl Shim {
     #[cold]
     #[inline(never)]
     fn set_up() -> State {
+        CUDA_SEEN.store(true, Ordering::Relaxed);
         let config = match config() {
             Ok(c) => c,
             Err(e) => {
@@ -312,13 +315,18 @@ impl Shim {
         State::Active(shim)
     }
 
-    /// The shim if it is active (not disabled, refused or driverless).
+    /// Whether a CUDA call of the program ever reached cudapool (set up or not).
+    pub fn cuda_seen() -> bool {
+        CUDA_SEEN.load(Ordering::Relaxed)
+    }
+
     /// The shim if it is already set up, without setting it up (for questions a process that
     /// never used CUDA may ask, such as NVML's: answering them must not make it a CUDA process).
     pub fn if_set_up() -> Option<&'static Shim> {
         SHIM.get()
     }
 
+    /// The shim if it is active (not disabled, refused or driverless).
     pub fn active() -> Option<&'static Shim> {
         match Shim::state() {
             State::Active(s) => Some(s),
@@ -396,7 +404,10 @@ impl Shim {
             // Not asked during a graph capture (a call of cudapool's own).
             let device_free = crate::base::flags::own_calls()
                 .and_then(|_calls| self.driver.mem_get_info().ok())
-                .map_or("unknown".to_string(), |(f, _)| fmt_bytes(f));
+                .map_or(
+                    "the GPU's free memory not asked during a capture".to_string(),
+                    |(f, _)| format!("the GPU itself has {} free", fmt_bytes(f)),
+                );
             let limit = match s.hard_limit {
                 0 => "none".to_string(),
                 l => fmt_bytes(l),
@@ -426,7 +437,7 @@ impl Shim {
                 n => format!(" ({n} more out-of-memory answers since the last line)"),
             };
             log::line(&format!(
-                "out of memory on device {dev}: asked {}{by}; limit {limit}, allocated {}, reserved {}{overhead}, cached after reclaim {}, device free {device_free}{group}{note}{held_back}",
+                "out of memory on device {dev}: asked {}{by}; limit {limit}, allocated {}, reserved {}{overhead}, cached after reclaim {}; {device_free}{group}{note}{held_back}",
                 fmt_bytes(asked),
                 fmt_bytes(s.allocated),
                 fmt_bytes(s.reserved),

@@ -86,6 +86,7 @@ const MEMAPI_MODES: [&str; 3] = ["dlsym", "gpa", "gpa-ptsz"];
 
 // The tests, in files by what they cover.
 mod capture;
+mod first_steps;
 mod frictions;
 mod ipc;
 mod newcomer_nvml_oom;

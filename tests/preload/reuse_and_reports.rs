@@ -205,7 +205,8 @@ fn the_devices_own_out_of_memory_is_counted_and_logged_too() {
     assert_eq!(r.num("full", "ooms"), 1);
     assert_eq!(r.num("full", "limit"), 0);
     assert!(
-        r.stderr.contains("asked 8.00 MiB; limit none") && r.stderr.contains("device free 0 B"),
+        r.stderr.contains("asked 8.00 MiB; limit none")
+            && r.stderr.contains("the GPU itself has 0 B free"),
         "{}",
         r.stderr
     );

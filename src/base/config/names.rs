@@ -25,6 +25,8 @@ pub const KNOWN: &[&str] = &[
     "CUDAPOOL_FAULTS",
     // `cudapool run`: where the library is, when not beside the command.
     "CUDAPOOL_LIB",
+    // Set by `cudapool run`: the pid of the program it started.
+    "CUDAPOOL_RUN_PID",
 ];
 
 /// Names people write for the hard limit (`cudapool run --limit`): a plain edit distance would

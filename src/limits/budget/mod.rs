@@ -39,7 +39,9 @@
 //! most [`RESERVE`] per other thread that holds credit: what those threads freed and will
 //! likely allocate again. Without the reserve, threads allocating side by side at the peak would
 //! take each other's credit in turn, each through the lock. It is read no higher than the
-//! reserved peak, which is exact and which `allocated` never passes.
+//! reserved peak, which `allocated` never passes. That one counts only memory the driver handed
+//! out (a charge it refused is refunded, never recorded); it reads high only by what other
+//! threads had charged and were still asking the driver for at the moment memory went back.
 //!
 //! ## A budget shared with other processes
 //! A device's budget may also draw on a [`Shared`] one (a group's ledger: `group`). A charge
@@ -137,7 +139,8 @@ pub const RESERVE: u64 = 1 << 20;
 ///
 /// Invariants: `reserved <= hard_limit` whenever `hard_limit != 0`, the limit was not
 /// lowered below the current use, and no driver pool grew past it on its own
-/// ([`force_charge`](Self::force_charge)); `reserved_peak >= reserved`; (C) of the module doc
+/// ([`force_charge`](Self::force_charge)); the peak of `reserved` is `max(reserved_peak,
+/// reserved)` (a charge the driver refuses is refunded and never recorded); (C) of the module doc
 /// for each [`Figure`] `f`, with `peaks[f.credit]` the peak and `settle[f.credit]` the
 /// unassigned credit.
 #[derive(Debug, Default)]
@@ -147,6 +150,7 @@ pub struct DeviceBudget {
     /// 0 = none. Above it, freed blocks go back to the driver (used by caching pools).
     soft_limit: AtomicU64,
     reserved: AtomicU64,
+    /// The highest `reserved` seen just before memory went back (`uncharge`) or forced in.
     reserved_peak: AtomicU64,
     /// Of `reserved`: what the driver took for the process besides its allocations (a
     /// per-thread stack, the device heap, the printf FIFO, module globals, contexts beyond the
@@ -242,33 +246,37 @@ impl DeviceBudget {
     /// Call before asking the driver; on the driver's failure, [`uncharge`](Self::uncharge) the
     /// same amount.
     pub fn try_charge(&self, bytes: u64) -> bool {
-        let Some(new) = self.try_charge_own(bytes) else {
+        if !self.try_charge_own(bytes) {
             return false;
-        };
+        }
         if let Some(s) = self.shared.get() {
             if !s.try_reserve(bytes) {
                 self.reserved.fetch_sub(bytes, AcqRel);
                 return false;
             }
         }
-        self.reserved_peak.fetch_max(new, Relaxed);
+        // Not in the peak yet: the driver may still refuse (then `refund`). The peak is read
+        // as the larger of the recorded one and `reserved` now, and recorded when memory goes
+        // back (`uncharge`), so a charge counts in it once it held memory.
         true
     }
 
-    /// Charges this process's own budget; the new reserved figure, if it fit.
-    fn try_charge_own(&self, bytes: u64) -> Option<u64> {
+    /// Charges this process's own budget, if it fits.
+    fn try_charge_own(&self, bytes: u64) -> bool {
         let limit = self.hard_limit.load(Relaxed);
         let mut cur = self.reserved.load(Relaxed);
         loop {
-            let new = cur.checked_add(bytes)?;
+            let Some(new) = cur.checked_add(bytes) else {
+                return false;
+            };
             if limit != 0 && new > limit {
-                return None;
+                return false;
             }
             match self
                 .reserved
                 .compare_exchange_weak(cur, new, AcqRel, Relaxed)
             {
-                Ok(_) => return Some(new),
+                Ok(_) => return true,
                 Err(seen) => cur = seen,
             }
         }
@@ -284,12 +292,31 @@ impl DeviceBudget {
         }
     }
 
-    /// Returns `bytes` charged earlier (memory given back to the driver, or never obtained).
+    /// Returns `bytes` charged earlier whose memory the driver held and has given back: the
+    /// figure before they went back is a candidate for the peak.
     pub fn uncharge(&self, bytes: u64) {
+        let before = self.reserved.fetch_sub(bytes, AcqRel);
+        self.reserved_peak.fetch_max(before, Relaxed);
+        if let Some(s) = self.shared.get() {
+            s.release(bytes);
+        }
+    }
+
+    /// Returns `bytes` charged with [`try_charge`](Self::try_charge) that never became memory
+    /// (the driver refused, or handed out less than was charged): they never count in the
+    /// peak.
+    pub fn refund(&self, bytes: u64) {
         self.reserved.fetch_sub(bytes, AcqRel);
         if let Some(s) = self.shared.get() {
             s.release(bytes);
         }
+    }
+
+    /// The peak of `reserved`: the recorded one, or the figure now if that is higher.
+    fn reserved_peak(&self) -> u64 {
+        self.reserved_peak
+            .load(Relaxed)
+            .max(self.reserved.load(Relaxed))
     }
 
     /// What this process may still reserve on this device: the room under its own hard limit
@@ -555,7 +582,8 @@ impl DeviceBudget {
     /// The counters now; `cached` is supplied by the pools of this device.
     pub fn stats(&self, cached: u64) -> DeviceStats {
         let allocated = self.allocated();
-        let allocated_peak = self.peak(ALLOCATED, allocated, self.reserved_peak.load(Relaxed));
+        let reserved_peak = self.reserved_peak();
+        let allocated_peak = self.peak(ALLOCATED, allocated, reserved_peak);
         let requested = self.requested();
         DeviceStats {
             allocated,
@@ -563,7 +591,7 @@ impl DeviceBudget {
             requested,
             requested_peak: self.peak(REQUESTED, requested, allocated_peak),
             reserved: self.reserved.load(Relaxed),
-            reserved_peak: self.reserved_peak.load(Relaxed),
+            reserved_peak,
             cached,
             live_allocations: self.lines.sum(LIVE),
             segments: self.segments.load(Relaxed),

@@ -363,3 +363,20 @@ fn the_peak_never_reads_above_the_reserved_peak() {
     assert_eq!(b.peaks[ALLOCATED.credit].load(Relaxed), 1 << 20);
     assert_eq!(b.stats(0).allocated_peak, 512 << 10);
 }
+
+#[test]
+fn a_charge_the_driver_refused_never_counts_in_the_peak() {
+    // 1 GiB held, then 64 MiB charged and refused by the driver: the peak stays 1 GiB. Memory
+    // that went back keeps its peak.
+    let b = DeviceBudget::new(0, 0);
+    assert!(b.try_charge(1 << 30));
+    assert!(b.try_charge(64 << 20));
+    assert_eq!(b.stats(0).reserved_peak, (1 << 30) + (64 << 20), "charged");
+    b.refund(64 << 20);
+    assert_eq!(b.stats(0).reserved_peak, 1 << 30);
+    b.uncharge(512 << 20);
+    assert!(b.try_charge(64 << 20));
+    b.refund(64 << 20);
+    let s = b.stats(0);
+    assert_eq!((s.reserved, s.reserved_peak), (512 << 20, 1 << 30));
+}
