@@ -80,13 +80,13 @@ struct ReplayArgs {
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
     /// Only this pool kind: split, binned or simple (default: each)
-    #[arg(long, value_name = "KIND")]
+    #[arg(long, value_name = "KIND", allow_hyphen_values = true)]
     pool: Option<String>,
     /// Only these segments: classic or expandable (default: both for split)
-    #[arg(long, value_name = "S", value_parser = ["classic", "expandable"])]
+    #[arg(long, value_name = "S", value_parser = ["classic", "expandable"], allow_hyphen_values = true)]
     segments: Option<String>,
     /// Replay under this hard limit (e.g. 8GiB), as CUDAPOOL_MEMORY_LIMIT would set
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     limit: Option<String>,
     /// One JSON object per line, per file and configuration
     #[arg(long)]
@@ -106,7 +106,7 @@ struct RunArgs {
     #[arg(long, value_name = "SIZE", value_parser = cli::run::parse_limit_arg, allow_hyphen_values = true)]
     limit: Option<String>,
     /// Pool kind (CUDAPOOL_POOL): split, binned, simple or none
-    #[arg(long, value_name = "KIND", value_parser = cli::run::parse_pool_arg)]
+    #[arg(long, value_name = "KIND", value_parser = cli::run::parse_pool_arg, allow_hyphen_values = true)]
     pool: Option<String>,
     /// Print the memory status at exit (CUDAPOOL_REPORT=stderr)
     #[arg(long)]
@@ -121,6 +121,9 @@ struct StatArgs {
     /// Also say which files were skipped, and why
     #[arg(short, long)]
     verbose: bool,
+    /// Each GPU's whole UUID (the short form otherwise)
+    #[arg(short, long)]
+    wide: bool,
     /// Only these processes
     pids: Vec<u32>,
 }
@@ -130,11 +133,14 @@ struct TopArgs {
     /// Also say which files were skipped, and why
     #[arg(short, long)]
     verbose: bool,
+    /// Each GPU's whole UUID (the short form otherwise)
+    #[arg(short, long)]
+    wide: bool,
     /// Stop after COUNT screens
-    #[arg(short = 'n', long, value_name = "COUNT", default_value_t = u64::MAX, hide_default_value = true)]
+    #[arg(short = 'n', long, value_name = "COUNT", default_value_t = u64::MAX, hide_default_value = true, value_parser = count, allow_hyphen_values = true)]
     count: u64,
     /// Seconds between screens
-    #[arg(short = 'd', long, value_name = "SECONDS", default_value_t = 1.0, value_parser = positive_seconds)]
+    #[arg(short = 'd', long, value_name = "SECONDS", default_value_t = 1.0, value_parser = positive_seconds, allow_hyphen_values = true)]
     delay: f64,
     /// Only these processes
     pids: Vec<u32>,
@@ -145,7 +151,13 @@ struct PlotArgs {
     /// A trace written under CUDAPOOL_TRACE
     trace: PathBuf,
     /// The picture to write (.svg)
-    #[arg(short, long, value_name = "FILE", default_value = "memory.svg")]
+    #[arg(
+        short,
+        long,
+        value_name = "FILE",
+        default_value = "memory.svg",
+        allow_hyphen_values = true
+    )]
     output: PathBuf,
 }
 
@@ -154,10 +166,10 @@ struct SnapshotArgs {
     /// The process (as `cudapool stat` lists it)
     pid: u32,
     /// Where to write it (default cudapool-PID.json or .pickle)
-    #[arg(short, long, value_name = "FILE")]
+    #[arg(short, long, value_name = "FILE", allow_hyphen_values = true)]
     output: Option<PathBuf>,
     /// cudapool's JSON, or PyTorch's pickle for pytorch.org/memory_viz
-    #[arg(long, value_name = "FORMAT", default_value = "json", value_parser = ["json", "torch"])]
+    #[arg(long, value_name = "FORMAT", default_value = "json", value_parser = ["json", "torch"], allow_hyphen_values = true)]
     format: String,
 }
 
@@ -165,10 +177,10 @@ struct SnapshotArgs {
 struct ExporterArgs {
     /// Where to listen: :PORT (every interface), localhost:PORT, HOST:PORT, IPv4:PORT or
     /// [IPv6]:PORT (port 0: any free port)
-    #[arg(long, value_name = "ADDR:PORT", default_value = cli::exporter::DEFAULT_LISTEN, value_parser = cli::exporter::parse_listen)]
+    #[arg(long, value_name = "ADDR:PORT", default_value = cli::exporter::DEFAULT_LISTEN, value_parser = cli::exporter::parse_listen, allow_hyphen_values = true)]
     listen: cli::exporter::Listen,
     /// Read the processes' pages at most this often (0: every scrape)
-    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = seconds)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = seconds, allow_hyphen_values = true)]
     interval: f64,
 }
 
@@ -181,6 +193,13 @@ fn seconds(s: &str) -> Result<f64, String> {
         .ok()
         .filter(|v| v.is_finite() && *v >= 0.0)
         .ok_or(format!("{s:?} is not a number of seconds, 0 or more"))
+}
+
+fn count(s: &str) -> Result<u64, String> {
+    s.parse::<u64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or(format!("{s:?} is not a count of screens, 1 or more"))
 }
 
 fn positive_seconds(s: &str) -> Result<f64, String> {
@@ -204,6 +223,11 @@ fn finish(sub: &str, r: Result<(), String>) -> ExitCode {
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // Bare `cudapool`: the help, as it is, on stderr (it is no answer to a question).
+            eprint!("{}", e.render());
+            return ExitCode::from(2);
+        }
         Err(e) if !e.use_stderr() => {
             // Help and version, on stdout (a closed pipe there is no error).
             cli::out::out(&e.render().to_string());
@@ -226,8 +250,11 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Run(a) => cli::run::run(a.limit, a.pool, a.report, a.program),
-        Command::Stat(a) => finish("stat", cli::stat::stat(&a.pids, a.verbose)),
-        Command::Top(a) => finish("top", cli::stat::top(&a.pids, a.verbose, a.count, a.delay)),
+        Command::Stat(a) => finish("stat", cli::stat::stat(&a.pids, a.verbose, a.wide)),
+        Command::Top(a) => finish(
+            "top",
+            cli::stat::top(&a.pids, a.verbose, a.wide, a.count, a.delay),
+        ),
         Command::Plot(a) => finish(
             "plot",
             cli::plot::plot(&a.trace.to_string_lossy(), &a.output.to_string_lossy()),

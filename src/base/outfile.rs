@@ -5,7 +5,8 @@
 //! **How.** The folder is opened once; what is at the name is looked at without following it
 //! (`fstatat(AT_SYMLINK_NOFOLLOW)`): a symbolic link, a FIFO, a device, a directory or a file
 //! another user owns is refused with one line, never opened. The bytes go into a new file beside
-//! the name (`O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0600, or the mode of the file it replaces),
+//! the name (`O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0666 less the umask, as any tool makes a
+//! file the user named, or the mode of the file it replaces),
 //! which is then renamed over the name: nothing is ever truncated or written in place, a reader
 //! never sees half a file, and whatever a neighbour plants at the name between the look and the
 //! rename is replaced, never followed or written into (in a sticky directory the kernel refuses
@@ -234,15 +235,17 @@ pub fn absolute(path: &Path) -> PathBuf {
 /// module's notes). Returns the number of bytes written.
 pub fn write(path: &Path, bytes: &[u8]) -> Result<usize, String> {
     let t = target(path)?;
-    let mode = t.existing.map_or(0o600, |st| st.st_mode & 0o777);
     let (tmp, fd) = create_beside(&t, path)?;
     let fail = |why: String| {
         // SAFETY: unlinkat of our own new file, relative to the folder's descriptor.
         unsafe { libc::unlinkat(t.dir.as_raw_fd(), tmp.as_ptr(), 0) };
         Err(format!("{}: {why}", path.display()))
     };
-    // SAFETY: fchmod of the file we just made.
-    unsafe { libc::fchmod(fd.as_raw_fd(), mode) };
+    // A file it replaces keeps its mode; a new one has the umask's (from its creation).
+    if let Some(st) = t.existing {
+        // SAFETY: fchmod of the file we just made.
+        unsafe { libc::fchmod(fd.as_raw_fd(), st.st_mode & 0o777) };
+    }
     let mut done = 0;
     while done < bytes.len() {
         // SAFETY: write(2) of the unwritten rest of `bytes`, bounded by its length.
@@ -298,7 +301,7 @@ fn create_beside(t: &Target, path: &Path) -> Result<(CString, OwnedFd), String> 
                 t.dir.as_raw_fd(),
                 c.as_ptr(),
                 libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0o600,
+                0o666,
             )
         };
         if fd >= 0 {
@@ -316,7 +319,7 @@ fn create_beside(t: &Target, path: &Path) -> Result<(CString, OwnedFd), String> 
     Err(format!("{}: no free name beside it", path.display()))
 }
 
-/// Creates `path` new (`O_EXCL`, never through a link, mode 0600) and writes `bytes` into it:
+/// Creates `path` new (`O_EXCL`, never through a link, mode 0666 less the umask) and writes `bytes` into it:
 /// for a file another process of this user asked for by a name of its own making (`cudapool
 /// snapshot`), which that process then renames with [`replace`].
 pub fn create_new(path: &Path, bytes: &[u8]) -> Result<(), String> {
@@ -333,7 +336,7 @@ pub fn create_new(path: &Path, bytes: &[u8]) -> Result<(), String> {
                 | libc::O_NOFOLLOW
                 | libc::O_NONBLOCK
                 | libc::O_CLOEXEC,
-            0o600,
+            0o666,
         )
     };
     if fd < 0 {
@@ -427,7 +430,14 @@ mod tests {
         assert_eq!(write(&p, b"one").unwrap(), 3);
         assert_eq!(std::fs::read(&p).unwrap(), b"one");
         let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
+        // New: as the umask says (read without changing it: tests run in threads).
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let umask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Umask:"))
+            .map(|m| u32::from_str_radix(m.trim(), 8).unwrap())
+            .unwrap();
+        assert_eq!(mode, 0o666 & !umask);
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
         write(&p, b"two, longer").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"two, longer");

@@ -57,9 +57,11 @@ pub struct Listen {
 /// the host has no IPv6); a name is resolved, its IPv4 addresses first.
 pub fn parse_listen(s: &str) -> Result<Listen, String> {
     let bad = |why: &str| format!("{why}; accepted: {LISTEN_FORMS}");
-    let (host, port) = s
-        .rsplit_once(':')
-        .ok_or_else(|| bad(&format!("{s:?} has no :PORT")))?;
+    let (host, port) = s.rsplit_once(':').ok_or_else(|| match s.parse::<u16>() {
+        // A bare port: what was meant is surely every interface on it.
+        Ok(_) => bad(&format!("{s:?} has no :PORT (did you mean :{s}?)")),
+        Err(_) => bad(&format!("{s:?} has no :PORT")),
+    })?;
     let port: u16 = port
         .parse()
         .map_err(|_| bad(&format!("{port:?} is not a port (0 to 65535)")))?;

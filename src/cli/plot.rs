@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 /// (seconds, allocated, reserved, limit), sizes in bytes (in the axis's unit once drawn).
 type Sample = (f64, f64, f64, f64);
-/// A line of the chart: its name, colour and which value of a sample it draws.
-type Line = (&'static str, RGBColor, fn(&Sample) -> f64);
+/// A line of the chart: its name, colour, which value of a sample it draws, and its width.
+type Line = (&'static str, RGBColor, fn(&Sample) -> f64, u32);
 
 #[derive(Default)]
 struct Series {
@@ -39,14 +39,45 @@ fn unit_for(top: f64) -> (&'static str, f64) {
     }
 }
 
-pub fn plot(input: &str, output: &str) -> Result<(), String> {
-    if !output.ends_with(".svg") {
+/// Where the picture goes: `-o -` is the standard output; otherwise a file named `.svg`.
+fn check_output(output: &str) -> Result<(), String> {
+    let out_path = std::path::Path::new(output);
+    if output == "-" {
+        return Ok(());
+    }
+    if out_path.is_dir() {
         return Err(format!(
-            "{output}: cudapool draws SVG only (name the file .svg); for a PNG to paste, convert it: `rsvg-convert memory.svg -o memory.png` (librsvg2-bin) or `convert memory.svg memory.png` (ImageMagick)"
+            "{output} is a folder: name the picture's file, such as {}",
+            out_path.join("memory.svg").display()
         ));
     }
+    if !output.ends_with(".svg") {
+        return Err(format!(
+            "{output}: cudapool draws SVG only (name the file .svg, or -o - for the standard output); for a PNG to paste, convert it: `rsvg-convert memory.svg -o memory.png` (librsvg2-bin) or `convert memory.svg memory.png` (ImageMagick)"
+        ));
+    }
+    cudapool::base::outfile::check(out_path)
+}
+
+/// A chart's title: the program and its pid, the device and its GPU, as far as the trace says.
+fn title(json: &serde_json::Value, dev: i64) -> String {
+    let about = &json["otherData"];
+    let pid = json["traceEvents"][0]["pid"].as_u64();
+    let who = match (about["program"].as_str().filter(|p| !p.is_empty()), pid) {
+        (Some(p), Some(pid)) => format!("{p} (pid {pid}), "),
+        (Some(p), None) => format!("{p}, "),
+        (None, Some(pid)) => format!("pid {pid}, "),
+        (None, None) => String::new(),
+    };
+    let gpu = about["gpus"][dev.to_string()]
+        .as_str()
+        .map_or(String::new(), |u| format!(" ({u})"));
+    format!("{who}device {dev}{gpu}")
+}
+
+pub fn plot(input: &str, output: &str) -> Result<(), String> {
+    check_output(output)?;
     let out_path = std::path::Path::new(output);
-    cudapool::base::outfile::check(out_path)?;
     let bytes = cudapool::base::outfile::read_bounded(std::path::Path::new(input), MAX_BYTES)?;
     let json: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| format!("{input}: not a trace: {e}"))?;
@@ -116,15 +147,16 @@ pub fn plot(input: &str, output: &str) -> Result<(), String> {
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         for ((dev, s), area) in devices.iter().zip(root.split_evenly((n as usize, 1))) {
             let t_end = s.samples.iter().map(|x| x.0).fold(0.0, f64::max).max(1e-3);
-            let y_max = s
+            let data_max = s
                 .samples
                 .iter()
                 .map(|x| x.1.max(x.2).max(x.3))
                 .fold(0.0, f64::max)
-                .max(1e-6)
-                * 1.1;
+                .max(1e-6);
+            // The top third is left empty for the legend: it never covers a line.
+            let y_max = data_max * 1.5;
             let mut chart = ChartBuilder::on(&area)
-                .caption(format!("device {dev}"), ("sans-serif", 20))
+                .caption(title(&json, *dev), ("sans-serif", 18))
                 .margin(12)
                 .x_label_area_size(36)
                 .y_label_area_size(60)
@@ -148,23 +180,26 @@ pub fn plot(input: &str, output: &str) -> Result<(), String> {
                 }
                 v
             };
+            // Reserved wide and under, allocated narrow and over it: where they are equal,
+            // both still show.
             let series: [Line; 3] = [
-                ("allocated", BLUE, |x| x.1),
-                ("reserved", GREEN, |x| x.2),
-                ("limit", BLACK, |x| x.3),
+                ("reserved", GREEN, |x| x.2, 5),
+                ("allocated", BLUE, |x| x.1, 2),
+                ("limit", BLACK, |x| x.3, 2),
             ];
-            for (name, color, pick) in series {
+            for (name, color, pick, width) in series {
                 if name == "limit" && s.samples.iter().all(|x| x.3 == 0.0) {
                     continue;
                 }
                 chart
-                    .draw_series(LineSeries::new(step(pick), color.stroke_width(2)))
+                    .draw_series(LineSeries::new(step(pick), color.stroke_width(width)))
                     .map_err(|e| e.to_string())?
                     .label(name)
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
             }
             if !s.ooms.is_empty() {
-                let y = y_max * 0.95;
+                // Just above the lines, below the legend's band.
+                let y = data_max * 1.04;
                 chart
                     .draw_series(
                         s.ooms
@@ -177,12 +212,17 @@ pub fn plot(input: &str, output: &str) -> Result<(), String> {
             }
             chart
                 .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
                 .background_style(WHITE.mix(0.8))
                 .border_style(BLACK)
                 .draw()
                 .map_err(|e| e.to_string())?;
         }
         root.present().map_err(|e| e.to_string())?;
+    }
+    if output == "-" {
+        super::out::out(&svg);
+        return Ok(());
     }
     cudapool::base::outfile::write(out_path, svg.as_bytes())?;
     super::out::outln(&format!("wrote {output}"));

@@ -130,11 +130,7 @@ pub fn run(
         let asked: Vec<&str> = set
             .iter()
             .filter(|(_, v)| v.is_some())
-            .map(|(n, _)| match *n {
-                "CUDAPOOL_MEMORY_LIMIT" => "--limit",
-                "CUDAPOOL_POOL" => "--pool",
-                _ => "--report",
-            })
+            .map(|(n, _)| option_of(n))
             .collect();
         let value = std::env::var("CUDAPOOL_DISABLE").unwrap_or_default();
         return fail(
@@ -160,7 +156,28 @@ pub fn run(
         for p in &problems {
             eprintln!("cudapool run: {p}");
         }
+        eprintln!(
+            "cudapool run: the program was not started: correct or unset what is named above"
+        );
         return ExitCode::from(2);
+    }
+    // An option replaces the variable of the environment: said, never silent.
+    for (name, value) in &set {
+        if let (Some(v), Some(old)) = (value, std::env::var_os(name)) {
+            if old.to_string_lossy() != v.as_str() && *name != "CUDAPOOL_REPORT" {
+                eprintln!(
+                    "cudapool run: {} {v} replaces {name}={} of the environment",
+                    option_of(name),
+                    old.to_string_lossy()
+                );
+            }
+        }
+    }
+    if report {
+        let l = &config.memory_limit;
+        if l.all.is_some() || !l.per_device.is_empty() {
+            eprintln!("cudapool run: memory limit {}", l.words());
+        }
     }
     let lib = match find_library() {
         Ok(l) => l,
@@ -187,8 +204,38 @@ pub fn run(
     } else {
         126
     };
-    fail(
-        code,
-        format!("cannot run {}: {err}", program[0].to_string_lossy()),
-    )
+    fail(code, cannot_run(&program[0], &err))
+}
+
+/// The option of `cudapool run` that sets variable `name`.
+fn option_of(name: &str) -> &'static str {
+    match name {
+        "CUDAPOOL_MEMORY_LIMIT" => "--limit",
+        "CUDAPOOL_POOL" => "--pool",
+        _ => "--report",
+    }
+}
+
+/// Why `program` did not start, in the user's terms: a bare name is looked for on `PATH` only
+/// (as a shell does), so a file of that name here is no program until it is named by its path.
+fn cannot_run(program: &std::ffi::OsStr, err: &std::io::Error) -> String {
+    let name = program.to_string_lossy();
+    let here = std::path::Path::new(program);
+    let bare = !name.contains('/');
+    match err.kind() {
+        std::io::ErrorKind::NotFound if bare && here.is_file() => format!(
+            "cannot run {name}: no program {name} on PATH (a bare name is looked for there only); to run the file {name} here, name it by its path: ./{name}"
+        ),
+        std::io::ErrorKind::NotFound if bare => {
+            format!("cannot run {name}: no program {name} on PATH")
+        }
+        std::io::ErrorKind::NotFound => format!("cannot run {name}: no such file"),
+        std::io::ErrorKind::PermissionDenied if here.is_dir() => {
+            format!("cannot run {name}: it is a folder")
+        }
+        std::io::ErrorKind::PermissionDenied => format!(
+            "cannot run {name}: it is not executable (chmod +x {name}, or run it through its interpreter)"
+        ),
+        _ => format!("cannot run {name}: {err}"),
+    }
 }

@@ -18,7 +18,7 @@ pub fn snapshot(pid: u32, out: Option<PathBuf>, torch: bool) -> Result<(), Strin
     let target = std::path::absolute(&target).map_err(|e| format!("{}: {e}", target.display()))?;
     let configured = configured_from_env();
     if !exists(pid, configured.as_deref()) {
-        return Err(format!("no cudapool process {pid} of this user"));
+        return Err(super::stat::no_process(pid));
     }
     // The process creates this file new; it becomes FILE once complete.
     let part = target.with_file_name(format!(

@@ -7,7 +7,20 @@ use cudapool::report::fmt_bytes;
 use cudapool::report::page::fmt_uuid;
 use cudapool::report::pages::{live, Snapshot};
 
-fn render(s: &Snapshot) -> String {
+/// The GPU as `stat` names it: the short form of its UUID (as `nvidia-smi -L` starts it), the
+/// whole one under `--wide`.
+fn gpu_name(uuid: &[u8; 16], wide: bool) -> String {
+    let full = fmt_uuid(uuid);
+    if wide {
+        full
+    } else {
+        full.chars().take("GPU-12345678".len()).collect()
+    }
+}
+
+/// One process's figures, in lines of at most 100 columns (figures up to 999.99 GiB and
+/// counts up to a million each).
+fn render(s: &Snapshot, wide: bool) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
@@ -45,38 +58,65 @@ fn render(s: &Snapshot) -> String {
         } else {
             100.0 * d.cache_hits as f64 / d.alloc_calls as f64
         };
+        let gpu = f
+            .uuid
+            .map_or(String::new(), |u| format!(" ({})", gpu_name(&u, wide)));
+        let overhead = match d.overhead {
+            0 => String::new(),
+            o => format!("  overhead {}", fmt_bytes(o)),
+        };
         out.push_str(&format!(
-            "  device {dev}{}: limit {limit}  allocated {} (peak {})  reserved {} (peak {})  cached {}{}\n            requested {} (peak {})  {} live  {} allocs  {} frees  {hits:.1}% hits  {} driver allocs  {} OOMs\n",
-            f.uuid.map_or(String::new(), |u| format!(" ({})", fmt_uuid(&u))),
+            "  device {dev}{gpu}: limit {limit}  cached {}{overhead}\n",
+            fmt_bytes(d.cached)
+        ));
+        out.push_str(&format!(
+            "    allocated {} (peak {})  reserved {} (peak {})\n",
             fmt_bytes(d.allocated),
             fmt_bytes(d.allocated_peak),
             fmt_bytes(d.reserved),
             fmt_bytes(d.reserved_peak),
-            fmt_bytes(d.cached),
-            match d.overhead {
-                0 => String::new(),
-                o => format!("  overhead {}", fmt_bytes(o)),
-            },
+        ));
+        out.push_str(&format!(
+            "    requested {} (peak {})  {} live  {} allocs  {} frees\n",
             fmt_bytes(d.requested),
             fmt_bytes(d.requested_peak),
             d.live_allocations,
             d.alloc_calls,
             d.free_calls,
-            d.driver_allocs,
-            d.ooms,
+        ));
+        out.push_str(&format!(
+            "    {hits:.1}% from the cache  {} driver allocs  {} OOMs\n",
+            d.driver_allocs, d.ooms,
         ));
     }
     out
 }
 
+/// Why `pid` is not shown: it publishes no page where this command looks. A running process
+/// most likely uses another `CUDAPOOL_RUNTIME_DIR`; one that is gone, said so.
+pub fn no_process(pid: u32) -> String {
+    let looked = configured_from_env().unwrap_or_else(|| {
+        // SAFETY: getuid has no preconditions.
+        cudapool::base::rundir::default_path(unsafe { libc::getuid() })
+    });
+    if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        format!(
+            "no cudapool process with pid {pid} of this user: pid {pid} runs, but publishes nothing in {} (a process started with another CUDAPOOL_RUNTIME_DIR is seen with the same variable set here)",
+            looked.display()
+        )
+    } else {
+        format!("no cudapool process with pid {pid} of this user: no process has pid {pid}")
+    }
+}
+
 /// The text for `pids` (every cudapool process of this user when empty); `Err` if a pid was
 /// asked for that publishes nothing. With `verbose`, a note for each file skipped and why.
-pub fn stat_text(pids: &[u32], verbose: bool) -> Result<String, String> {
+pub fn stat_text(pids: &[u32], verbose: bool, wide: bool) -> Result<String, String> {
     let (all, skipped) = live(false, configured_from_env().as_deref());
     let mut out = String::new();
     for &pid in pids {
         if !all.iter().any(|s| s.pid == pid) {
-            return Err(format!("no cudapool process with pid {pid} (of this user)"));
+            return Err(no_process(pid));
         }
     }
     let mut n = 0;
@@ -84,7 +124,7 @@ pub fn stat_text(pids: &[u32], verbose: bool) -> Result<String, String> {
         if !pids.is_empty() && !pids.contains(&s.pid) {
             continue;
         }
-        out.push_str(&render(s));
+        out.push_str(&render(s, wide));
         n += 1;
     }
     if verbose {
@@ -169,20 +209,37 @@ fn groups_text(verbose: bool, only: Option<&Vec<&str>>) -> String {
     out
 }
 
-/// `cudapool stat [-v] [PID...]`.
-pub fn stat(pids: &[u32], verbose: bool) -> Result<(), String> {
-    super::out::out(&stat_text(pids, verbose)?);
+/// `cudapool stat [-v] [-w] [PID...]`.
+pub fn stat(pids: &[u32], verbose: bool, wide: bool) -> Result<(), String> {
+    super::out::out(&stat_text(pids, verbose, wide)?);
     Ok(())
 }
 
-/// `cudapool top [-v] [-n COUNT] [-d SECONDS] [PID...]`: `stat` again and again, like top.
-pub fn top(pids: &[u32], verbose: bool, count: u64, delay: f64) -> Result<(), String> {
+/// `cudapool top [-v] [-w] [-n COUNT] [-d SECONDS] [PID...]`: `stat` again and again, like
+/// top. A named process that ends ends it too (status 0): its last figures stay on the screen.
+pub fn top(pids: &[u32], verbose: bool, wide: bool, count: u64, delay: f64) -> Result<(), String> {
     // SAFETY: isatty on the standard output's descriptor.
     let terminal = unsafe { libc::isatty(1) } == 1;
     // On a terminal, `q` quits: its keys are read one at a time (restored at the end).
     let keys = terminal.then(super::keys::Keys::new).flatten();
     for i in 0..count {
-        let text = stat_text(pids, verbose)?;
+        let text = match stat_text(pids, verbose, wide) {
+            Ok(t) => t,
+            Err(e) if i == 0 => return Err(e),
+            Err(_) => {
+                let (all, _) = live(false, configured_from_env().as_deref());
+                let gone: Vec<String> = pids
+                    .iter()
+                    .filter(|p| !all.iter().any(|s| s.pid == **p))
+                    .map(|p| p.to_string())
+                    .collect();
+                eprintln!(
+                    "cudapool top: pid {} ended; the figures above are its last",
+                    gone.join(", pid ")
+                );
+                return Ok(());
+            }
+        };
         if terminal {
             // Clear the screen and go home, like top; lines fit the terminal's width.
             let quit = if keys.is_some() { "q" } else { "Ctrl-C" };

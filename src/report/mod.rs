@@ -84,7 +84,22 @@ impl Reporting {
                 .into_iter()
                 .map(|d| (d, view.history(d)))
                 .collect();
-            t.write(view.pool_kind().name(), &allocations);
+            // Whose trace it is, for the plot's titles: the program and each GPU's UUID.
+            let program = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+            let gpus: Vec<String> = view
+                .devices_seen()
+                .into_iter()
+                .filter_map(|d| {
+                    let u = view.device_uuid(d)?;
+                    Some(format!("\"{d}\":{}", json_str(&page::fmt_uuid(&u))))
+                })
+                .collect();
+            let about = format!(
+                ",\"program\":{},\"gpus\":{{{}}}",
+                json_str(program.trim_end()),
+                gpus.join(",")
+            );
+            t.write(view.pool_kind().name(), &about, &allocations);
         }
     }
 }

@@ -89,13 +89,19 @@ impl Trace {
         });
     }
 
-    /// The trace as JSON; `allocations`: each device's history (`alloc` and `free` events are
+    /// The trace as JSON; `about`: more members of `otherData`, each after a comma (the
+    /// program, the GPUs); `allocations`: each device's history (`alloc` and `free` events are
     /// written, in order, after the counters).
-    pub fn json(&self, pool: &str, allocations: &[(i32, Vec<HistoryEvent>)]) -> String {
+    pub fn json(
+        &self,
+        pool: &str,
+        about: &str,
+        allocations: &[(i32, Vec<HistoryEvent>)],
+    ) -> String {
         let pid = std::process::id();
         let g = crate::base::sync::lock(&self.events);
         let mut o = format!(
-            "{{\"displayTimeUnit\":\"ms\",\"otherData\":{{\"cudapool\":\"{}\",\"pool\":\"{pool}\",\"dropped_events\":{}}},\"traceEvents\":[{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"args\":{{\"name\":\"cudapool pid {pid}\"}}}}",
+            "{{\"displayTimeUnit\":\"ms\",\"otherData\":{{\"cudapool\":\"{}\",\"pool\":\"{pool}\",\"dropped_events\":{}{about}}},\"traceEvents\":[{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"args\":{{\"name\":\"cudapool pid {pid}\"}}}}",
             env!("CARGO_PKG_VERSION"),
             g.1
         );
@@ -145,8 +151,8 @@ impl Trace {
         o
     }
 
-    pub fn write(&self, pool: &str, allocations: &[(i32, Vec<HistoryEvent>)]) {
-        let json = self.json(pool, allocations);
+    pub fn write(&self, pool: &str, about: &str, allocations: &[(i32, Vec<HistoryEvent>)]) {
+        let json = self.json(pool, about, allocations);
         if let Err(e) = crate::base::outfile::write(&self.path, json.as_bytes()) {
             crate::base::log::line(&format!("cannot write the trace: {e}"));
         }
@@ -172,10 +178,13 @@ mod tests {
             time_us: t.start_epoch_us + 5,
             frames: None,
         };
-        let j = t.json("split", &[(0, vec![free])]);
+        let j = t.json("split", ",\"program\":\"x\"", &[(0, vec![free])]);
         assert!(j.contains("\"name\":\"free\",\"ph\":\"i\",\"s\":\"t\",\"ts\":5,"));
         assert!(j.contains("\"args\":{\"device\":0,\"addr\":4096,\"bytes\":512}"));
-        assert!(j.contains("\"dropped_events\":11"), "oldest dropped");
+        assert!(
+            j.contains("\"dropped_events\":11,\"program\":\"x\"}"),
+            "oldest dropped"
+        );
         assert!(j.contains("\"name\":\"oom\",\"ph\":\"i\""));
         assert!(j.contains("\"name\":\"device 0 memory\",\"ph\":\"C\""));
         assert_eq!(j.matches("\"ph\":\"C\"").count(), MAX_EVENTS - 1);

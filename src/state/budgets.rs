@@ -122,6 +122,17 @@ impl Budgets {
             let soft = resolve("soft limit", config.soft_limit.for_device(dev as u32));
             if hard != 0 {
                 log_at!(Info, "device {dev}: memory limit {}", fmt_bytes(hard));
+                // A limit the device cannot reach limits nothing: said, not silently kept.
+                if let Ok(total) = driver.device_total_mem(dev) {
+                    if hard > total {
+                        log_at!(
+                            Warn,
+                            "device {dev}: the memory limit {} is above the device's {}: it never applies",
+                            fmt_bytes(hard),
+                            fmt_bytes(total)
+                        );
+                    }
+                }
             }
             let budget = DeviceBudget::new(hard, soft);
             if let Some(group) = &self.group {

@@ -96,3 +96,215 @@ fn a_report_of_a_program_without_cuda_says_so() {
     let r = cudapool(&["run", "--", "/bin/true"], &[]);
     assert_eq!(r.stderr, "", "no --report, no line");
 }
+
+/// Item 7: a file that is no program [“No such file or directory” for a file that exists].
+#[test]
+fn a_file_that_is_no_program_is_said_so() {
+    let f = fixture();
+    let notes = f.dir.join("notes.md");
+    std::fs::write(&notes, "# notes\n").unwrap();
+    let r = cudapool(&["run", "--", "notes.md"], &[]);
+    assert_eq!(r.code, 127, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("no program notes.md on PATH")
+            && r.stderr.contains("name it by its path: ./notes.md"),
+        "{}",
+        r.stderr
+    );
+    let r = cudapool(&["run", "--", "./notes.md"], &[]);
+    assert_eq!(r.code, 126, "{}", r.stderr);
+    assert!(r.stderr.contains("it is not executable"), "{}", r.stderr);
+}
+
+/// Items 19, 20 and 21: a misspelt variable [said, then exit 2 without a word that nothing
+/// ran]; bare `cudapool` [“cudapool: Routes every…”]; a negative value [clap's tip “use '--
+/// -1'”]; `--listen 9489` [no hint of `:9489`]; `--limit abc` [“unknown unit”]; `--limit` over
+/// `CUDAPOOL_MEMORY_LIMIT` [silently]; a limit above the device's memory [accepted without a
+/// word]; and item 10: the limit echoed in bytes and binary units under `--report`.
+#[test]
+fn the_cli_says_what_it_did_and_did_not_do() {
+    let r = cudapool(&["run", "--", "/bin/true"], &[("CUDAPOOL_POLL", "split")]);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("the program was not started"),
+        "{}",
+        r.stderr
+    );
+    let r = cudapool(&[], &[]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.starts_with("Routes every"), "{}", r.stderr);
+    for args in [
+        &["replay", "--limit", "-1", "x"][..],
+        &["run", "--pool", "-1", "--", "/bin/true"],
+        &["top", "-n", "-1"],
+    ] {
+        let r = cudapool(args, &[]);
+        assert_eq!(r.code, 2, "{args:?}");
+        assert!(!r.stderr.contains("tip:"), "{args:?}: {}", r.stderr);
+    }
+    let r = cudapool(&["exporter", "--listen", "9489"], &[]);
+    assert!(r.stderr.contains("did you mean :9489?"), "{}", r.stderr);
+    let r = cudapool(&["run", "--limit", "abc", "--", "/bin/true"], &[]);
+    assert!(r.stderr.contains("\"abc\" is not a size"), "{}", r.stderr);
+    let r = cudapool(
+        &["run", "--limit", "256M", "--report", "--", "/bin/true"],
+        &[("CUDAPOOL_MEMORY_LIMIT", "1GiB")],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    for want in [
+        "--limit 256M replaces CUDAPOOL_MEMORY_LIMIT=1GiB of the environment",
+        "memory limit 256000000 bytes (244.14 MiB, 0.24 GiB) on each device",
+    ] {
+        assert!(r.stderr.contains(want), "{want:?} in {}", r.stderr);
+    }
+    let f = fixture();
+    let client = f.dir.join("client");
+    let r = cudapool(
+        &[
+            "run",
+            "--limit",
+            "2GiB",
+            "--",
+            client.to_str().unwrap(),
+            "dlsym",
+            "basic",
+        ],
+        &[],
+    );
+    assert!(
+        r.stderr
+            .contains("the memory limit 2.00 GiB is above the device's 1.00 GiB: it never applies"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// Items 12, 14 and 15: files asked for by name follow the umask [always 0600]; `plot -o
+/// DIR` and `-o -` [both “draws SVG only”]; the plot names the program and the GPU [“device
+/// 0”].
+#[test]
+fn named_files_and_the_plot() {
+    let f = fixture();
+    let dir = f.dir.join("named-files");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("t.json");
+    let client = f.dir.join("client");
+    let cmd = format!(
+        "umask 022; exec {} run --limit 256MiB -- {} dlsym sample",
+        cli().display(),
+        client.display()
+    );
+    let lib = f.lib.to_str().unwrap();
+    let r = run_program(
+        std::path::Path::new("sh"),
+        &["-c", &cmd],
+        false,
+        &[
+            ("CUDAPOOL_TRACE", trace.to_str().unwrap()),
+            ("CUDAPOOL_LIB", lib),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&trace), 0o644, "the umask's mode");
+    let t = trace.to_str().unwrap();
+    let r = cudapool(&["plot", t, "-o", dir.to_str().unwrap()], &[]);
+    assert!(
+        r.stderr.contains("is a folder: name the picture's file"),
+        "{}",
+        r.stderr
+    );
+    let r = cudapool(&["plot", t, "-o", "-"], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.starts_with("<svg"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("client (pid ") && r.stdout.contains("device 0 (GPU-"),
+        "the title names the program and the GPU"
+    );
+}
+
+/// Items 8, 9 and 11: `stat` lines fit 100 columns, the whole UUID under `--wide` [about 170
+/// columns, 45 of them the UUID]; `stat PID` of a process under another runtime directory hints
+/// at the variable [only “no cudapool process”]; `top PID` ends with status 0 when the process
+/// does [exit 2, as if the pid were wrong].
+#[test]
+fn stat_fits_and_top_sees_a_process_end() {
+    let f = fixture();
+    let dir = f.dir.join("stat-fits");
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().unwrap();
+    let mut holder = chaos(&["once", "hold"], &[("CUDAPOOL_RUNTIME_DIR", d)]);
+    holder
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut child = holder.spawn().unwrap();
+    let mut line = String::new();
+    use std::io::BufRead as _;
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("once ok"), "{line}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let pid = child.id().to_string();
+    let here = [("CUDAPOOL_RUNTIME_DIR", d)];
+    let r = cudapool(&["stat", &pid], &here);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    for l in r.stdout.lines() {
+        assert!(l.chars().count() <= 100, "{} columns: {l}", l.len());
+    }
+    assert!(
+        r.stdout.contains("device 0 (GPU-face0000): limit"),
+        "{}",
+        r.stdout
+    );
+    let r = cudapool(&["stat", "--wide", &pid], &here);
+    assert!(
+        r.stdout
+            .contains("(GPU-face0000-1122-3344-5566-778899aabbcc)"),
+        "{}",
+        r.stdout
+    );
+    let elsewhere = f.dir.join("stat-fits-elsewhere");
+    let r = cudapool(
+        &["stat", &pid],
+        &[("CUDAPOOL_RUNTIME_DIR", elsewhere.to_str().unwrap())],
+    );
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr
+            .contains(&format!("pid {pid} runs, but publishes nothing in"))
+            && r.stderr.contains("another CUDAPOOL_RUNTIME_DIR"),
+        "{}",
+        r.stderr
+    );
+    let r = cudapool(&["snapshot", "4194304"], &here);
+    assert!(
+        r.stderr
+            .contains("no cudapool process with pid 4194304 of this user: no process has pid"),
+        "{}",
+        r.stderr
+    );
+    // top, watching: the holder ends after a screen or two.
+    let mut top = std::process::Command::new(cli());
+    top.args(["top", "-d", "0.2", &pid])
+        .env("CUDAPOOL_RUNTIME_DIR", d)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let top = top.spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    drop(child.stdin.take());
+    let _ = child.wait();
+    let out = top.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stdout.contains(&format!("pid {pid}")), "{stdout}");
+    assert!(
+        stderr.contains(&format!("pid {pid} ended; the figures above are its last")),
+        "{stderr}"
+    );
+}

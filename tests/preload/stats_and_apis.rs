@@ -245,8 +245,8 @@ fn stat_reads_a_running_process_and_it_leaves_nothing_behind() {
     let fmt = cudapool::report::fmt_bytes;
     for want in [
         format!("pid {pid} (client)  pool split"),
-        format!("limit 64.00 MiB  allocated {}", fmt(num("allocated"))),
-        format!("cached {}", fmt(num("cached"))),
+        format!("limit 64.00 MiB  cached {}", fmt(num("cached"))),
+        format!("    allocated {} (peak", fmt(num("allocated"))),
         format!(
             "{} live  {} allocs  {} frees",
             num("live"),

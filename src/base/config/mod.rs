@@ -111,6 +111,33 @@ pub struct DeviceLimits {
 }
 
 impl DeviceLimits {
+    /// The limits in words, each size also in bytes and binary units (SIZE's units are
+    /// decimal: `256M` is 256,000,000 bytes, 244.14 MiB, where Slurm's `256M` is 256 MiB).
+    pub fn words(&self) -> String {
+        let one = |l: &Limit| match *l {
+            Limit::Bytes(0) => "none".to_string(),
+            Limit::Bytes(b) => format!(
+                "{b} bytes ({:.2} MiB, {:.2} GiB)",
+                b as f64 / (1u64 << 20) as f64,
+                b as f64 / (1u64 << 30) as f64
+            ),
+            Limit::Percent(p) => format!("{p}% of the device's memory"),
+        };
+        let mut parts: Vec<String> = self
+            .per_device
+            .iter()
+            .map(|(d, l)| format!("device {d}: {}", one(l)))
+            .collect();
+        if let Some(l) = &self.all {
+            parts.push(if parts.is_empty() {
+                format!("{} on each device", one(l))
+            } else {
+                format!("others: {}", one(l))
+            });
+        }
+        parts.join("; ")
+    }
+
     pub fn for_device(&self, ordinal: u32) -> Option<Limit> {
         self.per_device
             .iter()
@@ -631,6 +658,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "mib" => 1 << 20,
         "gib" => 1 << 30,
         "tib" => 1 << 40,
+        // No digits at all: not a size with a strange unit, but no size.
+        _ if num.is_empty() => return Err(format!("{s:?} is not a size")),
         _ => return Err(format!("unknown unit {unit:?}")),
     };
     // Exact decimal arithmetic: "1.5GiB" is 1610612736, not a float approximation.
