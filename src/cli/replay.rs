@@ -104,11 +104,30 @@ pub fn replay(
         },
         None => u64::MAX,
     };
+    // A file that cannot be read or is no trace costs its own line, not the others' replay
+    // (`replay benches/traces/*` takes the folder's README too); the status says it at the end.
     let mut traces = Vec::new();
+    let mut refused = Vec::new();
     for f in files {
-        let bytes = std::fs::read(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?;
         let name = f.display().to_string();
-        traces.extend(load(&name, &bytes).map_err(|e| format!("{name}: {e}"))?);
+        let loaded = match cudapool::base::outfile::read_bounded(f, MAX_BYTES) {
+            Ok(bytes) => load(&name, &bytes),
+            Err(e) => Err(e),
+        };
+        match loaded {
+            Ok(t) => traces.extend(t),
+            Err(e) if e.starts_with(&name) => refused.push(e),
+            Err(e) => refused.push(format!("{name}: {e}")),
+        }
+    }
+    for e in &refused {
+        eprintln!("cudapool replay: {e}");
+    }
+    if traces.is_empty() {
+        return Err(match refused.len() {
+            1 => "nothing replayed".into(),
+            n => format!("nothing replayed: none of the {n} files is a trace"),
+        });
     }
     if !json {
         outln(&format!(
@@ -159,8 +178,17 @@ pub fn replay(
             }
         }
     }
-    Ok(())
+    match refused.len() {
+        0 => Ok(()),
+        n => Err(format!(
+            "{n} of the {} files not replayed (said above)",
+            files.len()
+        )),
+    }
 }
+
+/// The largest file read: a PyTorch snapshot with a long history runs to hundreds of MB.
+const MAX_BYTES: u64 = 4 << 30;
 
 /// The traces in one file.
 pub fn load(name: &str, bytes: &[u8]) -> Result<Vec<Trace>, String> {
@@ -301,6 +329,8 @@ fn text(v: Option<&V>) -> Option<&str> {
     }
 }
 
+const NO_HISTORY: &str = "a snapshot without history (only the blocks alive at the end): record it with torch.cuda.memory._record_memory_history() first";
+
 /// PyTorch's snapshot with history: one trace per device with events.
 fn torch_snapshot(name: &str, bytes: &[u8]) -> Result<Vec<Trace>, String> {
     let opts = serde_pickle::DeOptions::new().replace_unresolved_globals();
@@ -310,7 +340,7 @@ fn torch_snapshot(name: &str, bytes: &[u8]) -> Result<Vec<Trace>, String> {
         return Err("not a PyTorch memory snapshot (no dict at the top)".into());
     };
     let Some(V::List(devices)) = key(&top, "device_traces") else {
-        return Err("a snapshot without history: record it with torch.cuda.memory._record_memory_history() first".into());
+        return Err(NO_HISTORY.into());
     };
     let segments = match key(&top, "segments") {
         Some(V::List(s)) => s.as_slice(),
@@ -321,6 +351,11 @@ fn torch_snapshot(name: &str, bytes: &[u8]) -> Result<Vec<Trace>, String> {
         .iter()
         .filter(|d| matches!(d, V::List(e) if !e.is_empty()))
         .count();
+    // PyTorch writes `device_traces` always, empty without a history: the live blocks alone
+    // are no run to replay (as a CUDAPOOL_TRACE without CUDAPOOL_HISTORY).
+    if with_events == 0 {
+        return Err(NO_HISTORY.into());
+    }
     for (dev, events) in devices.iter().enumerate() {
         let V::List(events) = events else { continue };
         let mut b = Builder::default();

@@ -308,3 +308,54 @@ fn stat_fits_and_top_sees_a_process_end() {
         "{stderr}"
     );
 }
+
+/// Items 1 and 3: `replay benches/traces/*` takes the folder's README [exit 2, nothing
+/// replayed]: it costs its own line, the traces replay; a PyTorch snapshot without history
+/// [replayed its live blocks alone: 1.000] is refused with the remedy, as a CUDAPOOL_TRACE
+/// without history is.
+#[test]
+fn replay_takes_what_it_can_and_refuses_a_snapshot_without_history() {
+    let dir = fixture().dir.join("replay-glob");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("README.md"), "# traces\nOne request a line\n").unwrap();
+    std::fs::write(dir.join("a.ops"), "a 1 4096\nf 1\n").unwrap();
+    let files = [dir.join("README.md"), dir.join("a.ops")];
+    let args: Vec<&str> = ["replay", "--pool", "simple"]
+        .into_iter()
+        .chain(files.iter().map(|f| f.to_str().unwrap()))
+        .collect();
+    let r = cudapool(&args, &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("a.ops"),
+        "the trace replays: {}",
+        r.stdout
+    );
+    assert!(
+        r.stderr.contains("README.md: line 2")
+            && r.stderr.contains("1 of the 2 files not replayed"),
+        "{}",
+        r.stderr
+    );
+    let snap = dir.join("live.pickle");
+    let make = "import pickle, sys\n\
+        seg = {'device': 0, 'address': 4096, 'total_size': 2 << 20, 'blocks': [\n\
+        {'address': 4096, 'size': 2 << 20, 'requested_size': 2 << 20, 'state': 'active_allocated'}]}\n\
+        pickle.dump({'segments': [seg], 'device_traces': [[]]}, open(sys.argv[1], 'wb'))\n";
+    let r = run_program(
+        &super::python3(),
+        &["-c", make, snap.to_str().unwrap()],
+        false,
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = cudapool(&["replay", snap.to_str().unwrap()], &[]);
+    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert!(
+        r.stderr
+            .contains("a snapshot without history (only the blocks alive at the end): record it with torch.cuda.memory._record_memory_history() first"),
+        "{}",
+        r.stderr
+    );
+}
