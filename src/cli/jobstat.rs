@@ -77,6 +77,28 @@ pub fn node_entry(job: &str) -> Option<Value> {
     Some(json!({ "share": share, "gpus": gpus }))
 }
 
+/// Why `sacct` gave no answer, in one line that says what is missing (its own messages are
+/// Slurm's internals: `resolve_ctls_from_dns_srv ... fatal: ...`).
+fn sacct_failed(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let has = |w: &str| text.contains(w);
+    if has("Could not establish a configuration source")
+        || has("Unable to process configuration file")
+    {
+        "Slurm is not set up on this machine (sacct found no slurm.conf and no slurmctld to ask): run this on a node of the cluster".into()
+    } else if has("Connection refused") || has("database") || has("slurmdbd") {
+        "Slurm's accounting (slurmdbd) does not answer: jobstat reads finished jobs from it (docs/deploying.md)".into()
+    } else {
+        // Something else: sacct's last line, which says most.
+        let last = text
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no message");
+        format!("sacct failed: {}", last.trim())
+    }
+}
+
 /// The job's `AdminComment` as Slurm's accounting holds it (empty when none): one field of
 /// `sacct`, which only Slurm's administrators write, never a text the user wrote.
 ///
@@ -95,10 +117,7 @@ fn admin_comment(job: &str) -> Result<Option<String>, String> {
         .output()
         .map_err(|e| format!("cannot run sacct: {e}"))?;
     if !out.status.success() {
-        return Err(format!(
-            "sacct failed (is Slurm's accounting set up? docs/deploying.md): {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        return Err(sacct_failed(&out.stderr));
     }
     let text = String::from_utf8_lossy(&out.stdout);
     Ok(text
@@ -194,12 +213,14 @@ pub fn jobstat(job: &str) -> Result<(), String> {
         .args(["--format=JobID,State,ReqTRES,AdminComment"])
         .stdin(std::process::Stdio::null())
         .output()
-        .map_err(|e| format!("cannot run sacct (Slurm's accounting): {e}"))?;
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                "Slurm's sacct is not installed here: run this on a node of the cluster".to_string()
+            }
+            _ => format!("cannot run sacct (Slurm's accounting): {e}"),
+        })?;
     if !out.status.success() {
-        return Err(format!(
-            "sacct failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        return Err(sacct_failed(&out.stderr));
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text
@@ -264,6 +285,19 @@ fn print(job: &str, state: &str, nodes: &Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sacct_failing_is_said_in_one_line() {
+        let no_conf = b"sacct: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n\
+            sacct: error: fetch_config: DNS SRV lookup failed\n\
+            sacct: fatal: Could not establish a configuration source\n";
+        let e = sacct_failed(no_conf);
+        assert!(e.starts_with("Slurm is not set up on this machine"), "{e}");
+        assert!(!e.contains('\n') && !e.contains("resolve_ctls"), "{e}");
+        let dbd = b"sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection to host:localhost:6819: Connection refused\n";
+        assert!(sacct_failed(dbd).contains("(slurmdbd) does not answer"));
+        assert_eq!(sacct_failed(b"x\ny\n"), "sacct failed: y");
+    }
 
     #[test]
     fn a_nodes_entry_keeps_what_the_comment_held() {
