@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 tools=${WHEEL_TOOLS:-target/wheel-tools}
 if ! cmp -s scripts/wheel-tools.txt "$tools/installed.txt" 2>/dev/null; then
+  echo "build-wheel: fetching the build tools into $tools (once)"
   rm -rf "$tools"
   python3 -m venv "$tools"
   "$tools/bin/python" -m pip install -q --disable-pip-version-check -r scripts/wheel-tools.txt
@@ -21,8 +22,19 @@ rm -rf build cbindings/python/*.egg-info dist/raw
 # profiling), but keeps its symbols: a user's backtrace still names cudapool's functions. Built
 # apart from target/release.
 export CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=debuginfo CARGO_TARGET_DIR=target/wheel-build
-"$tools/bin/python" -m build --wheel --outdir dist/raw . > dist-build.log 2>&1 || { tail -30 dist-build.log; exit 1; }
+# The whole log is kept; what shows is each crate cargo compiles (a few minutes the first
+# time, seconds after).
+mkdir -p target/wheel-build
+log=target/wheel-build/build.log
+echo "build-wheel: compiling (the whole log: $log)"
+set +e
+"$tools/bin/python" -m build --wheel --outdir dist/raw . 2>&1 | tee "$log" \
+  | grep --line-buffered -E '^ *(Compiling|Finished) ' | sed -u 's/^ */  /'
+built=${PIPESTATUS[0]}
+set -e
+[ "$built" = 0 ] || { tail -30 "$log"; echo "build-wheel: the build failed (the whole log: $log)"; exit 1; }
 raw=$(ls dist/raw/cudapool-*.whl)
+echo "build-wheel: tagging it manylinux (auditwheel)"
 "$tools/bin/auditwheel" repair -w dist "$raw" 2>&1 | tail -1
-rm -rf dist/raw dist-build.log build cbindings/python/*.egg-info
+rm -rf dist/raw build cbindings/python/*.egg-info
 ls dist/cudapool-*manylinux*.whl
