@@ -42,6 +42,13 @@ check "python -m cudapool run loads the library into Python" \
   "venv/bin/python -m cudapool run --limit 64MiB -- venv/bin/python -c 'import cudapool; print(\"loaded\", cudapool.is_loaded(), cudapool.memory_stats(0)[\"hard_limit\"])'" \
   "loaded True 67108864"
 check "python -m cudapool answers --help" "venv/bin/python -m cudapool --help" "Usage: cudapool"
+# The man pages and completions land in the prefix, where man and the shells look.
+check "the man page is installed beside the command" "ls venv/share/man/man1/" "cudapool-run.1"
+check "... and lists every variable" "cat venv/share/man/man1/cudapool.1" "CUDAPOOL_SLURM_CONFIG"
+check "bash completion is installed" "ls venv/share/bash-completion/completions/" "cudapool"
+if command -v man >/dev/null; then
+  check "man finds it through PATH" "PATH=\$PWD/venv/bin:\$PATH man -w cudapool" "venv/share/man/man1/cudapool.1"
+fi
 check "the package reports when the library is absent" \
   "venv/bin/python -c 'import cudapool; print(cudapool.is_loaded())'" "False"
 check "a bad option is refused before anything runs" "venv/bin/cudapool run --pool nope -- true; echo rc=\$?" "rc=2"

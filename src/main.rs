@@ -9,6 +9,7 @@ mod cli {
     pub mod exporter;
     pub mod jobstat;
     pub mod keys;
+    pub mod manual;
     pub mod metrics;
     pub mod out;
     pub mod plot;
@@ -31,8 +32,9 @@ use std::process::ExitCode;
     name = "cudapool",
     version,
     disable_help_subcommand = false,
-    after_help = "Variables (CUDAPOOL_MEMORY_LIMIT, CUDAPOOL_POOL, CUDAPOOL_GROUP, ...): see the README.\n\
-                  Run `cudapool help SUBCOMMAND` or `cudapool SUBCOMMAND --help` for each one."
+    after_help = "Variables (CUDAPOOL_MEMORY_LIMIT, CUDAPOOL_POOL, CUDAPOOL_GROUP, ...): `cudapool --help` lists them all, `man cudapool` too.\n\
+                  Run `cudapool help SUBCOMMAND` or `cudapool SUBCOMMAND --help` for each one.",
+    after_long_help = cli::manual::variables_help() + "\n\nRun `cudapool help SUBCOMMAND` or `cudapool SUBCOMMAND --help` for each one."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -72,6 +74,12 @@ enum Command {
                       Example: cudapool replay --pool split --segments expandable snapshot.pickle"
     )]
     Replay(ReplayArgs),
+    /// Write the man pages and shell completions into DIR/share (for packagers)
+    #[command(hide = true)]
+    Manual {
+        /// The prefix to write under
+        dir: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -102,7 +110,8 @@ struct JobstatArgs {
 #[derive(Args)]
 struct RunArgs {
     /// Hard limit per device (CUDAPOOL_MEMORY_LIMIT): 8GiB, 1.5G, 50%, or a per-device list
-    /// 0=8GiB,1=50%; 0 means no limit
+    /// 0=8GiB,1=50%; 0 means no limit. M and G are decimal (256M is 244.14 MiB; Slurm's
+    /// gpumem:256M is 256 MiB): write MiB and GiB for binary
     #[arg(long, value_name = "SIZE", value_parser = cli::run::parse_limit_arg, allow_hyphen_values = true)]
     limit: Option<String>,
     /// Pool kind (CUDAPOOL_POOL): split, binned, simple or none
@@ -269,6 +278,10 @@ fn main() -> ExitCode {
         Command::Config(a) => finish("config", cli::config::config(&a)),
         Command::Slurm(a) => cli::slurm::slurm(a),
         Command::Jobstat(a) => finish("jobstat", cli::jobstat::jobstat(&a.job)),
+        Command::Manual { dir } => finish(
+            "manual",
+            cli::manual::generate(<Cli as clap::CommandFactory>::command(), &dir),
+        ),
         Command::Replay(a) => finish(
             "replay",
             cli::replay::replay(

@@ -359,3 +359,48 @@ fn replay_takes_what_it_can_and_refuses_a_snapshot_without_history() {
         r.stderr
     );
 }
+
+/// Item 13: the man pages and completions in `share/` are what `cudapool manual` generates
+/// from the command's own definition now [there were none]: a change to an option that is
+/// not generated again fails here.
+#[test]
+fn the_man_pages_and_completions_are_generated_and_current() {
+    let dir = fixture().dir.join("manual");
+    let _ = std::fs::remove_dir_all(&dir);
+    let r = cudapool(&["manual", dir.to_str().unwrap()], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = 0;
+    let mut stack = vec![dir.join("share")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let rel = p.strip_prefix(&dir).unwrap();
+            let kept = std::fs::read(repo.join(rel)).unwrap_or_default();
+            assert!(
+                kept == std::fs::read(&p).unwrap(),
+                "{} is stale: run `cargo build && target/debug/cudapool manual .`",
+                rel.display()
+            );
+            files += 1;
+        }
+    }
+    assert!(files >= 14, "{files} files");
+    let main = std::fs::read_to_string(dir.join("share/man/man1/cudapool.1")).unwrap();
+    for var in [
+        "CUDAPOOL_LIB",
+        "CUDAPOOL_SLURM_CONFIG",
+        "CUDAPOOL_MEMORY_LIMIT",
+    ] {
+        assert!(main.contains(var), "{var} in the man page");
+    }
+    let help = cudapool(&["--help"], &[]).stdout;
+    assert!(
+        help.contains("CUDAPOOL_SLURM_CONFIG=FILE") && !help.contains("README"),
+        "{help}"
+    );
+}

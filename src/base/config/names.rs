@@ -27,6 +27,8 @@ pub const KNOWN: &[&str] = &[
     "CUDAPOOL_LIB",
     // Set by `cudapool run`: the pid of the program it started.
     "CUDAPOOL_RUN_PID",
+    // `cudapool slurm`: the site's settings, when not at /etc/cudapool/slurm.conf.
+    "CUDAPOOL_SLURM_CONFIG",
 ];
 
 /// Names people write for the hard limit (`cudapool run --limit`): a plain edit distance would
@@ -66,7 +68,7 @@ pub fn unknown<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
         .map(|n| match nearest(n) {
             Some(k) => format!("unknown variable {n}: did you mean {k}? (it has no effect)"),
             None => format!(
-                "unknown variable {n} (it has no effect); the variables are listed in the README"
+                "unknown variable {n} (it has no effect); `cudapool --help` and `man cudapool` list the variables"
             ),
         })
         .collect();
