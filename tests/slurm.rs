@@ -24,9 +24,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The cluster, stopped when dropped.
+/// The cluster, stopped when dropped. Its configuration and what its jobs run live in a stage
+/// folder its users (uids 1001 and 1002) can reach, wherever the clone is: under a private
+/// folder such as root's home (0700), they could not read a file of the repository.
 struct Cluster {
     dir: PathBuf,
+    stage: PathBuf,
 }
 
 impl Drop for Cluster {
@@ -39,7 +42,51 @@ impl Drop for Cluster {
         // The Prolog's folder, if nothing of another job is in it.
         let _ = std::fs::remove_dir("/run/cudapool/jobs");
         let _ = std::fs::remove_dir("/run/cudapool");
+        let _ = std::fs::remove_dir_all(&self.stage);
     }
+}
+
+/// A new folder in /tmp that everyone may read and only root write (made with a name no one
+/// could plant beforehand: mkdtemp), holding copies of what the jobs run: `deploy/slurm/`,
+/// the command with its library (`bin/`), the chaos client and the fake driver (`fake/`).
+fn stage() -> PathBuf {
+    let mut template = *b"/tmp/cudapool-slurm-XXXXXX\0";
+    // SAFETY: mkdtemp rewrites the X's of our NUL-terminated buffer in place.
+    let made = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
+    assert!(
+        !made.is_null(),
+        "mkdtemp: {}",
+        std::io::Error::last_os_error()
+    );
+    let stage = PathBuf::from(std::str::from_utf8(&template[..template.len() - 1]).unwrap());
+    use std::os::unix::fs::PermissionsExt as _;
+    let open = |p: &Path| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    open(&stage);
+    let copy = |from: &Path, to: &str| {
+        let folder = stage.join(to);
+        std::fs::create_dir_all(&folder).unwrap();
+        open(&folder);
+        std::fs::copy(from, folder.join(from.file_name().unwrap())).unwrap();
+    };
+    for e in std::fs::read_dir(root().join("deploy/slurm"))
+        .unwrap()
+        .flatten()
+    {
+        copy(&e.path(), "deploy/slurm");
+    }
+    let cli = Path::new(env!("CARGO_BIN_EXE_cudapool"));
+    copy(cli, "bin");
+    copy(&fixture().lib, "bin");
+    let f = fixture();
+    for e in std::fs::read_dir(&f.dir).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.path().is_file() && (name == "chaos" || name.starts_with("lib")) {
+            copy(&e.path(), "fake");
+        }
+    }
+    stage
 }
 
 fn root() -> &'static Path {
@@ -47,13 +94,18 @@ fn root() -> &'static Path {
 }
 
 /// A shell command with the cluster's configuration, the fake driver and the `cudapool`
-/// command (the prolog finds the library through it) on the paths.
+/// command (the prolog finds the library through it) on the paths: the stage's copies.
 fn sh(c: &Cluster, script: &str) -> Out {
-    let f = fixture();
-    let cli_dir = Path::new(env!("CARGO_BIN_EXE_cudapool")).parent().unwrap();
+    let cli_dir = c.stage.join("bin");
+    let fake = c.stage.join("fake");
     let mut cmd = Command::new("bash");
     cmd.args(["-c", script]);
     script_env(&mut cmd)
+        .current_dir(&c.stage)
+        .env("LD_LIBRARY_PATH", &fake)
+        .env("SHIM", cli_dir.join("libcudapool.so"))
+        .env("CHAOS", fake.join("chaos"))
+        .env("CLI", cli_dir.join("cudapool"))
         .env("SLURM_CONF", c.dir.join("slurm.conf"))
         .env(
             "PATH",
@@ -63,7 +115,6 @@ fn sh(c: &Cluster, script: &str) -> Out {
                 std::env::var("PATH").unwrap_or_default()
             ),
         );
-    let _ = f;
     finish(cmd, Duration::from_secs(120), script)
 }
 
@@ -84,25 +135,18 @@ fn slurm_schedules_gpu_memory_and_cudapool_holds_it() {
         return;
     }
     let t0 = Instant::now();
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("slurm-cluster");
-    let _ = Command::new("bash")
-        .arg(root().join("tests/slurm/cluster.sh"))
-        .arg("stop")
-        .arg(&dir)
-        .status();
-    let _ = std::fs::remove_dir_all(&dir);
+    let stage = stage();
+    let dir = stage.join("cluster");
     let up = Command::new("bash")
         .arg(root().join("tests/slurm/cluster.sh"))
         .arg("start")
         .arg(&dir)
         .env("PROCTRACK", "cgroup")
         .env("ACCOUNTING", "1")
-        .env("SLURM_PROLOG", root().join("deploy/slurm/prolog.sh"))
-        .env("SLURM_EPILOG", root().join("deploy/slurm/epilog.sh"))
-        .env(
-            "CUDAPOOL_BIN_DIR",
-            Path::new(env!("CARGO_BIN_EXE_cudapool")).parent().unwrap(),
-        )
+        .env("SLURM_PROLOG", stage.join("deploy/slurm/prolog.sh"))
+        .env("SLURM_EPILOG", stage.join("deploy/slurm/epilog.sh"))
+        .env("DEPLOY_DIR", stage.join("deploy/slurm"))
+        .env("CUDAPOOL_BIN_DIR", stage.join("bin"))
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&up.stdout);
@@ -111,7 +155,7 @@ fn slurm_schedules_gpu_memory_and_cudapool_holds_it() {
         "{said}{}",
         String::from_utf8_lossy(&up.stderr)
     );
-    let c = Cluster { dir };
+    let c = Cluster { dir, stage };
     let set_up = t0.elapsed();
     const MB8: &str = "8388608";
 

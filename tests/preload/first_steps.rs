@@ -404,3 +404,43 @@ fn the_man_pages_and_completions_are_generated_and_current() {
         "{help}"
     );
 }
+
+/// Item 24: every key a snapshot holds is in the documented schema [`expandable` was not].
+#[test]
+fn every_key_of_a_snapshot_is_documented() {
+    let dir = fixture().dir.join("schema");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let snap = dir.join("s.json");
+    ok(client(
+        "dlsym",
+        &["leak", snap.to_str().unwrap()],
+        &[("CUDAPOOL_TRACK", "2")],
+    ));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&snap).unwrap()).unwrap();
+    let mut keys = std::collections::BTreeSet::new();
+    fn walk(v: &serde_json::Value, keys: &mut std::collections::BTreeSet<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, x) in m {
+                    keys.insert(k.clone());
+                    walk(x, keys);
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, keys)),
+            _ => {}
+        }
+    }
+    walk(&v, &mut keys);
+    assert!(keys.contains("expandable"), "{keys:?}");
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/observability.md"),
+    )
+    .unwrap();
+    for k in &keys {
+        assert!(
+            doc.contains(&format!("\"{k}\"")),
+            "the snapshot's key {k:?} is not in docs/observability.md's schema"
+        );
+    }
+}

@@ -11,7 +11,8 @@
 #                                           job's in .../job_<id>/: for the mandatory mode
 #
 # Jobs then need SLURM_CONF=DIR/slurm.conf. Nothing outside DIR is configured; the daemons'
-# state lives in DIR.
+# state lives in DIR. DIR, DEPLOY_DIR (the TaskProlog's folder, deploy/slurm by default) and
+# what the jobs run must be where the job's user can read them (tests/slurm.rs stages them).
 set -euo pipefail
 cmd=$1 dir=$(realpath -m "$2")
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -100,8 +101,8 @@ MpiDefault=none
 ${ACCOUNTING_LINES:-}
 # What a site adds for cudapool (docs/deploying.md):
 GresTypes=gpumem
-TaskProlog=$root/deploy/slurm/task_prolog.sh
-TaskEpilog=$root/deploy/slurm/task_epilog.sh
+TaskProlog=${DEPLOY_DIR:-$root/deploy/slurm}/task_prolog.sh
+TaskEpilog=${DEPLOY_DIR:-$root/deploy/slurm}/task_epilog.sh
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus Gres=gpumem:1024M State=UNKNOWN
 PartitionName=test Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 CONF
