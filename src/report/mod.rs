@@ -336,8 +336,8 @@ pub fn device_status(dev: i32, s: &DeviceStats) -> String {
         s.cache_hits,
         count(
             s.reclaim_retries,
-            "retry after emptying the cache",
-            "retries after emptying the cache"
+            "retry after giving cache back",
+            "retries after giving cache back"
         ),
         count(s.ooms, "out-of-memory answer", "out-of-memory answers")
     );

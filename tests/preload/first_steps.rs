@@ -58,7 +58,7 @@ fn the_exit_report_and_the_oom_line_say_what_happened() {
         assert!(!e.contains(plural), "{plural:?} in {e}");
     }
     assert!(
-        e.contains("1 retry after emptying the cache, 1 out-of-memory answer\n"),
+        e.contains("1 retry after giving cache back, 1 out-of-memory answer\n"),
         "{e}"
     );
     assert!(e.contains("from the driver: memory taken "), "{e}");
@@ -443,4 +443,58 @@ fn every_key_of_a_snapshot_is_documented() {
             "the snapshot's key {k:?} is not in docs/observability.md's schema"
         );
     }
+}
+
+/// Item 22: the README's own program on the fake driver builds, runs and prints what the
+/// README shows [there was no such example].
+#[test]
+fn the_readmes_own_program_runs_as_shown() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let at = readme
+        .find("## Your own program, without a GPU")
+        .expect("the section");
+    let section = &readme[at..][..readme[at..].find("\n## ").unwrap()];
+    // A block opens after a blank line with its fence, and ends at the next fence.
+    let block = |fence: &str| -> String {
+        let open = format!("\n\n{fence}");
+        let start = section.find(&open).unwrap() + open.len();
+        section[start..][..section[start..].find("```").unwrap()].to_string()
+    };
+    let code = block("```c\n");
+    let commands = block("```sh\n");
+    let shown = block("```\n");
+    let build = "cc prog.c -I target/demo/include -L target/demo -lcuda -o prog";
+    let run = "LD_LIBRARY_PATH=$PWD/target/demo cudapool run --limit 300MiB -- ./prog 2>&1";
+    assert!(
+        commands.contains(build) && commands.contains(run),
+        "{commands}"
+    );
+    let dir = fixture().dir.join("own-program");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("target")).unwrap();
+    let demo = dir.join("target/demo");
+    let st = std::process::Command::new("bash")
+        .arg(root.join("scripts/fake-driver.sh"))
+        .arg(&demo)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::write(dir.join("prog.c"), code).unwrap();
+    let script = format!(
+        "cd {} && {build} && PATH={}:$PATH {run}",
+        dir.display(),
+        cli().parent().unwrap().display()
+    );
+    let r = run_program(
+        std::path::Path::new("sh"),
+        &["-c", &script],
+        false,
+        &[("CUDAPOOL_LIB", fixture().lib.to_str().unwrap())],
+    );
+    assert_eq!(
+        r.stdout, shown,
+        "the README's own program is stale: {}",
+        r.stderr
+    );
 }

@@ -14,7 +14,11 @@ fn exit_report_goes_to_stderr_or_a_file() {
         "{}",
         r.stderr
     );
-    assert!(r.stderr.contains("3 allocs, 3 frees"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("3 allocations and 3 frees"),
+        "{}",
+        r.stderr
+    );
     let path = fixture().dir.join("report.txt");
     let _ = std::fs::remove_file(&path);
     ok(client(

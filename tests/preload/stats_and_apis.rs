@@ -100,7 +100,12 @@ fn a_running_process_writes_its_snapshot_when_asked_from_outside() {
     assert_eq!(r.stdout.trim(), "[1000, 12345, 3145728] 3", "{}", r.stderr);
     let r = run_program(&cli, &["snapshot", "1"], false, &[]);
     assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("no cudapool process 1"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("no cudapool process with pid 1 of this user"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]

@@ -100,7 +100,7 @@ assert cudapool.memory_stats(0)["hard_limit"] == 10**9
 cudapool.set_memory_limit(0)
 assert cudapool.memory_stats(0)["hard_limit"] == 0
 for bad, says in [
-    ("lots", "unknown unit"),
+    ("lots", "is not a size"),
     ("-1", "negative"),
     ("150%", "more than 0% and at most 100%"),
     ("0=1GiB,0=2GiB", "listed twice"),
