@@ -33,6 +33,9 @@ pub mod pool;
 /// (but for the one `cudapool run --report` started, which says so at exit).
 #[ctor::ctor]
 unsafe fn load() {
+    // On a node that holds jobs to their shares: which job this process runs in, read while
+    // descriptors are certain.
+    base::job::read_at_load();
     if let Ok(config) = state::env_config() {
         report::say_when_unused(config);
     }

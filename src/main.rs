@@ -16,6 +16,7 @@ mod cli {
     pub mod replay;
     pub mod run;
     pub mod slurm;
+    pub mod slurm_site;
     pub mod snapshot;
     pub mod stat;
 }

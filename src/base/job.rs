@@ -104,17 +104,33 @@ pub struct JobShare {
     pub limit: DeviceLimits,
 }
 
-/// The job id a cgroup listing (`/proc/self/cgroup`'s text) names: the first path component
-/// `job_<digits>` (Slurm's cgroup v1 and v2 layouts both have one).
+/// The job id a cgroup listing (`/proc/self/cgroup`'s text) names, read only where Slurm
+/// tracks its tasks and no user can place a process: cgroup v1's `freezer` hierarchy
+/// (`.../job_<id>/step_<n>/...`, root's alone), or v2's single hierarchy under
+/// `slurmstepd.scope/job_<id>/` (a process can move only between cgroups whose common
+/// ancestor it may write, and that scope is root's). Any other hierarchy is ignored: a user may
+/// own cgroups in one (systemd's delegation of `user@UID.service` in `name=systemd`) and name a
+/// folder there `job_<n>`.
 pub fn job_of_cgroups(text: &str) -> Option<String> {
-    text.lines()
-        .filter_map(|l| l.splitn(3, ':').nth(2))
-        .flat_map(|path| path.split('/'))
-        .find_map(|c| {
-            let id = c.strip_prefix("job_")?;
-            (!id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| id.to_string())
-        })
+    let job = |c: &str| {
+        let id = c.strip_prefix("job_")?;
+        (!id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| id.to_string())
+    };
+    text.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+        let parts: Vec<&str> = path.split('/').collect();
+        if controllers.split(',').any(|c| c == "freezer") {
+            parts.iter().find_map(|c| job(c))
+        } else if controllers.is_empty() {
+            // v2: the component right after `slurmstepd.scope`.
+            let at = parts.iter().position(|c| *c == "slurmstepd.scope")?;
+            job(parts.get(at + 1)?)
+        } else {
+            None
+        }
+    })
 }
 
 /// Reads a job's file in `dir` (see the module's notes). `Ok(None)`: no file for the job.
@@ -195,15 +211,53 @@ pub fn read_share(dir: &Path, job: &str) -> Result<Option<JobShare>, String> {
     Ok(Some(share))
 }
 
-/// This process's job share, if it runs in a job whose file exists: `Err` is one line (a file
-/// that is there but cannot be trusted fails closed: the caller refuses allocations).
-pub fn this_process() -> Result<Option<JobShare>, String> {
-    // On a node without the folder, one failed stat is all.
-    if std::fs::symlink_metadata(JOBS_DIR).is_err() {
-        return Ok(None);
+/// `/proc/self/cgroup` as read when the library loaded, on a node that runs the mandatory
+/// mode: then descriptors are not yet the program's to exhaust.
+static CGROUPS_AT_LOAD: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// Whether this node runs the mandatory mode (the jobs' folder exists). `Err`: it cannot be
+/// told (a stat that failed otherwise than "absent"), which callers take as yes.
+fn mandatory_node() -> Result<bool, std::io::Error> {
+    match std::fs::symlink_metadata(JOBS_DIR) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
     }
-    let Ok(cgroups) = std::fs::read_to_string("/proc/self/cgroup") else {
-        return Ok(None);
+}
+
+/// Reads the process's cgroups now, when the library loads (the crate's constructor), so that a
+/// program cannot starve the look-up by taking every descriptor before its first CUDA call. On
+/// a node without the mandatory mode, one failed stat is all.
+pub fn read_at_load() {
+    if !matches!(mandatory_node(), Ok(false)) {
+        let _ = CGROUPS_AT_LOAD.set(std::fs::read_to_string("/proc/self/cgroup").ok());
+    }
+}
+
+/// This process's job share, if it runs in a job whose file exists: `Err` is one line (a file
+/// that is there but cannot be trusted fails closed: the caller refuses allocations, as does a
+/// process whose job cannot be told on a node that runs the mandatory mode).
+pub fn this_process() -> Result<Option<JobShare>, String> {
+    match mandatory_node() {
+        Ok(false) => return Ok(None),
+        Ok(true) => {}
+        Err(e) => {
+            return Err(format!(
+                "{JOBS_DIR}: {e}: cannot tell whether this node holds jobs to their shares"
+            ))
+        }
+    }
+    // Now if it can be read (the truth of this moment), else as it was when the library loaded.
+    let cgroups = match std::fs::read_to_string("/proc/self/cgroup") {
+        Ok(text) => text,
+        Err(e) => match CGROUPS_AT_LOAD.get().cloned().flatten() {
+            Some(text) => text,
+            None => {
+                return Err(format!(
+                    "/proc/self/cgroup: {e}: cannot tell which job this process runs in, so its share cannot be kept"
+                ))
+            }
+        },
     };
     let Some(job) = job_of_cgroups(&cgroups) else {
         return Ok(None);
@@ -224,6 +278,22 @@ mod tests {
         assert_eq!(job_of_cgroups(v2).as_deref(), Some("77"));
         assert_eq!(job_of_cgroups("0::/user.slice/session-3.scope\n"), None);
         assert_eq!(job_of_cgroups("0::/job_x/\n"), None);
+    }
+
+    /// Issue 60, item 2: a `job_<n>` folder in a hierarchy a user may own (systemd's
+    /// delegation, listed before `freezer`) [was taken: the process left its job].
+    #[test]
+    fn a_job_folder_in_a_users_hierarchy_is_not_the_job() {
+        let forged = "13:name=systemd:/user.slice/user-1001.slice/user@1001.service/job_424242\n\
+                      12:freezer:/slurm/uid_1001/job_7/step_0/task_0\n1:cpu,cpuacct:/job_9\n";
+        assert_eq!(job_of_cgroups(forged).as_deref(), Some("7"));
+        let v2 = "0::/user.slice/user-1001.slice/user@1001.service/job_424242/x\n";
+        assert_eq!(job_of_cgroups(v2), None, "a user's own v2 subtree");
+        assert_eq!(
+            job_of_cgroups("3:cpu:/slurm/job_5\n"),
+            None,
+            "not the freezer"
+        );
     }
 
     #[test]

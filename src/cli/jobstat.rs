@@ -26,7 +26,6 @@ use cudapool::report::fmt_bytes;
 use cudapool::report::page::fmt_uuid;
 use serde_json::{json, Map, Value};
 use std::path::Path;
-use std::process::Command;
 
 /// A job id as Slurm gives it: digits only (an array task's own id too), at most 20.
 pub fn job_id(s: &str) -> Result<&str, String> {
@@ -103,14 +102,16 @@ fn sacct_failed(stderr: &[u8]) -> String {
 /// `sacct`, which only Slurm's administrators write, never a text the user wrote.
 ///
 /// `None` while the accounting has no whole record of the job yet (slurmctld sends it
-/// asynchronously: a job that ended a moment ago may not be there, or lack its request).
+/// asynchronously: a job that ended a moment ago may not be there, or lack its request). The
+/// job is matched by its raw id: sacct names an array's task `11_0`, never by the id its
+/// Epilog has.
 fn admin_comment(job: &str) -> Result<Option<String>, String> {
-    let out = Command::new("sacct")
+    let out = super::slurm::slurm_command("sacct")?
         .args([
             "--noheader",
             "--parsable2",
             "--allocations",
-            "--format=JobID,ReqTRES,AdminComment",
+            "--format=JobIDRaw,ReqTRES,AdminComment",
         ])
         .arg(format!("--jobs={job}"))
         .stdin(std::process::Stdio::null())
@@ -159,6 +160,10 @@ fn merged(existing: &str, node: &str, entry: Value) -> Value {
     Value::Object(top)
 }
 
+/// How long the Epilog waits for the job's record to reach the accounting: an Epilog holds the
+/// node, so it gives up (one line) well within Slurm's patience.
+const RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(4);
+
 /// Records this node's `entry` for job `job` (read with [`node_entry`] before the job's files
 /// were removed) into its `AdminComment` (the root Epilog).
 pub fn record(job: &str, entry: Value) -> Result<(), String> {
@@ -168,20 +173,23 @@ pub fn record(job: &str, entry: Value) -> Result<(), String> {
         .ok_or("SLURMD_NODENAME is not a node name")?;
     // Changed only once the accounting holds the job's own record: a change made before it
     // arrives would stand in for it (seen: the job's user and request lost).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + RECORD_WAIT;
     let existing = loop {
         if let Some(c) = admin_comment(job)? {
             break c;
         }
         if std::time::Instant::now() > deadline {
-            return Err("the accounting has no record of the job after 30 s".into());
+            return Err(format!(
+                "the accounting has no record of the job after {} s",
+                RECORD_WAIT.as_secs()
+            ));
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     };
     let text = merged(&existing, &node, entry).to_string();
     // The job has ended when the Epilog runs: slurmctld refuses to update it ("Job has already
     // finished"); its record in the accounting is what `sacct` shows, changed by sacctmgr.
-    let out = Command::new("sacctmgr")
+    let out = super::slurm::slurm_command("sacctmgr")?
         .args(["--immediate", "modify", "job", "where"])
         .arg(format!("jobid={job}"))
         .arg("set")
@@ -198,50 +206,67 @@ pub fn record(job: &str, entry: Value) -> Result<(), String> {
     Ok(())
 }
 
-/// `cudapool jobstat JOBID`: what the job asked for and used, per node and GPU.
+/// A job as `jobstat` takes it: a job id, or an array task as sacct names it (`11_0`).
+fn job_or_task(s: &str) -> Result<&str, String> {
+    let ok = match s.split_once('_') {
+        Some((a, t)) => {
+            job_id(a).is_ok()
+                && !t.is_empty()
+                && t.len() <= 10
+                && t.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => job_id(s).is_ok(),
+    };
+    ok.then_some(s).ok_or(format!(
+        "{s:?} is not a job id (12345, or an array task: 12345_7)"
+    ))
+}
+
+/// `cudapool jobstat JOBID`: what the job asked for and used, per node and GPU. An array job's
+/// id lists each of its tasks (`11_0`, `11_1`...); a task's own id (`11_0`) that one.
 pub fn jobstat(job: &str) -> Result<(), String> {
-    let job = job_id(job)?;
+    let job = job_or_task(job)?;
     // Running on this node: its live ledger.
-    if let Some(entry) = node_entry(job) {
+    if let Some(entry) = job_id(job).ok().and_then(node_entry) {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         print(job, "running", &json!({ host.trim(): entry }));
         return Ok(());
     }
-    let out = Command::new("sacct")
+    let out = super::slurm::slurm_command("sacct")?
         .args(["--noheader", "--parsable2", "--allocations"])
         .arg(format!("--jobs={job}"))
-        .args(["--format=JobID,State,ReqTRES,AdminComment"])
+        .args(["--format=JobID,JobIDRaw,State,ReqTRES,AdminComment"])
         .stdin(std::process::Stdio::null())
         .output()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                "Slurm's sacct is not installed here: run this on a node of the cluster".to_string()
-            }
-            _ => format!("cannot run sacct (Slurm's accounting): {e}"),
-        })?;
+        .map_err(|e| format!("cannot run sacct (Slurm's accounting): {e}"))?;
     if !out.status.success() {
         return Err(sacct_failed(&out.stderr));
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
+    // The job itself (by its id, or its raw id), or each task of the array it names.
+    let rows: Vec<Vec<&str>> = text
         .lines()
-        .find(|l| l.split('|').next() == Some(job))
-        .ok_or(format!("Slurm's accounting knows no job {job}"))?;
-    let f: Vec<&str> = line.splitn(4, '|').collect();
-    let (state, req, comment) = (f.get(1).copied(), f.get(2).copied(), f.get(3).copied());
-    println!(
-        "job {job}: {}, asked {}",
-        state.unwrap_or("?"),
-        req.unwrap_or("?")
-    );
-    let nodes = serde_json::from_str::<Value>(&unquote(comment.unwrap_or("")))
-        .ok()
-        .map(|v| v["cudapool"].clone())
-        .filter(Value::is_object);
-    match nodes {
-        Some(n) => print(job, "", &n),
-        None => {
-            println!("  no GPU memory recorded (no gpumem group ran, or no Epilog recorded it)")
+        .map(|l| l.splitn(5, '|').collect::<Vec<_>>())
+        .filter(|f| f.len() == 5)
+        .filter(|f| {
+            f[0] == job || f[1] == job || f[0].split_once('_').is_some_and(|(a, _)| a == job)
+        })
+        .collect();
+    if rows.is_empty() {
+        return Err(format!("Slurm's accounting knows no job {job}"));
+    }
+    for f in rows {
+        let (id, state, req, comment) = (f[0], f[2], f[3], f[4]);
+        println!("job {id}: {state}, asked {req}");
+        let nodes = serde_json::from_str::<Value>(&unquote(comment))
+            .ok()
+            .map(|v| v["cudapool"].clone())
+            .filter(Value::is_object);
+        match nodes {
+            Some(n) => print(id, "", &n),
+            None => {
+                println!("  no GPU memory recorded (no gpumem group ran, or no Epilog recorded it)")
+            }
         }
     }
     Ok(())

@@ -16,16 +16,15 @@
 //! **The share.** `--gres=gpumem:N` per node, split evenly over the job's GPUs on the node and
 //! rounded up (never to 0 unless N is 0; a share of 0 refuses every allocation).
 //!
-//! **The site's settings** are in one file, `/etc/cudapool/slurm.conf` (or `--config FILE`, or
-//! `CUDAPOOL_SLURM_CONFIG` in slurmd's environment): `no_gpumem=none|SIZE` (the share of a job
-//! that asked for no gpumem) and `library=PATH` (the library the TaskProlog preloads). When run
-//! as root it must be a file of root that nobody else may write.
+//! **The site's settings** are in one file, `/etc/cudapool/slurm.conf` (`slurm_site`): the share
+//! of a job that asked for no gpumem, the library the TaskProlog preloads, where Slurm's
+//! commands are (run by absolute path, never through `PATH`, which Slurm gives a Prolog none of).
 
+pub use super::slurm_site::slurm_command;
+use super::slurm_site::{euid, site, Site, DEFAULT_CONFIG};
 use clap::{Args, Subcommand};
-use cudapool::base::config::parse_size;
 use cudapool::base::job::{ledger_dir, JOBS_DIR};
 use std::ffi::CString;
-use std::io::Read as _;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
@@ -56,87 +55,6 @@ enum What {
         #[arg(long, value_name = "LIST")]
         gpus: Option<String>,
     },
-}
-
-const DEFAULT_CONFIG: &str = "/etc/cudapool/slurm.conf";
-const MAX_CONFIG: u64 = 4096;
-
-/// The site's settings.
-#[derive(Debug, Default, PartialEq)]
-struct Site {
-    /// Per GPU, for a job that asked for no gpumem (`None`: no share, no limit).
-    no_gpumem: Option<u64>,
-    library: Option<PathBuf>,
-}
-
-fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() }
-}
-
-/// Reads the site's settings. An absent default file is the defaults; as root, a file that is
-/// not root's alone is refused.
-fn site(explicit: Option<&Path>) -> Result<Site, String> {
-    let from_env = std::env::var_os("CUDAPOOL_SLURM_CONFIG").map(PathBuf::from);
-    let (path, must) = match explicit.map(Path::to_path_buf).or(from_env) {
-        Some(p) => (p, true),
-        None => (PathBuf::from(DEFAULT_CONFIG), false),
-    };
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(&path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must => return Ok(Site::default()),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
-    };
-    let m = f
-        .metadata()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if !m.is_file() || m.len() > MAX_CONFIG {
-        return Err(format!("{}: not a small regular file", path.display()));
-    }
-    if euid() == 0 && (m.uid() != 0 || m.mode() & 0o022 != 0) {
-        return Err(format!(
-            "{}: not a file of root that only root may write",
-            path.display()
-        ));
-    }
-    let mut text = String::new();
-    f.take(MAX_CONFIG)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    parse_site(&text).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-fn parse_site(text: &str) -> Result<Site, String> {
-    let mut s = Site::default();
-    for line in text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-    {
-        let (k, v) = line
-            .split_once('=')
-            .ok_or_else(|| format!("{line:?} is not NAME=VALUE"))?;
-        let v = v.trim();
-        match k.trim() {
-            "no_gpumem" => {
-                s.no_gpumem = match v {
-                    "none" => None,
-                    v => Some(parse_size(v).map_err(|e| format!("no_gpumem: {e}"))?),
-                }
-            }
-            "library" => s.library = Some(PathBuf::from(v)),
-            other => {
-                return Err(format!(
-                    "unknown setting {other:?} (no_gpumem=none|SIZE, library=PATH)"
-                ))
-            }
-        }
-    }
-    Ok(s)
 }
 
 use super::jobstat::job_id;
@@ -236,7 +154,7 @@ fn per_gpu(bytes: u64, gpus: u64) -> u64 {
 
 /// Asks Slurm for the job's TRES per node: one field, one line, no shell.
 fn tres_per_node(job: &str) -> Result<String, String> {
-    let out = std::process::Command::new("squeue")
+    let out = slurm_command("squeue")?
         .args(["--noheader", "--states=all", "--format=%b"])
         .arg(format!("--jobs={job}"))
         .stdin(std::process::Stdio::null())
@@ -298,6 +216,7 @@ fn env(name: &str) -> Option<String> {
 }
 
 pub fn slurm(a: SlurmArgs) -> ExitCode {
+    super::slurm_site::name_config(a.config.as_deref());
     let r = match a.what {
         What::Prolog => prolog(a.config.as_deref()),
         What::Epilog => epilog(),
@@ -357,6 +276,15 @@ fn prolog(config: Option<&Path>) -> Result<(), String> {
     let jobs = Path::new(JOBS_DIR);
     root_dir(jobs.parent().unwrap_or(Path::new("/run")))?;
     root_dir(jobs)?;
+    // What other jobs' users wrote past their ledgers goes first: root's writes below need
+    // room on /run, which a user could otherwise fill through their own ledger.
+    let cut = trim_ledgers(jobs);
+    if cut > 0 {
+        said(format!(
+            "{cut} bytes written past other jobs' ledgers cut back (room on {} for the share files)",
+            jobs.display()
+        ));
+    }
     // The group's folder: root's, holding one file of the job's user, made empty here.
     let gdir = ledger_dir(&job);
     remove_job_dir(&gdir)?;
@@ -405,6 +333,52 @@ fn prolog(config: Option<&Path>) -> Result<(), String> {
     }
     std::fs::rename(&tmp, jobs.join(&job)).map_err(|e| format!("{}: {e}", jobs.display()))?;
     Ok(())
+}
+
+/// Cuts every job's ledger in `jobs` (`<id>.d/group-*`, files its job's user may write) back to
+/// a ledger's size, never through a link; returns the bytes cut. The folders are root's (only
+/// root makes names in them), each file is looked at on its descriptor, and at most a few
+/// thousand entries are read.
+fn trim_ledgers(jobs: &Path) -> u64 {
+    let keep = cudapool::limits::group::ledger::SIZE as u64;
+    let mut cut = 0;
+    let Ok(entries) = std::fs::read_dir(jobs) else {
+        return 0;
+    };
+    for dir in entries.flatten().take(4096) {
+        let name = dir.file_name().to_string_lossy().into_owned();
+        let is_job = name
+            .strip_suffix(".d")
+            .is_some_and(|id| super::jobstat::job_id(id).is_ok());
+        let Ok(meta) = std::fs::symlink_metadata(dir.path()) else {
+            continue;
+        };
+        if !is_job || !meta.is_dir() || meta.uid() != 0 {
+            continue;
+        }
+        let Ok(files) = std::fs::read_dir(dir.path()) else {
+            continue;
+        };
+        for f in files.flatten().take(64) {
+            if !f.file_name().to_string_lossy().starts_with("group-") {
+                continue;
+            }
+            let Ok(file) = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .open(f.path())
+            else {
+                continue;
+            };
+            match file.metadata() {
+                Ok(m) if m.is_file() && m.len() > keep && file.set_len(keep).is_ok() => {
+                    cut += m.len() - keep;
+                }
+                _ => {}
+            }
+        }
+    }
+    cut
 }
 
 fn open_dir(path: &Path) -> Result<OwnedFd, String> {
@@ -570,7 +544,7 @@ mod tests {
         let none = Site::default();
         let eight = Site {
             no_gpumem: Some(8 << 20),
-            library: None,
+            ..Site::default()
         };
         assert_eq!(decide(Ok(Some(5)), &none, &mut |l| lines.push(l)), Some(5));
         assert_eq!(decide(Ok(None), &none, &mut |l| lines.push(l)), None);
@@ -589,19 +563,5 @@ mod tests {
         );
         assert_eq!(lines.len(), 2, "one line each: {lines:?}");
         assert!(lines[0].contains("every allocation refused"));
-    }
-
-    #[test]
-    fn the_site_file_is_strict() {
-        assert_eq!(
-            parse_site("# the site\nno_gpumem=2GiB\nlibrary=/opt/cudapool/libcudapool.so\n"),
-            Ok(Site {
-                no_gpumem: Some(2 << 30),
-                library: Some("/opt/cudapool/libcudapool.so".into())
-            })
-        );
-        assert_eq!(parse_site("no_gpumem=none"), Ok(Site::default()));
-        assert!(parse_site("no_gpumen=1G").is_err());
-        assert!(parse_site("no_gpumem").is_err());
     }
 }

@@ -604,7 +604,9 @@ mod tests {
         assert!(t.contains("limit 1.00 GiB (soft none)"), "{t}");
         assert!(t.contains("requested 1000.00 KiB"), "{t}");
         assert!(
-            t.contains("4 allocs") && t.contains("(25.0%)") && t.contains("2 OOMs"),
+            t.contains("4 allocations and 0 frees")
+                && t.contains("(25.0%)")
+                && t.contains("2 out-of-memory answers"),
             "{t}"
         );
     }

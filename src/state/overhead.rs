@@ -50,6 +50,10 @@ struct Held {
 #[derive(Debug, Default)]
 pub struct Overhead {
     held: Mutex<Vec<Held>>,
+    /// Held across a whole `cuCtxSetLimit` (charge, call, record): two threads setting a
+    /// limit at once would each charge from the same old figure, and one charge would stay
+    /// counted until exit. The call is rare; nothing else takes this lock.
+    limits: Mutex<()>,
 }
 
 const STACK: c_int = 0;
@@ -133,6 +137,7 @@ impl Shim {
         let Some((ctx, dev)) = self.here() else {
             return real();
         };
+        let _one_at_a_time = crate::base::sync::lock(&self.overhead.limits);
         let per = if which == STACK {
             let sms = self
                 .driver

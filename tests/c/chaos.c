@@ -199,9 +199,28 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (!strcmp(argv[1], "hold") && argc > 3) return hold(argv[2], atol(argv[3]));
+  // `starve SCENARIO ...`: the first CUDA calls made with every descriptor taken (opened until
+  // EMFILE), the descriptors closed after, then SCENARIO: what a job process could do to hide
+  // its job from a look-up that needs a descriptor.
+  int starved[65536], nstarved = 0;
+  if (!strcmp(argv[1], "starve") && argc > 2) {
+    // The driver is loaded first (a second dlopen of it needs no descriptor).
+    if (!dlopen("libcuda.so.1", RTLD_NOW)) return 3;
+    int fd;
+    while (nstarved < 65536 && (fd = open("/dev/null", O_RDONLY)) >= 0) starved[nstarved++] = fd;
+    argc--;
+    argv++;
+  }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   setup();
+  if (nstarved) {
+    CUdeviceptr first;
+    if (Alloc(&first, 1 << 20) == CUDA_SUCCESS) Free(first);
+    for (int i = 0; i < nstarved; i++) close(starved[i]);
+    printf("starved %d descriptors\n", nstarved);
+    fflush(stdout);
+  }
   if (!strcmp(argv[1], "race")) return race(argc - 2, argv + 2);
   if (!strcmp(argv[1], "churn")) return churn(argc - 2, argv + 2);
   if (!strcmp(argv[1], "once")) {

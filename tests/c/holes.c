@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,18 @@ static size_t env_size(const char *n) {
   return v ? strtoull(v, NULL, 10) : 0;
 }
 
+static CUresult (*race_set_limit)(int, size_t);
+static CUresult (*race_set_current)(CUcontext);
+static CUcontext race_ctx;
+static size_t race_size;
+
+static void *race_heap(void *arg) {
+  (void)arg;
+  race_set_current(race_ctx);
+  race_set_limit(2, race_size);
+  return NULL;
+}
+
 int main(void) {
   lib = dlopen("libcuda.so.1", RTLD_NOW);
   if (!lib) {
@@ -94,6 +107,19 @@ int main(void) {
   CUresult stack = -1, heap = -1;
   if (env_size("HOLES_STACK")) step("stack", stack = set_limit(0, env_size("HOLES_STACK")));
   if (env_size("HOLES_HEAP")) step("heap", heap = set_limit(2, env_size("HOLES_HEAP")));
+  // HOLES_HEAP_RACE=N: N threads set the heap to HOLES_HEAP_RACE_SIZE at once.
+  int racers = (int)env_size("HOLES_HEAP_RACE");
+  if (racers > 0) {
+    race_set_limit = set_limit;
+    race_set_current = set_current;
+    race_ctx = primary;
+    race_size = env_size("HOLES_HEAP_RACE_SIZE");
+    pthread_t t[16];
+    for (int i = 0; i < racers && i < 16; i++) pthread_create(&t[i], NULL, race_heap, NULL);
+    for (int i = 0; i < racers && i < 16; i++) pthread_join(t[i], NULL);
+    heap = 0;
+    step("heap_race", 0);
+  }
   CUmodule mod = NULL;
   CUresult mod_rc = -1;
   const char *path = getenv("HOLES_MODULE");

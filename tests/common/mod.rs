@@ -88,7 +88,7 @@ pub fn fixture() -> &'static Fixture {
         let holes = src("tests/c/holes.c");
         let mut a = strict.to_vec();
         let include = format!("-I{}", src("include"));
-        a.extend([&include, "-o", "holes", &holes, "-ldl"]);
+        a.extend([&include, "-o", "holes", &holes, "-ldl", "-lpthread"]);
         cc(&a, &dir);
         let memapi = src("tests/c/memapi.c");
         let mut a = strict.to_vec();

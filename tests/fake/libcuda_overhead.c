@@ -40,6 +40,10 @@ CUresult cuCtxSetLimit(int which, size_t value) {
   if (which < 0 || which > 2) return CUDA_ERROR_INVALID_VALUE;
   struct fake_ctx *c = current;
   if (!c || !c->live) return CUDA_ERROR_INVALID_CONTEXT;
+  // FAKECU_SETLIMIT_US: the call takes that long (the real one waits for the device), so
+  // that two threads' calls overlap.
+  const char *slow = getenv("FAKECU_SETLIMIT_US");
+  if (slow) usleep((useconds_t)atoi(slow));
   size_t old = c->limit[which] ? c->limit[which] : limit_default[which];
   // The defaults are part of the context; only what is above them is taken.
   size_t had = limit_bytes(which, old) - limit_bytes(which, limit_default[which]);

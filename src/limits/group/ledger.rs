@@ -101,7 +101,9 @@ pub(super) struct Ledger {
     pub members: [MemberSlot; MEMBERS],
 }
 
-pub(super) const SIZE: usize = std::mem::size_of::<Ledger>();
+/// A ledger file's whole size: nothing past it is ever read (the root Prolog cuts back a job's
+/// ledger that its user grew, `cudapool slurm prolog`).
+pub const SIZE: usize = std::mem::size_of::<Ledger>();
 
 /// The file name of group `name`'s ledger.
 pub fn file_name(name: &str) -> String {

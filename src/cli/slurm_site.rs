@@ -1,0 +1,170 @@
+//! The site's settings for `cudapool slurm` and `jobstat`: one file, `/etc/cudapool/slurm.conf`
+//! (or `--config FILE`, or `CUDAPOOL_SLURM_CONFIG` in slurmd's environment), lines
+//! `no_gpumem=none|SIZE` (the share of a job that asked for no gpumem), `library=PATH` (the
+//! library the TaskProlog preloads) and `slurm_bin=DIR` (where Slurm's commands are). When read
+//! as root it must be a file of root that nobody else may write. Slurm's commands are run by
+//! absolute path, never found through `PATH` (`slurm_command`).
+
+use cudapool::base::config::parse_size;
+use std::io::Read as _;
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_CONFIG: &str = "/etc/cudapool/slurm.conf";
+const MAX_CONFIG: u64 = 4096;
+
+/// The site's settings.
+#[derive(Debug, Default, PartialEq)]
+pub struct Site {
+    /// Per GPU, for a job that asked for no gpumem (`None`: no share, no limit).
+    pub no_gpumem: Option<u64>,
+    pub library: Option<PathBuf>,
+    /// Where Slurm's commands are (`slurm_bin=DIR`), when not in a folder Slurm's packages use.
+    pub slurm_bin: Option<PathBuf>,
+}
+
+/// The folders Slurm's packages and builds install their commands into, searched in this
+/// order when the site names none. Never `PATH`: Slurm gives its prologs none, and a user's
+/// `PATH` is the user's.
+const SLURM_FOLDERS: [&str; 5] = [
+    "/usr/bin",
+    "/usr/local/bin",
+    "/opt/slurm/bin",
+    "/usr/local/slurm/bin",
+    "/opt/slurm/current/bin",
+];
+
+/// The file `--config` named for this command (`cudapool slurm --config FILE ...`), which every
+/// read of the settings follows, the look-up of Slurm's commands too.
+static NAMED: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+
+/// Records `--config` (once, before anything reads the settings).
+pub fn name_config(path: Option<&Path>) {
+    let _ = NAMED.set(path.map(Path::to_path_buf));
+}
+
+/// Slurm's command `name` (`squeue`, `sacct`, `sacctmgr`) by absolute path: in the site's
+/// `slurm_bin=DIR`, else the first of [`SLURM_FOLDERS`] that has it. `Err`: where it was looked
+/// for, in one line.
+pub fn slurm_command(name: &str) -> Result<std::process::Command, String> {
+    let site = site(None).unwrap_or_default();
+    let folders: Vec<PathBuf> = match &site.slurm_bin {
+        Some(d) => vec![d.clone()],
+        None => SLURM_FOLDERS.iter().map(PathBuf::from).collect(),
+    };
+    folders
+        .iter()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .map(std::process::Command::new)
+        .ok_or_else(|| {
+            let looked: Vec<String> = folders.iter().map(|d| d.display().to_string()).collect();
+            format!(
+                "Slurm's {name} is in none of {} (name its folder as slurm_bin=DIR in {DEFAULT_CONFIG})",
+                looked.join(", ")
+            )
+        })
+}
+
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// Reads the site's settings. An absent default file is the defaults; as root, a file that is
+/// not root's alone is refused.
+pub fn site(explicit: Option<&Path>) -> Result<Site, String> {
+    let from_env = std::env::var_os("CUDAPOOL_SLURM_CONFIG").map(PathBuf::from);
+    let named = explicit
+        .map(Path::to_path_buf)
+        .or_else(|| NAMED.get().cloned().flatten());
+    let (path, must) = match named.or(from_env) {
+        Some(p) => (p, true),
+        None => (PathBuf::from(DEFAULT_CONFIG), false),
+    };
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must => return Ok(Site::default()),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let m = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !m.is_file() || m.len() > MAX_CONFIG {
+        return Err(format!("{}: not a small regular file", path.display()));
+    }
+    if euid() == 0 && (m.uid() != 0 || m.mode() & 0o022 != 0) {
+        return Err(format!(
+            "{}: not a file of root that only root may write",
+            path.display()
+        ));
+    }
+    let mut text = String::new();
+    f.take(MAX_CONFIG)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    parse_site(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+pub fn parse_site(text: &str) -> Result<Site, String> {
+    let mut s = Site::default();
+    for line in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let (k, v) = line
+            .split_once('=')
+            .ok_or_else(|| format!("{line:?} is not NAME=VALUE"))?;
+        let v = v.trim();
+        match k.trim() {
+            "no_gpumem" => {
+                s.no_gpumem = match v {
+                    "none" => None,
+                    v => Some(parse_size(v).map_err(|e| format!("no_gpumem: {e}"))?),
+                }
+            }
+            "library" => s.library = Some(PathBuf::from(v)),
+            "slurm_bin" if Path::new(v).is_absolute() => s.slurm_bin = Some(PathBuf::from(v)),
+            "slurm_bin" => return Err(format!("slurm_bin: {v:?} is not an absolute path")),
+            other => {
+                return Err(format!(
+                    "unknown setting {other:?} (no_gpumem=none|SIZE, library=PATH, slurm_bin=DIR)"
+                ))
+            }
+        }
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_site_file_is_strict() {
+        assert_eq!(
+            parse_site("# the site\nno_gpumem=2GiB\nlibrary=/opt/cudapool/libcudapool.so\n"),
+            Ok(Site {
+                no_gpumem: Some(2 << 30),
+                library: Some("/opt/cudapool/libcudapool.so".into()),
+                slurm_bin: None,
+            })
+        );
+        assert_eq!(
+            parse_site("slurm_bin=/opt/slurm-23/bin").map(|s| s.slurm_bin),
+            Ok(Some("/opt/slurm-23/bin".into()))
+        );
+        assert!(
+            parse_site("slurm_bin=bin").is_err(),
+            "relative: PATH by the back door"
+        );
+        assert_eq!(parse_site("no_gpumem=none"), Ok(Site::default()));
+        assert!(parse_site("no_gpumen=1G").is_err());
+        assert!(parse_site("no_gpumem").is_err());
+    }
+}

@@ -1,0 +1,100 @@
+//! The mandatory mode when the node misbehaves (issue 60), the cases that need no running
+//! Slurm: the root Prolog on a `/run` a job's user filled through their ledger, and Slurm's
+//! commands where the site put them rather than on `PATH`. The cases that need Slurm's
+//! cgroups and accounting are in `tests/slurm.rs`. Before, on 0fa64d2, in brackets.
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+fn cli() -> &'static str {
+    env!("CARGO_BIN_EXE_cudapool")
+}
+
+/// Item 3: uid 1001 writes 8 MiB into its job's ledger on a 4 MiB `/run` (a private tmpfs in a
+/// mount namespace of the test's own); the root Prolog of uid 1002's next job still writes
+/// its share [`.102.new: No space left on device`, rc 1: Slurm drains the node].
+#[test]
+fn a_user_who_fills_run_through_a_ledger_stops_no_other_job() {
+    if uid() != 0 {
+        eprintln!("not root: the Prolog runs as root; not checked");
+        return;
+    }
+    let script = format!(
+        r#"set -u
+        mount -t tmpfs -o size=4M tmpfs /run || exit 97
+        cd /
+        env -i SLURM_JOB_ID=101 SLURM_JOB_UID=1001 {cli} slurm prolog 2>/dev/null
+        echo first_rc=$?
+        setpriv --reuid 1001 --regid 65534 --clear-groups sh -c 'head -c 8388608 /dev/zero >> /run/cudapool/jobs/101.d/group-slurm-101' 2>&1 | sed 's/^/user: /'
+        echo free_kib=$(df -k --output=avail /run | tail -1)
+        env -i SLURM_JOB_ID=102 SLURM_JOB_UID=1002 {cli} slurm prolog
+        echo second_rc=$?
+        cat /run/cudapool/jobs/102 | tr '\n' ' '; echo
+        echo ledger_bytes=$(stat -c %s /run/cudapool/jobs/101.d/group-slurm-101)
+        "#,
+        cli = cli()
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "sh", "-c", &script]);
+    let o = finish(cmd, Duration::from_secs(60), "prolog on a full /run");
+    if o.status.code() == Some(97) {
+        eprintln!("no private mount namespace here: not checked");
+        return;
+    }
+    let all = format!("{}{}", o.stdout, o.stderr);
+    assert!(all.contains("first_rc=0"), "{all}");
+    assert!(all.contains("No space left"), "the user filled /run: {all}");
+    assert!(all.contains("second_rc=0"), "the next job's Prolog: {all}");
+    assert!(all.contains("group=slurm-102 limit="), "its share: {all}");
+    assert!(all.contains("cut back"), "said: {all}");
+    let kept = cudapool::limits::group::ledger::SIZE;
+    assert!(
+        all.contains(&format!("ledger_bytes={kept}")),
+        "the ledger cut to its own size ({kept}): {all}"
+    );
+}
+
+/// Item 7: Slurm's commands where the site put them (`slurm_bin=` in the site's file), with no
+/// `PATH` at all, as Slurm runs a Prolog [found by bare name: none, or the wrong one].
+#[test]
+fn slurms_commands_are_found_where_the_site_put_them() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("slurm-bin");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    // A squeue of the site's own: the job's TRES per node.
+    std::fs::write(dir.join("bin/squeue"), "#!/bin/sh\necho gres:gpumem:64M\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(
+        dir.join("bin/squeue"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let site = dir.join("slurm.conf");
+    std::fs::write(&site, format!("slurm_bin={}\n", dir.join("bin").display())).unwrap();
+    std::fs::set_permissions(&site, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = Command::new(cli())
+        .args(["slurm", "--config", site.to_str().unwrap(), "share", "5"])
+        .env_clear()
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(stdout.trim(), (64u64 << 20).to_string(), "{stderr}");
+    // A folder that does not hold it: said, with where it was looked for.
+    std::fs::write(&site, "slurm_bin=/nonexistent\n").unwrap();
+    let out = Command::new(cli())
+        .args(["slurm", "--config", site.to_str().unwrap(), "share", "5"])
+        .env_clear()
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Slurm's squeue is in none of /nonexistent"),
+        "{stderr}"
+    );
+}
