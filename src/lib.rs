@@ -35,7 +35,7 @@ pub mod pool;
 unsafe fn load() {
     // On a node that holds jobs to their shares: which job this process runs in, read while
     // descriptors are certain.
-    base::job::read_at_load();
+    base::job::look_up_at_load();
     if let Ok(config) = state::env_config() {
         report::say_when_unused(config);
     }

@@ -65,7 +65,11 @@ fn slurms_commands_are_found_where_the_site_put_them() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("bin")).unwrap();
     // A squeue of the site's own: the job's TRES per node.
-    std::fs::write(dir.join("bin/squeue"), "#!/bin/sh\necho gres:gpumem:64M\n").unwrap();
+    std::fs::write(
+        dir.join("bin/squeue"),
+        "#!/bin/sh\necho 5 gres:gpumem:64M\n",
+    )
+    .unwrap();
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(
         dir.join("bin/squeue"),

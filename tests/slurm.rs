@@ -268,6 +268,20 @@ fn slurm_schedules_gpu_memory_and_cudapool_holds_it() {
             o.stdout.contains("files_left=0"),
             "the Epilog removed the file: {all}"
         );
+        // Issue 60, item 1: a task that takes every descriptor before its first CUDA call,
+        // the TaskProlog's exports dropped (the library stays preloaded, as a site's
+        // /etc/ld.so.preload keeps it) [the look-up failed, the job was taken for none: 128
+        // blocks, the whole device]. Held to its share, or refused: never above it.
+        let o = sh(
+            &c,
+            &format!(
+                "srun --gres=gpumem:64M bash -c 'exec env -u CUDAPOOL_GROUP -u CUDAPOOL_GROUP_LIMIT $CHAOS starve fill {MB8} 0'"
+            ),
+        );
+        let all = format!("{}{}", o.stdout, o.stderr);
+        assert!(o.stdout.contains("starved "), "{all}");
+        let n = fills(&o.stdout);
+        assert!(n.len() == 1 && n[0] <= 8, "starved, still held: {all}");
         hostile_users(&c);
         let t = Instant::now();
         accounting(&c);
@@ -475,6 +489,7 @@ fn accounting(c: &Cluster) {
     );
     assert!(o.stdout.contains("jobstat: job "), "{all}");
     assert!(o.stdout.contains("peak 64.00 MiB"), "{all}");
+    arrays_and_site_notes(c);
     eprintln!(
         "slurm: sacct said\n{}",
         o.stdout
@@ -483,4 +498,73 @@ fn accounting(c: &Cluster) {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+/// Issue 60, items 5 and 6: an array job's tasks each get their share and are each recorded
+/// (sacct names them `A_0`, `A_1`) [the Epilog waited 30 s for a job sacct never named, and
+/// recorded nothing; squeue of the array's id printed every task, so its last task got a share
+/// of nothing], `jobstat A` lists them all and `jobstat A_1` one; a note root set on a running
+/// job, with quotes, an apostrophe, backticks and JSON of its own, is kept exactly.
+fn arrays_and_site_notes(c: &Cluster) {
+    const MB8: &str = "8388608";
+    let note = r#"ops: it's "checked" `x` {"site":1}"#;
+    let o = sh(
+        c,
+        &format!(
+            r#"U1='{U1}'
+            NOTE=$(cat <<'EON'
+{note}
+EON
+)
+            a=$($U1 sbatch --parsable --chdir=/tmp --output=/dev/null --array=0-1 --gres=gpumem:64M --wrap "$CHAOS fill {MB8} 0")
+            n=$($U1 sbatch --parsable --chdir=/tmp --output=/dev/null --gres=gpumem:64M --wrap "sleep 2; $CHAOS fill {MB8} 0")
+            for i in $(seq 50); do squeue -h -j $n -t R | grep -q . && break; sleep 0.2; done
+            scontrol update job=$n AdminComment="$NOTE" && echo noted
+            for i in $(seq 100); do
+              k=$(sacct -n -P -X -j $a,$n -o AdminComment | grep -c cudapool)
+              [ "$k" = 3 ] && break
+              sleep 0.2
+            done
+            echo "array=$a"
+            sacct -n -P -X -j $n -o AdminComment | sed 's/^/comment|/'
+            $CLI jobstat $a | sed 's/^/all: /'
+            $CLI jobstat ${{a}}_1 | sed 's/^/one: /'
+            "#
+        ),
+    );
+    let all = format!("{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("noted"), "{all}");
+    let a = o
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("array="))
+        .unwrap_or_else(|| panic!("{all}"));
+    let all_lines: Vec<&str> = o
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("all: job "))
+        .collect();
+    assert_eq!(all_lines.len(), 2, "both tasks listed: {all}");
+    for t in ["_0", "_1"] {
+        assert!(
+            all_lines
+                .iter()
+                .any(|l| l.contains(&format!("job {a}{t}:"))),
+            "{all}"
+        );
+    }
+    assert_eq!(
+        o.stdout.matches("peak 64.00 MiB of 64.00 MiB").count(),
+        3,
+        "each task held to 64 MiB and recorded (twice listed, once alone): {all}"
+    );
+    assert!(o.stdout.contains(&format!("one: job {a}_1:")), "{all}");
+    let stored = o
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("comment|"))
+        .unwrap_or_else(|| panic!("{all}"));
+    let back: serde_json::Value = serde_json::from_str(&stored.replace('`', "\"")).unwrap();
+    assert_eq!(back["text"], note, "the site's note exactly: {all}");
+    assert!(back["cudapool"].is_object(), "{all}");
 }

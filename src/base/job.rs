@@ -211,9 +211,9 @@ pub fn read_share(dir: &Path, job: &str) -> Result<Option<JobShare>, String> {
     Ok(Some(share))
 }
 
-/// `/proc/self/cgroup` as read when the library loaded, on a node that runs the mandatory
+/// The job's share as looked up when the library loaded, on a node that runs the mandatory
 /// mode: then descriptors are not yet the program's to exhaust.
-static CGROUPS_AT_LOAD: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+static AT_LOAD: std::sync::OnceLock<Result<Option<JobShare>, String>> = std::sync::OnceLock::new();
 
 /// Whether this node runs the mandatory mode (the jobs' folder exists). `Err`: it cannot be
 /// told (a stat that failed otherwise than "absent"), which callers take as yes.
@@ -225,19 +225,27 @@ fn mandatory_node() -> Result<bool, std::io::Error> {
     }
 }
 
-/// Reads the process's cgroups now, when the library loads (the crate's constructor), so that a
+/// Looks the job's share up when the library loads (the crate's constructor), so that a
 /// program cannot starve the look-up by taking every descriptor before its first CUDA call. On
 /// a node without the mandatory mode, one failed stat is all.
-pub fn read_at_load() {
+pub fn look_up_at_load() {
     if !matches!(mandatory_node(), Ok(false)) {
-        let _ = CGROUPS_AT_LOAD.set(std::fs::read_to_string("/proc/self/cgroup").ok());
+        let _ = AT_LOAD.set(look_up());
     }
 }
 
 /// This process's job share, if it runs in a job whose file exists: `Err` is one line (a file
 /// that is there but cannot be trusted fails closed: the caller refuses allocations, as does a
-/// process whose job cannot be told on a node that runs the mandatory mode).
+/// process whose job cannot be told on a node that runs the mandatory mode). The answer found
+/// when the library loaded stands; one that failed then is sought again now.
 pub fn this_process() -> Result<Option<JobShare>, String> {
+    match AT_LOAD.get() {
+        Some(Ok(share)) => Ok(share.clone()),
+        _ => look_up(),
+    }
+}
+
+fn look_up() -> Result<Option<JobShare>, String> {
     match mandatory_node() {
         Ok(false) => return Ok(None),
         Ok(true) => {}
@@ -247,18 +255,9 @@ pub fn this_process() -> Result<Option<JobShare>, String> {
             ))
         }
     }
-    // Now if it can be read (the truth of this moment), else as it was when the library loaded.
-    let cgroups = match std::fs::read_to_string("/proc/self/cgroup") {
-        Ok(text) => text,
-        Err(e) => match CGROUPS_AT_LOAD.get().cloned().flatten() {
-            Some(text) => text,
-            None => {
-                return Err(format!(
-                    "/proc/self/cgroup: {e}: cannot tell which job this process runs in, so its share cannot be kept"
-                ))
-            }
-        },
-    };
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| {
+        format!("/proc/self/cgroup: {e}: cannot tell which job this process runs in, so its share cannot be kept")
+    })?;
     let Some(job) = job_of_cgroups(&cgroups) else {
         return Ok(None);
     };

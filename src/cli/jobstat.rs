@@ -12,7 +12,8 @@
 //! job`'s text, where a user's comment could pose as it) and written with `scontrol update`,
 //! run directly, never through a shell: by `sacctmgr modify job` (the job has ended when the
 //! Epilog runs, and slurmctld no longer updates it), which stores each `"` as a backtick: a
-//! reader turns them back (`unquote`; `tr '`' '"'`). Two nodes' Epilogs that run at the same instant can
+//! reader turns them back (`decode`; `tr '`' '"'`): ours never holds a `'` or backtick of its
+//! own (`encode` writes them as `\u0027` and `\u0060`), so a site's text comes back exactly. Two nodes' Epilogs that run at the same instant can
 //! still each write over the other's entry (Slurm has no append): said in docs/deploying.md.
 //!
 //! **What the figures are.** The group's record in its ledger, which is the job's user's to
@@ -126,27 +127,43 @@ fn admin_comment(job: &str) -> Result<Option<String>, String> {
         .find_map(|l| l.strip_prefix(&format!("{job}|")))
         .and_then(|rest| rest.split_once('|'))
         .filter(|(req, _)| !req.is_empty())
-        .map(|(_, comment)| unquote(comment)))
+        .map(|(_, comment)| comment.to_string()))
 }
 
-/// A comment as `sacctmgr` stored it, with its quotes back: it keeps every `"` as a backtick
-/// (and our JSON holds no backtick of its own).
-pub fn unquote(stored: &str) -> String {
-    stored.replace('`', "\"")
+/// The comment as JSON for `sacctmgr`, which stores every `"` and `'` as a backtick: its own
+/// `'` and backticks (only ever inside strings: a site's text) go as `\u0027` and `\u0060`, so
+/// that turning the backticks back into `"` ([`decode`]) gives this JSON again, exactly.
+pub fn encode(v: &Value) -> String {
+    v.to_string()
+        .replace('\'', "\\u0027")
+        .replace('`', "\\u0060")
+}
+
+/// A comment as the accounting holds it: JSON as a site set it (with `scontrol`, verbatim), our
+/// JSON as `sacctmgr` stored it (its `"` as backticks), or a site's plain text, kept verbatim
+/// under `"text"`.
+pub fn decode(stored: &str) -> Map<String, Value> {
+    let stored = stored.trim();
+    let object = |t: &str| match serde_json::from_str::<Value>(t) {
+        Ok(Value::Object(m)) => Some(m),
+        _ => None,
+    };
+    if stored.is_empty() {
+        return Map::new();
+    }
+    object(stored)
+        .or_else(|| object(&stored.replace('`', "\"")))
+        .unwrap_or_else(|| {
+            let mut m = Map::new();
+            m.insert("text".into(), Value::String(stored.to_string()));
+            m
+        })
 }
 
 /// `existing` (the comment as it is) with this node's `entry` put under `cudapool.<node>`,
 /// everything else kept.
 fn merged(existing: &str, node: &str, entry: Value) -> Value {
-    let mut top = match serde_json::from_str::<Value>(existing.trim()) {
-        Ok(Value::Object(m)) => m,
-        _ if existing.trim().is_empty() => Map::new(),
-        _ => {
-            let mut m = Map::new();
-            m.insert("text".into(), Value::String(existing.to_string()));
-            m
-        }
-    };
+    let mut top = decode(existing);
     let nodes = top
         .entry("cudapool")
         .or_insert_with(|| Value::Object(Map::new()));
@@ -186,7 +203,7 @@ pub fn record(job: &str, entry: Value) -> Result<(), String> {
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     };
-    let text = merged(&existing, &node, entry).to_string();
+    let text = encode(&merged(&existing, &node, entry));
     // The job has ended when the Epilog runs: slurmctld refuses to update it ("Job has already
     // finished"); its record in the accounting is what `sacct` shows, changed by sacctmgr.
     let out = super::slurm::slurm_command("sacctmgr")?
@@ -258,9 +275,9 @@ pub fn jobstat(job: &str) -> Result<(), String> {
     for f in rows {
         let (id, state, req, comment) = (f[0], f[2], f[3], f[4]);
         println!("job {id}: {state}, asked {req}");
-        let nodes = serde_json::from_str::<Value>(&unquote(comment))
-            .ok()
-            .map(|v| v["cudapool"].clone())
+        let nodes = decode(comment)
+            .get("cudapool")
+            .cloned()
             .filter(Value::is_object);
         match nodes {
             Some(n) => print(id, "", &n),
@@ -322,6 +339,24 @@ mod tests {
         let dbd = b"sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection to host:localhost:6819: Connection refused\n";
         assert!(sacct_failed(dbd).contains("(slurmdbd) does not answer"));
         assert_eq!(sacct_failed(b"x\ny\n"), "sacct failed: y");
+    }
+
+    /// Issue 60, item 6: a site's note with quotes, apostrophes, backticks and JSON of its own,
+    /// through two Epilogs' records, stored as sacctmgr stores (every `"` and `'` a backtick),
+    /// comes back exactly [`it's` came back as `it"s`, backticks as quotes].
+    #[test]
+    fn a_sites_note_survives_every_record_exactly() {
+        let sacctmgr = |s: &str| s.replace(['"', '\''], "`");
+        let note = r#"ops: it's "checked" `x` {"site":1}"#;
+        let first = sacctmgr(&encode(&merged(note, "n1", json!({"share": 1}))));
+        let second = sacctmgr(&encode(&merged(&first, "n2", json!({"share": 2}))));
+        let back = decode(&second);
+        assert_eq!(back["text"], note, "{second}");
+        assert_eq!(back["cudapool"]["n1"]["share"], 1);
+        assert_eq!(back["cudapool"]["n2"]["share"], 2);
+        // A site's own JSON, set with scontrol (verbatim), is merged into, not kept as text.
+        let own = decode(r#"{"ops": "it's fine"}"#);
+        assert_eq!(own["ops"], "it's fine");
     }
 
     #[test]

@@ -152,10 +152,12 @@ fn per_gpu(bytes: u64, gpus: u64) -> u64 {
     bytes.div_ceil(gpus.max(1))
 }
 
-/// Asks Slurm for the job's TRES per node: one field, one line, no shell.
+/// Asks Slurm for the job's TRES per node: one field, one line, no shell. Each line is the raw
+/// job id and the field (`%A %b`): the id of an array job names every task of it (the last
+/// task keeps the array's id), so the line is picked by its raw id.
 fn tres_per_node(job: &str) -> Result<String, String> {
     let out = slurm_command("squeue")?
-        .args(["--noheader", "--states=all", "--format=%b"])
+        .args(["--noheader", "--states=all", "--format=%A %b"])
         .arg(format!("--jobs={job}"))
         .stdin(std::process::Stdio::null())
         .output()
@@ -168,11 +170,20 @@ fn tres_per_node(job: &str) -> Result<String, String> {
         ));
     }
     let text = String::from_utf8(out.stdout).map_err(|_| "squeue printed no text".to_string())?;
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter_map(|l| {
+            let (id, field) = l.trim().split_once(' ').unwrap_or((l.trim(), ""));
+            (id == job).then_some(field)
+        })
+        .collect();
     match lines.as_slice() {
         [one] => Ok(one.trim().to_string()),
         [] => Err(format!("squeue knows no job {job}")),
-        _ => Err(format!("squeue printed {} lines for one job", lines.len())),
+        _ => Err(format!(
+            "squeue printed {} lines for job {job}",
+            lines.len()
+        )),
     }
 }
 
