@@ -49,28 +49,63 @@ fn named_uid(name: &str) -> Option<(u32, bool)> {
     Some((u.parse().ok()?, default))
 }
 
+/// Where a survey of `/dev/shm` stopped, for a reader that surveys again and again (the
+/// exporter): the next survey reads on from there, so every name is reached within a bounded
+/// number of surveys whatever the folder's order (tmpfs lists the newest names first: a flood
+/// planted after a user's directory would otherwise hide it for good), and what earlier
+/// surveys found stands until a whole pass of the folder has been read.
+#[derive(Debug, Default)]
+pub struct Cursor {
+    /// The folder stream's position where the last read stopped (`telldir`); `None`: at the
+    /// start of a pass.
+    at: Option<libc::c_long>,
+    /// Names found in the pass under way.
+    pass: BTreeMap<u32, Vec<PathBuf>>,
+    /// Names of the last whole pass.
+    last: BTreeMap<u32, Vec<PathBuf>>,
+}
+
+/// Why a survey did not cover everything (for the exporter's scrape).
+pub const CUT_READ: &str = "folder read";
+pub const CUT_OPEN: &str = "folders opened";
+
 /// The directories (by their type: files are passed over unopened) at users' names in
-/// `/dev/shm`, of `only` when given, read until `deadline`: uid -> (is default, path), each
-/// uid's sorted by name.
-fn candidates(parent: &Path, only: Option<u32>, deadline: Instant) -> BTreeMap<u32, Vec<PathBuf>> {
-    let mut out: BTreeMap<u32, Vec<PathBuf>> = BTreeMap::new();
+/// `/dev/shm`, of `only` when given, read from where `cursor` stopped until `deadline`: uid ->
+/// paths, each uid's sorted by name, with the names earlier reads found; and whether the read
+/// stopped at the deadline.
+fn candidates(
+    parent: &Path,
+    only: Option<u32>,
+    deadline: Instant,
+    cursor: &mut Cursor,
+) -> (BTreeMap<u32, Vec<PathBuf>>, bool) {
     let Ok(c) = CString::new(parent.as_os_str().as_encoded_bytes()) else {
-        return out;
+        return (BTreeMap::new(), false);
     };
     // SAFETY: opendir of a NUL-terminated path; checked for NULL below.
     let dir = unsafe { libc::opendir(c.as_ptr()) };
     if dir.is_null() {
-        return out;
+        return (BTreeMap::new(), false);
+    }
+    if let Some(at) = cursor.at {
+        // SAFETY: seekdir on the stream opened above, to a position telldir gave.
+        unsafe { libc::seekdir(dir, at) };
     }
     let mut n = 0u64;
+    let mut cut = false;
     loop {
         n += 1;
         if n.is_multiple_of(4096) && Instant::now() > deadline {
+            // SAFETY: telldir on the stream opened above.
+            cursor.at = Some(unsafe { libc::telldir(dir) });
+            cut = true;
             break;
         }
         // SAFETY: readdir on the stream opened above; the entry lives until the next call.
         let e = unsafe { libc::readdir(dir) };
         if e.is_null() {
+            cursor.at = None;
+            cursor.last = std::mem::take(&mut cursor.pass);
             break;
         }
         // The type from the directory entry itself, first: a planted file costs no system
@@ -89,15 +124,20 @@ fn candidates(parent: &Path, only: Option<u32>, deadline: Instant) -> BTreeMap<u
             continue;
         }
         if let Ok(name) = name.to_str() {
-            out.entry(u).or_default().push(parent.join(name));
+            cursor.pass.entry(u).or_default().push(parent.join(name));
         }
     }
     // SAFETY: the stream opened above, closed once.
     unsafe { libc::closedir(dir) };
+    let mut out = cursor.last.clone();
+    for (u, paths) in &cursor.pass {
+        out.entry(*u).or_default().extend(paths.iter().cloned());
+    }
     for v in out.values_mut() {
         v.sort();
+        v.dedup();
     }
-    out
+    (out, cut)
 }
 
 /// Holds the user's lock on making a walk-around directory (an abstract socket named for the
@@ -121,7 +161,8 @@ fn setup_lock(me: u32) -> Option<std::os::unix::net::UnixListener> {
 /// The first usable walk-around directory of user `me` in `parent`, if any.
 fn first_usable(parent: &Path, me: u32) -> Option<RunDir> {
     let far = Instant::now() + Duration::from_secs(5);
-    candidates(parent, Some(me), far)
+    candidates(parent, Some(me), far, &mut Cursor::default())
+        .0
         .remove(&me)
         .unwrap_or_default()
         .into_iter()
@@ -254,21 +295,48 @@ impl Squat {
     }
 }
 
-/// Every runtime directory a reader looks in, and the squats it can say, in one bounded read.
-/// With `configured` (`CUDAPOOL_RUNTIME_DIR`): that one (it must belong to the reader, or to
-/// anyone when `all_users`) or, when it is shared, the private `cudapool-<uid>` directories
-/// inside it; else the default and walk-around directories of this user, or of every user
-/// (`all_users`, root). Then the jobs' folders of root whose ledgers are the reader's (any
-/// user's when `all_users`). Each is checked as the writers check theirs. Nothing is changed.
+/// What a survey found, and what it did not cover ([`CUT_READ`], [`CUT_OPEN`]).
+#[derive(Debug, Default)]
+pub struct Survey {
+    pub dirs: Vec<RunDir>,
+    pub squats: Vec<Squat>,
+    pub cut: Vec<&'static str>,
+}
+
+/// Every runtime directory a reader looks in, and the squats it can say, in one bounded read
+/// ([`survey_on`] with a cursor of its own).
 pub fn survey(all_users: bool, configured: Option<&Path>) -> (Vec<RunDir>, Vec<Squat>) {
+    let s = survey_on(all_users, configured, &mut Cursor::default());
+    (s.dirs, s.squats)
+}
+
+/// Every runtime directory a reader looks in, and the squats it can say, in one bounded read
+/// that starts where `cursor`'s last one stopped. With `configured` (`CUDAPOOL_RUNTIME_DIR`):
+/// that one (it must belong to the reader, or to anyone when `all_users`) or, when it is
+/// shared, the private `cudapool-<uid>` directories inside it; else the default and
+/// walk-around directories of this user (its default looked at first, whatever the folder
+/// holds), or of every user (`all_users`, root). Then the jobs' folders of root whose ledgers
+/// are the reader's (any user's when `all_users`). Each is checked as the writers check theirs.
+/// Nothing is changed.
+pub fn survey_on(all_users: bool, configured: Option<&Path>, cursor: &mut Cursor) -> Survey {
     let me = uid();
-    let mut dirs = Vec::new();
-    let mut squats = Vec::new();
+    let mut out = Survey::default();
     if let Some(p) = configured {
-        dirs = configured_dirs(p, all_users, me);
+        out.dirs = configured_dirs(p, all_users, me);
     } else {
         let deadline = Instant::now() + SURVEY_TIME;
-        let mut by_uid = candidates(Path::new(SHM), (!all_users).then_some(me), deadline);
+        let only = (!all_users).then_some(me);
+        let (mut by_uid, cut) = candidates(Path::new(SHM), only, deadline, cursor);
+        if cut {
+            out.cut.push(CUT_READ);
+        }
+        // This user's own default name is opened by name: no flood can hide it.
+        if let Some(me) = only {
+            let paths = by_uid.entry(me).or_default();
+            if !paths.contains(&default_path(me)) {
+                paths.insert(0, default_path(me));
+            }
+        }
         // A round at a time across the uids the names give.
         let mut round = 0;
         let mut used: BTreeMap<u32, PathBuf> = BTreeMap::new();
@@ -284,18 +352,22 @@ pub fn survey(all_users: bool, configured: Option<&Path>) -> (Vec<RunDir>, Vec<S
                     if p != &default_path(u) {
                         used.entry(u).or_insert_with(|| p.clone());
                     }
-                    dirs.push(d);
+                    out.dirs.push(d);
                 }
             }
             round += 1;
-            if !any || Instant::now() > deadline {
+            if !any {
+                break;
+            }
+            if Instant::now() > deadline {
+                out.cut.push(CUT_OPEN);
                 break;
             }
         }
         by_uid.clear();
         // A user whose processes walked around: what took the default name.
         for (u, walked) in used {
-            if squats.len() >= MAX_SQUATS {
+            if out.squats.len() >= MAX_SQUATS {
                 break;
             }
             let taken = default_path(u);
@@ -304,7 +376,7 @@ pub fn survey(all_users: bool, configured: Option<&Path>) -> (Vec<RunDir>, Vec<S
                 Found::Absent => continue,
                 Found::Shared(w) | Found::Unusable(w) => w,
             };
-            squats.push(Squat {
+            out.squats.push(Squat {
                 uid: u,
                 path: taken,
                 why,
@@ -313,9 +385,10 @@ pub fn survey(all_users: bool, configured: Option<&Path>) -> (Vec<RunDir>, Vec<S
         }
     }
     let jobs = Path::new(super::job::JOBS_DIR);
-    dirs.extend(super::rundir::job_dirs(jobs, (!all_users).then_some(me)));
-    dirs.sort_by(|a, b| a.path.cmp(&b.path));
-    (dirs, squats)
+    out.dirs
+        .extend(super::rundir::job_dirs(jobs, (!all_users).then_some(me)));
+    out.dirs.sort_by(|a, b| a.path.cmp(&b.path));
+    out
 }
 
 fn configured_dirs(p: &Path, all_users: bool, me: u32) -> Vec<RunDir> {
@@ -342,7 +415,7 @@ fn configured_dirs(p: &Path, all_users: bool, me: u32) -> Vec<RunDir> {
 fn private_dirs_in(parent: &Path, only: Option<u32>) -> Vec<RunDir> {
     let deadline = Instant::now() + SURVEY_TIME;
     let mut out = Vec::new();
-    for (u, paths) in candidates(parent, only, deadline) {
+    for (u, paths) in candidates(parent, only, deadline, &mut Cursor::default()).0 {
         for p in paths {
             if let Found::Usable(d) = open_dir(&p, u) {
                 out.push(d);
@@ -372,6 +445,36 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    /// Issue 60, item 4: a flood of names read a bounded part at a time (here 4,095 a
+    /// survey: each read's deadline has passed) [one read from the start each time: a user
+    /// listed after the flood was never reached, and nothing said so]. The user is reached
+    /// within five surveys wherever the folder lists it, each cut survey says so, and once
+    /// found stays found.
+    #[test]
+    fn a_flood_of_names_delays_a_user_by_a_few_surveys_never_for_good() {
+        let d = scratch("flood");
+        let me = uid();
+        std::fs::create_dir(d.join(format!("cudapool-{me}"))).unwrap();
+        for i in 0..20_000 {
+            std::fs::write(d.join(format!("f{i}")), "").unwrap();
+        }
+        let mut cursor = Cursor::default();
+        let past = Instant::now();
+        let (mut found_at, mut cuts) = (None, 0);
+        for call in 1..=10 {
+            let (found, cut) = candidates(&d, None, past, &mut cursor);
+            cuts += usize::from(cut);
+            if found.contains_key(&me) && found_at.is_none() {
+                found_at = Some(call);
+            }
+        }
+        assert!(found_at.is_some_and(|c| c <= 5), "found at {found_at:?}");
+        assert!(cuts >= 8, "each cut said: {cuts}");
+        let (found, _) = candidates(&d, None, past, &mut cursor);
+        assert!(found.contains_key(&me), "found stays found");
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

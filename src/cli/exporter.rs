@@ -160,6 +160,7 @@ pub fn exporter(listen: Listen, interval: Duration) -> ExitCode {
         interval: opts.interval,
         cache: Mutex::new(None),
         said: Mutex::new(Vec::new()),
+        survey: Mutex::new((rundir_find::Cursor::default(), [0; 2])),
     });
     match runtime.block_on(serve(listener, state)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -264,7 +265,13 @@ struct Scraper {
     cache: Mutex<Option<(Instant, Arc<Seen>)>>,
     /// The squats already said on stderr (each once).
     said: Mutex<Vec<Squat>>,
+    /// Where the survey of `/dev/shm` stopped (the next one reads on from there), and how many
+    /// surveys were cut short so far, per reason of [`CUTS`].
+    survey: Mutex<(rundir_find::Cursor, [u64; 2])>,
 }
+
+/// Why a survey was cut short, as the scrape says it.
+const CUTS: [&str; 2] = [rundir_find::CUT_READ, rundir_find::CUT_OPEN];
 
 impl Scraper {
     async fn answer(self: Arc<Self>, req: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -339,7 +346,7 @@ impl Scraper {
                 return seen.clone();
             }
         }
-        let seen = Arc::new(read(self.all_users));
+        let seen = Arc::new(read(self.all_users, &self.survey));
         self.say_squats(&seen.squats);
         *cache = Some((Instant::now(), seen.clone()));
         seen
@@ -361,10 +368,22 @@ impl Scraper {
 
 /// One read of every page and ledger this exporter may read, within [`READ_TIME`] (each user's
 /// files getting an equal share of it).
-fn read(all_users: bool) -> Seen {
+fn read(all_users: bool, survey: &Mutex<(rundir_find::Cursor, [u64; 2])>) -> Seen {
     let t0 = Instant::now();
     let configured = configured_from_env();
-    let (dirs, squats) = rundir_find::survey(all_users, configured.as_deref());
+    let (found, cuts) = {
+        let mut s = survey.lock().unwrap_or_else(|e| e.into_inner());
+        let found = rundir_find::survey_on(all_users, configured.as_deref(), &mut s.0);
+        for (i, why) in CUTS.iter().enumerate() {
+            if found.cut.contains(why) {
+                s.1[i] += 1;
+            }
+        }
+        (found, s.1)
+    };
+    let cut = CUTS.map(|why| (why, found.cut.contains(&why)));
+    let cuts = [(CUTS[0], cuts[0]), (CUTS[1], cuts[1])];
+    let (dirs, squats) = (found.dirs, found.squats);
     // The survey of the directories is charged to the read's time too.
     let mut patience = Patience::new(READ_TIME.saturating_sub(t0.elapsed()), owners(&dirs));
     let (snaps, skipped_pages) = live_in(&dirs, &mut patience);
@@ -397,6 +416,8 @@ fn read(all_users: bool) -> Seen {
         procs,
         groups,
         skipped,
+        cut,
+        cuts,
         squats,
         read: t0.elapsed(),
     }
@@ -498,10 +519,17 @@ mod tests {
             procs,
             groups: Vec::new(),
             skipped: [("invalid", dropped), ("busy", 0), ("time", 0)],
+            cut: [(CUTS[0], true), (CUTS[1], false)],
+            cuts: [(CUTS[0], 3), (CUTS[1], 0)],
             squats: Vec::new(),
             read: Duration::ZERO,
         };
         let (text, _) = render(&seen, false, true);
+        assert!(
+            text.contains("cudapool_exporter_survey_incomplete{reason=\"folder read\"} 1")
+                && text.contains("cudapool_exporter_surveys_cut_total{reason=\"folder read\"} 3"),
+            "{text}"
+        );
         assert!(
             text.contains("cudapool_ooms_total{uid=\"1001\",pid=\"7\""),
             "{text}"

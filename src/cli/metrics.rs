@@ -28,6 +28,11 @@ pub(super) struct Seen {
     /// the directory owner's), `busy` (its live writer was writing all the time it was given),
     /// `time` (the read's time, or its owner's share of it, ran out first).
     pub(super) skipped: [(&'static str, usize); 3],
+    /// Whether the last survey of `/dev/shm` was cut short, per reason (the folder's read, or
+    /// the opening of the folders found, reached its deadline: the next one reads on).
+    pub(super) cut: [(&'static str, bool); 2],
+    /// Surveys cut short since the exporter started, per reason.
+    pub(super) cuts: [(&'static str, u64); 2],
     pub(super) squats: Vec<Squat>,
     /// How long the read took.
     pub(super) read: Duration,
@@ -319,6 +324,28 @@ pub(super) fn render(seen: &Seen, openmetrics: bool, all_users: bool) -> (String
         )?;
         for (reason, n) in seen.skipped {
             skipped.with_or_new(&Reason(reason), |g| g.set(n as i64));
+        }
+        let cut = Family::<Reason, Gauge<i64>>::default();
+        reg.register(
+            "exporter_survey_incomplete",
+            "1 when the last survey of /dev/shm was cut short at its deadline (folder read: names left unread, read on at the next scrape; folders opened: directories found but not opened): some users' processes may be missing from this scrape",
+            cut.clone(),
+        )?;
+        for (reason, c) in seen.cut {
+            cut.with_or_new(&Reason(reason), |g| g.set(i64::from(c)));
+        }
+        let cuts = Family::<Reason, Counter<u64>>::default();
+        reg.register(
+            if openmetrics {
+                "exporter_surveys_cut"
+            } else {
+                "exporter_surveys_cut_total"
+            },
+            "Surveys of /dev/shm cut short at their deadline since the exporter started, per reason",
+            cuts.clone(),
+        )?;
+        for (reason, n) in seen.cuts {
+            cuts.with_or_new(&Reason(reason), |c| c.set(n));
         }
         let took = Gauge::<f64>::new(seen.read.as_secs_f64());
         reg.register_with_unit(

@@ -167,10 +167,16 @@ fn groups_text(verbose: bool, only: Option<&Vec<&str>>) -> String {
             Err(_) => continue,
         };
         if g.members.is_empty() {
-            // Its last member is gone: the reader removed the ledger (it held nothing).
+            // Its last member is gone: the reader removed the ledger (it held nothing), unless
+            // it is a job's, which the job's Epilog removes.
             out.push_str(&format!(
-                "group {}: no member left (its ledger is removed)\n",
-                g.name
+                "group {}: no member left ({})\n",
+                g.name,
+                if g.removed {
+                    "its ledger is removed"
+                } else {
+                    "its ledger stays until its owner removes it"
+                }
             ));
             continue;
         }

@@ -401,6 +401,9 @@ pub struct LedgerView {
     pub name: String,
     /// The file's owner.
     pub uid: u32,
+    /// The ledger this reader removed because no member lived in it (a job's ledger in its
+    /// folder of root is the job's Epilog's to remove, and stays).
+    pub removed: bool,
     /// (uuid, limit, reserved by the live members) of each GPU the group used.
     pub devices: Vec<([u8; 16], u64, u64)>,
     /// (pid, reserved per GPU, in `devices` order) of each live member.
@@ -595,12 +598,11 @@ pub fn read_within(dir: &RunDir, fname: &str, wait: Duration) -> Result<LedgerVi
     let live: Vec<usize> = (0..MEMBERS)
         .filter(|&i| l.members[i].live != 0 && held(fd.as_raw_fd(), member_byte(i), 1))
         .collect();
-    if live.is_empty() && mine {
-        remove_if_dead(dir, fname, &fd, &st);
-    }
+    let removed = live.is_empty() && mine && remove_if_dead(dir, fname, &fd, &st);
     Ok(LedgerView {
         name: String::new(),
         uid: dir.owner,
+        removed,
         devices: used
             .iter()
             .map(|&d| {
@@ -634,16 +636,19 @@ pub fn read_within(dir: &RunDir, fname: &str, wait: Duration) -> Result<LedgerVi
 
 /// Removes a ledger of ours in which no member lives, behind its door (no joiner is let in
 /// meanwhile; one that waited finds it unlinked and makes a new one).
-fn remove_if_dead(dir: &RunDir, fname: &str, fd: &OwnedFd, st: &libc::stat) {
+/// Whether it was removed.
+fn remove_if_dead(dir: &RunDir, fname: &str, fd: &OwnedFd, st: &libc::stat) -> bool {
     let Some(_door) = try_enter(fd.as_raw_fd()) else {
-        return; // someone is joining
+        return false; // someone is joining
     };
     if others_live(fd.as_raw_fd()) {
-        return;
+        return false;
     }
     if let Ok((_, now)) = rundir::open_found(dir, fname, libc::O_RDONLY) {
         if now.st_ino == st.st_ino && now.st_dev == st.st_dev {
             dir.unlink(fname);
+            return true;
         }
     }
+    false
 }
