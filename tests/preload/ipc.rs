@@ -34,14 +34,21 @@ fn an_ipc_import_maps_the_block_not_its_segment() {
 /// reached the other buffer.
 #[test]
 fn a_forged_ipc_offset_is_refused() {
-    for mode in ["dlsym", "gpa"] {
+    // Both kinds of segments (issue 60, item 8: expandable was not tried): the forged handle is
+    // a small block's, and a target in mapped memory must not open through it either.
+    for (mode, segments) in [
+        ("dlsym", "classic"),
+        ("gpa", "classic"),
+        ("dlsym", "expandable"),
+        ("gpa", "expandable"),
+    ] {
         let r = ranges(
             mode,
             "ipc-forged",
             true,
-            &[("CUDAPOOL_POOL", "split"), ("CUDAPOOL_SEGMENTS", "classic")],
+            &[("CUDAPOOL_POOL", "split"), ("CUDAPOOL_SEGMENTS", segments)],
         );
-        let what = format!("{mode}:\n{}\n{}", r.stdout, r.stderr);
+        let what = format!("{mode} {segments}:\n{}\n{}", r.stdout, r.stderr);
         let l = r.line("forged");
         assert_eq!(l["far_rc"], "1", "{what}");
         assert_eq!(l["alias_rc"], "1", "{what}");
