@@ -158,10 +158,11 @@ fn setup_lock(me: u32) -> Option<std::os::unix::net::UnixListener> {
     }
 }
 
-/// The first usable walk-around directory of user `me` in `parent`, if any.
-fn first_usable(parent: &Path, me: u32) -> Option<RunDir> {
+/// The first usable walk-around directory of user `me` in `parent`, if any, read from where
+/// `cursor` stopped (a second look reads on rather than again from the start).
+fn first_usable(parent: &Path, me: u32, cursor: &mut Cursor) -> Option<RunDir> {
     let far = Instant::now() + Duration::from_secs(5);
-    candidates(parent, Some(me), far, &mut Cursor::default())
+    candidates(parent, Some(me), far, cursor)
         .0
         .remove(&me)
         .unwrap_or_default()
@@ -203,30 +204,48 @@ fn walk_around(
             taken.display()
         ))
     };
-    if let Some(d) = first_usable(parent, me) {
+    // The folder this process walked to before (its page and its group look it up apart):
+    // opened by name, no second read of a folder a flood may fill.
+    if let Some(d) = WALKED
+        .get()
+        .filter(|p| p.parent() == Some(parent))
+        .and_then(|p| match open_dir(p, me) {
+            Found::Usable(d) => Some(d),
+            _ => None,
+        })
+    {
         let line = said(&d.path);
         return Ok((d, line));
     }
-    let _lock = setup_lock(me);
-    if let Some(d) = first_usable(parent, me) {
-        let line = said(&d.path);
-        return Ok((d, line));
-    }
-    for _ in 0..4 {
-        let path = parent.join(format!("cudapool-{me}.{}", random_suffix()));
-        match make_dir(&path, me) {
-            Found::Usable(d) => {
-                let line = said(&d.path);
-                return Ok((d, line));
-            }
-            Found::Absent => {}
-            Found::Shared(_) | Found::Unusable(_) => {} // taken meanwhile: another name
+    let mut cursor = Cursor::default();
+    let found = match first_usable(parent, me, &mut cursor) {
+        Some(d) => Some(d),
+        None => {
+            let _lock = setup_lock(me);
+            first_usable(parent, me, &mut cursor).or_else(|| {
+                (0..4).find_map(|_| {
+                    let path = parent.join(format!("cudapool-{me}.{}", random_suffix()));
+                    match make_dir(&path, me) {
+                        Found::Usable(d) => Some(d),
+                        // taken meanwhile, or vanished: another name
+                        _ => None,
+                    }
+                })
+            })
         }
+    };
+    if let Some(d) = found {
+        let _ = WALKED.set(d.path.clone());
+        let line = said(&d.path);
+        return Ok((d, line));
     }
     Err(format!(
         "{why}, and no directory could be made instead; {REMEDY}"
     ))
 }
+
+/// The walk-around folder this process found or made (once).
+static WALKED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
 /// This user's runtime directory (made if absent), and a line to say once when it is not the
 /// default because another user took that name. `Err` is one line: why there is none.
