@@ -71,6 +71,27 @@ readme_lines = read("README.md").count("\n")
 if readme_lines > 300:
     problems.append(f"README.md: {readme_lines} lines, more than 300 (move detail into docs/)")
 
+# The project stands on its own: no file cites a contract or design file it does not have, or
+# a folder outside the clone (what a reader needs is in docs/).
+ELSEWHERE = re.compile(r"\bSPEC\.md\b|\bDESIGN\.md\b|\.\./shared\b")
+for top in ["src", "tests", "scripts", "docs", "benches", "deploy", "cbindings", "include", "dist"]:
+    for folder, _, names in os.walk(os.path.join(ROOT, top)):
+        if os.path.relpath(folder, ROOT).startswith(os.path.join("docs", "gpu")):
+            continue  # records of runs, kept as they were
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                text = open(path, encoding="utf-8").read()
+            except (UnicodeDecodeError, OSError):
+                continue
+            for n, line in enumerate(text.splitlines(), 1):
+                if ELSEWHERE.search(line) and os.path.basename(path) != "check-docs.py":
+                    problems.append(f"{os.path.relpath(path, ROOT)}:{n}: cites a file outside the project")
+for name in ["README.md", "CONTRIBUTING.md", "Cargo.toml", "pyproject.toml", "setup.py", "build.rs"]:
+    for n, line in enumerate(read(name).splitlines(), 1):
+        if ELSEWHERE.search(line):
+            problems.append(f"{name}:{n}: cites a file outside the project")
+
 for p in problems:
     print(p)
 print(f"check-docs: {len(docs)} pages, {len(problems)} problems")

@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""The replay gate: every allocation trace of benches/traces/ (and of ../shared/traces/ when that
-folder is there) replayed by `cudapool replay` through split with expandable segments, the
+"""The replay gate: every allocation trace of benches/traces/ replayed by `cudapool replay` through split with expandable segments, the
 default, twice:
 - with no limit (nothing is lent): never above the reserved peak PyTorch's allocator recorded on
   the same job (the file's header, where it says), and at most DEFAULT_TARGET x its peak
@@ -9,7 +8,7 @@ default, twice:
   peak allocated, and no request refused.
 Prints one line per trace and run, and a `test result:` line that scripts/test.sh counts.
 
-    python3 scripts/replay-gate.py target/debug/cudapool
+    python3 scripts/replay-gate.py target/debug/cudapool [MORE_TRACE_FOLDERS...]
 """
 import glob
 import json
@@ -38,9 +37,11 @@ def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     files = sorted(glob.glob(os.path.join(root, "benches", "traces", "*.ops")))
     files += sorted(glob.glob(os.path.join(root, "benches", "traces", "*.trace")))
-    shared = sorted(glob.glob(os.path.join(root, "..", "shared", "traces", "*.ops")))
+    # More folders of traces (yours), named after the binary: their .ops files join the gate.
     names = {os.path.basename(f) for f in files}
-    files += [f for f in shared if os.path.basename(f) not in names]
+    for folder in sys.argv[2:]:
+        extra = sorted(glob.glob(os.path.join(folder, "*.ops")))
+        files += [f for f in extra if os.path.basename(f) not in names]
     if not files:
         print("replay gate: no traces found", file=sys.stderr)
         return 1

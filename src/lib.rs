@@ -28,7 +28,7 @@ pub mod driver;
 pub mod limits;
 pub mod pool;
 
-/// Reads the environment when the library loads (SPEC.md: later changes have no effect).
+/// Reads the environment when the library loads (the contract, docs/design.md: later changes have no effect).
 /// Prints nothing and touches no driver: a process that never calls CUDA is not disturbed
 /// (but for the one `cudapool run --report` started, which says so at exit).
 #[ctor::ctor]

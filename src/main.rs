@@ -1,4 +1,4 @@
-//! The `cudapool` command (SPEC.md): `run`, `stat`, `top`, `plot`, `snapshot`, `exporter`,
+//! The `cudapool` command: `run`, `stat`, `top`, `plot`, `snapshot`, `exporter`,
 //! `config`, `slurm`, `jobstat` and `replay`, parsed by clap (the preloaded library links none of it). Every subcommand answers
 //! `--help` (and `cudapool help SUB`); a usage error names the subcommand and the option and
 //! exits 2; `run` exits 126 or 127 when the program cannot be started; output into a closed

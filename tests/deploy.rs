@@ -1,6 +1,6 @@
-//! The deployment files (SPEC.md, "Deployment files"; issue 47): the Kubernetes pod as far as a
+//! The deployment files (docs/deploying.md; issue 47): the Kubernetes pod as far as a
 //! machine without a cluster can check it (no pod was run: there is no cluster here), and the
-//! files operators and checks rely on where SPEC.md says. The Slurm and Prometheus recipes run
+//! files operators and checks rely on where docs/deploying.md says. The Slurm and Prometheus recipes run
 //! for real in tests/slurm.rs and tests/prometheus.rs.
 
 mod common;
@@ -46,7 +46,7 @@ fn the_kubernetes_pod_is_the_one_the_docs_name_and_its_settings_hold() {
     );
 }
 
-/// The paths SPEC.md fixes exist, the prologs are executable, and they parse as bash.
+/// The paths docs/deploying.md names exist, the prologs are executable, and they parse as bash.
 #[test]
 fn the_deployment_files_are_where_the_spec_says() {
     for f in [

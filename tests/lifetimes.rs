@@ -1,4 +1,4 @@
-//! The program's handles are the program's (DESIGN.md trap 10): the whole library under
+//! The program's handles are the program's (docs/design.md, trap 10): the whole library under
 //! `LD_PRELOAD`, against the fake driver, which aborts when a destroyed stream, event or context
 //! reaches it (the real driver crashes). The program destroys streams and contexts on one
 //! thread while others free, allocate and reclaim; host callbacks free and destroy from the

@@ -1,4 +1,4 @@
-//! How the program reaches the hooks (DESIGN.md trap 1). Three ways:
+//! How the program reaches the hooks (docs/design.md, trap 1). Three ways:
 //! 1. exported `cu*` symbols (`hooks`), for programs linked with `-lcuda`;
 //! 2. an overridden `dlsym`, for `dlopen("libcuda.so.1")` + `dlsym(handle, name)` (PyTorch,
 //!    CuPy, JAX, Numba);

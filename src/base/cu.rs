@@ -1,6 +1,6 @@
 //! CUDA driver types and result codes as the hooks see them at the C ABI.
 //!
-//! Types come from cudarc (types only: no cudarc function is ever called, DESIGN.md trap 2).
+//! Types come from cudarc (types only: no cudarc function is ever called, docs/design.md, trap 2).
 //! Results stay raw integers at the edge: the real driver may return a code newer than any
 //! Rust enum knows, and the shim must hand it back unchanged.
 //!

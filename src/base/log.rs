@@ -1,4 +1,4 @@
-//! Diagnostics on stderr, one line each, prefixed `cudapool:` (SPEC.md `CUDAPOOL_LOG`).
+//! Diagnostics on stderr, one line each, prefixed `cudapool:` (`CUDAPOOL_LOG`).
 //!
 //! Writes go straight to fd 2 with one `write(2)`: no lock that a hook could re-enter, no
 //! panic if stderr is closed, no allocation of device memory.

@@ -1,6 +1,6 @@
 //! The one way cudapool writes a file a user named (`CUDAPOOL_REPORT`, `CUDAPOOL_TRACE`,
 //! `CUDAPOOL_OOM_SNAPSHOT`, `cudapool_snapshot*`, the CLI's `-o`): a path in a directory other
-//! users may write is theirs until proven otherwise (DESIGN.md, "The shared node").
+//! users may write is theirs until proven otherwise (docs/design.md, "What cudapool opens on a shared node").
 //!
 //! **How.** The folder is opened once; what is at the name is looked at without following it
 //! (`fstatat(AT_SYMLINK_NOFOLLOW)`): a symbolic link, a FIFO, a device, a directory or a file

@@ -1,5 +1,5 @@
 //! How long a reader of other processes' files (`cudapool stat`, the exporter) may spend, so
-//! that no file and no user can hold it: bounded by time, not by trust (DESIGN.md, "The shared
+//! that no file and no user can hold it: bounded by time, not by trust (docs/design.md, "What cudapool opens on a shared
 //! node").
 //!
 //! A file nobody holds is read once and never waited on; a file a live process holds is

@@ -2,7 +2,7 @@
 //! points the shim calls. The bottom of the stack; it knows nothing of pools or limits.
 //!
 //! Every lookup here goes through the *real* `dlsym` on the real driver's handle, never through
-//! the overridden one (DESIGN.md trap 2), so loading the table cannot re-enter the shim.
+//! the overridden one (docs/design.md, trap 2), so loading the table cannot re-enter the shim.
 //!
 //! Every call through the table ([`call!`]) can be made to fail on purpose (`CUDAPOOL_FAULTS`,
 //! [`arm_faults`]): a debug setting for testing what cudapool does with the driver's errors.

@@ -1,6 +1,6 @@
 //! What NVML says of this process's whole footprint on a GPU (its context, the driver's own
 //! memory and its allocations together), for a group's limit to count each member's context
-//! (SPEC: `CUDAPOOL_GROUP_LIMIT`). NVML is loaded (`libnvidia-ml.so.1`) the first time a group
+//! (`CUDAPOOL_GROUP_LIMIT`). NVML is loaded (`libnvidia-ml.so.1`) the first time a group
 //! member uses a GPU, never otherwise; the real NVML's symbols are found with the real `dlsym`
 //! (this library's own NVML hooks are not involved).
 //!

@@ -1,5 +1,5 @@
 //! NVIDIA's tools see each pooled block as an allocation of its own, through the NVTX memory
-//! API (DESIGN.md trap 8): a pool segment is a sub-allocator heap, each block the program holds
+//! API (docs/design.md, trap 8): a pool segment is a sub-allocator heap, each block the program holds
 //! is a region in it (named by the API that made it and its size), and a freed block, waiting
 //! for its fence or cached, is no region. compute-sanitizer's memcheck then reports accesses
 //! outside the regions of a heap (past a block, after its free), and initcheck's

@@ -7,7 +7,7 @@
 //! be put back is decided one level up, in [`super::reuse`]. Not thread-safe by themselves: the
 //! wrapper holds each behind its lock.
 //!
-//! Near the limit the program's memory comes first (SPEC.md): a kind never asks the upstream
+//! Near the limit the program's memory comes first (the contract, docs/design.md): a kind never asks the upstream
 //! for more than the headroom when a smaller segment would do, and falls back to a segment of
 //! the rounded request when its preferred segment is refused.
 //!

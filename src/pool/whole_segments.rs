@@ -223,7 +223,7 @@ impl Core for SimpleCore {
 /// serves any request of its class that it is large enough for. Without a limit every block is
 /// a segment of its class's full size, so any block serves any request of its class. Under a
 /// limit a segment is exactly the request, so that rounding never costs the program memory it
-/// asked for (SPEC.md).
+/// asked for (the contract, docs/design.md).
 #[derive(Default)]
 pub struct BinnedCore(SegmentCache);
 

@@ -400,7 +400,7 @@ mod tests {
         assert!(!path.exists());
     }
 
-    /// DESIGN.md trap 9: a link planted at the page's name is never followed (the file it
+    /// docs/design.md, trap 9: a link planted at the page's name is never followed (the file it
     /// points to stays as it was): it is taken for a stale entry and replaced by a new page.
     #[test]
     fn a_link_at_the_page_name_is_never_written_through() {

@@ -150,7 +150,7 @@ impl Budgets {
                     Ok(share) => {
                         // The group holds each member's whole footprint: its context and what
                         // the driver took before cudapool saw the device, as NVML counts the
-                        // process (SPEC, CUDAPOOL_GROUP_LIMIT). Charged to the group alone:
+                        // process (CUDAPOOL_GROUP_LIMIT). Charged to the group alone:
                         // the process's own limit keeps its meaning.
                         let context = crate::driver::nvml::process_used(&uuid, std::process::id())
                             .map_or(0, |used| used.saturating_sub(budget.reserved()));

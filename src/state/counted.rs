@@ -1,5 +1,5 @@
 //! The tables of device memory the shim does not pool but passes through to the driver and
-//! counts, so that no allocation API is a hole in the limit (SPEC.md, DESIGN.md trap 4); the
+//! counts, so that no allocation API is a hole in the limit (docs/design.md, trap 4); the
 //! accounting itself is `counting`:
 //! - driver memory pools (`cuMemAllocFromPoolAsync`): what the pool *reserves* is charged,
 //!   read from the driver after every call that can change it;

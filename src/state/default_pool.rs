@@ -1,5 +1,5 @@
 //! The device's default memory pool (`cuDeviceGetDefaultMemPool`) tells cudapool's figures
-//! (SPEC.md). cudapool serves `cuMemAllocAsync` from its own pool, so the driver's default pool
+//! (the contract). cudapool serves `cuMemAllocAsync` from its own pool, so the driver's default pool
 //! stays empty; programs that read their memory there (PyTorch's `backend:cudaMallocAsync`:
 //! `torch.cuda.memory_allocated`, `memory_reserved`, `max_memory_*`, `reset_peak_memory_stats`,
 //! `empty_cache`) would see nothing. So, for a device's default pool only:

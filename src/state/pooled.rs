@@ -290,7 +290,7 @@ impl Shim {
         nvtx::block_held(ptr, size, segment, &name);
     }
 
-    /// `cuMemGetInfo`: the driver's figures seen through the limit (SPEC.md).
+    /// `cuMemGetInfo`: the driver's figures seen through the limit (the README: `cuMemGetInfo` shows the limit).
     pub fn mem_get_info(&self) -> Result<(u64, u64), CUresult> {
         let (driver_free, driver_total) = self.driver.mem_get_info()?;
         let dev = self.driver.current_device()?;

@@ -70,7 +70,7 @@ impl Shim {
     }
 
     /// The context `ctx` is gone (destroyed or reset): its memory went with it. Drop every
-    /// record of it without calling the driver (DESIGN.md trap 5).
+    /// record of it without calling the driver (docs/design.md, trap 5).
     pub fn context_gone(&self, ctx: usize) {
         self.overhead_context_gone(ctx);
         let cp = self.contexts.remove(ctx);

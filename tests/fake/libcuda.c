@@ -1,4 +1,4 @@
-// A fake libcuda.so.1 for testing cudapool without a GPU (DESIGN.md, test layer 2).
+// A fake libcuda.so.1 for testing cudapool without a GPU (docs/design.md, "Tests": the second layer).
 //
 // Device memory is host memory. Devices: FAKECU_DEVICES (default 2), each with
 // FAKECU_TOTAL_MEM bytes (default 1 GiB). Contexts are real objects with a per-thread current

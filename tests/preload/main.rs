@@ -1,5 +1,5 @@
 //! The whole library under `LD_PRELOAD`, against a fake `libcuda.so.1`, with C clients that
-//! reach the driver by linking, by `dlopen`+`dlsym`, and by `cuGetProcAddress_v2` (DESIGN.md,
+//! reach the driver by linking, by `dlopen`+`dlsym`, and by `cuGetProcAddress_v2` (docs/design.md,
 //! test layer 2). Needs a C compiler (`cc`); no GPU.
 
 #[path = "../common/mod.rs"]

@@ -168,7 +168,7 @@ print("snapshot: ok")
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
 }
 
-/// DESIGN.md trap 9: what sits at a live process's page path is not trusted. A
+/// docs/design.md, trap 9: what sits at a live process's page path is not trusted. A
 /// FIFO there (nobody writes it) must not make `cudapool stat` hang, and `-v` says what was
 /// skipped; a link there is not followed.
 #[test]

@@ -1,4 +1,4 @@
-//! `CUDAPOOL_*` environment parsing (SPEC.md, "Environment"). Pure: no driver, no FFI.
+//! `CUDAPOOL_*` environment parsing (the README's variables). Pure: no driver, no FFI.
 //!
 //! The environment is read once when the library loads. A bad value does not print anything at
 //! load time (a process that makes no CUDA call is never disturbed); it is kept as a
@@ -16,7 +16,7 @@ pub mod names;
 use std::fmt;
 use std::path::PathBuf;
 
-/// Which pool serves `cuMemAlloc`/`cuMemFree` (SPEC.md `CUDAPOOL_POOL`).
+/// Which pool serves `cuMemAlloc`/`cuMemFree` (`CUDAPOOL_POOL`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PoolKind {
     Split,
@@ -329,7 +329,7 @@ impl Default for Config {
     }
 }
 
-/// A variable whose value cannot be used. Displayed as the one line SPEC.md asks for.
+/// A variable whose value cannot be used. Displayed as one line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
     pub var: &'static str,

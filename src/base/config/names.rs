@@ -1,5 +1,5 @@
-//! The `CUDAPOOL_*` names cudapool knows, and the nearest one to a name it does not (SPEC.md:
-//! an unknown name is a bad value too, said once with the nearest known name).
+//! The `CUDAPOOL_*` names cudapool knows, and the nearest one to a name it does not (an
+//! unknown name is a bad value too, said once with the nearest known name).
 //!
 //! Uses: nothing of the crate.
 

@@ -1,4 +1,4 @@
-//! Reuse safety (DESIGN.md trap 3): a freed block goes back where the next allocation may take
+//! Reuse safety (docs/design.md, trap 3): a freed block goes back where the next allocation may take
 //! it only when no device work issued before its free can touch it while the new owner's work
 //! runs.
 //!

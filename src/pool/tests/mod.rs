@@ -40,7 +40,7 @@ fn every_kind_meets_the_contract() {
     contract(|| expandable(ReuseRule::Fenced).0);
 }
 
-/// SPEC.md: rounding and segment sizes never cost the program memory it asked for.
+/// The contract (docs/design.md): rounding and segment sizes never cost the program memory it asked for.
 #[test]
 fn near_the_limit_every_kind_fits_what_was_asked() {
     for kind in KINDS {
@@ -291,7 +291,7 @@ fn one_queue_frees_are_split_and_coalesced_at_once() {
     );
 }
 
-/// DESIGN.md trap 3: a block freed in order on stream `s` is reusable at once by
+/// docs/design.md, trap 3: a block freed in order on stream `s` is reusable at once by
 /// allocations ordered on `s`, from inside the core (best fit, split), by nothing else
 /// before its fence.
 #[test]

@@ -53,7 +53,7 @@
 //! cudapool saw is asked whether it is idle; if it is not, work reached it through an entry
 //! point cudapool does not watch, and the context falls back to fences for good (one warning).
 //!
-//! **Handles the program owns are the program's** (DESIGN.md trap 10). The context, its
+//! **Handles the program owns are the program's** (docs/design.md, trap 10). The context, its
 //! streams, and the events cudapool makes in it can be destroyed by any thread of the program
 //! at any moment, and the driver does not check a dead handle: it crashes. So:
 //! - every call that passes this context, one of its streams or one of cudapool's events in it
