@@ -1,8 +1,6 @@
 //! The `cudapool_*` C API (`include/cudapool.h`). Thread-safe; works preloaded or linked.
 //! Every function has a panic boundary and returns a CUDA result code (0 = success) where it
 //! returns an `int`.
-//!
-//! Uses: `state` (through its `View`), `report`, `hooks::boundary`, `budget`, `log`, `cu`.
 
 use crate::abi::hooks::boundary;
 use crate::base::cu::*;

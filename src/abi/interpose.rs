@@ -9,9 +9,6 @@
 //! hook only when the answer is *exactly* the real function that hook replaces (pointer
 //! identity). So `cudaVersion`, `_ptsz`/`_ptds` flags and `symbolStatus` stay the driver's, and
 //! a lookup never returns NULL where the driver returned a function.
-//!
-//! Uses: `hooks` (the table of hooks, `work::HARMLESS_PER_THREAD`), `state`, `flags`, `driver`,
-//! `config`, `log`, `sync`, `cu`.
 
 use crate::abi::hooks::boundary;
 use crate::base::cu::*;

@@ -2,8 +2,6 @@
 //! `dlsym`, the `cuGetProcAddress` wrappers, hook substitution), the exported `cu*` entry
 //! points by family ([`hooks`]), and the `cudapool_*` C API ([`capi`]). The top layer: it uses
 //! every layer below and nothing uses it.
-//!
-//! Uses: its own files.
 
 pub mod capi;
 pub mod hooks;

@@ -2,8 +2,6 @@
 //! of SipHash (which cost ~13% of an alloc+free pair). The keys are not attacker-chosen.
 //! Device addresses are aligned (their low bits are zero), so the fold brings high bits down:
 //! hashbrown picks buckets from the low bits, DashMap shards from the high ones.
-//!
-//! Uses: nothing of the crate.
 
 use std::hash::{BuildHasherDefault, Hasher};
 

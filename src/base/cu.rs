@@ -3,8 +3,6 @@
 //! Types come from cudarc (types only: no cudarc function is ever called, docs/design.md, trap 2).
 //! Results stay raw integers at the edge: the real driver may return a code newer than any
 //! Rust enum knows, and the shim must hand it back unchanged.
-//!
-//! Uses: nothing of the crate (cudarc's types).
 
 use cudarc::driver::sys::cudaError_enum as E;
 pub use cudarc::driver::sys::{

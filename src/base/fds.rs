@@ -8,8 +8,6 @@
 //! adding up to the span the handle names, and still valid after every handle's descriptor
 //! was taken (the exporter invalidates a table before it closes the
 //! descriptors it lists, so a table still valid then listed the right ones).
-//!
-//! Uses: nothing of the crate (the base layer).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 

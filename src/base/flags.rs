@@ -1,7 +1,5 @@
 //! Process-wide flags that low layers read and higher layers set. They live at the bottom so
 //! that whoever reads one never has to import whoever sets it.
-//!
-//! Uses: nothing of the crate.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::*};
 

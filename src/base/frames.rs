@@ -1,7 +1,5 @@
 //! The program's own frames of a backtrace (reports, snapshots, and the names NVIDIA's tools
 //! show for blocks under `CUDAPOOL_TRACK=2`).
-//!
-//! Uses: nothing of the crate.
 
 use std::fmt::Write as _;
 

@@ -18,8 +18,6 @@
 //! limit each member enforces is the share read here, on every decision: the ledger's own limit
 //! field is only what readers display. A process outside the job cannot name `slurm-<jobid>` on
 //! a node that runs the mandatory mode ([`foreign_slurm_group`]).
-//!
-//! Uses: `config` (the SIZE and group parsers).
 
 use super::config::{parse_device_limits, parse_group, Config, DeviceLimits, Limit};
 use std::io::Read as _;

@@ -2,8 +2,6 @@
 //!
 //! Writes go straight to fd 2 with one `write(2)`: no lock that a hook could re-enter, no
 //! panic if stderr is closed, no allocation of device memory.
-//!
-//! Uses: `config`.
 
 use crate::base::config::LogLevel;
 use std::sync::atomic::{AtomicU8, Ordering};

@@ -2,8 +2,6 @@
 //! flags ([`flags`]), the driver's types ([`cu`], types only), the user's runtime directory
 //! ([`rundir`], found by [`rundir_find`]), the files it writes where a user points it ([`outfile`]), reads and writes at an offset that never map ([`pio`]), how long a reader of others' files waits ([`patience`]), a job's share in the mandatory mode ([`job`]), descriptors across processes ([`fds`]), shared files cut under a mapping ([`sigbus`]), and support code ([`addr_hash`], [`per_thread`], [`sync`], [`frames`]). None of
 //! it knows pools, limits or the driver's functions.
-//!
-//! Uses: its own files.
 
 pub mod addr_hash;
 pub mod config;

@@ -21,8 +21,6 @@
 //! **When.** [`check`] says at once whether a path can be written: the library calls it when it
 //! reads the variables, `cudapool run` before it starts the program (a long job never learns at
 //! exit that its trace is lost).
-//!
-//! Uses: nothing of the crate (the base layer).
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

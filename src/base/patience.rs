@@ -5,8 +5,6 @@
 //! A file nobody holds is read once and never waited on; a file a live process holds is
 //! waited on at most [`PER_FILE`]; all the files of one owner together cost at most their
 //! share of the read's time; the whole read ends at its deadline and counts what it left.
-//!
-//! Uses: nothing of the crate (the base layer).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -5,8 +5,6 @@
 //! A [`PerThread`] gives each thread a [`Line`] of its own the first time the thread uses it.
 //! A line outlives its thread: when the thread exits, its line is released and the next new
 //! thread adopts it, values and all (sums stay exact; no value is lost with a thread).
-//!
-//! Uses: `sync`.
 
 use crate::base::sync::lock;
 use std::cell::{Cell, RefCell};

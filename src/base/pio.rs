@@ -1,8 +1,6 @@
 //! Reads and writes at an offset (`pread`, `pwrite`) of the files cudapool shares (pages,
 //! ledgers, snapshot requests): never through a mapping, so a file cut by someone else costs
 //! an error, never a signal; a short transfer is an error, an interrupted one is retried.
-//!
-//! Uses: nothing of the crate (the base layer).
 
 fn errno() -> std::io::Error {
     std::io::Error::last_os_error()

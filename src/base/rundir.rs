@@ -17,9 +17,6 @@
 //! **Trust.** Every check is made on the descriptor, never on the path: the directory is opened
 //! with `O_DIRECTORY | O_NOFOLLOW` and must be a directory of this user that no one else may
 //! write; its files are opened through that descriptor (`openat`), never through a link.
-//!
-//! Uses: `job` (where the jobs' folders are). `rundir_find` builds on it: which directory a
-//! process uses ([`mine`](super::rundir_find::mine)), and the readers' survey.
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

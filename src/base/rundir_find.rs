@@ -14,8 +14,6 @@
 //! files costs one directory read. The whole survey ends at a deadline, and the directories are
 //! opened a round at a time across the uids their names give, so one name's flood cannot use up
 //! the others' turns. What it says of squats is bounded ([`MAX_SQUATS`]).
-//!
-//! Uses: `rundir`, `job` (where the jobs' folders are).
 
 use super::rundir::{
     default_path, lstat_uid, make_dir, open_dir, private_in, uid, Found, RunDir, REMEDY, SHM,

@@ -10,8 +10,6 @@
 //!
 //! Residual, said in docs/deploying.md: a cut in the microseconds a member holds the ledger's
 //! robust mutex leaves that thread's robust-mutex list pointing into zero pages.
-//!
-//! Uses: nothing of the crate (the base layer).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Once;

@@ -4,8 +4,6 @@
 //! cudapool's state stays usable after such a panic (each structure keeps its invariants between
 //! statements that can panic), and the program must not lose every later allocation to a
 //! poisoned lock.
-//!
-//! Uses: nothing of the crate.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 

@@ -7,8 +7,6 @@
 //! Every call through the table ([`call!`]) can be made to fail on purpose (`CUDAPOOL_FAULTS`,
 //! [`arm_faults`]): a debug setting for testing what cudapool does with the driver's errors.
 //! Unarmed, it costs one relaxed load per driver call.
-//!
-//! Uses: `config` (the faults' type), `log`, `cu`.
 
 pub mod nvml;
 pub mod nvtx;

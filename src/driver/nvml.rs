@@ -6,8 +6,6 @@
 //!
 //! `None` when NVML is absent, does not know the GPU, or lists no process of this pid (a
 //! process in a pid namespace NVML does not see: a container without the host's pid namespace).
-//!
-//! Uses: `lookup` (the real `dlsym`), `log` (how a UUID is written).
 
 use super::lookup;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};

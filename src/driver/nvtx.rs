@@ -9,8 +9,6 @@
 //! `third_party/nvtx3`), whose loader attaches the tool the process was started under
 //! (`NVTX_INJECTION64_PATH`, which compute-sanitizer sets). Without that variable at start,
 //! [`active`] is false and nothing here is ever called: the cost is one relaxed load.
-//!
-//! Uses: `addr_hash`, `sync`, `cu`.
 
 use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::cu::DevPtr;

@@ -1,8 +1,6 @@
 //! Virtual memory, for expandable segments (`pool::split`'s arena) and their export to other
 //! processes (`state::ipc_mapped`): reserving address space, mapping chunks of physical memory
 //! into it, exporting and importing chunks as POSIX file descriptors.
-//!
-//! Uses: the [`Driver`] table, `cu`, `log`.
 
 use super::{call, check, Driver};
 use crate::base::cu::*;

@@ -2,8 +2,6 @@
 //! counters the stats read) and groups of processes sharing one budget ([`group`]: the ledger
 //! file and the protocol its members follow). Mechanisms: they know nothing of pools,
 //! contexts or the driver.
-//!
-//! Uses: its own files.
 
 pub mod budget;
 pub mod group;

@@ -10,8 +10,6 @@
 //! Near the limit the program's memory comes first (the contract, docs/design.md): a kind never asks the upstream
 //! for more than the headroom when a smaller segment would do, and falls back to a segment of
 //! the rounded request when its preferred segment is refused.
-//!
-//! Uses: `pool::types`, `config`, `cu`.
 
 pub use super::types::{ArenaLeft, Forgotten};
 use super::types::{BlockSpan, SegmentView, Upstream};

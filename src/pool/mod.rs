@@ -8,8 +8,6 @@
 //! - *cached*: segment bytes that no block uses and that the pool keeps for reuse.
 //!
 //! One pool instance serves one CUDA context: every segment it holds dies with that context.
-//!
-//! Uses: its own files, `config`.
 
 pub mod core;
 mod none;

@@ -1,6 +1,4 @@
 //! `none`: no cache. Every block is a segment of its own, straight from the upstream and back.
-//!
-//! Uses: `pool::types`, `config`, `cu`.
 
 use super::types::{Grant, Held, Pool, SegmentView, Upstream};
 use crate::base::config::PoolKind;

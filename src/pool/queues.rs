@@ -25,8 +25,6 @@
 //! began before the probation has ended).
 //!
 //! Pure logic: the driver side (events, stream queries) is behind [`QueueDevice`].
-//!
-//! Uses: `per_thread`, `sync`.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};

@@ -1,7 +1,5 @@
 //! An in-process upstream, controllable clocks, trace replay, and the contract every pool kind
 //! must meet: for tests and benchmarks, no device involved.
-//!
-//! Uses: the pool (`new_pool`, `reuse`, `types`), `config`, `cu`.
 
 use super::new_pool;
 use super::reuse::{Clock, FenceId, ReuseRule};

@@ -1,7 +1,5 @@
 //! What a pool is and what it works with: the [`Upstream`] it gets segments from, the [`Pool`]
 //! trait every kind implements, and the views a snapshot shows. No behaviour here.
-//!
-//! Uses: `config`, `cu`.
 
 use crate::base::config::PoolKind;
 use crate::base::cu::{CUresult, DevPtr, CUDA_ERROR_NOT_SUPPORTED};

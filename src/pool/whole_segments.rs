@@ -1,7 +1,5 @@
 //! The kinds whose every block is a whole segment: `simple` (exact sizes) and `binned`
 //! (power-of-two classes), over one segment cache.
-//!
-//! Uses: `pool::core`, `pool::types`, `addr_hash`, `config`, `cu`.
 
 use super::core::{pick_releases, segment, within, Core, Forgotten, Lane, Taken, MIN_BLOCK, READY};
 use super::types::{BlockSpan, BlockState, BlockView, SegmentView, Upstream};

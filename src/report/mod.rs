@@ -3,9 +3,6 @@
 //! [`Reporting`], the observer the crate root installs on the state: it keeps the trace
 //! ([`trace`], `CUDAPOOL_TRACE`) and the live page ([`publish`], `cudapool stat`), and writes
 //! the exit report. It reads the state through `state::View` only; the state never names it.
-//!
-//! Uses: `state` (its `View`; it is the state's `Observer`), `report::publish`, `report::trace`,
-//! `budget`, `config`, `log`, `cu`.
 
 pub mod page;
 pub mod pages;

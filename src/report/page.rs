@@ -1,8 +1,6 @@
 //! The live page's format: what a cudapool process publishes of itself (`publish` writes it,
 //! `pages` reads it). One fixed-size `#[repr(C)]` record per process; `LAYOUT_VERSION` changes
 //! whenever its layout does.
-//!
-//! Uses: `budget`.
 
 use crate::limits::budget::DeviceStats;
 use std::sync::atomic::AtomicU64;

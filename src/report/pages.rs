@@ -5,8 +5,6 @@
 //! `pread`s (never mapped: its owner may cut it at any moment, which costs the reader an error,
 //! never a signal). The pid a page stands for is the kernel's (the holder of the page's lock),
 //! not the page's own claim; how many pages one user's directory may cost a read is bounded.
-//!
-//! Uses: `report::page`, `report::publish` (the page names), `rundir`, `pio`.
 
 use super::page::{
     array_to_stats, DeviceFigures, Page, LAYOUT_VERSION, MAGIC, REQUEST_ERROR, REQUEST_PATH,

@@ -17,8 +17,6 @@
 //! classic record lock on the page's first byte for its life (the kernel drops it however the
 //! process ends, and names the holder's pid to a reader), so a reader neither trusts the pid
 //! the page claims nor confuses two processes of one pid in different pid namespaces.
-//!
-//! Uses: `report::page`, `rundir`, `pio`, `log`, `config`.
 
 use super::page::{stats_to_array, DeviceFigures, Page, PageDevice, SnapshotRequest};
 use super::page::{GROUP_NAME, LAYOUT_VERSION, MAGIC, MAX_DEVICES};

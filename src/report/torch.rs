@@ -10,8 +10,6 @@
 //!   with one active block, and so is each virtual-memory mapping (`cuMemMap`: NCCL's buffers)
 //!   and array, so the viewer shows the process's whole memory (`origin` says which);
 //! - `device_traces` is `CUDAPOOL_HISTORY` (empty lists without it).
-//!
-//! Uses: `state` (its view), `frames`, `pool`, `cu`.
 
 use crate::base::cu::*;
 use crate::pool::BlockState;

@@ -5,8 +5,6 @@
 //! kept and the number dropped is written too. Written at exit and on `cudapool_snapshot`.
 //! Under `CUDAPOOL_HISTORY` too, the history's allocations and frees are written as instant
 //! events `alloc` and `free` (args `device`, `addr`, `bytes`): what `cudapool replay` reads.
-//!
-//! Uses: `log`, `sync`, `state::history` (its events).
 
 use crate::state::history::{Action, Event as HistoryEvent};
 use std::collections::VecDeque;

@@ -1,8 +1,6 @@
 //! The per-device budgets of the process: each device's limits (resolved from the
 //! configuration on first use) and counters, and its share of the group's budget when the
 //! process is in a group (the GPU found in the ledger by its UUID).
-//!
-//! Uses: `budget`, `group`, `driver`, `config`, `log`, `cu`.
 
 use crate::base::config::Config;
 use crate::base::config::LogLevel::{Error, Info, Warn};

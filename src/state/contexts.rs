@@ -1,7 +1,5 @@
 //! Each CUDA context's pool and the clock that makes its reuse safe, and the per-thread cache
 //! the hot path finds them in.
-//!
-//! Uses: `state::clock`, `pool`, `addr_hash`, `cu`.
 
 use super::clock::ContextClock;
 use crate::base::addr_hash::AddrMap as HashMap;

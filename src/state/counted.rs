@@ -10,8 +10,6 @@
 //! Pointer-shaped pass-through allocations (managed, pitched, legacy, captured) live in the live
 //! table instead (`Origin::Counted`, `Origin::DriverPool`), entered by
 //! [`Shim::alloc_counted`]. Host memory is never counted.
-//!
-//! Uses: `addr_hash`, `cu`.
 
 use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::cu::*;

@@ -1,7 +1,5 @@
 //! Pass-through accounting: what each counted allocation API charges against the limit and
 //! when it stops (the tables are in `counted`; what each API costs is documented there).
-//!
-//! Uses: the `Shim` and its parts (`state::counted`, `state::live`), `driver`, `sync`, `cu`.
 
 use super::counted::{ArrayRec, DriverPool, Phys};
 use super::{Live, Origin, Shim};

@@ -1,7 +1,5 @@
 //! The calling thread's context and its pool: the hot path's way in (the per-thread cache,
 //! else the map, making the pool on first use), and running in a stream's context.
-//!
-//! Uses: the `Shim` and its parts (`state::contexts`, `state::clock`), `pool`, `driver`, `cu`.
 
 use super::clock::ContextClock;
 use super::contexts::{ContextPool, Contexts};

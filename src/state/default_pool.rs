@@ -15,8 +15,6 @@
 //!   frees as `cudapool_reclaim` does).
 //!
 //! Every other attribute, and every other pool, keeps the driver's answer.
-//!
-//! Uses: the `Shim` and its parts, `driver`, `sync`, `cu`.
 
 use super::{Shim, View};
 use crate::base::cu::*;

@@ -20,8 +20,6 @@
 //! A graph launched again while mapped is not checked (the driver reuses its memory); growth
 //! the bound did not foresee (graphs sharing memory launched at once on two streams) is counted
 //! at the next reading, whether it fits or not.
-//!
-//! Uses: the `Shim` and its parts (budgets), `driver`, `sync`, `cu`.
 
 use super::{Live, Origin, Shim};
 use crate::base::addr_hash::AddrMap as HashMap;

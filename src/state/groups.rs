@@ -1,7 +1,5 @@
 //! The process's part in its group (`CUDAPOOL_GROUP`, `group`): lending its idle cache to a
 //! member short of room, asking the others when it is short itself, and the group's figures.
-//!
-//! Uses: the `Shim` and its parts, `group`, `cu`.
 
 use super::Shim;
 use crate::base::cu::CUdevice;

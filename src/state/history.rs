@@ -8,8 +8,6 @@
 //! magazine), else when the shim next looks and finds its fence done ([`History::settle`]: every
 //! [`SETTLE_EVERY`] allocations and at each read of the history). So a snapshot's history tells
 //! how much memory waited on fences at each moment, to within those allocations.
-//!
-//! Uses: `sync`, `cu`.
 
 use crate::base::cu::*;
 use crate::base::sync::lock;

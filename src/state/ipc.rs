@@ -18,8 +18,6 @@
 //! An importer that does not run cudapool maps the segment's start, so both sides must run
 //! under it (processes the program starts inherit `LD_PRELOAD`). Blocks of expandable
 //! segments have no driver allocation: their export is `state::ipc_mapped`'s.
-//!
-//! Uses: the `Shim` and its parts (`state::ranges`), `sync`, `config`, `log`, `cu`.
 
 use super::Shim;
 use crate::base::config::LogLevel::Debug;

@@ -27,8 +27,6 @@
 //! more than that is refused, as is any block when the driver would not create exportable
 //! memory; then the pools stop growing expandable segments, so later blocks export through
 //! the driver (`state::ipc`).
-//!
-//! Uses: the `Shim`, `base::fds`, `sync`, `cu`, `log`.
 
 use super::ipc::HandleBytes;
 use super::Shim;

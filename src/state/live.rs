@@ -21,8 +21,6 @@
 //! A search for an address (a free from another thread, a look-up) tries the calling thread's
 //! front, the shared table, every front, then the shared table again: an entry that moved
 //! meanwhile is found the second time.
-//!
-//! Uses: `addr_hash`, `per_thread`, `sync`, `cu`.
 
 use crate::base::addr_hash::AddrBuild;
 use crate::base::cu::*;

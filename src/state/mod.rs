@@ -25,8 +25,6 @@
 //! - *counted*: passed through to the driver (pitched, managed, legacy 32-bit, driver pools,
 //!   physical memory, arrays), but charged against the limit and in the stats like pooled
 //!   memory.
-//!
-//! Uses: its own files.
 
 pub mod budgets;
 pub mod clock;

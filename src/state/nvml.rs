@@ -9,8 +9,6 @@
 //! `cudapool run --limit`), they come from its settings: a bare SIZE applies to every GPU, a
 //! per-device list is matched through the driver (`cuInit`, then each ordinal's UUID), and a
 //! group's figures are read from its ledger.
-//!
-//! Uses: the `Shim` and its parts, `config`, `driver`, `group`, `rundir`, `cu`.
 
 use super::Shim;
 use crate::base::config::{Config, Limit};

@@ -10,8 +10,6 @@
 //! kept on the thread, not yet counted nor said, until it is known whether the program receives
 //! one. A handler never runs inside itself: an allocation it makes that fails gets its answer
 //! at once.
-//!
-//! Uses: the `Shim` and its parts, `cu`.
 
 use super::Shim;
 use crate::base::cu::CUdevice;

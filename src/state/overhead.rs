@@ -18,8 +18,6 @@
 //! unloaded, a context destroyed or reset (everything charged in it).
 //!
 //! Invariant: every entry of `held` is in its device's budget as overhead, once.
-//!
-//! Uses: `shim`, `driver` (through the shim), `budget`.
 
 use super::Shim;
 use crate::base::cu::*;

@@ -1,9 +1,6 @@
 //! Pooled allocations (`cuMemAlloc`, `cuMemAllocAsync` and their frees): the calling thread's
 //! context pool against the device's budget, the out-of-memory policy, the live table; and
 //! `cuMemGetInfo` seen through the limit.
-//!
-//! Uses: the `Shim` and its parts, `state::clock`, `pool`, `budget`, `driver`, `nvtx`, `frames`,
-//! `flags`, `config`, `cu`.
 
 use super::clock;
 use super::contexts::ContextPool;

@@ -13,8 +13,6 @@
 //! allocations, another process's) gets the driver's own answer, untouched.
 //!
 //! Legacy IPC, which exports whole driver allocations, follows the same rule (`state::ipc`).
-//!
-//! Uses: the `Shim` and its parts (`state::contexts`, `state::live`), `pool`, `cu`.
 
 use super::{Origin, Shim};
 use crate::base::cu::*;

@@ -2,9 +2,6 @@
 //! (budgets, contexts and their pools, the live table, pass-through accounting); its set-up;
 //! the read-only [`View`] reporting gets and the [`Observer`] it is told through; when to
 //! sample on the hot path. The operations live beside it, by concern (see `state`).
-//!
-//! Uses: its parts (`state::budgets`, `contexts`, `live`, `counted`), `pool`, `budget`, `driver`,
-//! `flags`, `config`, `log`, `cu`.
 
 use super::budgets::Budgets;
 use super::contexts::Contexts;

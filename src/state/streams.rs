@@ -1,7 +1,5 @@
 //! Streams and the work the hooks report: what reuse safety's clocks are told (a stream made
 //! or destroyed, the queue of each piece of device work).
-//!
-//! Uses: the `Shim` and its parts, `state::clock`, `queues`, `driver`, `config`, `cu`.
 
 use super::clock;
 use super::Shim;

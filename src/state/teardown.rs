@@ -1,7 +1,5 @@
 //! Contexts that die (their memory goes with them, the driver is not called) and giving
 //! cached memory back (before an out-of-memory answer, or when the program asks).
-//!
-//! Uses: the `Shim` and its parts, `nvtx`, `config`, `log`, `cu`.
 
 use super::{Origin, Shim, View};
 use crate::base::config::LogLevel::Info;

@@ -3,8 +3,6 @@
 //! through every entry point that changes it, so that an allocation need not ask the driver
 //! (`cuCtxSetCurrent`, `cuCtxPushCurrent` set it; pop, create, attach and detach make it
 //! unknown until the next set).
-//!
-//! Uses: `hooks::guard`, `state`, `driver`, `cu`.
 #![allow(non_snake_case)]
 
 use super::guard::{hook, OnBadConfig};

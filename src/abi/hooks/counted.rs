@@ -1,9 +1,6 @@
 //! Hooks on the allocation entry points that pass through to the driver and are counted
 //! against the limit: legacy 32-bit `cuMemAlloc`, pitched allocations, driver memory pools,
 //! managed memory, physical memory of the virtual memory API, arrays (`state::counted`).
-//!
-//! Uses: `hooks::guard`, `hooks::pooled` (the driver's stream-ordered calls), `state`, `driver`,
-//! `cu`.
 #![allow(non_snake_case)]
 
 use super::guard::{hook, put, to_result, OnBadConfig};

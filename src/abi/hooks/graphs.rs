@@ -3,8 +3,6 @@
 //!
 //! The instantiation hooks replace every name the driver exports for it; the two 5-argument
 //! ones pass all five on (a driver whose export takes fewer ignores the rest).
-//!
-//! Uses: `hooks::guard`, `hooks::work` (a launch reports its queue), `state`, `driver`, `cu`.
 #![allow(non_snake_case)]
 
 use super::guard::{hook, OnBadConfig};

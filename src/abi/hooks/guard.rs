@@ -2,8 +2,6 @@
 //! C), a per-thread re-entry guard (a hook entered from inside a hook goes straight to the
 //! driver), and the process state (disabled, refused by a bad setting, or active). Plus the
 //! helpers hooks use to write out-pointers and result codes.
-//!
-//! Uses: `state` (its process state), `driver`, `cu`.
 
 use crate::base::cu::*;
 use crate::driver::Driver;

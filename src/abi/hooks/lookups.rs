@@ -1,8 +1,6 @@
 //! Hooks on the memory queries: `cuMemGetInfo` (seen through the limit), and the address
 //! queries that must describe a pooled block as the program's allocation
 //! (`cuMemGetAddressRange`, `cuPointerGetAttribute(s)`' range, `cuIpcGetMemHandle`).
-//!
-//! Uses: `hooks::guard`, `state`, `driver`, `cu`.
 #![allow(non_snake_case)]
 
 use super::guard::{hook, put, put_some, to_result, OnBadConfig};

@@ -18,8 +18,6 @@
 //!   heap, printf FIFO), module and library loads;
 //! - [`work`]: the entry points that issue device work (they report their queue);
 //! - [`guard`]: the panic boundary and re-entry guard they all use.
-//!
-//! Uses: its own files.
 
 pub mod contexts;
 pub mod counted;

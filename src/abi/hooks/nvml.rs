@@ -4,8 +4,6 @@
 //! looks them up with `dlsym` (pynvml; `interpose`'s override hands these out). Each calls the
 //! real NVML first, then rewrites the figures of a GPU with a limit; any failure leaves NVML's
 //! own answer as it was.
-//!
-//! Uses: `state::nvml`, `driver` (the real `dlsym`), `hooks::guard`.
 
 use super::guard::boundary;
 use crate::driver;

@@ -2,8 +2,6 @@
 //! context's limits (`cuCtxSetLimit`: stack, heap, printf FIFO), module and library loads and
 //! unloads. Contexts beyond the primary one are in `contexts`. What they take is charged in
 //! `state::overhead`.
-//!
-//! Uses: `hooks::guard`, `state`, `driver`, `cu`.
 #![allow(non_snake_case)]
 
 use super::guard::{hook, OnBadConfig};

@@ -1,8 +1,6 @@
 //! Hooks on the pooled allocation entry points: `cuMemAlloc`/`cuMemFree` and the stream-ordered
 //! `cuMemAllocAsync`/`cuMemFreeAsync` (with `_ptsz`). Each decodes its raw arguments and calls
 //! the state (`state::pooled`); bad input goes to the driver untouched.
-//!
-//! Uses: `hooks::guard`, `state`, `driver`, `cu`.
 #![allow(non_snake_case)]
 
 use super::guard::{hook, put, to_result, OnBadConfig};

@@ -1,7 +1,5 @@
 //! Hooks on streams and graph capture: stream creation and destruction (what reuse safety
 //! fences and orders, `state::clock`) and the capture bookkeeping (`flags`).
-//!
-//! Uses: `hooks::guard`, `state`, `flags`, `driver`, `cu`.
 #![allow(non_snake_case)]
 
 use super::guard::{hook, OnBadConfig};

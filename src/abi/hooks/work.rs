@@ -12,8 +12,6 @@
 //! already reported (plus `cuCtxGetCurrent` for the legacy and per-thread default streams,
 //! whose context is the caller's). Entry points that do not touch device memory a pool could
 //! hand out (host functions, array-only copies, external semaphores) are not hooked.
-//!
-//! Uses: `hooks::guard`, `state`, `queues` (the in-flight guard), `driver`, `cu`.
 #![allow(non_snake_case)]
 
 use crate::base::cu::*;

@@ -8,8 +8,6 @@
 //! unknown `CUDAPOOL_*` name, a soft limit above the hard one) is in [`Config::notes`] and
 //! [`names::unknown`]: the library says each once when it becomes active, `cudapool run`
 //! refuses before it starts the program.
-//!
-//! Uses: `outfile` (whether a path can be written).
 
 pub mod names;
 

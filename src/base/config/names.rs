@@ -1,7 +1,5 @@
 //! The `CUDAPOOL_*` names cudapool knows, and the nearest one to a name it does not (an
 //! unknown name is a bad value too, said once with the nearest known name).
-//!
-//! Uses: nothing of the crate.
 
 /// Every variable the library, the `cudapool` command or the deployment files read or set.
 pub const KNOWN: &[&str] = &[

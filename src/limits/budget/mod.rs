@@ -47,8 +47,6 @@
 //! A device's budget may also draw on a [`Shared`] one (a group's ledger: `group`). A charge
 //! takes this process's bytes first, then the shared ones, and gives back its own if the shared
 //! budget refuses; what goes back to the driver goes back to both. Cache hits never reach it.
-//!
-//! Uses: `per_thread`, `sync`.
 
 use crate::base::per_thread::{Line, LineId, Mode, PerThread};
 use crate::base::sync::lock;

@@ -22,8 +22,6 @@
 //! **Cut or scribbled under its members.** A member's mapping is guarded (`sigbus`): a cut
 //! file costs zero pages, never the process; at its next use the member sizes and maps the file
 //! again, rebuilds it if invalid (`mend::restore`), and records its own share again.
-//!
-//! Uses: `rundir`, `pio`, `sigbus`.
 
 use crate::base::patience::{wait_until, Patience, PER_FILE, READ_TIME};
 use crate::base::pio;

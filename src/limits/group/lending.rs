@@ -1,8 +1,6 @@
 //! Lending between a group's members: a member short of room asks the others to give back idle
 //! cache ([`Group::borrow`]), and each member's thread answers ([`Group::serve`]), woken through a
 //! futex word in its ledger slot.
-//!
-//! Uses: its group's ledger.
 
 use super::{Group, Locked, DEVICES, MEMBERS};
 use crate::base::config::LogLevel::{Debug, Warn};

@@ -1,7 +1,5 @@
 //! Mending a member's ledger that was cut, scribbled or rebuilt under it (`ledger`'s notes:
 //! "Cut or scribbled under its members"): whether it needs it, and the mending itself.
-//!
-//! Uses: `ledger`, `rundir`, `sigbus`.
 
 use super::ledger::{check, enter, initialise, Mapping, DOOR_WAIT, MAGIC, SIZE};
 use crate::base::rundir;

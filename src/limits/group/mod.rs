@@ -36,8 +36,6 @@
 //! gives back cached memory that is ready now (through the lender the state installs; nothing
 //! waits for the program's work), and acknowledges. The asker waits until there is room, every
 //! member asked has answered, or [`LEND_WAIT`] has passed.
-//!
-//! Uses: `budget` (its `Shared`), `rundir`, `flags`, `config`, `log`.
 
 mod lending;
 mod mend;

@@ -2,8 +2,6 @@
 //! once while one queue (or no rule) makes them safe for anyone, without the pool's lock. What
 //! they hold and when the pool drains them is on [`Magazine`]; the calling thread's handle on
 //! its own is the [`ThreadCache`].
-//!
-//! Uses: `pool::reuse` (the rules and the clock), `pool::types`, `sync`.
 
 use super::{Clock, ReuseRule};
 use crate::base::cu::DevPtr;

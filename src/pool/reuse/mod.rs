@@ -38,8 +38,6 @@
 //! pressure ([`Pool::trim`]) it waits for every fence, then gives free segments back. **No wait
 //! holds the pool's lock**: a waiting thread gives it up, so other threads' hits, frees and
 //! misses go on; a batch is collected by whichever thread finds its fence done first.
-//!
-//! Uses: `pool::core`, `pool::types`, `config`, `sync`, `cu`.
 
 use super::core::{Core, Forgotten, Lane, Taken, READY};
 use super::types::{BlockSpan, BlockState, Grant, Held, Pool, SegmentView, StreamKey, Upstream};

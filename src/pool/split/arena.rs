@@ -18,8 +18,6 @@
 //!   whole handles in free blocks and a reclaim stays fine;
 //! - a release (after the device is idle) unmaps the shadows, then whole handles inside ready
 //!   free blocks.
-//!
-//! Uses: `pool::split`, `pool::core`, `pool::types`, `cu`.
 
 use super::*;
 

@@ -2,8 +2,6 @@
 //! `CUDAPOOL_SEGMENTS=expandable`, large requests live in one *arena*: a reserved address range
 //! that grows by mapping memory where a request needs it and gives back the memory of its free
 //! blocks (PyTorch's expandable segments).
-//!
-//! Uses: `pool::core`, `pool::types`, `addr_hash`, `config`, `cu`.
 
 use super::core::{
     pick_releases, round_up, segment, within, ArenaLeft, Core, Forgotten, Lane, Taken, MIB,

@@ -1,7 +1,5 @@
 //! The pool kinds against the in-process upstream (`testing`): the contract, each kind's own
 //! rules, reuse safety under every rule, lagging fences, limits, recorded traces.
-//!
-//! Uses: the pool and `pool::testing`.
 
 use super::testing::{self, contract, FakeClock, FakeUpstream};
 use super::*;

@@ -73,9 +73,6 @@
 //!
 //! The streams the program passes to the call it is making (its own launch, its own free) are
 //! alive for the length of that call by the program's contract; cudapool uses them directly.
-//!
-//! Uses: `queues`, `pool` (its `Clock`), `driver`, `flags`, `config`, `addr_hash`, `per_thread`,
-//! `sync`, `cu`.
 
 mod owed;
 

@@ -1,8 +1,6 @@
 //! Fences handed over: what a context owes (the newest fence handed over), how a queue pays
 //! it (a device-side wait on its next work), and how a capture begins with nothing owed. Part
 //! of the clock (`super`), whose fields it reads.
-//!
-//! Uses: `super` (the clock), `flags`, `driver`, `sync`, `cu`.
 
 use super::{Alive, ContextClock, Fence, Zombie, BUSY_CONTEXTS, CLOCKS};
 use crate::base::addr_hash::AddrMap as HashMap;
