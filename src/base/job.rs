@@ -131,6 +131,12 @@ pub fn job_of_cgroups(text: &str) -> Option<String> {
     })
 }
 
+/// The text of job `job`'s share file: its group and `bytes` per GPU (0: a share of nothing).
+/// The one writer of the format [`read_share`] reads (the root Prolog, `cudapool slurm`).
+pub fn share_text(job: &str, bytes: u64) -> String {
+    format!("group=slurm-{job}\nlimit={bytes}\n")
+}
+
 /// Reads a job's file in `dir` (see the module's notes). `Ok(None)`: no file for the job.
 pub fn read_share(dir: &Path, job: &str) -> Result<Option<JobShare>, String> {
     let meta = match std::fs::symlink_metadata(dir) {
@@ -304,6 +310,12 @@ mod tests {
         std::fs::write(d.join("9"), "limit=64MiB\n").unwrap();
         let s = read_share(&d, "9").unwrap().unwrap();
         assert_eq!(s.group, "slurm-9");
+        std::fs::write(d.join("14"), share_text("14", 5 << 20)).unwrap();
+        let written = read_share(&d, "14").unwrap().unwrap();
+        assert_eq!(
+            (written.group.as_str(), written.limit.all),
+            ("slurm-14", Some(Limit::Bytes(5 << 20)))
+        );
         assert_eq!(s.limit.all, Some(Limit::Bytes(64 << 20)));
         std::fs::write(d.join("10"), "group=team\nlimit=0=1GiB,1=2GiB\n").unwrap();
         let s = read_share(&d, "10").unwrap().unwrap();

@@ -339,7 +339,7 @@ fn prolog(config: Option<&Path>) -> Result<(), String> {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)
             .map_err(|e| format!("{}: {e}", tmp.display()))?;
-        write!(f, "group=slurm-{job}\nlimit={bytes}\n")
+        f.write_all(cudapool::base::job::share_text(&job, bytes).as_bytes())
             .map_err(|e| format!("{}: {e}", tmp.display()))?;
     }
     std::fs::rename(&tmp, jobs.join(&job)).map_err(|e| format!("{}: {e}", jobs.display()))?;
