@@ -159,21 +159,28 @@ impl Alive<'_> {
         };
         let target = ContextClock::target(q);
         // Whether some event was waited for on the host (the driver refused the device-side
-        // wait).
-        let on_host = d.in_context(c.ctx, || {
-            let mut on_host = false;
+        // wait), and whether one was waited for nowhere (refused on the device, and no host
+        // wait allowed during a capture): then the queue still owes it.
+        let (on_host, unpaid) = d.in_context(c.ctx, || {
+            let (mut on_host, mut unpaid) = (false, false);
             for &ev in f.own.iter().chain(f.zombies.iter().map(|z| &z.0)) {
                 let waited = call!(d, stream_wait_event(target as CUstream, ev as CUevent, 0))
                     == CUDA_SUCCESS;
                 if !waited {
-                    if let Some(_calls) = own_calls() {
-                        call!(d, event_synchronize(ev as CUevent));
+                    match own_calls() {
+                        Some(_calls) => {
+                            call!(d, event_synchronize(ev as CUevent));
+                            on_host = true;
+                        }
+                        None => unpaid = true,
                     }
-                    on_host = true;
                 }
             }
-            on_host
+            (on_host, unpaid)
         });
+        if unpaid {
+            return;
+        }
         owed.waited.insert(q, gen);
         crate::log_at!(
             crate::base::config::LogLevel::Debug,
