@@ -102,3 +102,41 @@ fn slurms_commands_are_found_where_the_site_put_them() {
         "{stderr}"
     );
 }
+
+/// Item 8: a job's ledger with no member left stays in its folder of root (the job's Epilog
+/// removes it after recording it), and the reader says so [`stat` said "its ledger is removed"
+/// while it stayed]; a user's own dead ledger is removed by the reader, as before.
+#[test]
+fn a_jobs_ledger_without_members_stays_and_is_said_to() {
+    if uid() != 0 {
+        eprintln!("not root: a job's folder is root's; not checked");
+        return;
+    }
+    use cudapool::limits::group::{ledger, Group};
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("job-ledger");
+    let _ = std::fs::remove_dir_all(&base);
+    let job = base.join("77.d");
+    std::fs::create_dir_all(&job).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&job, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let g = Group::join("slurm-77", None, Some(&job)).expect("joins the job's group");
+    drop(g);
+    let name = ledger::file_name("slurm-77");
+    let dir = cudapool::base::rundir::of_job(&job, 0).unwrap();
+    let view = ledger::read(&dir, &name).expect("read");
+    assert!(view.members.is_empty(), "no member left");
+    assert!(
+        !view.removed,
+        "a job's ledger is not the reader's to remove"
+    );
+    assert!(job.join(&name).exists(), "it stays for the Epilog");
+    // A user's own folder: the dead ledger goes.
+    let mine = base.join("mine");
+    let g = Group::join("mine", Some(&mine), None).expect("joins");
+    drop(g);
+    let (dir, _) = cudapool::base::rundir_find::mine(Some(&mine)).unwrap();
+    let view = ledger::read(&dir, &ledger::file_name("mine")).expect("read");
+    assert!(view.removed && !mine.join(ledger::file_name("mine")).exists());
+    let _ = std::fs::remove_dir_all(&base);
+}
