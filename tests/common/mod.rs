@@ -444,3 +444,19 @@ pub fn in_small_shm(size: &str, script: &str, env: &[(&str, &str)]) -> Option<Ou
     }
     Some(o)
 }
+
+/// A cudapool process that holds 1 MiB until its stdin closes (`chaos once hold`), with `env`,
+/// started and seen to hold it, its live page given time to appear.
+pub fn start_holder(env: &[(&str, &str)]) -> std::process::Child {
+    let mut holder = chaos(&["once", "hold"], env);
+    holder.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut child = holder.spawn().unwrap();
+    let mut line = String::new();
+    use std::io::BufRead as _;
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("once ok"), "{line}");
+    std::thread::sleep(Duration::from_millis(300));
+    child
+}

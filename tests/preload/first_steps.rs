@@ -17,6 +17,14 @@ fn cudapool(args: &[&str], env: &[(&str, &str)]) -> Run {
     run_program(&cli(), args, false, &all)
 }
 
+/// A new, empty folder of the fixture's, named `name`.
+fn fresh(name: &str) -> std::path::PathBuf {
+    let dir = fixture().dir.join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// The demo's sample: 64 MiB buffers until refused, on the 1 GiB fake device, with `env`.
 fn sample(args: &[&str], env: &[(&str, &str)]) -> Run {
     let f = fixture();
@@ -258,18 +266,7 @@ fn stat_fits_and_top_sees_a_process_end() {
     let dir = f.dir.join("stat-fits");
     let _ = std::fs::remove_dir_all(&dir);
     let d = dir.to_str().unwrap();
-    let mut holder = chaos(&["once", "hold"], &[("CUDAPOOL_RUNTIME_DIR", d)]);
-    holder
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped());
-    let mut child = holder.spawn().unwrap();
-    let mut line = String::new();
-    use std::io::BufRead as _;
-    std::io::BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.starts_with("once ok"), "{line}");
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut child = start_holder(&[("CUDAPOOL_RUNTIME_DIR", d)]);
     let pid = child.id().to_string();
     let here = [("CUDAPOOL_RUNTIME_DIR", d)];
     let r = cudapool(&["stat", &pid], &here);
@@ -338,9 +335,7 @@ fn stat_fits_and_top_sees_a_process_end() {
 /// without history is.
 #[test]
 fn replay_takes_what_it_can_and_refuses_a_snapshot_without_history() {
-    let dir = fixture().dir.join("replay-glob");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh("replay-glob");
     std::fs::write(dir.join("README.md"), "# traces\nOne request a line\n").unwrap();
     std::fs::write(dir.join("a.ops"), "a 1 4096\nf 1\n").unwrap();
     let files = [dir.join("README.md"), dir.join("a.ops")];
@@ -431,9 +426,7 @@ fn the_man_pages_and_completions_are_generated_and_current() {
 /// Item 24: every key a snapshot holds is in the documented schema [`expandable` was not].
 #[test]
 fn every_key_of_a_snapshot_is_documented() {
-    let dir = fixture().dir.join("schema");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh("schema");
     let snap = dir.join("s.json");
     ok(client(
         "dlsym",

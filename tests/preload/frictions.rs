@@ -119,21 +119,7 @@ fn stat_names_processes_and_shows_a_pids_group() {
     let dir = f.dir.join("stat-names");
     let _ = std::fs::remove_dir_all(&dir);
     let d = dir.to_str().unwrap();
-    let mut holder = chaos(
-        &["once", "hold"],
-        &[("CUDAPOOL_RUNTIME_DIR", d), ("CUDAPOOL_GROUP", "names")],
-    );
-    holder
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped());
-    let mut child = holder.spawn().unwrap();
-    let mut line = String::new();
-    use std::io::BufRead as _;
-    std::io::BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.starts_with("once ok"), "{line}");
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut child = start_holder(&[("CUDAPOOL_RUNTIME_DIR", d), ("CUDAPOOL_GROUP", "names")]);
     let pid = child.id().to_string();
     let r = run_program(
         &cli(),
