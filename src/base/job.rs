@@ -137,6 +137,39 @@ pub fn share_text(job: &str, bytes: u64) -> String {
     format!("group=slurm-{job}\nlimit={bytes}\n")
 }
 
+/// The text of a small regular file, checked on its descriptor (never through a link, never a
+/// FIFO or a device, at most `max` bytes); with `root_only`, refused unless it is root's and
+/// nobody else may write it. `Ok(None)`: there is none. The share files and the site's
+/// settings (`cudapool slurm`) are read so.
+pub fn read_small(path: &Path, max: u64, root_only: bool) -> Result<Option<String>, String> {
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let m = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !m.is_file() || m.len() > max {
+        return Err(format!("{}: not a small regular file", path.display()));
+    }
+    if root_only && (m.uid() != 0 || m.mode() & 0o022 != 0) {
+        return Err(format!(
+            "{}: not a file of root that only root may write",
+            path.display()
+        ));
+    }
+    let mut text = String::new();
+    f.take(max)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Some(text))
+}
+
 /// Reads a job's file in `dir` (see the module's notes). `Ok(None)`: no file for the job.
 pub fn read_share(dir: &Path, job: &str) -> Result<Option<JobShare>, String> {
     let meta = match std::fs::symlink_metadata(dir) {
@@ -150,28 +183,9 @@ pub fn read_share(dir: &Path, job: &str) -> Result<Option<JobShare>, String> {
         ));
     }
     let path = dir.join(job);
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(&path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+    let Some(text) = read_small(&path, MAX_FILE, true)? else {
+        return Ok(None);
     };
-    let m = f
-        .metadata()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if !m.is_file() || m.uid() != 0 || m.mode() & 0o022 != 0 || m.len() > MAX_FILE {
-        return Err(format!(
-            "{}: not a small regular file of root that only root may write",
-            path.display()
-        ));
-    }
-    let mut text = String::new();
-    f.take(MAX_FILE)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
     let mut share = JobShare {
         job: job.to_string(),
         group: format!("slurm-{job}"),

@@ -6,8 +6,6 @@
 //! absolute path, never found through `PATH` (`slurm_command`).
 
 use cudapool::base::config::parse_size;
-use std::io::Read as _;
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 
 pub const DEFAULT_CONFIG: &str = "/etc/cudapool/slurm.conf";
@@ -82,31 +80,12 @@ pub fn site(explicit: Option<&Path>) -> Result<Site, String> {
         Some(p) => (p, true),
         None => (PathBuf::from(DEFAULT_CONFIG), false),
     };
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(&path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must => return Ok(Site::default()),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+    // As root, a file only root may write; read by a user, theirs to name.
+    let text = match cudapool::base::job::read_small(&path, MAX_CONFIG, euid() == 0)? {
+        Some(t) => t,
+        None if !must => return Ok(Site::default()),
+        None => return Err(format!("{}: no such file", path.display())),
     };
-    let m = f
-        .metadata()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if !m.is_file() || m.len() > MAX_CONFIG {
-        return Err(format!("{}: not a small regular file", path.display()));
-    }
-    if euid() == 0 && (m.uid() != 0 || m.mode() & 0o022 != 0) {
-        return Err(format!(
-            "{}: not a file of root that only root may write",
-            path.display()
-        ));
-    }
-    let mut text = String::new();
-    f.take(MAX_CONFIG)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
     parse_site(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 

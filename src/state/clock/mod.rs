@@ -340,6 +340,22 @@ impl Alive<'_> {
         })
     }
 
+    /// An event recorded now on each of `streams`; `None` (the events made so far go back to
+    /// the spares) if one cannot be.
+    fn record_all(&self, streams: impl IntoIterator<Item = usize>) -> Option<Vec<usize>> {
+        let mut own = Vec::new();
+        for s in streams {
+            match self.record_on(s) {
+                Some(ev) => own.push(ev),
+                None => {
+                    lock(&self.clock.spare).extend(own);
+                    return None;
+                }
+            }
+        }
+        Some(own)
+    }
+
     /// Whether the work before `ev` has completed. An error (the context hit a sticky error,
     /// or an injected fault) is not completion: the fence stays pending, and a wait ends it.
     fn complete(&self, ev: usize) -> bool {
@@ -411,16 +427,9 @@ impl QueueDevice for Alive<'_> {
         let Some(_calls) = own_calls() else {
             return false;
         };
-        let mut own = Vec::with_capacity(sources.len());
-        for s in sources {
-            match self.record_on(s) {
-                Some(ev) => own.push(ev),
-                None => {
-                    lock(&c.spare).extend(own);
-                    return false;
-                }
-            }
-        }
+        let Some(own) = self.record_all(sources) else {
+            return false;
+        };
         let d = c.driver;
         let ok = d.in_context(c.ctx, || {
             own.iter().chain(zombies.iter().map(|z| &z.0)).all(|&ev| {
@@ -476,16 +485,7 @@ impl Clock for ContextClock {
         };
         streams.sort_unstable();
         streams.dedup();
-        let mut own = Vec::with_capacity(streams.len());
-        for s in streams {
-            match alive.record_on(s) {
-                Some(ev) => own.push(ev),
-                None => {
-                    lock(&self.spare).extend(own);
-                    return None;
-                }
-            }
-        }
+        let own = alive.record_all(streams)?;
         let zombies = lock(&self.zombies).clone();
         let id = self.next.fetch_add(1, Relaxed);
         lock(&self.fences).insert(id, Fence { own, zombies });

@@ -40,6 +40,18 @@ torch.manual_seed(0)
 dev = torch.device("cuda")
 def net(width):
     return torch.nn.Sequential(torch.nn.Linear(256, width), torch.nn.GELU(), torch.nn.Linear(width, 256)).to(dev)
+def captured(m, x, warm=2, **graph):
+    # PyTorch's recipe: warm up on a side stream, then capture; the graph and its output.
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(warm):
+            m(x)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, **graph):
+        y = m(x)
+    return g, y
 '''
 
 CASES = {}
@@ -49,15 +61,7 @@ ok = 0
 for i in range(20):
     m = net(512 + 64 * i)  # a new size each time: the capture's allocations miss the cache
     x = torch.randn(32 + i, 256, device=dev)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            m(x)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        y = m(x)
+    g, y = captured(m, x)
     x.copy_(torch.randn_like(x))
     g.replay()
     torch.cuda.synchronize()
@@ -72,15 +76,7 @@ pool = torch.cuda.graph_pool_handle()
 graphs = {}
 for bs in (64, 32, 16, 8, 4, 2, 1):
     x = torch.randn(bs, 256, device=dev)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            m(x)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, pool=pool):
-        y = m(x)
+    g, y = captured(m, x, pool=pool)
     graphs[bs] = (g, x, y)
 ok = 0
 for r in range(50):
@@ -135,14 +131,7 @@ m = net(768)
 try:
   for i in range(20):
     x = torch.randn(16 + i, 256, device=dev)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        m(x)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, capture_error_mode="thread_local"):
-        y = m(x)
+    g, y = captured(m, x, warm=1, capture_error_mode="thread_local")
     g.replay()
     torch.cuda.synchronize()
     ok += bool(torch.allclose(y, m(x), atol=1e-5))
