@@ -498,3 +498,75 @@ fn a_groups_limit_counts_each_members_context() {
         "the process's own limit is its memory alone"
     );
 }
+
+/// Takes (`F_WRLCK`) or lets go (`F_UNLCK`) of one byte of `f` as an open file description: the
+/// lock a joiner holds on the ledger's door.
+fn door_lock(f: &std::fs::File, at: usize, kind: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: zero is a valid flock; the fields that matter are set below.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = kind as libc::c_short;
+    l.l_whence = libc::SEEK_SET as libc::c_short;
+    l.l_start = at as libc::off_t;
+    l.l_len = 1;
+    // SAFETY: a lock request on our own descriptor with a valid flock; never blocks.
+    assert_eq!(
+        unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_SETLK, &l) },
+        0
+    );
+}
+
+/// A ledger's door (joiners pass it one at a time) held for 14 s while it keeps turning (its
+/// `turns` moves, as a thousand joiners passing on a loaded machine move it): the joiner waits
+/// and gets in. Held by a stopped joiner: the joiner gives up after 10 s with one line.
+/// [Before: a joiner gave up after 10 s at the door whatever went on behind it; on a busy
+/// machine 38 of 1,000 joiners were refused (chaos's crowd test).]
+#[test]
+fn a_joiner_waits_while_the_door_turns_and_gives_up_when_it_stands_still() {
+    use std::os::unix::fs::FileExt;
+    use std::time::{Duration, Instant};
+    let g = Group::new("door");
+    assert_eq!(join(&g).code, 0, "the first member makes the ledger");
+    let (door, turns) = cudapool::limits::group::ledger::door_offsets();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(g.ledger())
+        .unwrap();
+    door_lock(&f, door, libc::F_WRLCK);
+    let t = Instant::now();
+    let crowd = {
+        let f = f.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut b = [0u8; 8];
+            for _ in 0..7 {
+                std::thread::sleep(Duration::from_secs(2));
+                f.read_exact_at(&mut b, turns as u64).unwrap();
+                let n = u64::from_ne_bytes(b) + 1;
+                f.write_all_at(&n.to_ne_bytes(), turns as u64).unwrap();
+            }
+            door_lock(&f, door, libc::F_UNLCK);
+        })
+    };
+    let r = join(&g);
+    crowd.join().unwrap();
+    assert_eq!(r.code, 0, "waited while the door turned: {}", r.stderr);
+    assert!(t.elapsed() >= Duration::from_secs(14), "{:?}", t.elapsed());
+    door_lock(&f, door, libc::F_WRLCK);
+    let t = Instant::now();
+    let r = join(&g);
+    let waited = t.elapsed();
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr
+            .contains("held the ledger's door for more than 10 s without letting anyone in"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        (Duration::from_secs(10)..Duration::from_secs(30)).contains(&waited),
+        "{waited:?}"
+    );
+    door_lock(&f, door, libc::F_UNLCK);
+    assert_eq!(join(&g).code, 0, "the door let go");
+}

@@ -37,10 +37,11 @@ pub const DEVICES: usize = 32;
 /// Members a group holds at once.
 pub const MEMBERS: usize = 1024;
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"CPGROUP\0");
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 /// More bytes than any GPU has: a figure above it is impossible (64 PiB).
 pub const SANE: u64 = 1 << 56;
-/// The longest wait at a ledger's door.
+/// The longest wait at a ledger's door while nobody passes it (a crowd that keeps passing
+/// is waited for as long as it takes).
 pub const DOOR_WAIT: Duration = Duration::from_secs(10);
 /// The most ledgers read from one runtime directory in one pass.
 pub const MAX_LEDGERS_PER_DIR: usize = 256;
@@ -94,6 +95,10 @@ pub(super) struct Ledger {
     /// the mutex, bumped again when it lets go (a member that died holding it left it odd: the
     /// next holder makes it even first).
     pub seq: AtomicU64,
+    /// Bumped by each joiner that passed the door (see [`enter`]): a waiter that sees it move
+    /// knows the door turns and waits on; one that sees it stand still for [`DOOR_WAIT`] gives
+    /// up. Read by waiters through the descriptor, before they map anything.
+    pub turns: AtomicU64,
     pub mutex: libc::pthread_mutex_t,
     pub devices: [DeviceSlot; DEVICES],
     pub members: [MemberSlot; MEMBERS],
@@ -159,23 +164,43 @@ impl Drop for Door {
     }
 }
 
-/// Waits at the door of the ledger behind `fd`, at most `wait`.
+/// Waits at the door of the ledger behind `fd` for as long as others keep passing it (the
+/// ledger's `turns` moves), and gives up once it has stood still for `wait`: its holder is
+/// stopped. A thousand processes joining at once on a loaded machine take longer than `wait`
+/// to pass one by one, and none of them is refused for it.
 pub(super) fn enter(fd: libc::c_int, wait: Duration) -> Result<Door, String> {
-    let deadline = Instant::now() + wait;
+    let mut turns = door_turns(fd);
+    let mut deadline = Instant::now() + wait;
     let mut pause = Duration::from_micros(50);
     loop {
         if try_lock(fd, door_byte(), 1) {
             return Ok(Door(fd));
         }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "another process has been joining or rebuilding the ledger for more than {} s (stopped?)",
-                wait.as_secs()
-            ));
+        let now = Instant::now();
+        if now > deadline {
+            let seen = door_turns(fd);
+            if seen == turns {
+                return Err(format!(
+                    "another process has held the ledger's door for more than {} s without letting anyone in (stopped?)",
+                    wait.as_secs()
+                ));
+            }
+            turns = seen;
+            deadline = now + wait;
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(5));
     }
+}
+
+/// The ledger's `turns`, read through the descriptor (a waiter has mapped nothing yet); `None`
+/// while the file is too short to hold it (being made).
+fn door_turns(fd: libc::c_int) -> Option<u64> {
+    let mut b = [0u8; 8];
+    let at = std::mem::offset_of!(Ledger, turns) as libc::off_t;
+    // SAFETY: reads 8 bytes of our regular file into a buffer of 8.
+    let n = unsafe { libc::pread(fd, b.as_mut_ptr().cast(), 8, at) };
+    (n == 8).then(|| u64::from_ne_bytes(b))
 }
 
 /// A ledger mapped by a member, and the descriptor it came through (kept open: it carries the
@@ -384,6 +409,8 @@ pub(super) fn open_for_join(dir: &RunDir, name: &str) -> Result<(Mapping, Door, 
                 }
             }
         };
+        // SAFETY: an atomic in the whole ledger just mapped (or initialised).
+        unsafe { (*ledger).turns.fetch_add(1, Ordering::Relaxed) };
         return Ok((mapping, door, opened));
     }
     Err(format!(
@@ -445,6 +472,12 @@ pub fn seq_offset() -> usize {
 /// Where a member's liveness byte lies in the file (for tests that hold one from outside).
 pub fn member_byte_offset(i: usize) -> usize {
     SIZE + i
+}
+
+/// Where the door's lock byte lies in the file (for the tests that hold it as a stopped joiner
+/// would), and where its `turns` lies (for those that pass it as a crowd would).
+pub fn door_offsets() -> (usize, usize) {
+    (door_byte() as usize, std::mem::offset_of!(Ledger, turns))
 }
 
 /// Where the ledger's mutex lies in the file (for the tests that plant a garbage lock word).

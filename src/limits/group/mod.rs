@@ -16,7 +16,8 @@
 //! hands it to the next, which recomputes every total from the members' own figures. Every wait
 //! for the mutex is bounded ([`LOCK_WAIT`]): a lock word that names no live process (garbage, or
 //! a holder gone without the kernel's robust list) is reset in place when no other member lives;
-//! while others do, the member waits at most [`LOCK_GIVE_UP`], then refuses with one line.
+//! while others do, the member waits for as long as the mutex keeps changing hands, and refuses
+//! with one line once one holder has kept it for [`LOCK_GIVE_UP`].
 //!
 //! **Crash-proof.** A member holds an open-file-description lock on its byte of the ledger for
 //! its whole life. The kernel drops it when the process dies, however it dies, and whatever PID
@@ -56,7 +57,8 @@ use ledger::{DeviceSlot, Ledger, Mapping, Opened};
 pub const LEND_WAIT: Duration = Duration::from_millis(200);
 /// One wait for the ledger's mutex; after it, the member looks at who could be holding it.
 pub const LOCK_WAIT: Duration = Duration::from_secs(1);
-/// The longest a member waits for the mutex while other members live.
+/// The longest a member waits for the mutex while other members live and nobody passes it
+/// (its `seq` stands still); a mutex that keeps changing hands is waited for on.
 pub const LOCK_GIVE_UP: Duration = Duration::from_secs(10);
 
 fn now_ns() -> u64 {
@@ -348,7 +350,10 @@ impl Group {
 
     /// The mutex itself (see [`lock`](Self::lock)).
     fn lock_mutex(&self) -> Result<Locked<'_>, String> {
-        let deadline = Instant::now() + LOCK_GIVE_UP;
+        // SAFETY: mapped for the Group's life; `seq` is an atomic, bumped by each holder.
+        let seq = unsafe { &(*self.map.ledger).seq };
+        let mut passed = seq.load(Ordering::Acquire);
+        let mut deadline = Instant::now() + LOCK_GIVE_UP;
         loop {
             let until = realtime_after(LOCK_WAIT);
             // SAFETY: the mutex lives in our mapping, initialised by the ledger's creator; a
@@ -380,7 +385,13 @@ impl Group {
                             }
                         }
                     }
-                    if Instant::now() > deadline {
+                    let now = Instant::now();
+                    let seen = seq.load(Ordering::Acquire);
+                    if seen != passed {
+                        // Others passed it meanwhile: a crowd, not a stuck holder.
+                        passed = seen;
+                        deadline = now + LOCK_GIVE_UP;
+                    } else if now > deadline {
                         self.stuck.store(true, Ordering::Relaxed);
                         let why = format!(
                             "group {}: its ledger's lock has been held for more than {} s while other members live ({}); refusing what needs it",
