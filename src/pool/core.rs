@@ -93,6 +93,9 @@ pub trait Core: Send {
     /// Forgets everything without calling the upstream; says what was held, and what the
     /// context's end does not take with it.
     fn forget(&mut self) -> Forgotten;
+    /// Every invariant written on the core, verified from scratch, or the first one broken
+    /// (tests and debug replays run it after each operation; it costs a walk of every block).
+    fn check(&self) -> Result<(), String>;
 }
 
 /// Which free segments go back for `need` bytes: the smallest that is enough alone, else

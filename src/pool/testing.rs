@@ -257,6 +257,7 @@ impl Clock for LagClock {
 
 /// One allocation trace: `a ID SIZE` and `f ID` lines (`#` comments), as recorded by
 /// `benches/gpu/record_trace.py`.
+#[derive(Debug, Clone, Copy)]
 pub enum Op {
     Alloc(u64, u64),
     Free(u64),
@@ -293,6 +294,9 @@ pub struct Replay {
     /// Fences the pool waited for.
     pub waits: u64,
 }
+
+/// The most invariant checks a replay of a debug build makes (see [`replay_in`]).
+pub const CHECKS: usize = 2000;
 
 /// Replays `ops` on a pool of `kind` under `rule`, on a GPU lagging by `lag` operations,
 /// under a hard limit of `limit` bytes (`u64::MAX`: none). An allocation the upstream
@@ -366,6 +370,7 @@ pub fn replay_in(
     let mut live: std::collections::HashMap<u64, Held> = Default::default();
     let mut r = Replay::default();
     let (mut requested, mut handed, quarter) = (0u64, 0u64, ops.len() / 4);
+    let stride = ops.len().div_ceil(CHECKS).max(1);
     for (i, op) in ops.iter().enumerate() {
         clock.op();
         match *op {
@@ -395,6 +400,14 @@ pub fn replay_in(
                     requested -= b.asked;
                     handed -= b.size;
                 }
+            }
+        }
+        // Debug builds check every invariant after each operation of a short trace, and
+        // after [`CHECKS`] operations spread evenly over a long one (and the last): a check
+        // walks every block, and the long traces of the replay gate would take an hour.
+        if cfg!(debug_assertions) && (i % stride == 0 || i + 1 == ops.len()) {
+            if let Err(e) = pool.check() {
+                panic!("{kind:?} (expandable {expandable}) after operation {i}, {op:?}: {e}");
             }
         }
     }

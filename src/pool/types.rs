@@ -292,4 +292,9 @@ pub trait Pool: Send + Sync {
     /// The context died, and its memory with it: forget every segment without calling the
     /// upstream. Says what was held, and what the context's end does not take with it.
     fn forget_all(&self) -> Forgotten;
+    /// Every invariant written on the pool and its core, verified from scratch, or the first
+    /// one broken (see [`super::core::Core::check`]).
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
 }

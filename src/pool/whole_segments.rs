@@ -114,6 +114,45 @@ impl SegmentCache {
         released
     }
 
+    /// The invariant written on the struct, with `key` the kind's key of a size.
+    fn check(&self, key: impl Fn(u64) -> u64) -> Result<(), String> {
+        for ((&p, &size), (&q, _)) in self.sizes.iter().zip(self.sizes.iter().skip(1)) {
+            if p + size > q {
+                return Err(format!("segments {p:#x} and {q:#x} overlap"));
+            }
+        }
+        let mut cached = 0u64;
+        let mut listed = std::collections::HashSet::new();
+        for (&(lane, k), list) in &self.free {
+            for p in list {
+                let Some(&size) = self.sizes.get(p) else {
+                    return Err(format!("cached {p:#x} is no segment"));
+                };
+                if key(size) != k || !listed.insert(*p) {
+                    return Err(format!("cached {p:#x} listed under key {k} or twice"));
+                }
+                let pending = self.lanes.get(p).map(|&(l, _)| l);
+                if pending != (lane != READY).then_some(lane) {
+                    return Err(format!(
+                        "cached {p:#x} of lane {lane} recorded as {pending:?}"
+                    ));
+                }
+                cached += size;
+            }
+        }
+        if self.lanes.len() != self.lanes.keys().filter(|p| listed.contains(p)).count() {
+            return Err("a pending lane recorded for a block not cached".into());
+        }
+        let reserved: u64 = self.sizes.values().sum();
+        if (cached, reserved) != (self.cached, self.reserved) {
+            return Err(format!(
+                "cached {} reserved {}, but the segments hold {cached} and {reserved}",
+                self.cached, self.reserved
+            ));
+        }
+        Ok(())
+    }
+
     fn forget(&mut self) -> Forgotten {
         let r = Forgotten {
             segments: self.sizes.len() as u64,
@@ -176,6 +215,9 @@ macro_rules! segment_cache_core {
         fn forget(&mut self) -> Forgotten {
             self.0.forget()
         }
+        fn check(&self) -> Result<(), String> {
+            self.0.check(|size| Self::key_of_size(size))
+        }
         fn put(&mut self, ptr: DevPtr, lane: Lane, epoch: u64) {
             let key = self.key_of(ptr);
             self.0.put(ptr, key, lane, epoch);
@@ -195,8 +237,11 @@ macro_rules! segment_cache_core {
 pub struct SimpleCore(SegmentCache);
 
 impl SimpleCore {
+    fn key_of_size(size: u64) -> u64 {
+        size
+    }
     fn key_of(&self, ptr: DevPtr) -> u64 {
-        self.0.size(ptr)
+        Self::key_of_size(self.0.size(ptr))
     }
 }
 
@@ -229,8 +274,11 @@ impl BinnedCore {
     fn class(size: u64) -> u64 {
         size.max(MIN_BLOCK).next_power_of_two()
     }
+    fn key_of_size(size: u64) -> u64 {
+        Self::class(size)
+    }
     fn key_of(&self, ptr: DevPtr) -> u64 {
-        Self::class(self.0.size(ptr))
+        Self::key_of_size(self.0.size(ptr))
     }
 }
 

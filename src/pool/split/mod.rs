@@ -14,6 +14,7 @@ use crate::base::cu::{CUresult, DevPtr};
 use std::collections::{BTreeMap, BTreeSet};
 
 mod arena;
+mod check;
 use arena::Arena;
 
 /// Requests up to this size are *small*: served from segments of [`SMALL_SEGMENT`].
@@ -424,6 +425,10 @@ impl SplitCore {
 impl Core for SplitCore {
     fn kind(&self) -> PoolKind {
         PoolKind::Split
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.check_invariants()
     }
 
     fn round(&self, size: u64) -> u64 {

@@ -224,6 +224,9 @@ fn random_workloads_in_the_arena_stay_mapped_and_balance() {
         let mut live: std::collections::BTreeMap<DevPtr, Held> = Default::default();
         let mut x = 0x9E3779B97F4A7C15u64 ^ rule as u64;
         for step in 0..6000 {
+            // Every invariant of the pool and its arena, after each step (frees included).
+            p.check()
+                .unwrap_or_else(|e| panic!("{rule:?} before step {step}: {e}"));
             xorshift(&mut x);
             if step % 89 == 0 {
                 clock.complete_all();

@@ -629,6 +629,9 @@ fn random_workloads_never_overlap_and_balance() {
             let mut live: std::collections::BTreeMap<DevPtr, Held> = Default::default();
             let mut x = 0x2545F4914F6CDD1Du64 ^ kind as u64;
             for step in 0..4000 {
+                // Every invariant of the pool and its core, after each step (frees included).
+                p.check()
+                    .unwrap_or_else(|e| panic!("{kind:?}/{rule:?} before step {step}: {e}"));
                 xorshift(&mut x);
                 if step % 97 == 0 {
                     clock.complete_all();
