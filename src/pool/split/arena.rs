@@ -55,9 +55,22 @@ impl Arena {
     }
 }
 
-/// A run of arena blocks that could be one free block (see `reclaim_shadows`): where it
-/// starts, its bytes, and its shadows (start, bytes, memory, where that memory is a handle).
-type Run = (DevPtr, u64, Vec<(DevPtr, u64, u64, DevPtr)>);
+/// A run of arena blocks that could be one free block (see `reclaim_shadows`).
+struct Run {
+    start: DevPtr,
+    bytes: u64,
+    /// Its shadows, whose memory moves back into it.
+    shadows: Vec<Moved>,
+}
+
+/// A shadow whose memory moves back: where it lies, its bytes, its memory, and where that
+/// memory is a handle now.
+struct Moved {
+    at: DevPtr,
+    bytes: u64,
+    memory: u64,
+    handle: DevPtr,
+}
 
 /// The handle sizes a growth of `bytes` maps, in order: powers of two times `chunk`, each the
 /// largest that fits what is left, at most `cap`.
@@ -99,8 +112,7 @@ impl SplitCore {
                 segment: base,
                 size: span,
                 small: false,
-                free: true,
-                mapped: false,
+                kind: Kind::Hole,
                 lane: READY,
                 epoch: 0,
             },
@@ -159,8 +171,7 @@ impl SplitCore {
                     segment: a.base,
                     size: grown,
                     small: false,
-                    free: true,
-                    mapped: true,
+                    kind: Kind::Free,
                     lane: READY,
                     epoch: 0,
                 },
@@ -179,7 +190,7 @@ impl SplitCore {
                 .blocks
                 .range(..h)
                 .next_back()
-                .filter(|(&p, b)| b.free && b.mapped && b.lane == READY && p + b.size == h)
+                .filter(|(&p, b)| b.ready() && p + b.size == h)
                 .map_or(0, |(_, b)| b.size);
             let need = round_up(r.saturating_sub(before).max(1), chunk);
             if need <= len && best.is_none_or(|(n, _)| need < n) {
@@ -199,9 +210,7 @@ impl SplitCore {
         let mut blocks: Vec<(u64, DevPtr)> = self
             .blocks
             .range(a.base..a.base + a.span)
-            .filter(|(&p, b)| {
-                b.free && b.mapped && b.lane == READY && p + b.size != at && b.size >= a.chunk
-            })
+            .filter(|(&p, b)| b.ready() && p + b.size != at && b.size >= a.chunk)
             .map(|(&p, b)| (b.size, p))
             .collect();
         blocks.sort_unstable();
@@ -268,8 +277,7 @@ impl SplitCore {
             h,
             Block {
                 size: len,
-                free: false,
-                mapped: false,
+                kind: Kind::Shadow,
                 lane: READY,
                 epoch: 0,
                 ..b
@@ -342,7 +350,7 @@ impl SplitCore {
         };
         self.blocks
             .range(a.base..a.base + a.span)
-            .filter(|(_, b)| b.free && b.mapped && b.lane == READY)
+            .filter(|(_, b)| b.ready())
             .filter_map(|(&p, b)| {
                 let mut inside = self
                     .handles
@@ -420,7 +428,7 @@ impl SplitCore {
                 c,
                 Block {
                     size: hl,
-                    mapped: false,
+                    kind: Kind::Hole,
                     ..b
                 },
             );
@@ -445,28 +453,27 @@ impl SplitCore {
         if self.shadows.is_empty() {
             return false;
         }
-        let ready = |b: &Block| b.free && b.mapped && b.lane == READY;
         let mut run: Option<Run> = None;
         let mut found = None;
         for (&p, b) in self.blocks.range(a.base..a.base + a.span) {
-            let movable = (!b.free && !b.mapped)
+            let movable = (b.kind == Kind::Shadow)
                 .then(|| {
                     let id = *self.memory.get(&p)?;
                     let at = *self.owner.get(&id)?;
                     let (&start, owner) = self.blocks.range(..=at).next_back()?;
-                    (ready(owner) && start + owner.size >= at + b.size).then_some((id, at))
+                    (owner.ready() && start + owner.size >= at + b.size).then_some((id, at))
                 })
                 .flatten();
-            let fits_in = ready(b) || movable.is_some();
+            let fits_in = b.ready() || movable.is_some();
             let run_ok = |run: &Run| {
-                run.0 + run.1 == p
+                run.start + run.bytes == p
                     && movable.is_none_or(|(id, at)| {
                         // Its memory must not be one the run holds or uses already.
-                        !(run.0..p + b.size).contains(&at)
+                        !(run.start..p + b.size).contains(&at)
                             && run
-                                .2
+                                .shadows
                                 .iter()
-                                .all(|s| s.2 != id && !(p..p + b.size).contains(&s.3))
+                                .all(|s| s.memory != id && !(p..p + b.size).contains(&s.handle))
                     })
             };
             if !fits_in {
@@ -474,22 +481,39 @@ impl SplitCore {
                 continue;
             }
             match run.as_mut() {
-                Some(cur) if run_ok(cur) => cur.1 += b.size,
-                _ => run = Some((p, b.size, Vec::new())),
+                Some(cur) if run_ok(cur) => cur.bytes += b.size,
+                _ => {
+                    run = Some(Run {
+                        start: p,
+                        bytes: b.size,
+                        shadows: Vec::new(),
+                    })
+                }
             }
             let cur = run.as_mut().expect("just set");
-            if let Some((id, at)) = movable {
-                cur.2.push((p, b.size, id, at));
+            if let Some((memory, handle)) = movable {
+                cur.shadows.push(Moved {
+                    at: p,
+                    bytes: b.size,
+                    memory,
+                    handle,
+                });
             }
-            if cur.1 >= r && !cur.2.is_empty() {
+            if cur.bytes >= r && !cur.shadows.is_empty() {
                 found = run.take();
                 break;
             }
         }
-        let Some((_, _, shadows)) = found else {
+        let Some(Run { shadows, .. }) = found else {
             return false;
         };
-        for (s, len, id, at) in shadows {
+        for Moved {
+            at: s,
+            bytes: len,
+            memory: id,
+            handle: at,
+        } in shadows
+        {
             self.carve_shadow(at, len);
             self.handles.remove(&at);
             self.handles.insert(s, len);
@@ -499,8 +523,7 @@ impl SplitCore {
             self.merge_and_free(
                 s,
                 Block {
-                    free: true,
-                    mapped: true,
+                    kind: Kind::Free,
                     lane: READY,
                     epoch: 0,
                     ..sb
@@ -524,8 +547,7 @@ impl SplitCore {
             self.merge_and_free(
                 p,
                 Block {
-                    free: true,
-                    mapped: false,
+                    kind: Kind::Hole,
                     ..b
                 },
             );
@@ -574,7 +596,7 @@ impl SplitCore {
         let mut out: Vec<SegmentView> = Vec::new();
         let mut open = false;
         for (&p, b) in self.blocks.range(a.base..a.base + a.span) {
-            if !b.mapped {
+            if !b.mapped() {
                 open = false;
                 continue;
             }

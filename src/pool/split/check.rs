@@ -51,13 +51,13 @@ impl SplitCore {
                 ensure(b.small == first && !(in_arena && b.small), || {
                     format!("block {p:#x}: small {} in a segment of {first}", b.small)
                 })?;
-                ensure(b.mapped || in_arena, || {
+                ensure(b.mapped() || in_arena, || {
                     format!("block {p:#x}: unmapped outside the arena")
                 })?;
                 if let Some(q) = prev {
                     let parked = self.parked == Some(p) || self.parked == Some(at - q.size);
                     ensure(
-                        parked || !(q.free && b.free && q.lane == b.lane && q.mapped == b.mapped),
+                        parked || !(q.free() && q.kind == b.kind && q.lane == b.lane),
                         || format!("free neighbours {:#x} and {p:#x} not merged", at - q.size),
                     )?;
                 }
@@ -84,29 +84,29 @@ impl SplitCore {
         let mut holes = BTreeMap::new();
         let mut shadows = BTreeMap::new();
         for (&p, b) in &self.blocks {
-            match (b.free, b.mapped) {
-                (true, false) => {
+            match b.kind {
+                Kind::Hole => {
                     ensure(b.lane == READY, || format!("hole {p:#x} in a lane"))?;
                     holes.insert(p, b.size);
                 }
-                (false, false) => {
+                Kind::Shadow => {
                     shadows.insert(p, b.size);
                 }
-                (true, true) if self.parked == Some(p) => {
+                Kind::Free if self.parked == Some(p) => {
                     ensure(b.lane == READY, || format!("parked {p:#x} in a lane"))?;
                 }
-                (true, true) if b.lane == READY => {
+                Kind::Free if b.lane == READY => {
                     ready[Self::set(b.small)].insert((b.size, p));
                 }
-                (true, true) => {
+                Kind::Free => {
                     lanes.entry(b.lane).or_default()[Self::set(b.small)].insert((b.size, p));
                 }
-                (false, true) => {}
+                Kind::InUse => {}
             }
         }
         if let Some(p) = self.parked {
             ensure(
-                self.blocks.get(&p).is_some_and(|b| b.free && b.mapped),
+                self.blocks.get(&p).is_some_and(|b| b.kind == Kind::Free),
                 || format!("parked {p:#x} is no free mapped block"),
             )?;
         }
@@ -141,7 +141,7 @@ impl SplitCore {
         let cached: u64 = self
             .blocks
             .values()
-            .filter(|b| b.free && b.mapped)
+            .filter(|b| b.kind == Kind::Free)
             .map(|b| b.size)
             .sum();
         ensure(cached == self.cached, || {
@@ -182,7 +182,7 @@ impl SplitCore {
         // The mapped runs of blocks, as handles must tile them.
         let mut runs: Vec<(DevPtr, u64)> = Vec::new();
         for (&p, b) in self.blocks.range(a.base..a.base + a.span) {
-            if !b.mapped {
+            if !b.mapped() {
                 continue;
             }
             match runs.last_mut() {

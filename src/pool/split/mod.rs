@@ -40,22 +40,50 @@ pub const CLOSE_FIT: u64 = 8;
 /// 1/`STRAND_SHARE` of the limit (see `SplitCore::acceptable`).
 pub const STRAND_SHARE: u64 = 16;
 
+/// What a block is. Only the arena has the last two, chunk-aligned at both ends and in no free
+/// set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Handed out: the program's (or a thread magazine's, or waiting for its fence).
+    InUse,
+    /// Mapped and free: in the free set of its lane and size class (or parked).
+    Free,
+    /// Free with nothing mapped: in `holes`.
+    Hole,
+    /// One handle whose memory was lent elsewhere in the arena: mapped, but no block may use
+    /// it (in `shadows`).
+    Shadow,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Block {
     segment: DevPtr,
     size: u64,
     /// Its segment holds small requests (the same for every block of a segment).
     small: bool,
-    free: bool,
-    /// Memory of its own is behind it. Only the arena has unmapped blocks, chunk-aligned at
-    /// both ends, in no free set: free ones are *holes* (nothing mapped), the others
-    /// *shadows* (one handle whose memory was lent elsewhere in the arena: mapped, but no
-    /// block may use it).
-    mapped: bool,
+    kind: Kind,
     /// For a free block: who may take it (see [`Lane`]).
     lane: Lane,
     /// For a free block of a queue's lane: the batch whose fence makes it ready.
     epoch: u64,
+}
+
+impl Block {
+    /// Free: mapped or a hole.
+    fn free(&self) -> bool {
+        matches!(self.kind, Kind::Free | Kind::Hole)
+    }
+
+    /// Memory of its own is behind it (in use or free; a shadow's memory is a handle's
+    /// elsewhere).
+    fn mapped(&self) -> bool {
+        matches!(self.kind, Kind::InUse | Kind::Free)
+    }
+
+    /// Mapped, free and ready: what a growth may extend, lend from or move memory back into.
+    fn ready(&self) -> bool {
+        self.kind == Kind::Free && self.lane == READY
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -165,8 +193,7 @@ impl SplitCore {
             return None;
         }
         // The neighbours merge_and_free would merge it with.
-        let merges =
-            |n: &Block| n.free && n.segment == b.segment && n.mapped == b.mapped && n.lane == READY;
+        let merges = |n: &Block| n.segment == b.segment && n.kind == b.kind && n.lane == READY;
         if let Some((&pp, prev)) = self.blocks.range(..p).next_back() {
             if pp + prev.size == p && merges(prev) {
                 return None;
@@ -188,18 +215,18 @@ impl SplitCore {
         self.blocks
             .get_mut(&p)
             .expect("the parked block is in blocks")
-            .free = false;
+            .kind = Kind::InUse;
         self.cached -= r;
         self.parked = None;
         Some(Taken { ptr: p, size: r })
     }
 
     fn mark_free(&mut self, ptr: DevPtr, b: Block) {
-        if !b.mapped {
+        if !b.mapped() {
             self.blocks.insert(
                 ptr,
                 Block {
-                    free: true,
+                    kind: Kind::Hole,
                     lane: READY,
                     epoch: 0,
                     ..b
@@ -209,7 +236,13 @@ impl SplitCore {
             return;
         }
         let small = b.small;
-        self.blocks.insert(ptr, Block { free: true, ..b });
+        self.blocks.insert(
+            ptr,
+            Block {
+                kind: Kind::Free,
+                ..b
+            },
+        );
         self.sets_mut(b.lane)[Self::set(small)].insert((b.size, ptr));
         self.cached += b.size;
     }
@@ -223,8 +256,8 @@ impl SplitCore {
     /// Takes the free block `b` at `ptr` out of its free set (or the holes); `blocks` is left
     /// to the caller.
     fn unlist(&mut self, ptr: DevPtr, b: Block) {
-        debug_assert!(b.free);
-        if !b.mapped {
+        debug_assert!(b.free());
+        if b.kind == Kind::Hole {
             self.holes.remove(&ptr);
             return;
         }
@@ -360,7 +393,7 @@ impl SplitCore {
             .expect("a free block is in blocks");
         let b = *taken;
         let split = rest >= MIN_BLOCK && (b.size < MAX_SPLIT || in_arena);
-        taken.free = false;
+        taken.kind = Kind::InUse;
         if split {
             taken.size = r;
         }
@@ -371,7 +404,7 @@ impl SplitCore {
                 ptr + r,
                 Block {
                     size: rest,
-                    free: true,
+                    kind: Kind::Free,
                     ..b
                 },
             );
@@ -388,7 +421,7 @@ impl SplitCore {
         // Merge with the next block of the same segment and lane.
         let next = ptr + b.size;
         if let Some(&n) = self.blocks.get(&next) {
-            if n.free && n.segment == b.segment && n.lane == b.lane && n.mapped == b.mapped {
+            if n.free() && n.segment == b.segment && n.lane == b.lane && n.mapped() == b.mapped() {
                 self.unmark_free(next);
                 self.blocks.remove(&next);
                 b.size += n.size;
@@ -397,10 +430,10 @@ impl SplitCore {
         }
         // And with the previous one.
         if let Some((&pp, &p)) = self.blocks.range(..ptr).next_back() {
-            if p.free
+            if p.free()
                 && p.segment == b.segment
                 && p.lane == b.lane
-                && p.mapped == b.mapped
+                && p.mapped() == b.mapped()
                 && pp + p.size == ptr
             {
                 self.unmark_free(pp);
@@ -414,7 +447,7 @@ impl SplitCore {
     }
 
     fn state(b: &Block) -> BlockState {
-        match (b.free, b.lane) {
+        match (b.free(), b.lane) {
             (false, _) => BlockState::InUse,
             (true, READY) => BlockState::Free,
             (true, _) => BlockState::Pending,
@@ -477,8 +510,7 @@ impl Core for SplitCore {
                 segment: seg,
                 size: got,
                 small: r <= SMALL_REQUEST,
-                free: true,
-                mapped: true,
+                kind: Kind::Free,
                 lane: READY,
                 epoch: 0,
             },
@@ -495,9 +527,9 @@ impl Core for SplitCore {
             .blocks
             .get_mut(&ptr)
             .expect("a block handed out is in blocks");
-        debug_assert!(!b.free, "double put of {ptr:#x}");
+        debug_assert!(b.kind == Kind::InUse, "double put of {ptr:#x}");
         if lane == READY {
-            b.free = true;
+            b.kind = Kind::Free;
             b.lane = READY;
             b.epoch = 0;
             self.cached += b.size;
@@ -513,7 +545,7 @@ impl Core for SplitCore {
         let Some((&start, &b)) = self.blocks.range(..=ptr).next_back() else {
             return;
         };
-        if ptr >= start + b.size || !b.free || b.lane != lane || lane == READY || b.epoch > done {
+        if ptr >= start + b.size || !b.free() || b.lane != lane || lane == READY || b.epoch > done {
             return;
         }
         self.unmark_free(start);
@@ -537,7 +569,7 @@ impl Core for SplitCore {
 
     fn block_of(&self, ptr: DevPtr) -> Option<BlockSpan> {
         let (&start, b) = self.blocks.range(..=ptr).next_back()?;
-        (ptr < start + b.size && !b.free && b.mapped).then_some(BlockSpan {
+        (ptr < start + b.size && b.kind == Kind::InUse).then_some(BlockSpan {
             ptr: start,
             size: b.size,
             segment: b.segment,
@@ -582,7 +614,7 @@ impl Core for SplitCore {
                     && self
                         .blocks
                         .get(&s)
-                        .is_some_and(|b| b.free && b.size == seg.size)
+                        .is_some_and(|b| b.free() && b.size == seg.size)
             })
             .map(|(&s, seg)| (s, seg.size))
             .collect();
@@ -651,7 +683,7 @@ impl Core for SplitCore {
 
     fn handles_under(&self, ptr: DevPtr) -> Vec<(DevPtr, u64)> {
         match self.blocks.get(&ptr) {
-            Some(b) if !b.free && b.mapped && self.in_arena(ptr) => self.handles_of(ptr, b.size),
+            Some(b) if b.kind == Kind::InUse && self.in_arena(ptr) => self.handles_of(ptr, b.size),
             _ => Vec::new(),
         }
     }
