@@ -317,6 +317,10 @@ pub fn replay_in(
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     struct Counting(FakeUpstream, AtomicU64, AtomicU64);
     impl Upstream for Counting {
+        fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
+            Some(self)
+        }
+
         fn alloc(&self, b: u64) -> Result<u64, u32> {
             let p = self.0.alloc(b)?;
             self.1.fetch_add(1, Relaxed);
@@ -332,11 +336,20 @@ pub fn replay_in(
         fn limit(&self) -> u64 {
             self.0.limit()
         }
+        fn synchronize(&self) -> bool {
+            true
+        }
+    }
+
+    impl VirtualMemory for Counting {
         fn vmm(&self) -> Option<Vmm> {
             self.0.vmm()
         }
         fn reserve(&self, b: u64, chunk: u64) -> Result<u64, u32> {
             self.0.reserve(b, chunk)
+        }
+        fn unreserve(&self, at: u64, b: u64) {
+            self.0.unreserve(at, b)
         }
         fn map(&self, at: u64, b: u64, chunk: u64) -> Result<(), u32> {
             self.0.map(at, b, chunk)?;
@@ -354,9 +367,6 @@ pub fn replay_in(
         }
         fn unmap_alias(&self, at: u64, b: u64) -> Result<(), u32> {
             self.0.unmap_alias(at, b)
-        }
-        fn synchronize(&self) -> bool {
-            true
         }
     }
     let device = if limit == u64::MAX {
@@ -418,6 +428,10 @@ pub fn replay_in(
 }
 
 impl Upstream for FakeUpstream {
+    fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
+        Some(self)
+    }
+
     fn alloc(&self, bytes: u64) -> Result<DevPtr, CUresult> {
         let mut s = self.state.lock().unwrap();
         if s.2 + bytes > self.capacity {
@@ -449,6 +463,12 @@ impl Upstream for FakeUpstream {
             u64::MAX
         }
     }
+    fn synchronize(&self) -> bool {
+        true
+    }
+}
+
+impl VirtualMemory for FakeUpstream {
     fn vmm(&self) -> Option<Vmm> {
         (self.chunk > 0).then(|| Vmm {
             chunk: self.chunk,
@@ -535,9 +555,6 @@ impl Upstream for FakeUpstream {
             "unmap_alias of {at:#x}: its memory is mapped nowhere else"
         );
         Ok(())
-    }
-    fn synchronize(&self) -> bool {
-        true
     }
 }
 

@@ -2,7 +2,7 @@
 //! trait every kind implements, and the views a snapshot shows. No behaviour here.
 
 use crate::base::config::PoolKind;
-use crate::base::cu::{CUresult, DevPtr, CUDA_ERROR_NOT_SUPPORTED};
+use crate::base::cu::{CUresult, DevPtr};
 
 /// Where a pool gets device memory.
 pub trait Upstream {
@@ -32,55 +32,10 @@ pub trait Upstream {
         false
     }
 
-    // ---- virtual memory (expandable segments) ----------------------------------------------
-
-    /// The virtual memory this upstream offers, if any (then a pool may grow a range in place
-    /// with [`reserve`](Self::reserve) and [`map`](Self::map)).
-    fn vmm(&self) -> Option<Vmm> {
+    /// The virtual memory this upstream offers, if any: then a pool may grow a range in place
+    /// (expandable segments).
+    fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
         None
-    }
-    /// Reserves `bytes` (a multiple of `chunk`, the [`Vmm::chunk`] it offered) of address
-    /// space aligned to `chunk`, no memory behind it.
-    fn reserve(&self, bytes: u64, chunk: u64) -> Result<DevPtr, CUresult> {
-        let _ = (bytes, chunk);
-        Err(CUDA_ERROR_NOT_SUPPORTED)
-    }
-    /// Gives back a range from [`reserve`](Self::reserve), nothing mapped in it.
-    fn unreserve(&self, at: DevPtr, bytes: u64) {
-        let _ = (at, bytes);
-    }
-    /// Puts memory behind `[at, at + bytes)` (aligned to [`Vmm::chunk`], inside a reserved
-    /// range, not mapped), one physical allocation (*handle*) per `handle` bytes (a multiple
-    /// of [`Vmm::chunk`] dividing `bytes`), charged like [`alloc`](Self::alloc):
-    /// `CUDA_ERROR_OUT_OF_MEMORY` when the limit or the device is full. All or nothing.
-    fn map(&self, at: DevPtr, bytes: u64, handle: u64) -> Result<(), CUresult> {
-        let _ = (at, bytes, handle);
-        Err(CUDA_ERROR_NOT_SUPPORTED)
-    }
-    /// Takes the memory from behind `[at, at + bytes)` (mapped in handles of `handle` bytes)
-    /// and gives it back. Unlike [`free`](Self::free) this does not wait for the device: the
-    /// caller makes sure no device work still uses the range.
-    fn unmap(&self, at: DevPtr, bytes: u64, handle: u64) -> Result<(), CUresult> {
-        let _ = (at, bytes, handle);
-        Err(CUDA_ERROR_NOT_SUPPORTED)
-    }
-    /// Maps the one handle mapped at `[from, from + bytes)` a second time, at `to` (aligned,
-    /// reserved, not mapped), charging nothing: the same memory now has two addresses. The
-    /// caller uses it at one only, and unmaps the other with [`unmap_alias`] (while a mapping
-    /// of it is left, the memory stays). `CUDA_ERROR_NOT_SUPPORTED`: memory is not lent here
-    /// (no virtual memory, or a tool that must see each allocation apart is attached).
-    ///
-    /// [`unmap_alias`]: Self::unmap_alias
-    fn lend(&self, from: DevPtr, to: DevPtr, bytes: u64) -> Result<(), CUresult> {
-        let _ = (from, to, bytes);
-        Err(CUDA_ERROR_NOT_SUPPORTED)
-    }
-    /// Unmaps the one handle mapped at `[at, at + bytes)` whose memory [`lend`](Self::lend)
-    /// mapped elsewhere too, charging nothing back (the other mapping keeps the memory).
-    /// Like [`unmap`](Self::unmap), it does not wait for the device.
-    fn unmap_alias(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
-        let _ = (at, bytes);
-        Err(CUDA_ERROR_NOT_SUPPORTED)
     }
     /// Waits for all device work of the pool's context; `false` when it cannot.
     fn synchronize(&self) -> bool {
@@ -88,7 +43,42 @@ pub trait Upstream {
     }
 }
 
-/// What [`Upstream::vmm`] offers.
+/// An upstream's virtual memory (CUDA's `cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`):
+/// address ranges reserved with nothing behind them, and physical allocations (*handles*)
+/// mapped into them and out again. What `split`'s expandable arena grows and shrinks by.
+pub trait VirtualMemory {
+    /// What it offers now (`None`: the device has no virtual memory, and large requests get
+    /// classic segments).
+    fn vmm(&self) -> Option<Vmm>;
+    /// Reserves `bytes` (a multiple of `chunk`, the [`Vmm::chunk`] it offered) of address
+    /// space aligned to `chunk`, no memory behind it.
+    fn reserve(&self, bytes: u64, chunk: u64) -> Result<DevPtr, CUresult>;
+    /// Gives back a range from [`reserve`](Self::reserve), nothing mapped in it.
+    fn unreserve(&self, at: DevPtr, bytes: u64);
+    /// Puts memory behind `[at, at + bytes)` (aligned to [`Vmm::chunk`], inside a reserved
+    /// range, not mapped), one physical allocation (*handle*) per `handle` bytes (a multiple
+    /// of [`Vmm::chunk`] dividing `bytes`), charged like [`Upstream::alloc`]:
+    /// `CUDA_ERROR_OUT_OF_MEMORY` when the limit or the device is full. All or nothing.
+    fn map(&self, at: DevPtr, bytes: u64, handle: u64) -> Result<(), CUresult>;
+    /// Takes the memory from behind `[at, at + bytes)` (mapped in handles of `handle` bytes)
+    /// and gives it back. Unlike [`Upstream::free`] this does not wait for the device: the
+    /// caller makes sure no device work still uses the range.
+    fn unmap(&self, at: DevPtr, bytes: u64, handle: u64) -> Result<(), CUresult>;
+    /// Maps the one handle mapped at `[from, from + bytes)` a second time, at `to` (aligned,
+    /// reserved, not mapped), charging nothing: the same memory now has two addresses. The
+    /// caller uses it at one only, and unmaps the other with [`unmap_alias`] (while a mapping
+    /// of it is left, the memory stays). `CUDA_ERROR_NOT_SUPPORTED`: memory is not lent here
+    /// (no virtual memory, or a tool that must see each allocation apart is attached).
+    ///
+    /// [`unmap_alias`]: Self::unmap_alias
+    fn lend(&self, from: DevPtr, to: DevPtr, bytes: u64) -> Result<(), CUresult>;
+    /// Unmaps the one handle mapped at `[at, at + bytes)` whose memory [`lend`](Self::lend)
+    /// mapped elsewhere too, charging nothing back (the other mapping keeps the memory).
+    /// Like [`unmap`](Self::unmap), it does not wait for the device.
+    fn unmap_alias(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult>;
+}
+
+/// What [`VirtualMemory::vmm`] offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Vmm {
     /// Memory is mapped and unmapped in multiples of this, at multiples of it (the smallest

@@ -14,7 +14,7 @@ use crate::driver::nvtx;
 use crate::driver::Driver;
 use crate::limits::budget::{Bytes, DeviceBudget};
 use crate::log_at;
-use crate::pool::{Held, ThreadCache, Upstream};
+use crate::pool::{Held, ThreadCache, Upstream, VirtualMemory};
 
 /// How many more times an allocation is tried while other threads keep giving memory back.
 pub(crate) const RELEASE_RETRIES: usize = 4;
@@ -342,6 +342,10 @@ pub struct DriverUpstream<'a> {
 }
 
 impl Upstream for DriverUpstream<'_> {
+    fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
+        Some(self)
+    }
+
     fn alloc(&self, bytes: u64) -> Result<DevPtr, CUresult> {
         if !self.budget.try_charge(bytes) {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
@@ -416,6 +420,16 @@ impl Upstream for DriverUpstream<'_> {
         Ok(())
     }
 
+    /// False while a graph capture is under way (`cuCtxSynchronize` would end it).
+    fn synchronize(&self) -> bool {
+        let Some(_calls) = own_calls() else {
+            return false;
+        };
+        self.driver.synchronize().is_ok()
+    }
+}
+
+impl VirtualMemory for DriverUpstream<'_> {
     fn vmm(&self) -> Option<crate::pool::Vmm> {
         let chunk = self.driver.vmm_granularity(self.device)?.max(2 << 20);
         let total = self.driver.device_total_mem(self.device).ok()?;
@@ -424,7 +438,6 @@ impl Upstream for DriverUpstream<'_> {
             span: total.next_multiple_of(chunk),
         })
     }
-
     fn reserve(&self, bytes: u64, chunk: u64) -> Result<DevPtr, CUresult> {
         let p = self.driver.vmm_reserve(bytes, chunk)?;
         // The range is one segment (its mapped bytes are charged as they are mapped). No NVTX
@@ -433,7 +446,6 @@ impl Upstream for DriverUpstream<'_> {
         self.budget.on_driver_alloc();
         Ok(p)
     }
-
     fn unreserve(&self, at: DevPtr, bytes: u64) {
         if crate::base::flags::exiting() {
             return;
@@ -446,7 +458,6 @@ impl Upstream for DriverUpstream<'_> {
             self.budget.on_driver_free();
         }
     }
-
     fn map(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
         if !self.budget.try_charge(bytes) {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
@@ -465,7 +476,6 @@ impl Upstream for DriverUpstream<'_> {
             }
         }
     }
-
     /// Refused while a graph capture is under way (see [`free`](Self::free)).
     fn unmap(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
         if crate::base::flags::exiting() {
@@ -483,7 +493,6 @@ impl Upstream for DriverUpstream<'_> {
         self.budget.on_unmap(bytes.div_ceil(chunk));
         Ok(())
     }
-
     fn lend(&self, from: DevPtr, to: DevPtr, bytes: u64) -> Result<(), CUresult> {
         if self.tools {
             // A sanitizer would see two allocations over the same memory: nothing is lent.
@@ -497,7 +506,6 @@ impl Upstream for DriverUpstream<'_> {
         }
         Ok(())
     }
-
     fn unmap_alias(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
         if crate::base::flags::exiting() {
             return Ok(());
@@ -508,13 +516,5 @@ impl Upstream for DriverUpstream<'_> {
         super::ipc_mapped::while_unmapping(at, bytes, || self.driver.vmm_unmap(at, bytes, bytes))?;
         self.budget.on_unmap(0);
         Ok(())
-    }
-
-    /// False while a graph capture is under way (`cuCtxSynchronize` would end it).
-    fn synchronize(&self) -> bool {
-        let Some(_calls) = own_calls() else {
-            return false;
-        };
-        self.driver.synchronize().is_ok()
     }
 }

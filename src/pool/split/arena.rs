@@ -20,6 +20,7 @@
 //!   free blocks.
 
 use super::*;
+use crate::base::cu::CUDA_ERROR_NOT_SUPPORTED;
 
 /// The range reserved is this many times the device's memory: lent memory leaves shadows that
 /// hold address space (not memory) until the next release.
@@ -95,9 +96,10 @@ impl SplitCore {
         if let Some(a) = self.arena {
             return Some(a);
         }
-        let Vmm { chunk, span } = up.vmm()?;
+        let vm = up.virtual_memory()?;
+        let Vmm { chunk, span } = vm.vmm()?;
         let span = round_up(span.max(chunk), chunk).saturating_mul(SPAN_PER_MEMORY);
-        let base = up.reserve(span, chunk).ok()?;
+        let base = vm.reserve(span, chunk).ok()?;
         let a = Arena {
             base,
             span,
@@ -206,7 +208,9 @@ impl SplitCore {
     /// `need` (up to `room`): its memory is held already, and what the request leaves of it
     /// stays free. Returns the bytes lent.
     fn lend_into(&mut self, at: DevPtr, need: u64, room: u64, up: &dyn Upstream) -> u64 {
-        let Some(a) = self.arena else { return 0 };
+        let (Some(a), Some(vm)) = (self.arena, up.virtual_memory()) else {
+            return 0;
+        };
         let mut blocks: Vec<(u64, DevPtr)> = self
             .blocks
             .range(a.base..a.base + a.span)
@@ -226,7 +230,7 @@ impl SplitCore {
                 if done + len > room {
                     continue;
                 }
-                if up.lend(h, at + done, len).is_err() {
+                if vm.lend(h, at + done, len).is_err() {
                     break 'blocks;
                 }
                 self.carve_shadow(h, len);
@@ -301,6 +305,7 @@ impl SplitCore {
         if bytes == 0 {
             return Ok(());
         }
+        let vm = up.virtual_memory().ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
         let cap = match up.limit() {
             // Nothing is lent: handles as large as the growth allows.
             u64::MAX => MAX_HANDLE,
@@ -319,9 +324,9 @@ impl SplitCore {
             off += h;
         }
         for (i, &(p, len, h)) in runs.iter().enumerate() {
-            if let Err(e) = up.map(p, len, h) {
+            if let Err(e) = vm.map(p, len, h) {
                 for &(p, len, h) in &runs[..i] {
-                    let _ = up.unmap(p, len, h);
+                    let _ = vm.unmap(p, len, h);
                 }
                 return Err(e);
             }
@@ -377,6 +382,9 @@ impl SplitCore {
         len: u64,
         block: DevPtr,
     ) -> u64 {
+        let Some(vm) = up.virtual_memory() else {
+            return 0;
+        };
         let handles: Vec<(DevPtr, u64)> = self
             .handles
             .range(at..at + len)
@@ -394,7 +402,7 @@ impl SplitCore {
             if self.memory.get(&c).is_some_and(|id| shadowed.contains(id)) {
                 continue;
             }
-            if up.unmap(c, hl, hl).is_err() {
+            if vm.unmap(c, hl, hl).is_err() {
                 // The handle stays mapped, in the free block the next one is carved from.
                 continue;
             }
@@ -536,9 +544,12 @@ impl SplitCore {
     /// Unmaps every shadow (no device work may use one: a release after the device is idle);
     /// each becomes a hole.
     pub(super) fn unmap_shadows(&mut self, up: &dyn Upstream) {
+        let Some(vm) = up.virtual_memory() else {
+            return;
+        };
         let shadows: Vec<(DevPtr, u64)> = self.shadows.iter().map(|(&p, &l)| (p, l)).collect();
         for (p, len) in shadows {
-            if up.unmap_alias(p, len).is_err() {
+            if vm.unmap_alias(p, len).is_err() {
                 continue;
             }
             self.shadows.remove(&p);
@@ -562,7 +573,10 @@ impl SplitCore {
         else {
             return;
         };
-        up.unreserve(a.base, a.span);
+        let Some(vm) = up.virtual_memory() else {
+            return;
+        };
+        vm.unreserve(a.base, a.span);
         self.unmark_free(a.base);
         self.blocks.remove(&a.base);
         self.segments.remove(&a.base);
