@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The replay gate: every allocation trace of benches/traces/ replayed by `cudapool replay` through split with expandable segments, the
 default, twice:
-- with no limit (nothing is lent): never above the reserved peak PyTorch's allocator recorded on
+- with no limit (nothing is stitched): never above the reserved peak PyTorch's allocator recorded on
   the same job (the file's header, where it says), and at most DEFAULT_TARGET x its peak
   allocated (today's figures: 1.003-1.079);
-- under a limit of 1.05 x its peak allocated (free memory lent to growths): at most TARGET x its
+- under a limit of 1.05 x its peak allocated (free memory stitched to growths): at most TARGET x its
   peak allocated, and no request refused.
 Prints one line per trace and run, and a `test result:` line that scripts/test.sh counts.
 
@@ -62,11 +62,11 @@ def main():
         passed += ok
         failed += not ok
         limit = int(r["peak_allocated_bytes"] * LIMIT)
-        lent = replay(binary, [r["file"]], limit)
-        if not lent:
+        stitched = replay(binary, [r["file"]], limit)
+        if not stitched:
             failed += 1
             continue
-        q = lent[0]
+        q = stitched[0]
         ratio = q["peak_reserved_bytes"] / q["peak_allocated_bytes"]
         ok = ratio <= TARGET and q["ooms"] == 0
         print(f"replay {'ok  ' if ok else 'FAIL'} {os.path.basename(q['file']):<28} limit {mib(limit)}: "

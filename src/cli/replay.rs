@@ -15,7 +15,7 @@
 //!
 //! A replay is the one-queue case: frees are in request order, with no streams and no lag.
 //! With `--limit SIZE` it runs under that hard limit (as `CUDAPOOL_MEMORY_LIMIT`), where the
-//! arena lends free memory to its growths; requests the limit refuses are counted (`ooms`).
+//! arena stitches free memory into its growths; requests the limit refuses are counted (`ooms`).
 
 use crate::cli::out::outln;
 use cudapool::base::config::PoolKind;

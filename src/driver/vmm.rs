@@ -214,7 +214,7 @@ impl Driver {
     /// Maps the one allocation mapped at `[from, from + bytes)` a second time at `to` (reserved,
     /// nothing mapped there), readable and writable like the first: the same memory at two
     /// addresses, until one is unmapped.
-    pub fn vmm_lend(
+    pub fn vmm_stitch(
         &self,
         dev: CUdevice,
         from: DevPtr,

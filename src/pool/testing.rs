@@ -22,8 +22,8 @@ pub struct FakeUpstream {
     /// The chunk of the virtual memory offered (0: none).
     chunk: u64,
     vmm: Mutex<Vmem>,
-    /// Handles lent so far.
-    pub lends: std::sync::atomic::AtomicU64,
+    /// Handles stitched so far.
+    pub stitches: std::sync::atomic::AtomicU64,
 }
 
 /// The fake's virtual memory: reserved ranges (start -> size), mappings (start -> (bytes, the
@@ -63,7 +63,7 @@ impl FakeUpstream {
             state: Mutex::new((1 << 20, BTreeMap::new(), 0)),
             chunk: 0,
             vmm: Mutex::default(),
-            lends: 0.into(),
+            stitches: 0.into(),
         }
     }
     /// The same, offering virtual memory mapped in chunks of `chunk` bytes.
@@ -360,8 +360,8 @@ pub fn replay_in(
         fn unmap(&self, at: u64, b: u64, chunk: u64) -> Result<(), u32> {
             self.0.unmap(at, b, chunk)
         }
-        fn lend(&self, from: u64, to: u64, b: u64) -> Result<(), u32> {
-            self.0.lend(from, to, b)?;
+        fn stitch(&self, from: u64, to: u64, b: u64) -> Result<(), u32> {
+            self.0.stitch(from, to, b)?;
             self.1.fetch_add(1, Relaxed);
             Ok(())
         }
@@ -533,14 +533,14 @@ impl VirtualMemory for FakeUpstream {
         }
         Ok(())
     }
-    fn lend(&self, from: DevPtr, to: DevPtr, bytes: u64) -> Result<(), CUresult> {
+    fn stitch(&self, from: DevPtr, to: DevPtr, bytes: u64) -> Result<(), CUresult> {
         let mut v = self.vmm.lock().unwrap();
-        let (len, id) = *v.maps.get(&from).expect("lend of a mapping");
-        assert_eq!(len, bytes, "lend of a whole handle");
-        assert!(v.vacant(to, bytes), "lend to {to:#x}: not vacant");
+        let (len, id) = *v.maps.get(&from).expect("stitch of a mapping");
+        assert_eq!(len, bytes, "stitch of a whole handle");
+        assert!(v.vacant(to, bytes), "stitch to {to:#x}: not vacant");
         v.maps.insert(to, (len, id));
         v.phys.get_mut(&id).expect("its memory").1 += 1;
-        self.lends
+        self.stitches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }

@@ -67,12 +67,12 @@ pub trait VirtualMemory {
     /// Maps the one handle mapped at `[from, from + bytes)` a second time, at `to` (aligned,
     /// reserved, not mapped), charging nothing: the same memory now has two addresses. The
     /// caller uses it at one only, and unmaps the other with [`unmap_alias`] (while a mapping
-    /// of it is left, the memory stays). `CUDA_ERROR_NOT_SUPPORTED`: memory is not lent here
+    /// of it is left, the memory stays). `CUDA_ERROR_NOT_SUPPORTED`: memory is not stitched here
     /// (no virtual memory, or a tool that must see each allocation apart is attached).
     ///
     /// [`unmap_alias`]: Self::unmap_alias
-    fn lend(&self, from: DevPtr, to: DevPtr, bytes: u64) -> Result<(), CUresult>;
-    /// Unmaps the one handle mapped at `[at, at + bytes)` whose memory [`lend`](Self::lend)
+    fn stitch(&self, from: DevPtr, to: DevPtr, bytes: u64) -> Result<(), CUresult>;
+    /// Unmaps the one handle mapped at `[at, at + bytes)` whose memory [`stitch`](Self::stitch)
     /// mapped elsewhere too, charging nothing back (the other mapping keeps the memory).
     /// Like [`unmap`](Self::unmap), it does not wait for the device.
     fn unmap_alias(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult>;
@@ -135,7 +135,7 @@ pub struct Forgotten {
 }
 
 /// An arena as a context's end leaves it: its reserved range (start, bytes) and each mapping
-/// in it (start, bytes: one handle each, lent memory's second mappings included).
+/// in it (start, bytes: one handle each, stitched memory's second mappings included).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ArenaLeft {
     pub range: (DevPtr, u64),

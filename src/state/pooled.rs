@@ -493,12 +493,12 @@ impl VirtualMemory for DriverUpstream<'_> {
         self.budget.on_unmap(bytes.div_ceil(chunk));
         Ok(())
     }
-    fn lend(&self, from: DevPtr, to: DevPtr, bytes: u64) -> Result<(), CUresult> {
+    fn stitch(&self, from: DevPtr, to: DevPtr, bytes: u64) -> Result<(), CUresult> {
         if self.tools {
-            // A sanitizer would see two allocations over the same memory: nothing is lent.
+            // A sanitizer would see two allocations over the same memory: nothing is stitched.
             return Err(CUDA_ERROR_NOT_SUPPORTED);
         }
-        self.driver.vmm_lend(self.device, from, to, bytes)?;
+        self.driver.vmm_stitch(self.device, from, to, bytes)?;
         self.budget.on_map(1);
         if let Some((h, dev)) = self.history {
             h.record(dev, Action::SegmentMap, to, bytes, 0, None);

@@ -2,19 +2,21 @@
 //! large requests that grows by mapping memory where a request needs it and gives back the
 //! memory of its free blocks. The best fit over its blocks is `split`'s own; this file is how the
 //! range gets and loses memory:
-//! - near a limit, a growth first *lends* the handles (physical allocations) that lie whole
+//! - near a limit, a growth first *stitches* the handles (physical allocations) that lie whole
 //!   inside ready free blocks elsewhere in the arena: each is mapped a second time where the
 //!   request grows, and its first address becomes a *shadow* that no block may use, so the
 //!   holes left between live blocks serve the growth without an unmap, a copy or a wait
 //!   (GMLake's stitching, over expandable segments). Only then is new memory made. Without a
-//!   limit, or far from it (more than 1/[`LEND_NEAR_LIMIT`] of it left after the growth),
-//!   nothing is lent: on an H100 a lend cost about 0.7 ms, and a BERT step lent some fifteen
-//!   handles every step and ran 10-18 % slower than without lending, for 4.6 % less memory;
-//! - before a growth, memory lent away moves back where that makes a free block the request
+//!   limit, or far from it (more than 1/[`STITCH_NEAR_LIMIT`] of it left after the growth),
+//!   nothing is stitched: on an H100 a stitch cost about 0.7 ms, and a BERT step stitched
+//!   some fifteen handles every step and ran 10-18 % slower than without stitching, for 4.6 %
+//!   less memory. (*Lending* is another thing: a group member giving its idle cache to
+//!   another.)
+//! - before a growth, memory stitched away moves back where that makes a free block the request
 //!   fits ([`SplitCore::reclaim_shadows`], no driver call);
 //! - new memory comes in handles as large as the growth allows (powers of two of the chunk up
 //!   to a cap: one handle costs tens of microseconds however large it is, and a 4 GiB growth in
-//!   2 MiB handles took 80-90 ms on an H100); under a limit smaller, so that lending finds
+//!   2 MiB handles took 80-90 ms on an H100); under a limit smaller, so that stitching finds
 //!   whole handles in free blocks and a reclaim stays fine;
 //! - a release (after the device is idle) unmaps the shadows, then whole handles inside ready
 //!   free blocks.
@@ -22,16 +24,16 @@
 use super::*;
 use crate::base::cu::CUDA_ERROR_NOT_SUPPORTED;
 
-/// The range reserved is this many times the device's memory: lent memory leaves shadows that
-/// hold address space (not memory) until the next release.
+/// The range reserved is this many times the device's memory: stitched memory leaves shadows
+/// that hold address space (not memory) until the next release.
 const SPAN_PER_MEMORY: u64 = 4;
-/// A growth lends only when, after it, less than 1/`LEND_NEAR_LIMIT` of the limit would be
-/// left: a loose limit costs no lending.
-const LEND_NEAR_LIMIT: u64 = 8;
+/// A growth stitches only when, after it, less than 1/`STITCH_NEAR_LIMIT` of the limit would be
+/// left: a loose limit costs no stitching.
+const STITCH_NEAR_LIMIT: u64 = 8;
 /// The largest handle a growth makes.
 pub const MAX_HANDLE: u64 = 256 * MIB;
 /// Under a limit, a handle is at most 1/`HANDLES_PER_REQUEST` of the request that grows the
-/// arena: lending needs handles that lie whole inside the free blocks later requests leave. Replayed
+/// arena: stitching needs handles that lie whole inside the free blocks later requests leave. Replayed
 /// (`cudapool replay`, the traces of `benches/traces/`), peak reserved
 /// over peak allocated at most 1.005-1.020 with 2 MiB handles, 1.027 at 1/16, 1.050 at 1/4,
 /// 1.064 with 256 MiB handles for every growth.
@@ -124,9 +126,9 @@ impl SplitCore {
 
     /// Maps memory into the arena so that a ready free block fits the rounded request `r`:
     /// at the hole that needs the fewest new chunks (counting the ready free block that ends
-    /// where it starts), the lowest such; lent handles first (see the module's notes), new
+    /// where it starts), the lowest such; stitched handles first (see the module's notes), new
     /// ones for the rest. `Ok(false)`: no arena, or no hole large enough (classic segments
-    /// serve); an error: the upstream refused the memory (what was lent stays, free).
+    /// serve); an error: the upstream refused the memory (what was stitched stays, free).
     pub(super) fn grow_arena(&mut self, r: u64, up: &dyn Upstream) -> Result<bool, CUresult> {
         let Some(a) = self.arena(up) else {
             self.expandable = false;
@@ -145,16 +147,16 @@ impl SplitCore {
             return self.grow_arena(r, up);
         };
         let room = self.holes[&at];
-        // Lending only near a limit (see the module's notes).
-        let near = |limit: u64| up.headroom() < need.saturating_add(limit / LEND_NEAR_LIMIT);
-        let lent = if up.limit() != u64::MAX && near(up.limit()) {
-            self.lend_into(at, need, room, up)
+        // Stitching only near a limit (see the module's notes).
+        let near = |limit: u64| up.headroom() < need.saturating_add(limit / STITCH_NEAR_LIMIT);
+        let stitched = if up.limit() != u64::MAX && near(up.limit()) {
+            self.stitch_into(at, need, room, up)
         } else {
             0
         };
-        let made = self.map_handles(at + lent, need.saturating_sub(lent), r, a.chunk, up);
-        let need = need.max(lent);
-        let grown = if made.is_ok() { need } else { lent };
+        let made = self.map_handles(at + stitched, need.saturating_sub(stitched), r, a.chunk, up);
+        let need = need.max(stitched);
+        let grown = if made.is_ok() { need } else { stitched };
         if grown > 0 {
             let hole = self.unmark_free(at);
             self.blocks.remove(&at);
@@ -206,8 +208,8 @@ impl SplitCore {
     /// holes the request did not fit) to `[at, at + need)`, in address order there; the block
     /// that ends at `at` is left alone (the growth extends it). The last handle may reach past
     /// `need` (up to `room`): its memory is held already, and what the request leaves of it
-    /// stays free. Returns the bytes lent.
-    fn lend_into(&mut self, at: DevPtr, need: u64, room: u64, up: &dyn Upstream) -> u64 {
+    /// stays free. Returns the bytes stitched.
+    fn stitch_into(&mut self, at: DevPtr, need: u64, room: u64, up: &dyn Upstream) -> u64 {
         let (Some(a), Some(vm)) = (self.arena, up.virtual_memory()) else {
             return 0;
         };
@@ -230,7 +232,7 @@ impl SplitCore {
                 if done + len > room {
                     continue;
                 }
-                if vm.lend(h, at + done, len).is_err() {
+                if vm.stitch(h, at + done, len).is_err() {
                     break 'blocks;
                 }
                 self.carve_shadow(h, len);
@@ -248,14 +250,14 @@ impl SplitCore {
         done
     }
 
-    /// The handle at `[h, h + len)`, inside a ready free block, was lent away: it becomes a
+    /// The handle at `[h, h + len)`, inside a ready free block, was stitched away: it becomes a
     /// shadow (a block neither free nor mapped); what is left of the block stays free.
     fn carve_shadow(&mut self, h: DevPtr, len: u64) {
         let (&start, _) = self
             .blocks
             .range(..=h)
             .next_back()
-            .expect("a lent handle lies in a block");
+            .expect("a stitched handle lies in a block");
         let b = self.unmark_free(start);
         self.blocks.remove(&start);
         if h > start {
@@ -307,7 +309,7 @@ impl SplitCore {
         }
         let vm = up.virtual_memory().ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
         let cap = match up.limit() {
-            // Nothing is lent: handles as large as the growth allows.
+            // Nothing is stitched: handles as large as the growth allows.
             u64::MAX => MAX_HANDLE,
             limit => (limit / HANDLES_PER_LIMIT)
                 .min(r / HANDLES_PER_REQUEST)
@@ -454,8 +456,8 @@ impl SplitCore {
     /// each free and ready or a shadow whose memory lies free and ready where it is a handle
     /// now (outside the run), that holds `r`: its shadows' memory moves back (each handle
     /// becomes the shadow; no driver call: both addresses map the memory), and the run is one
-    /// free block. Lending moves memory whenever a growth finds none; without this, the same
-    /// steps of a training job lent again every iteration. Returns whether memory moved.
+    /// free block. Stitching moves memory whenever a growth finds none; without this, the same
+    /// steps of a training job stitched again every iteration. Returns whether memory moved.
     pub(super) fn reclaim_shadows(&mut self, r: u64) -> bool {
         let Some(a) = self.arena else { return false };
         if self.shadows.is_empty() {

@@ -50,7 +50,7 @@ enum Kind {
     Free,
     /// Free with nothing mapped: in `holes`.
     Hole,
-    /// One handle whose memory was lent elsewhere in the arena: mapped, but no block may use
+    /// One handle whose memory was stitched elsewhere in the arena: mapped, but no block may use
     /// it (in `shadows`).
     Shadow,
 }
@@ -80,7 +80,7 @@ impl Block {
         matches!(self.kind, Kind::InUse | Kind::Free)
     }
 
-    /// Mapped, free and ready: what a growth may extend, lend from or move memory back into.
+    /// Mapped, free and ready: what a growth may extend, stitch from or move memory back into.
     fn ready(&self) -> bool {
         self.kind == Kind::Free && self.lane == READY
     }

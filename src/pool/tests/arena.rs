@@ -94,7 +94,7 @@ fn trimming_unmaps_free_chunks_between_live_blocks() {
 }
 
 /// Unmapping does not wait for the device (unlike a driver free): a free block's memory goes
-/// back only after a fence behind all work issued so far, never from the lending path while
+/// back only after a fence behind all work issued so far, never from the stitching path while
 /// that fence is pending.
 #[test]
 fn unmapping_waits_for_the_device() {
@@ -127,7 +127,7 @@ fn the_arena_maps_within_the_limit() {
     }
     assert_eq!(held.len(), 8, "eight 8 MiB blocks under 64 MiB");
     assert_eq!(up.mapped(), 64 * MIB);
-    // Free two apart: their memory, lent to the end of the arena, serves one 16 MiB request
+    // Free two apart: their memory, stitched to the end of the arena, serves one 16 MiB request
     // at the limit, without a trim, a wait or new memory.
     let five = held.remove(5);
     let one = held.remove(1);
@@ -149,11 +149,11 @@ fn the_arena_maps_within_the_limit() {
     assert_eq!(up.mapped(), 48 * MIB);
 }
 
-/// Far from the limit nothing is lent (a lend costs the device about a synchronization): the
+/// Far from the limit nothing is stitched (a stitch costs the device about a synchronization): the
 /// same two holes stay free and the 16 MiB request gets new memory; and without a limit,
 /// growths come in large handles.
 #[test]
-fn far_from_a_limit_nothing_is_lent() {
+fn far_from_a_limit_nothing_is_stitched() {
     for up in [
         vmm_upstream(1 << 30),
         FakeUpstream::unlimited(1 << 30).with_vmm(CHUNK),
@@ -163,7 +163,7 @@ fn far_from_a_limit_nothing_is_lent() {
         p.free(held[5].held(8 * MIB), &up).unwrap();
         p.free(held[1].held(8 * MIB), &up).unwrap();
         let g = p.alloc(16 * MIB, &up).unwrap();
-        assert_eq!(up.lends.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert_eq!(up.stitches.load(std::sync::atomic::Ordering::Relaxed), 0);
         assert_eq!(up.mapped(), 80 * MIB, "new memory for the request");
         assert!(!up.aliased(g.ptr, held[1].ptr) && !up.aliased(g.ptr, held[5].ptr));
     }
@@ -214,7 +214,7 @@ fn forgetting_the_arena_names_what_to_unmap() {
 }
 
 /// Random sizes and lifetimes, trims in between, a lagging clock: live blocks never overlap,
-/// in addresses or (through lent memory) in memory, every live block is mapped, the pool's reserved bytes are what the upstream holds, and
+/// in addresses or (through stitched memory) in memory, every live block is mapped, the pool's reserved bytes are what the upstream holds, and
 /// everything comes back.
 #[test]
 fn random_workloads_in_the_arena_stay_mapped_and_balance() {
@@ -256,7 +256,7 @@ fn random_workloads_in_the_arena_stay_mapped_and_balance() {
                 }
                 Err(e) => assert_eq!(e, CUDA_ERROR_OUT_OF_MEMORY),
             }
-            // Lent memory has two addresses: no two live blocks share memory through them.
+            // Stitched memory has two addresses: no two live blocks share memory through them.
             let mut memory = Vec::new();
             for b in live.values() {
                 assert!(
@@ -275,8 +275,11 @@ fn random_workloads_in_the_arena_stay_mapped_and_balance() {
             let shown: u64 = p.segments().iter().map(|s| s.size).sum();
             assert_eq!(shown, up.outstanding().1, "{rule:?} step {step}");
         }
-        let lends = up.lends.load(std::sync::atomic::Ordering::Relaxed);
-        assert!(lends > 100, "{rule:?}: memory was lent ({lends} handles)");
+        let stitches = up.stitches.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            stitches > 100,
+            "{rule:?}: memory was stitched ({stitches} handles)"
+        );
         for (_, b) in std::mem::take(&mut live) {
             p.free(b, &up).unwrap();
         }
