@@ -204,7 +204,7 @@ impl SplitCore {
         best
     }
 
-    /// Lends handles lying whole inside ready free blocks (the smallest blocks first: the
+    /// Stitches handles lying whole inside ready free blocks (the smallest blocks first: the
     /// holes the request did not fit) to `[at, at + need)`, in address order there; the block
     /// that ends at `at` is left alone (the growth extends it). The last handle may reach past
     /// `need` (up to `room`): its memory is held already, and what the request leaves of it
