@@ -8,6 +8,7 @@
 //! lookup, the live table and the counters; `scripts/bench-gpu.sh` measures that on a GPU.
 
 use cudapool::base::config::PoolKind;
+use cudapool::base::limit::Limit;
 use cudapool::pool::testing::{parse_trace, replay, replay_in, FakeClock, FakeUpstream, Op};
 use cudapool::pool::{new_pool, Pool, ReuseRule};
 use std::sync::atomic::Ordering;
@@ -295,7 +296,7 @@ fn main() {
         let figures: Vec<String> = KINDS
             .iter()
             .map(|&k| {
-                let r = replay(k, ops, ReuseRule::Immediate, 0, u64::MAX);
+                let r = replay(k, ops, ReuseRule::Immediate, 0, Limit::NONE);
                 let ratio = r.peak_reserved as f64 / r.peak_requested as f64;
                 let handed = r.peak_handed as f64 / r.peak_requested as f64;
                 format!("{} {ratio:.3} ({}) {handed:.3}", kinds(&k), r.driver_allocs)
@@ -307,7 +308,7 @@ fn main() {
                     ops,
                     ReuseRule::Immediate,
                     0,
-                    u64::MAX,
+                    Limit::NONE,
                 );
                 let ratio = r.peak_reserved as f64 / r.peak_requested as f64;
                 let handed = r.peak_handed as f64 / r.peak_requested as f64;
@@ -325,12 +326,19 @@ fn main() {
         let figures: Vec<String> = [PoolKind::Split, PoolKind::Binned, PoolKind::Simple]
             .iter()
             .map(|&k| {
-                let r = replay(k, ops, ReuseRule::Fenced, 500, u64::MAX);
+                let r = replay(k, ops, ReuseRule::Fenced, 500, Limit::NONE);
                 let ratio = r.peak_reserved as f64 / r.peak_requested as f64;
                 format!("{} {ratio:.3} ({} waits)", kinds(&k), r.waits)
             })
             .chain(std::iter::once({
-                let r = replay_in(PoolKind::Split, true, ops, ReuseRule::Fenced, 500, u64::MAX);
+                let r = replay_in(
+                    PoolKind::Split,
+                    true,
+                    ops,
+                    ReuseRule::Fenced,
+                    500,
+                    Limit::NONE,
+                );
                 let ratio = r.peak_reserved as f64 / r.peak_requested as f64;
                 format!("split expandable {ratio:.3} ({} waits)", r.waits)
             }))
@@ -343,8 +351,8 @@ fn main() {
         let figures: Vec<String> = [PoolKind::Split, PoolKind::Binned, PoolKind::Simple]
             .iter()
             .map(|&k| {
-                let free = replay(k, ops, ReuseRule::OneQueue, 0, u64::MAX);
-                let limit = free.peak_reserved + free.peak_reserved / 4;
+                let free = replay(k, ops, ReuseRule::OneQueue, 0, Limit::NONE);
+                let limit = Limit::from_raw(free.peak_reserved + free.peak_reserved / 4);
                 let r = replay(k, ops, ReuseRule::OneQueue, 0, limit);
                 format!(
                     "{} {} / {} ({} OOMs)",

@@ -10,6 +10,7 @@ pub mod fds;
 pub mod flags;
 pub mod frames;
 pub mod job;
+pub mod limit;
 pub mod log;
 pub mod outfile;
 pub mod patience;

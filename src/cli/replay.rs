@@ -19,6 +19,7 @@
 
 use crate::cli::out::outln;
 use cudapool::base::config::PoolKind;
+use cudapool::base::limit::Limit;
 use cudapool::base::log::fmt_bytes;
 use cudapool::pool::testing::{replay_in, Op};
 use cudapool::pool::ReuseRule;
@@ -98,9 +99,9 @@ pub fn replay(
     let limit = match limit {
         Some(l) => match cudapool::base::config::parse_size(l) {
             Ok(0) | Err(_) => return Err(format!("--limit {l:?}: a size such as 8GiB or 7500MiB")),
-            Ok(n) => n,
+            Ok(n) => Limit::from_raw(n),
         },
-        None => u64::MAX,
+        None => Limit::NONE,
     };
     // A file that cannot be read or is no trace costs its own line, not the others' replay
     // (`replay benches/traces/*` takes the folder's README too); the status says it at the end.
@@ -151,7 +152,7 @@ pub fn replay(
                     t.ops.iter().filter(|o| matches!(o, Op::Alloc(..))).count(),
                     r.driver_allocs,
                     r.driver_allocs_late,
-                    if limit == u64::MAX { "null".to_string() } else { limit.to_string() },
+                    limit.bytes().map_or("null".to_string(), |b| b.to_string()),
                     r.ooms,
                 ));
             } else {

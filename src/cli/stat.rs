@@ -1,6 +1,7 @@
 //! `cudapool stat [PID...]` and `cudapool top`: the live figures every cudapool process
 //! publishes (`cudapool::report::publish`), read from outside.
 
+use cudapool::base::limit::Limit;
 use cudapool::base::rundir::configured_from_env;
 use cudapool::base::rundir_find::squats;
 use cudapool::report::fmt_bytes;
@@ -48,11 +49,7 @@ fn render(s: &Snapshot, wide: bool) -> String {
     }
     for f in &s.devices {
         let (dev, d) = (f.device, &f.stats);
-        let limit = if d.hard_limit == 0 {
-            "none".to_string()
-        } else {
-            fmt_bytes(d.hard_limit)
-        };
+        let limit = Limit::from_raw(d.hard_limit).to_string();
         let hits = if d.alloc_calls == 0 {
             0.0
         } else {
@@ -195,11 +192,7 @@ fn groups_text(verbose: bool, only: Option<&Vec<&str>>) -> String {
             plural(g.users(), "member", "members")
         ));
         for (i, (uuid, limit, total)) in g.devices.iter().enumerate() {
-            let limit = if *limit == 0 {
-                "none".to_string()
-            } else {
-                fmt_bytes(*limit)
-            };
+            let limit = Limit::from_raw(*limit).to_string();
             let parts: Vec<String> = g
                 .users_of(i)
                 .map(|(pid, r)| format!("pid {pid} {}", fmt_bytes(r[i])))

@@ -15,6 +15,7 @@ pub use super::types::{ArenaLeft, Forgotten};
 use super::types::{BlockSpan, SegmentView, Upstream};
 use crate::base::config::PoolKind;
 use crate::base::cu::{CUresult, DevPtr, CUDA_ERROR_OUT_OF_MEMORY};
+use crate::base::limit::Limit;
 use std::collections::BTreeMap;
 
 /// Who may take a free block: [`READY`] (anyone), or the key of the one queue whose ordered
@@ -38,10 +39,10 @@ pub trait Core: Send {
     /// A free block for `size`: a ready one, or one of `lane` (when it is not [`READY`]).
     /// `limit` is the upstream's hard limit ([`Upstream::limit`]): a kind may decline a fit
     /// that would strand memory the program may need under it.
-    fn take(&mut self, size: u64, lane: Lane, limit: u64) -> Option<Taken>;
+    fn take(&mut self, size: u64, lane: Lane, limit: Limit) -> Option<Taken>;
     /// Like [`take`](Self::take), but only a block the request fits closely (while fences are
     /// still to bring blocks back, a closer one may come).
-    fn take_close(&mut self, size: u64, lane: Lane, limit: u64) -> Option<Taken> {
+    fn take_close(&mut self, size: u64, lane: Lane, limit: Limit) -> Option<Taken> {
         self.take(size, lane, limit)
     }
     /// Gets a new segment from `up` able to serve `size` and takes a block from it.

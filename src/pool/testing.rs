@@ -7,6 +7,7 @@ use super::types::*;
 use crate::base::config::PoolKind;
 use crate::base::cu::CUDA_ERROR_OUT_OF_MEMORY;
 use crate::base::cu::{CUresult, DevPtr};
+use crate::base::limit::Limit;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -299,9 +300,9 @@ pub struct Replay {
 pub const CHECKS: usize = 2000;
 
 /// Replays `ops` on a pool of `kind` under `rule`, on a GPU lagging by `lag` operations,
-/// under a hard limit of `limit` bytes (`u64::MAX`: none). An allocation the upstream
-/// refuses is retried once after a reclaim (as the shim does), then counted as an OOM.
-pub fn replay(kind: PoolKind, ops: &[Op], rule: ReuseRule, lag: u64, limit: u64) -> Replay {
+/// under a hard `limit`. An allocation the upstream refuses is retried once after a reclaim
+/// (as the shim does), then counted as an OOM.
+pub fn replay(kind: PoolKind, ops: &[Op], rule: ReuseRule, lag: u64, limit: Limit) -> Replay {
     replay_in(kind, false, ops, rule, lag, limit)
 }
 
@@ -312,7 +313,7 @@ pub fn replay_in(
     ops: &[Op],
     rule: ReuseRule,
     lag: u64,
-    limit: u64,
+    limit: Limit,
 ) -> Replay {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     struct Counting(FakeUpstream, AtomicU64, AtomicU64);
@@ -333,7 +334,7 @@ pub fn replay_in(
         fn headroom(&self) -> u64 {
             self.0.headroom()
         }
-        fn limit(&self) -> u64 {
+        fn limit(&self) -> Limit {
             self.0.limit()
         }
         fn synchronize(&self) -> bool {
@@ -369,10 +370,9 @@ pub fn replay_in(
             self.0.unmap_alias(at, b)
         }
     }
-    let device = if limit == u64::MAX {
-        FakeUpstream::unlimited(1 << 42)
-    } else {
-        FakeUpstream::new(limit)
+    let device = match limit.bytes() {
+        None => FakeUpstream::unlimited(1 << 42),
+        Some(bytes) => FakeUpstream::new(bytes),
     };
     let up = Counting(device.with_vmm(2 << 20), 0.into(), 0.into());
     let clock = LagClock::new(rule, lag);
@@ -456,11 +456,11 @@ impl Upstream for FakeUpstream {
             u64::MAX
         }
     }
-    fn limit(&self) -> u64 {
+    fn limit(&self) -> Limit {
         if self.limited {
-            self.capacity
+            Limit::from_raw(self.capacity)
         } else {
-            u64::MAX
+            Limit::NONE
         }
     }
     fn synchronize(&self) -> bool {

@@ -3,6 +3,7 @@
 
 use crate::base::config::PoolKind;
 use crate::base::cu::{CUresult, DevPtr};
+use crate::base::limit::Limit;
 
 /// Where a pool gets device memory.
 pub trait Upstream {
@@ -23,9 +24,9 @@ pub trait Upstream {
     fn headroom(&self) -> u64 {
         u64::MAX
     }
-    /// The hard limit that [`alloc`](Self::alloc) enforces (`u64::MAX`: none).
-    fn limit(&self) -> u64 {
-        u64::MAX
+    /// The hard limit that [`alloc`](Self::alloc) enforces.
+    fn limit(&self) -> Limit {
+        Limit::NONE
     }
     /// Whether the memory held is above the soft limit: freed blocks should go back now.
     fn over_soft_limit(&self) -> bool {

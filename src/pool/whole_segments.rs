@@ -6,6 +6,7 @@ use super::types::{BlockSpan, BlockState, BlockView, SegmentView, Upstream};
 use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::config::PoolKind;
 use crate::base::cu::{CUresult, DevPtr};
+use crate::base::limit::Limit;
 use std::collections::BTreeMap;
 
 /// Blocks that are whole segments, cached under a key (`simple`: the size; `binned`: the class).
@@ -252,7 +253,7 @@ impl Core for SimpleCore {
     fn round(&self, size: u64) -> u64 {
         size
     }
-    fn take(&mut self, size: u64, lane: Lane, _limit: u64) -> Option<Taken> {
+    fn take(&mut self, size: u64, lane: Lane, _limit: Limit) -> Option<Taken> {
         self.0.take(size, lane, |_| true)
     }
     fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<Taken, CUresult> {
@@ -289,11 +290,11 @@ impl Core for BinnedCore {
     fn round(&self, size: u64) -> u64 {
         Self::class(size)
     }
-    fn take(&mut self, size: u64, lane: Lane, _limit: u64) -> Option<Taken> {
+    fn take(&mut self, size: u64, lane: Lane, _limit: Limit) -> Option<Taken> {
         self.0.take(Self::class(size), lane, |block| block >= size)
     }
     fn grow(&mut self, size: u64, up: &dyn Upstream) -> Result<Taken, CUresult> {
-        let sizes: &[u64] = if up.headroom() == u64::MAX {
+        let sizes: &[u64] = if up.limit().is_none() {
             &[Self::class(size), size]
         } else {
             &[size]

@@ -12,6 +12,7 @@ pub mod trace;
 
 use crate::base::config::ReportTarget;
 use crate::base::cu::CUdevice;
+use crate::base::limit::Limit;
 use crate::limits::budget::DeviceStats;
 use crate::state::{Observer, View};
 use publish::Publisher;
@@ -262,14 +263,6 @@ fn write_requested_snapshot(req: &page::SnapshotRequest) -> Result<(), String> {
 /// `1536` -> `1.50 KiB`; exact bytes below 1 KiB.
 pub use crate::base::log::fmt_bytes;
 
-fn limit(l: u64) -> String {
-    if l == 0 {
-        "none".into()
-    } else {
-        fmt_bytes(l)
-    }
-}
-
 /// `n` with the noun in the number it needs: "1 segment", "2 segments".
 fn count(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
@@ -294,8 +287,8 @@ pub fn device_status(dev: i32, s: &DeviceStats) -> String {
     let _ = writeln!(
         out,
         "device {dev}: limit {} (soft {})",
-        limit(s.hard_limit),
-        limit(s.soft_limit)
+        Limit::from_raw(s.hard_limit),
+        Limit::from_raw(s.soft_limit)
     );
     let _ = writeln!(
         out,

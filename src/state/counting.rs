@@ -201,9 +201,10 @@ impl Shim {
             self.pool_attribute(key, CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
                 .unwrap_or(u64::MAX),
         );
-        let ahead = match budget.hard_limit() {
-            0 => 0,
-            _ => size.saturating_sub(idle).div_ceil(2 << 20) * (2 << 20),
+        let ahead = if budget.hard_limit().is_none() {
+            0
+        } else {
+            size.saturating_sub(idle).div_ceil(2 << 20) * (2 << 20)
         };
         let seen = budget.releases();
         if !budget.try_charge(ahead) {

@@ -38,10 +38,7 @@ impl Shim {
     /// cache and waits a bounded time (`group::LEND_WAIT`). Whether the bytes fit now.
     pub(crate) fn borrow(&self, dev: CUdevice, bytes: u64) -> bool {
         let budget = self.budget(dev);
-        let own_room = match budget.hard_limit() {
-            0 => u64::MAX,
-            limit => limit.saturating_sub(budget.reserved()),
-        };
+        let own_room = budget.hard_limit().room(budget.reserved());
         match budget.shared() {
             Some(shared) if own_room >= bytes => shared.borrow(bytes),
             _ => false,

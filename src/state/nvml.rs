@@ -63,7 +63,7 @@ impl Shim {
             return ((0, 0), (0, 0));
         };
         let budget = self.budget(dev);
-        let own = (budget.hard_limit(), budget.reserved());
+        let own = (budget.hard_limit().raw(), budget.reserved());
         let group = self
             .group_figures(dev)
             .map_or((0, 0), |g| (g.limit, g.reserved));

@@ -10,6 +10,7 @@ use crate::base::config::LogLevel::Debug;
 use crate::base::config::PoolKind;
 use crate::base::cu::*;
 use crate::base::flags::own_calls;
+use crate::base::limit::Limit;
 use crate::driver::nvtx;
 use crate::driver::Driver;
 use crate::limits::budget::{Bytes, DeviceBudget};
@@ -296,17 +297,11 @@ impl Shim {
         let free = driver_free.saturating_add(cached).min(driver_total);
         // The smaller of this process's own room and its group's (its own cache counts as
         // free: it gives it back before it refuses).
-        let limit = match budget.hard_limit() {
-            0 => u64::MAX,
-            limit => limit,
-        };
-        let group = budget.shared().map_or(0, |s| s.limit());
-        if limit == u64::MAX && group == 0 {
+        let group = budget.shared().map_or(Limit::NONE, |s| s.limit());
+        let Some(limit) = budget.hard_limit().min(group).bytes() else {
             return Ok((free, driver_total));
-        }
-        let total = limit
-            .min(if group == 0 { u64::MAX } else { group })
-            .min(driver_total);
+        };
+        let total = limit.min(driver_total);
         let room = budget.room().saturating_add(cached);
         Ok((free.min(room).min(total), total))
     }
@@ -379,15 +374,9 @@ impl Upstream for DriverUpstream<'_> {
         self.budget.room()
     }
 
-    fn limit(&self) -> u64 {
-        let own = match self.budget.hard_limit() {
-            0 => u64::MAX,
-            limit => limit,
-        };
-        match self.budget.shared().map(|s| s.limit()) {
-            Some(group) if group != 0 => own.min(group),
-            _ => own,
-        }
+    fn limit(&self) -> Limit {
+        let group = self.budget.shared().map_or(Limit::NONE, |s| s.limit());
+        self.budget.hard_limit().min(group)
     }
 
     fn over_soft_limit(&self) -> bool {

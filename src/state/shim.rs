@@ -405,10 +405,7 @@ impl Shim {
                     "the GPU's free memory not asked during a capture".to_string(),
                     |(f, _)| format!("the GPU itself has {} free", fmt_bytes(f)),
                 );
-            let limit = match s.hard_limit {
-                0 => "none".to_string(),
-                l => fmt_bytes(l),
-            };
+            let limit = crate::base::limit::Limit::from_raw(s.hard_limit).to_string();
             let group = match (self.group_name(), self.budgets.share(dev)) {
                 (Some(name), Some(share)) => {
                     let g = share.figures();

@@ -48,6 +48,7 @@
 //! takes this process's bytes first, then the shared ones, and gives back its own if the shared
 //! budget refuses; what goes back to the driver goes back to both. Cache hits never reach it.
 
+use crate::base::limit::Limit;
 use crate::base::per_thread::{Line, LineId, Mode, PerThread};
 use crate::base::sync::lock;
 use std::sync::atomic::{AtomicU64, Ordering::*};
@@ -64,8 +65,8 @@ pub trait Shared: Send + Sync + std::fmt::Debug {
     fn release(&self, bytes: u64);
     /// What the shared limit still lets anyone reserve (`u64::MAX`: no limit).
     fn room(&self) -> u64;
-    /// The shared limit (0: none).
-    fn limit(&self) -> u64;
+    /// The shared limit.
+    fn limit(&self) -> Limit;
     /// Asks the others who share it to give back idle memory until `bytes` fit, waiting a
     /// bounded time; whether they fit now (the caller charges again). None to ask by default.
     fn borrow(&self, bytes: u64) -> bool {
@@ -207,8 +208,9 @@ impl DeviceBudget {
         b
     }
 
-    pub fn hard_limit(&self) -> u64 {
-        self.hard_limit.load(Relaxed)
+    /// This process's own hard limit on the device.
+    pub fn hard_limit(&self) -> Limit {
+        Limit::from_raw(self.hard_limit.load(Relaxed))
     }
 
     pub fn set_hard_limit(&self, bytes: u64) {
@@ -261,13 +263,13 @@ impl DeviceBudget {
 
     /// Charges this process's own budget, if it fits.
     fn try_charge_own(&self, bytes: u64) -> bool {
-        let limit = self.hard_limit.load(Relaxed);
+        let limit = self.hard_limit();
         let mut cur = self.reserved.load(Relaxed);
         loop {
             let Some(new) = cur.checked_add(bytes) else {
                 return false;
             };
-            if limit != 0 && new > limit {
+            if !limit.admits(new) {
                 return false;
             }
             match self
@@ -320,10 +322,7 @@ impl DeviceBudget {
     /// What this process may still reserve on this device: the room under its own hard limit
     /// and under the shared one, whichever is smaller (`u64::MAX`: no limit).
     pub fn room(&self) -> u64 {
-        let own = match self.hard_limit() {
-            0 => u64::MAX,
-            limit => limit.saturating_sub(self.reserved()),
-        };
+        let own = self.hard_limit().room(self.reserved());
         own.min(self.shared.get().map_or(u64::MAX, |s| s.room()))
     }
 

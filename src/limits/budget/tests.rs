@@ -29,8 +29,8 @@ impl Shared for Share {
     fn room(&self) -> u64 {
         self.0.limit - *lock(&self.0.total)
     }
-    fn limit(&self) -> u64 {
-        self.0.limit
+    fn limit(&self) -> crate::base::limit::Limit {
+        crate::base::limit::Limit::from_raw(self.0.limit)
     }
 }
 

@@ -16,7 +16,7 @@ impl Group {
     pub fn borrow(&self, slot: usize, bytes: u64, wait: Duration) -> bool {
         let fits = |l: &Locked| {
             let limit = self.limit_of(l, slot);
-            limit == 0 || l.devices[slot].total.saturating_add(bytes) <= limit
+            limit.admits(l.devices[slot].total.saturating_add(bytes))
         };
         let asked: Vec<(usize, u32)> = {
             let Ok(mut l) = self.lock() else { return false };

@@ -44,6 +44,7 @@ pub use lending::Lender;
 pub mod ledger;
 
 use crate::base::config::LogLevel::{Debug, Warn};
+use crate::base::limit::Limit;
 use crate::limits::budget::Shared;
 use crate::log_at;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -338,13 +339,12 @@ impl Group {
         }
     }
 
-    /// The limit this member enforces on device `slot`: its own fixed one, else the ledger's
-    /// (0: none).
-    fn limit_of(&self, l: &Locked, slot: usize) -> u64 {
+    /// The limit this member enforces on device `slot`: its own fixed one, else the ledger's.
+    fn limit_of(&self, l: &Locked, slot: usize) -> Limit {
         match self.fixed[slot].load(Ordering::Relaxed) {
-            NOT_FIXED => l.devices[slot].limit,
-            u64::MAX => 0,
-            f => f,
+            NOT_FIXED => Limit::from_raw(l.devices[slot].limit),
+            u64::MAX => Limit::NONE,
+            f => Limit::from_raw(f),
         }
     }
 
@@ -488,7 +488,7 @@ impl Group {
                     Warn,
                     "group {}: CUDAPOOL_GROUP_LIMIT gives {mine} bytes for this GPU, but the group's first member fixed {}; following the group",
                     self.name,
-                    if group_limit == 0 { "no limit".to_string() } else { format!("{group_limit} bytes") }
+                    Limit::from_raw(group_limit).bytes().map_or("no limit".to_string(), |b| format!("{b} bytes"))
                 );
             }
         }
@@ -511,7 +511,7 @@ impl Group {
                 (
                     members as u64,
                     l.devices[slot].total,
-                    self.limit_of(&l, slot),
+                    self.limit_of(&l, slot).raw(),
                 )
             }
             Err(_) => (0, 0, 0),
@@ -520,10 +520,11 @@ impl Group {
 
     /// (reserved total, limit) on device `slot`, as the ledger says now (for the allocation
     /// path: no reaping).
-    fn totals(&self, slot: usize) -> (u64, u64) {
+    fn totals(&self, slot: usize) -> (u64, Limit) {
         match self.lock() {
             Ok(l) => (l.devices[slot].total, self.limit_of(&l, slot)),
-            Err(_) => (u64::MAX, 1),
+            // Nothing fits a group whose ledger cannot be read.
+            Err(_) => (u64::MAX, Limit::from_raw(1)),
         }
     }
 }
@@ -600,7 +601,7 @@ impl Shared for GroupDevice {
             l.devices[self.slot]
                 .total
                 .checked_add(bytes)
-                .is_some_and(|t| limit == 0 || t <= limit)
+                .is_some_and(|t| limit.admits(t))
         };
         if !fits(&l) {
             // Before refusing anyone: the share of members that died comes back.
@@ -635,13 +636,10 @@ impl Shared for GroupDevice {
 
     fn room(&self) -> u64 {
         let (reserved, limit) = self.group.totals(self.slot);
-        match limit {
-            0 => u64::MAX,
-            limit => limit.saturating_sub(reserved),
-        }
+        limit.room(reserved)
     }
 
-    fn limit(&self) -> u64 {
+    fn limit(&self) -> Limit {
         self.group.totals(self.slot).1
     }
 

@@ -149,7 +149,7 @@ impl SplitCore {
         let room = self.holes[&at];
         // Stitching only near a limit (see the module's notes).
         let near = |limit: u64| up.headroom() < need.saturating_add(limit / STITCH_NEAR_LIMIT);
-        let stitched = if up.limit() != u64::MAX && near(up.limit()) {
+        let stitched = if up.limit().bytes().is_some_and(near) {
             self.stitch_into(at, need, room, up)
         } else {
             0
@@ -308,10 +308,10 @@ impl SplitCore {
             return Ok(());
         }
         let vm = up.virtual_memory().ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
-        let cap = match up.limit() {
+        let cap = match up.limit().bytes() {
             // Nothing is stitched: handles as large as the growth allows.
-            u64::MAX => MAX_HANDLE,
-            limit => (limit / HANDLES_PER_LIMIT)
+            None => MAX_HANDLE,
+            Some(limit) => (limit / HANDLES_PER_LIMIT)
                 .min(r / HANDLES_PER_REQUEST)
                 .clamp(chunk, MAX_HANDLE),
         };

@@ -11,6 +11,7 @@ use super::types::{BlockSpan, BlockState, BlockView, SegmentView, Upstream, Vmm}
 use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::config::PoolKind;
 use crate::base::cu::{CUresult, DevPtr};
+use crate::base::limit::Limit;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod arena;
@@ -304,7 +305,7 @@ impl SplitCore {
     }
 
     /// Whether the free block (`found` bytes at `ptr`) may serve a rounded request `r`.
-    fn acceptable(&self, found: u64, ptr: DevPtr, r: u64, limit: u64) -> bool {
+    fn acceptable(&self, found: u64, ptr: DevPtr, r: u64, limit: Limit) -> bool {
         if self.in_arena(ptr) {
             // Any rest of an arena block can be given back while its neighbour lives.
             return true;
@@ -334,7 +335,7 @@ impl SplitCore {
             || !worth_splitting
             || !(MID_REQUEST..MAX_SPLIT).contains(&found)
             || !whole_segment()
-            || r.saturating_mul(STRAND_SHARE) < limit
+            || r.saturating_mul(STRAND_SHARE) < limit.cap()
     }
 
     /// Preferred segment size for a rounded request `r`; `limited` when a hard limit applies.
@@ -357,7 +358,7 @@ impl SplitCore {
 
     /// The best fit for `size` among ready blocks and those of `lane` that leave at most
     /// `waste` bytes (see [`Core::take`], [`Core::take_close`]).
-    fn take_within(&mut self, size: u64, lane: Lane, limit: u64, waste: u64) -> Option<Taken> {
+    fn take_within(&mut self, size: u64, lane: Lane, limit: Limit, waste: u64) -> Option<Taken> {
         let r = round_up(size.max(1), MIN_BLOCK);
         // The parked block when the best fit would be it; otherwise it is listed first.
         if let Some(t) = self.take_parked(r, lane) {
@@ -468,11 +469,11 @@ impl Core for SplitCore {
         round_up(size.max(1), MIN_BLOCK)
     }
 
-    fn take(&mut self, size: u64, lane: Lane, limit: u64) -> Option<Taken> {
+    fn take(&mut self, size: u64, lane: Lane, limit: Limit) -> Option<Taken> {
         self.take_within(size, lane, limit, u64::MAX)
     }
 
-    fn take_close(&mut self, size: u64, lane: Lane, limit: u64) -> Option<Taken> {
+    fn take_close(&mut self, size: u64, lane: Lane, limit: Limit) -> Option<Taken> {
         let r = self.round(size);
         // Small requests come from small segments, where any piece serves.
         let waste = if r <= SMALL_REQUEST {
@@ -488,17 +489,17 @@ impl Core for SplitCore {
         let r = self.round(size);
         if self.expandable && r > SMALL_REQUEST && self.reclaim_shadows(r) {
             // Memory moved back to where it makes a larger free block: no driver call.
-            if let Some(t) = self.take(size, READY, u64::MAX) {
+            if let Some(t) = self.take(size, READY, Limit::NONE) {
                 return Ok(t);
             }
         }
         if self.expandable && r > SMALL_REQUEST && self.grow_arena(r, up)? {
             // The arena now has a ready free block this request fits.
             return Ok(self
-                .take(size, READY, u64::MAX)
+                .take(size, READY, Limit::NONE)
                 .expect("the grown arena serves the request"));
         }
-        let preferred = Self::preferred_segment(r, up.headroom() != u64::MAX);
+        let preferred = Self::preferred_segment(r, !up.limit().is_none());
         // Near the limit: as many whole requests as the headroom holds; at least the request.
         let near_limit = (up.headroom() / r).max(1) * r;
         let (seg, got) = segment(up, &[preferred, near_limit.min(preferred), r])?;
@@ -517,7 +518,7 @@ impl Core for SplitCore {
         );
         // The new block fits, so this cannot miss.
         Ok(self
-            .take(size, READY, u64::MAX)
+            .take(size, READY, Limit::NONE)
             .expect("a fresh segment serves the request"))
     }
 

@@ -2,6 +2,7 @@
 //! (the helpers are the parent's).
 
 use super::*;
+use crate::base::limit::Limit;
 
 // ---- expandable segments (the arena of `split`) ---------------------------------------------
 
@@ -349,8 +350,8 @@ fn a_parked_block_leaves_splits_choices_as_they_were() {
                     _ => 1 + (x >> 20) % (64 * 1024),
                 };
                 let was_parked = parks.cached();
-                let a = parks.take(size, READY, u64::MAX);
-                let b = lists.take(size, READY, u64::MAX);
+                let a = parks.take(size, READY, Limit::NONE);
+                let b = lists.take(size, READY, Limit::NONE);
                 assert_eq!(
                     a.map(|t| (t.ptr, t.size)),
                     b.map(|t| (t.ptr, t.size)),

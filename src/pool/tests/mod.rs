@@ -4,6 +4,7 @@
 use super::testing::{self, contract, FakeClock, FakeUpstream};
 use super::*;
 use crate::base::cu::{DevPtr, CUDA_ERROR_OUT_OF_MEMORY};
+use crate::base::limit::Limit;
 use std::sync::Arc;
 
 const MIB: u64 = 1 << 20;
@@ -546,7 +547,7 @@ const RESNET_TRACE: &str = include_str!("../../../benches/traces/pytorch_resnet5
 fn fenced_reuse_on_a_lagging_gpu_stays_near_the_live_peak() {
     for trace in [PYTORCH_TRACE, GPT_TRACE, RESNET_TRACE] {
         let ops = testing::parse_trace(trace);
-        let r = testing::replay(PoolKind::Split, &ops, ReuseRule::Fenced, 500, u64::MAX);
+        let r = testing::replay(PoolKind::Split, &ops, ReuseRule::Fenced, 500, Limit::NONE);
         let ratio = r.peak_reserved as f64 / r.peak_requested as f64;
         assert!(ratio <= 1.25, "peak reserved / peak requested {ratio:.3}");
         assert!(r.waits > 0);
@@ -567,8 +568,8 @@ fn a_limit_above_the_need_costs_no_churn() {
     ];
     for (i, (trace, kind)) in cases.into_iter().enumerate() {
         let ops = testing::parse_trace(trace);
-        let free = testing::replay(kind, &ops, ReuseRule::OneQueue, 0, u64::MAX);
-        let limit = free.peak_reserved + free.peak_reserved / 4;
+        let free = testing::replay(kind, &ops, ReuseRule::OneQueue, 0, Limit::NONE);
+        let limit = Limit::from_raw(free.peak_reserved + free.peak_reserved / 4);
         let r = testing::replay(kind, &ops, ReuseRule::OneQueue, 0, limit);
         assert_eq!(r.ooms, 0, "case {i}: {kind:?}");
         assert!(
