@@ -61,12 +61,45 @@ def main():
     errors = []
     deps = {m: set() for m in files}
 
+    # What each module re-exports from its children (`pub use child::{A, B as C};`): a name
+    # reached through the parent is the child's (`use super::Shim` depends on state/shim.rs,
+    # where `Shim` lives, not on state/mod.rs, which only names it).
+    reexports = {}
+    for mod, path in files.items():
+        for m in re.finditer(r"^\s*pub(?:\([^)]*\))?\s+use\s+(?:self::)?(\w+)::(\{[^}]*\}|\w+)\s*;", code(path), re.M):
+            child = mod + (m.group(1),)
+            if child not in files:
+                continue
+            for name in m.group(2).strip("{}").split(","):
+                name = name.strip()
+                if name:
+                    reexports[(mod, name.split(" as ")[-1].strip())] = child
+
     def resolve(path):
-        """The longest module prefix of `path` that is a file of ours."""
+        """The file of ours that `path` names: its longest module prefix that is a file,
+        followed through the re-exports of that module."""
         for n in range(len(path), 0, -1):
             if tuple(path[:n]) in files:
-                return tuple(path[:n])
+                found = tuple(path[:n])
+                # Followed down as far as the name is re-exported (a child's child).
+                while n < len(path) and (found, path[n]) in reexports:
+                    found = reexports[(found, path[n])]
+                    path = list(found) + list(path[n:])
+                    n = len(found)
+                return found
         return None
+
+    def targets(text, prefix):
+        """Every path after `prefix` (`crate::`, `super::`), a braced list of names split into
+        one path each (`super::{Live, Shim}`: `super::Live`, `super::Shim`)."""
+        for m in re.finditer(r"\b" + prefix + r"((?:\w+::)*)(\{[^}]*\}|\w+)", text):
+            head = m.group(1)
+            for name in m.group(2).strip("{}").split(","):
+                name = name.strip().split(" as ")[0].split("::")[0].strip()
+                if name and name != "self":
+                    yield (head + name).replace("::::", "::")
+                elif name == "self" and head:
+                    yield head.rstrip(":")
 
     for mod, path in files.items():
         text = code(path)
@@ -76,18 +109,18 @@ def main():
             children.add(mod + (m.group(1),))
         # Re-exports of a module's own children declare, they do not depend.
         declared = re.sub(r"^\s*pub\s+use\s+(\w+)::[^;]*;", "", text, flags=re.M)
-        for m in re.finditer(r"\bcrate::(\w+(?:::\w+)*)", declared):
-            target = m.group(1).split("::")
+        for t in targets(declared, "crate::"):
+            target = t.split("::")
             if target[0] not in RANK:
                 continue
             if RANK[target[0]] > RANK.get(top, 99):
-                errors.append(f"{path}: uses crate::{m.group(1)}, a layer above ({LAYERS[RANK[target[0]]][0]} over {LAYERS[RANK[top]][0]})")
+                errors.append(f"{path}: uses crate::{t}, a layer above ({LAYERS[RANK[target[0]]][0]} over {LAYERS[RANK[top]][0]})")
             dep = resolve(target)
             if dep and dep != mod:
                 deps[mod].add(dep)
         parent = mod[:-1] if os.path.basename(path) != "mod.rs" else mod[:-1]
-        for m in re.finditer(r"\bsuper::((?:\w+::)*\w+)", declared):
-            target = list(parent) + [p for p in m.group(1).split("::") if p != "super"]
+        for t in targets(declared, "super::"):
+            target = list(parent) + [p for p in t.split("::") if p != "super"]
             dep = resolve(target)
             if dep and dep != mod and dep not in children:
                 deps[mod].add(dep)

@@ -352,7 +352,8 @@ fn hostile_users(c: &Cluster) {
         "gpumem:0 is nothing, 64M is 8 blocks: {all}"
     );
 
-    // 3: inside one job of 64 MiB, every way around the share.
+    // 3: inside one job of 64 MiB, every way around the share (the edit: its GPU's limit).
+    let limit_at = cudapool::limits::group::ledger::limit_offset(0);
     let o = sh(
         c,
         &format!(
@@ -361,7 +362,7 @@ fn hostile_users(c: &Cluster) {
               j=$SLURM_JOB_ID; l=/run/cudapool/jobs/$j.d/group-slurm-$j
               CUDAPOOL_RUNTIME_DIR=/tmp/cp-a-$$ $CHAOS fill {MB8} 4 &
               sleep 1
-              python3 -c "import sys; f=open(sys.argv[1],\"r+b\"); f.seek(88); f.write(bytes(8))" $l && echo edited
+              python3 -c "import sys; f=open(sys.argv[1],\"r+b\"); f.seek({limit_at}); f.write(bytes(8))" $l && echo edited
               CUDAPOOL_RUNTIME_DIR=/tmp/cp-b-$$ CUDAPOOL_FAULTS=cuDeviceGetUuid_v2@1+=999 CUDAPOOL_GROUP_LIMIT=1GiB $CHAOS fill {MB8} 0
               rm -f $l 2>/dev/null && echo removed || echo remove-refused
               truncate -s 0 $l && echo cut

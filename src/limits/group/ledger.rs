@@ -480,6 +480,14 @@ pub fn door_offsets() -> (usize, usize) {
     (door_byte() as usize, std::mem::offset_of!(Ledger, turns))
 }
 
+/// Where the limit of GPU slot `slot` lies in the file (for the tests that edit it as the file's
+/// owner may).
+pub fn limit_offset(slot: usize) -> usize {
+    std::mem::offset_of!(Ledger, devices)
+        + slot * std::mem::size_of::<DeviceSlot>()
+        + std::mem::offset_of!(DeviceSlot, limit)
+}
+
 /// Where the ledger's mutex lies in the file (for the tests that plant a garbage lock word).
 pub fn mutex_offset() -> usize {
     std::mem::offset_of!(Ledger, mutex)
