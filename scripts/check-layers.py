@@ -5,7 +5,9 @@ tests/ is over 700 lines; no folder of scripts/, tests/, benches/ or docs/ holds
 files.
 
 Every reference to `crate::X` (X a top-level module) or `super::` in a file's code (comments and
-doc comments aside) is a dependency. A file may depend on its own layer's other modules and on
+doc comments aside) is a dependency, each name of a braced list (`use super::{A, B}`) apart, and
+a name a module re-exports from its child (`pub use shim::Shim`) leads to that child: using
+`super::Shim` depends on state/shim.rs, where it lives. A file may depend on its own layer's other modules and on
 the layers below, never above. Then, among files, the dependency graph must have no cycle (a
 parent module that declares its children with `mod x;` or re-exports them with `pub use` does
 not depend on them by that alone).

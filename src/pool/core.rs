@@ -11,6 +11,7 @@
 //! for more than the headroom when a smaller segment would do, and falls back to a segment of
 //! the rounded request when its preferred segment is refused.
 
+use super::handed::Taken;
 pub use super::types::{ArenaLeft, Forgotten};
 use super::types::{BlockSpan, SegmentView, Upstream};
 use crate::base::config::PoolKind;
@@ -23,13 +24,6 @@ use std::collections::BTreeMap;
 pub type Lane = u64;
 /// The lane of blocks anyone may take.
 pub const READY: Lane = 0;
-
-/// A block a core hands out: its address and its size (at least the request).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Taken {
-    pub ptr: DevPtr,
-    pub size: u64,
-}
 
 /// One pool kind's cache of free blocks and the segments behind them.
 pub trait Core: Send {

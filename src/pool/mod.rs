@@ -10,6 +10,7 @@
 //! One pool instance serves one CUDA context: every segment it holds dies with that context.
 
 pub mod core;
+mod handed;
 mod none;
 pub mod queues;
 pub mod reuse;
@@ -21,6 +22,7 @@ mod types;
 pub mod whole_segments;
 
 pub use self::core::{ArenaLeft, Forgotten};
+pub use handed::{Grant, Held, Taken};
 pub use none::NonePool;
 pub use reuse::{CachingPool, Clock, FenceId, ImmediateClock, ReuseRule, ThreadCache};
 pub use types::*;

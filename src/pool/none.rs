@@ -1,6 +1,7 @@
 //! `none`: no cache. Every block is a segment of its own, straight from the upstream and back.
 
-use super::types::{Grant, Held, Pool, SegmentView, Upstream};
+use super::handed::{Grant, Held};
+use super::types::{Pool, SegmentView, Upstream};
 use crate::base::config::PoolKind;
 use crate::base::cu::{CUresult, DevPtr};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -1,6 +1,7 @@
 //! An in-process upstream, controllable clocks, trace replay, and the contract every pool kind
 //! must meet: for tests and benchmarks, no device involved.
 
+use super::handed::Held;
 use super::new_pool;
 use super::reuse::{Clock, FenceId, ReuseRule};
 use super::types::*;

@@ -1,6 +1,7 @@
 //! What a pool is and what it works with: the [`Upstream`] it gets segments from, the [`Pool`]
 //! trait every kind implements, and the views a snapshot shows. No behaviour here.
 
+use super::handed::{Grant, Held};
 use crate::base::config::PoolKind;
 use crate::base::cu::{CUresult, DevPtr};
 use crate::base::limit::Limit;
@@ -92,37 +93,6 @@ pub struct Vmm {
 /// The stream a stream-ordered call (`cuMemAllocAsync`, `cuMemFreeAsync`) names, as the pool
 /// sees it: an opaque key, distinct per stream (and per thread for per-thread default streams).
 pub type StreamKey = u64;
-
-/// What [`Pool::alloc`] hands out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Grant {
-    pub ptr: DevPtr,
-    /// The block's size: at least the request (its rounding, and a free block's rest too
-    /// small to split off).
-    pub size: u64,
-    /// Served from cached memory, without asking the upstream.
-    pub from_cache: bool,
-}
-
-impl Grant {
-    /// The block as the program gives it back, having asked for `asked` bytes.
-    pub fn held(self, asked: u64) -> Held {
-        Held {
-            ptr: self.ptr,
-            asked,
-            size: self.size,
-        }
-    }
-}
-
-/// A block the program holds, as it gives it back: where it is, what the program asked for,
-/// and what it was handed ([`Grant::size`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Held {
-    pub ptr: DevPtr,
-    pub asked: u64,
-    pub size: u64,
-}
 
 /// What a context's end leaves to give back: its memory goes with it, except memory mapped
 /// into address space the pool reserved (the virtual memory API's objects are the process's).

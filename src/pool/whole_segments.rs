@@ -1,7 +1,8 @@
 //! The kinds whose every block is a whole segment: `simple` (exact sizes) and `binned`
 //! (power-of-two classes), over one segment cache.
 
-use super::core::{pick_releases, segment, within, Core, Forgotten, Lane, Taken, MIN_BLOCK, READY};
+use super::core::{pick_releases, segment, within, Core, Forgotten, Lane, MIN_BLOCK, READY};
+use super::handed::Taken;
 use super::types::{BlockSpan, BlockState, BlockView, SegmentView, Upstream};
 use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::config::PoolKind;

@@ -6,8 +6,7 @@
 use super::{Clock, ReuseRule};
 use crate::base::cu::DevPtr;
 use crate::base::sync::SpinLock;
-use crate::pool::core::Taken;
-use crate::pool::types::{Grant, Held};
+use crate::pool::handed::{Grant, Held, Taken};
 use std::cell::RefCell;
 use std::sync::Arc;
 

@@ -39,8 +39,9 @@
 //! holds the pool's lock**: a waiting thread gives it up, so other threads' hits, frees and
 //! misses go on; a batch is collected by whichever thread finds its fence done first.
 
-use super::core::{Core, Forgotten, Lane, Taken, READY};
-use super::types::{BlockSpan, BlockState, Grant, Held, Pool, SegmentView, StreamKey, Upstream};
+use super::core::{Core, Forgotten, Lane, READY};
+use super::handed::{Grant, Held, Taken};
+use super::types::{BlockSpan, BlockState, Pool, SegmentView, StreamKey, Upstream};
 use crate::base::config::PoolKind;
 use crate::base::cu::{CUresult, DevPtr, CUDA_ERROR_INVALID_CONTEXT};
 use crate::base::sync::lock;

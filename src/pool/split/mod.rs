@@ -4,9 +4,10 @@
 //! blocks (PyTorch's expandable segments).
 
 use super::core::{
-    pick_releases, round_up, segment, within, ArenaLeft, Core, Forgotten, Lane, Taken, MIB,
-    MIN_BLOCK, READY,
+    pick_releases, round_up, segment, within, ArenaLeft, Core, Forgotten, Lane, MIB, MIN_BLOCK,
+    READY,
 };
+use super::handed::Taken;
 use super::types::{BlockSpan, BlockState, BlockView, SegmentView, Upstream, Vmm};
 use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::config::PoolKind;

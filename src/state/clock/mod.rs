@@ -77,7 +77,6 @@
 mod owed;
 
 pub use owed::settle_all_owed;
-use owed::Owed;
 
 use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::config::Reuse;
@@ -89,6 +88,19 @@ use crate::pool::queues::{QueueDevice, QueueKey, Queues};
 use crate::pool::{Clock, FenceId, ReuseRule};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
+
+/// The newest fence handed over, while not seen complete (see `owed`'s notes).
+///
+/// Invariant: `fence` is the handed-over fence with the highest id, of generation `gen` (one
+/// more each hand-over); `waited` maps a queue to the generation its stream was last made to
+/// wait for: a queue not listed, or listed with an older generation, must wait for `fence`
+/// before its next work.
+#[derive(Default)]
+struct Owed {
+    gen: u64,
+    fence: Option<(FenceId, Fence)>,
+    waited: HashMap<QueueKey, u64>,
+}
 
 /// Contexts of the process that have run device work cudapool saw (and not ended since). A
 /// hand-over needs this to be one (see the module doc).

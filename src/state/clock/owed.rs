@@ -2,8 +2,7 @@
 //! it (a device-side wait on its next work), and how a capture begins with nothing owed. Part
 //! of the clock (`super`), whose fields it reads.
 
-use super::{Alive, ContextClock, Fence, Zombie, BUSY_CONTEXTS, CLOCKS};
-use crate::base::addr_hash::AddrMap as HashMap;
+use super::{Alive, ContextClock, Owed, Zombie, BUSY_CONTEXTS, CLOCKS};
 use crate::base::config::Reuse;
 use crate::base::cu::*;
 use crate::base::flags::{capturing_somewhere, exiting, own_calls};
@@ -13,19 +12,6 @@ use crate::pool::queues::QueueKey;
 use crate::pool::FenceId;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
-
-/// The newest fence handed over, while not seen complete (see the module doc).
-///
-/// Invariant: `fence` is the handed-over fence with the highest id, of generation `gen` (one
-/// more each hand-over); `waited` maps a queue to the generation its stream was last made to
-/// wait for: a queue not listed, or listed with an older generation, must wait for `fence`
-/// before its next work.
-#[derive(Default)]
-pub(super) struct Owed {
-    gen: u64,
-    fence: Option<(FenceId, Fence)>,
-    pub(super) waited: HashMap<QueueKey, u64>,
-}
 
 /// A capture is about to begin: every context's owed fence is waited for on the host now, so
 /// that no queue has a fence to pay while it lasts (a hand-over is refused meanwhile). Without

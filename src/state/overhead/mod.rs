@@ -19,40 +19,12 @@
 //!
 //! Invariant: every entry of `held` is in its device's budget as overhead, once.
 
+mod held;
 use super::Shim;
 use crate::base::cu::*;
-use std::cell::Cell;
+pub use held::{asking, Overhead, Taker};
+use held::{Held, ASKING};
 use std::ffi::c_int;
-use std::sync::Mutex;
-
-/// What took the memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Taker {
-    /// `cuCtxSetLimit`'s limit (0 stack, 1 printf FIFO, 2 heap) in a context.
-    Limit(c_int),
-    Module(usize),
-    Library(usize),
-    /// A context of its own (not a primary one).
-    Context,
-}
-
-#[derive(Debug)]
-struct Held {
-    taker: Taker,
-    ctx: usize,
-    dev: CUdevice,
-    bytes: u64,
-}
-
-/// Everything charged as overhead (see the module's notes).
-#[derive(Debug, Default)]
-pub struct Overhead {
-    held: Mutex<Vec<Held>>,
-    /// Held across a whole `cuCtxSetLimit` (charge, call, record): two threads setting a
-    /// limit at once would each charge from the same old figure, and one charge would stay
-    /// counted until exit. The call is rare; nothing else takes this lock.
-    limits: Mutex<()>,
-}
 
 const STACK: c_int = 0;
 const PRINTF_FIFO: c_int = 1;
@@ -61,16 +33,6 @@ const ATTR_SMS: c_int = 16;
 const ATTR_THREADS_PER_SM: c_int = 39;
 /// The limits' defaults on every GPU so far (part of every context's own footprint).
 const DEFAULTS: [u64; 3] = [1024, 1 << 20, 8 << 20];
-
-thread_local! {
-    /// What the allocation being refused on this thread was asked by, for the OOM line.
-    static ASKING: Cell<Option<&'static str>> = const { Cell::new(None) };
-}
-
-/// The name of what asks for memory on this thread right now, if not an allocation.
-pub fn asking() -> Option<&'static str> {
-    ASKING.with(Cell::get)
-}
 
 fn limit_name(which: c_int) -> &'static str {
     match which {

@@ -28,6 +28,7 @@
 //! memory; then the pools stop growing expandable segments, so later blocks export through
 //! the driver (`state::ipc`).
 
+mod tables;
 use super::ipc::HandleBytes;
 use super::Shim;
 use crate::base::config::LogLevel::{Debug, Warn};
@@ -38,6 +39,8 @@ use crate::log_at;
 use crate::pool::BlockSpan;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Mutex;
+pub use tables::MappedImports;
+use tables::Opened;
 
 /// The handle's first 8 bytes.
 const MAGIC: u64 = u64::from_le_bytes(*b"cpmapd02");
@@ -155,30 +158,6 @@ fn fd_budget() -> u64 {
         1024
     };
     (soft / 2).max(16)
-}
-
-/// The imports of mapped blocks in this process.
-///
-/// Invariant: `opened` holds each address handed to the program with the mapping behind it
-/// (its handle, range and handle sizes) and how many opens returned it; `by_handle` maps each
-/// such handle to that address. A mapping is unmapped when its count reaches zero.
-#[derive(Default)]
-pub struct MappedImports {
-    inner: Mutex<MappedTables>,
-}
-
-#[derive(Default)]
-struct MappedTables {
-    opened: std::collections::HashMap<DevPtr, Opened>,
-    by_handle: std::collections::HashMap<HandleBytes, DevPtr>,
-}
-
-struct Opened {
-    handle: HandleBytes,
-    base: DevPtr,
-    bytes: u64,
-    sizes: Vec<u64>,
-    refs: u32,
 }
 
 impl Shim {

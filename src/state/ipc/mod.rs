@@ -19,13 +19,13 @@
 //! under it (processes the program starts inherit `LD_PRELOAD`). Blocks of expandable
 //! segments have no driver allocation: their export is `state::ipc_mapped`'s.
 
+mod tables;
 use super::Shim;
 use crate::base::config::LogLevel::Debug;
 use crate::base::cu::*;
 use crate::base::sync::lock;
 use crate::log_at;
-use std::collections::HashMap;
-use std::sync::Mutex;
+pub use tables::{HandleBytes, Imports};
 
 /// The top 16 bits of a tagged handle's last 8 bytes.
 const TAG: u64 = 0xc0de << 48;
@@ -42,9 +42,6 @@ static CLASSIC_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBo
 pub fn may_expand() -> bool {
     !CLASSIC_ONLY.load(std::sync::atomic::Ordering::Relaxed)
 }
-
-/// The 64 bytes of a `CUipcMemHandle`.
-pub type HandleBytes = [u8; 64];
 
 /// How an export goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,25 +60,6 @@ pub enum Export {
     /// then on every pool of the process serves large requests from classic segments, so that
     /// blocks allocated later can be exported.
     Refused(CUresult),
-}
-
-/// The segments this process imported through tagged handles.
-///
-/// Invariant: `segments` holds each driver handle opened through a tagged handle, with the
-/// address the driver's one open gave, the size the driver reports for that allocation, and
-/// how many of the program's opens share it;
-/// `opened` holds each address handed to the program (segment address plus offset) with the
-/// driver handle behind it and how many opens returned it. The counts in `segments` are the
-/// sums of those in `opened` that name them.
-#[derive(Default)]
-pub struct Imports {
-    inner: Mutex<ImportTables>,
-}
-
-#[derive(Default)]
-struct ImportTables {
-    segments: HashMap<HandleBytes, (DevPtr, u64, u32)>,
-    opened: HashMap<DevPtr, (HandleBytes, u32)>,
 }
 
 /// The driver's handle and the offset inside a tagged handle; `None` for any other handle.

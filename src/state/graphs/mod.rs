@@ -21,48 +21,14 @@
 //! the bound did not foresee (graphs sharing memory launched at once on two streams) is counted
 //! at the next reading, whether it fits or not.
 
+mod tables;
 use super::{Live, Origin, Shim};
-use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::cu::*;
 use crate::base::sync::lock;
 use crate::driver::call;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-
-/// What one executable graph's allocation nodes take on one device.
-#[derive(Clone, Copy)]
-struct Need {
-    device: CUdevice,
-    bytes: u64,
-    /// The device's trim epoch when this graph was last mapped (uploaded or launched); mapped
-    /// while it equals the device's current epoch.
-    mapped_in: u64,
-}
-
-/// One device's graph memory, as charged.
-///
-/// Invariant: `charged` bytes are in the device's budget for graphs: the driver's reserve at
-/// the last reading (charges ahead of calls in flight are the callers' own, returned when they
-/// settle). `epoch` counts trims, from 1.
-#[derive(Clone, Copy)]
-struct Reserve {
-    charged: u64,
-    epoch: u64,
-}
-
-/// The graph memory tables.
-///
-/// Invariant: `execs` holds the executable graphs instantiated through the hooks, with memory
-/// nodes, not destroyed since; an executable graph absent from it takes no graph memory (or was
-/// instantiated before cudapool started).
-#[derive(Default)]
-pub struct Graphs {
-    execs: Mutex<HashMap<usize, Vec<Need>>>,
-    reserves: Mutex<HashMap<CUdevice, Reserve>>,
-    /// Whether a graph with memory nodes was ever instantiated: launches skip the tables while
-    /// none was.
-    any: AtomicBool,
-}
+use std::sync::atomic::Ordering;
+pub use tables::Graphs;
+use tables::{Need, Reserve};
 
 impl Shim {
     /// An executable graph `exec` was instantiated from `graph`: remember what its memory
