@@ -229,6 +229,11 @@ impl SplitCore {
                 .map(|(&h, &len)| (h, len))
                 .collect();
             for (h, len) in inside {
+                // Everything looked up before the driver is asked: nothing may fail (nor
+                // panic) between its mapping and the records of it.
+                let Some(&id) = self.memory.get(&h) else {
+                    continue;
+                };
                 if done + len > room {
                     continue;
                 }
@@ -238,7 +243,6 @@ impl SplitCore {
                 self.carve_shadow(h, len);
                 self.handles.remove(&h);
                 self.handles.insert(at + done, len);
-                let id = self.memory[&h];
                 self.memory.insert(at + done, id);
                 self.owner.insert(id, at + done);
                 done += len;
@@ -524,12 +528,16 @@ impl SplitCore {
             handle: at,
         } in shadows
         {
+            // Looked up before anything changes (a shadow is a block: see `check`).
+            let Some(sb) = self.blocks.get(&s).copied() else {
+                continue;
+            };
             self.carve_shadow(at, len);
             self.handles.remove(&at);
             self.handles.insert(s, len);
             self.owner.insert(id, s);
             self.shadows.remove(&s);
-            let sb = self.blocks.remove(&s).expect("a shadow is a block");
+            self.blocks.remove(&s);
             self.merge_and_free(
                 s,
                 Block {
@@ -551,12 +559,17 @@ impl SplitCore {
         };
         let shadows: Vec<(DevPtr, u64)> = self.shadows.iter().map(|(&p, &l)| (p, l)).collect();
         for (p, len) in shadows {
+            // Looked up before the driver is asked: nothing may fail between its unmap and
+            // the records of it.
+            let Some(b) = self.blocks.get(&p).copied() else {
+                continue;
+            };
             if vm.unmap_alias(p, len).is_err() {
                 continue;
             }
             self.shadows.remove(&p);
             self.memory.remove(&p);
-            let b = self.blocks.remove(&p).expect("a shadow is a block");
+            self.blocks.remove(&p);
             self.merge_and_free(
                 p,
                 Block {
