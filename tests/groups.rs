@@ -570,3 +570,100 @@ fn a_joiner_waits_while_the_door_turns_and_gives_up_when_it_stands_still() {
     door_lock(&f, door, libc::F_UNLCK);
     assert_eq!(join(&g).code, 0, "the door let go");
 }
+
+/// A ledger's lock held for 14 s by a live member while others keep passing it (its `seq`
+/// moves, as members allocating one after another move it): a joiner waits and gets in. Held
+/// by a stopped member: the joiner gives up after 10 s with one line. [Before: a joiner gave
+/// up after 10 s at the lock whatever went on behind it.]
+#[test]
+fn a_joiner_waits_while_the_lock_changes_hands_and_gives_up_when_it_does_not() {
+    use cudapool::limits::group::ledger;
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::AtomicU64;
+    use std::time::{Duration, Instant};
+    let g = Group::new("lock");
+    assert_eq!(join(&g).code, 0, "the first member makes the ledger");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(g.ledger())
+        .unwrap();
+    // A live member (its byte held by this process) holding the ledger's lock.
+    door_lock(
+        &f,
+        ledger::member_byte_offset(ledger::MEMBERS - 1),
+        libc::F_WRLCK,
+    );
+    // SAFETY: maps the whole ledger file of ours, shared; unmapped at the end.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            ledger::ledger_bytes(),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    let at = |off: usize| base as usize + off;
+    let mutex = at(ledger::mutex_offset()) as *mut libc::pthread_mutex_t;
+    // SAFETY: the ledger's process-shared, robust mutex, inside our mapping.
+    let lock = || assert_eq!(unsafe { libc::pthread_mutex_lock(mutex) }, 0);
+    // SAFETY: as above; this thread holds it.
+    let unlock = || assert_eq!(unsafe { libc::pthread_mutex_unlock(mutex) }, 0);
+    let seq_at = at(ledger::seq_offset());
+    lock();
+    let t = Instant::now();
+    let crowd = std::thread::spawn(move || {
+        // SAFETY: the ledger's seqlock word, an aligned u64 inside the mapping.
+        let seq = unsafe { &*(seq_at as *const AtomicU64) };
+        for _ in 0..7 {
+            std::thread::sleep(Duration::from_secs(2));
+            seq.fetch_add(2, std::sync::atomic::Ordering::AcqRel);
+        }
+    });
+    let joiner = std::thread::spawn({
+        let g = g.0.clone();
+        move || {
+            let env = vec![
+                ("CUDAPOOL_GROUP".to_string(), g),
+                ("CUDAPOOL_GROUP_LIMIT".to_string(), "64MiB".to_string()),
+            ];
+            client("dlsym", &["basic"], &env_of(&env))
+        }
+    });
+    crowd.join().unwrap();
+    unlock();
+    let r = joiner.join().unwrap();
+    assert_eq!(
+        r.code, 0,
+        "waited while the lock changed hands: {}",
+        r.stderr
+    );
+    assert!(t.elapsed() >= Duration::from_secs(14), "{:?}", t.elapsed());
+    lock();
+    let t = Instant::now();
+    let r = join(&g);
+    let waited = t.elapsed();
+    unlock();
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr
+            .contains("its ledger's lock has been held for more than 10 s"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        (Duration::from_secs(10)..Duration::from_secs(30)).contains(&waited),
+        "{waited:?}"
+    );
+    // SAFETY: our own mapping, unmapped once.
+    unsafe { libc::munmap(base, ledger::ledger_bytes()) };
+    door_lock(
+        &f,
+        ledger::member_byte_offset(ledger::MEMBERS - 1),
+        libc::F_UNLCK,
+    );
+    assert_eq!(join(&g).code, 0, "the lock let go");
+}

@@ -393,11 +393,15 @@ impl Group {
                         deadline = now + LOCK_GIVE_UP;
                     } else if now > deadline {
                         self.stuck.store(true, Ordering::Relaxed);
+                        // ETIMEDOUT reads "Connection timed out": said in words instead.
+                        let how = match e {
+                            libc::ETIMEDOUT => "nobody passed it meanwhile".to_string(),
+                            e => std::io::Error::from_raw_os_error(e).to_string(),
+                        };
                         let why = format!(
-                            "group {}: its ledger's lock has been held for more than {} s while other members live ({}); refusing what needs it",
+                            "group {}: its ledger's lock has been held for more than {} s while other members live ({how}); refusing what needs it",
                             self.name,
                             LOCK_GIVE_UP.as_secs(),
-                            std::io::Error::from_raw_os_error(e)
                         );
                         log_at!(Warn, "{why}");
                         return Err(why);
