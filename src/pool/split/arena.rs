@@ -223,7 +223,8 @@ impl SplitCore {
         let mut done = 0;
         'blocks: for (size, p) in blocks {
             let inside: Vec<(DevPtr, u64)> = self
-                .handles
+                .mem
+                .handles()
                 .range(p..p + size)
                 .filter(|&(&h, &len)| h + len <= p + size)
                 .map(|(&h, &len)| (h, len))
@@ -231,9 +232,9 @@ impl SplitCore {
             for (h, len) in inside {
                 // Everything looked up before the driver is asked: nothing may fail (nor
                 // panic) between its mapping and the records of it.
-                let Some(&id) = self.memory.get(&h) else {
+                if self.mem.id(h).is_none() {
                     continue;
-                };
+                }
                 if done + len > room {
                     continue;
                 }
@@ -241,10 +242,7 @@ impl SplitCore {
                     break 'blocks;
                 }
                 self.carve_shadow(h, len);
-                self.handles.remove(&h);
-                self.handles.insert(at + done, len);
-                self.memory.insert(at + done, id);
-                self.owner.insert(id, at + done);
+                self.mem.moved(h, at + done);
                 done += len;
                 if done >= need {
                     break 'blocks;
@@ -339,10 +337,7 @@ impl SplitCore {
         }
         for (p, len, h) in runs {
             for s in (p..p + len).step_by(h as usize) {
-                self.handles.insert(s, h);
-                self.next_memory += 1;
-                self.memory.insert(s, self.next_memory);
-                self.owner.insert(self.next_memory, s);
+                self.mem.made(s, h);
             }
         }
         self.reserved += bytes;
@@ -364,13 +359,14 @@ impl SplitCore {
             .filter(|(_, b)| b.ready())
             .filter_map(|(&p, b)| {
                 let mut inside = self
-                    .handles
+                    .mem
+                    .handles()
                     .range(p..p + b.size)
                     .filter(|&(&h, &len)| h + len <= p + b.size);
-                let (&first, _) = inside.next()?;
+                let (&first, &first_len) = inside.next()?;
                 let end = inside
                     .next_back()
-                    .map_or(first + self.handles[&first], |(&h, &l)| h + l);
+                    .map_or(first + first_len, |(&h, &l)| h + l);
                 Some((first, end - first, p))
             })
             .collect()
@@ -392,7 +388,8 @@ impl SplitCore {
             return 0;
         };
         let handles: Vec<(DevPtr, u64)> = self
-            .handles
+            .mem
+            .handles()
             .range(at..at + len)
             .map(|(&h, &l)| (h, l))
             .collect();
@@ -400,22 +397,19 @@ impl SplitCore {
         let shadowed: std::collections::HashSet<u64> = self
             .shadows
             .keys()
-            .filter_map(|s| self.memory.get(s).copied())
+            .filter_map(|&s| self.mem.id(s))
             .collect();
         let mut block = block;
         let mut done = 0;
         for (c, hl) in handles {
-            if self.memory.get(&c).is_some_and(|id| shadowed.contains(id)) {
+            if self.mem.id(c).is_some_and(|id| shadowed.contains(&id)) {
                 continue;
             }
             if vm.unmap(c, hl, hl).is_err() {
                 // The handle stays mapped, in the free block the next one is carved from.
                 continue;
             }
-            self.handles.remove(&c);
-            if let Some(id) = self.memory.remove(&c) {
-                self.owner.remove(&id);
-            }
+            self.mem.unmapped(c);
             let b = self.unmark_free(block);
             self.blocks.remove(&block);
             if c > block {
@@ -472,8 +466,8 @@ impl SplitCore {
         for (&p, b) in self.blocks.range(a.base..a.base + a.span) {
             let movable = (b.kind == Kind::Shadow)
                 .then(|| {
-                    let id = *self.memory.get(&p)?;
-                    let at = *self.owner.get(&id)?;
+                    let id = self.mem.id(p)?;
+                    let at = self.mem.handle_of(id)?;
                     let (&start, owner) = self.blocks.range(..=at).next_back()?;
                     (owner.ready() && start + owner.size >= at + b.size).then_some((id, at))
                 })
@@ -524,8 +518,8 @@ impl SplitCore {
         for Moved {
             at: s,
             bytes: len,
-            memory: id,
             handle: at,
+            ..
         } in shadows
         {
             // Looked up before anything changes (a shadow is a block: see `check`).
@@ -533,9 +527,7 @@ impl SplitCore {
                 continue;
             };
             self.carve_shadow(at, len);
-            self.handles.remove(&at);
-            self.handles.insert(s, len);
-            self.owner.insert(id, s);
+            self.mem.moved(at, s);
             self.shadows.remove(&s);
             self.blocks.remove(&s);
             self.merge_and_free(
@@ -568,7 +560,7 @@ impl SplitCore {
                 continue;
             }
             self.shadows.remove(&p);
-            self.memory.remove(&p);
+            self.mem.shadow_unmapped(p);
             self.blocks.remove(&p);
             self.merge_and_free(
                 p,
@@ -600,7 +592,8 @@ impl SplitCore {
 
     /// Every mapping in the arena (start, bytes): handles and shadows.
     pub(super) fn arena_mappings(&self) -> Vec<(DevPtr, u64)> {
-        let mut out: Vec<(DevPtr, u64)> = self.handles.iter().map(|(&p, &l)| (p, l)).collect();
+        let mut out: Vec<(DevPtr, u64)> =
+            self.mem.handles().iter().map(|(&p, &l)| (p, l)).collect();
         out.extend(self.shadows.iter().map(|(&p, &l)| (p, l)));
         out.sort_unstable();
         out
@@ -608,12 +601,9 @@ impl SplitCore {
 
     /// The handles under `[ptr, ptr + size)` (mapped memory), in address order.
     pub(super) fn handles_of(&self, ptr: DevPtr, size: u64) -> Vec<(DevPtr, u64)> {
-        let first = self
-            .handles
-            .range(..=ptr)
-            .next_back()
-            .map_or(ptr, |(&h, _)| h);
-        self.handles
+        let handles = self.mem.handles();
+        let first = handles.range(..=ptr).next_back().map_or(ptr, |(&h, _)| h);
+        handles
             .range(first..ptr + size)
             .filter(|&(&h, &l)| h + l > ptr)
             .map(|(&h, &l)| (h, l))

@@ -3,7 +3,7 @@
 //! replay of a debug build run it after each operation; release builds never do.
 
 use super::*;
-use std::collections::{HashMap as StdMap, HashSet};
+use std::collections::HashMap as StdMap;
 
 /// Fails with `why` unless `ok`.
 fn ensure(ok: bool, why: impl FnOnce() -> String) -> Result<(), String> {
@@ -171,7 +171,9 @@ impl SplitCore {
     fn check_arena(&self) -> Result<(), String> {
         let Some(a) = self.arena else {
             return ensure(
-                self.handles.is_empty() && self.shadows.is_empty() && self.memory.is_empty(),
+                self.mem.handles().is_empty()
+                    && self.shadows.is_empty()
+                    && self.mem.check(&self.shadows).is_ok(),
                 || "handles, shadows or memory without an arena".into(),
             );
         };
@@ -190,7 +192,7 @@ impl SplitCore {
                 _ => runs.push((p, b.size)),
             }
         }
-        let mut handles = self.handles.iter().peekable();
+        let mut handles = self.mem.handles().iter().peekable();
         for (start, len) in runs {
             let mut at = start;
             while at < start + len {
@@ -209,35 +211,10 @@ impl SplitCore {
         ensure(handles.next().is_none(), || {
             "a handle over no mapped block".into()
         })?;
-        let mapped: u64 = self.handles.values().sum();
+        let mapped: u64 = self.mem.handles().values().sum();
         ensure(mapped == a.mapped, || {
             format!("arena mapped {} but its handles hold {mapped}", a.mapped)
         })?;
-        let mut ids = HashSet::new();
-        for &h in self.handles.keys() {
-            let id = self.memory.get(&h).copied();
-            ensure(
-                id.is_some_and(|id| ids.insert(id) && self.owner.get(&id) == Some(&h)),
-                || format!("handle {h:#x}: its memory {id:?} is not its own"),
-            )?;
-        }
-        ensure(self.owner.len() == self.handles.len(), || {
-            format!(
-                "{} owners for {} handles",
-                self.owner.len(),
-                self.handles.len()
-            )
-        })?;
-        for (&s, &len) in &self.shadows {
-            let handle = self.memory.get(&s).and_then(|id| self.owner.get(id));
-            ensure(
-                handle.is_some_and(|h| self.handles.get(h) == Some(&len)),
-                || format!("shadow {s:#x}: its memory is no handle of {len} bytes"),
-            )?;
-        }
-        ensure(
-            self.memory.len() == self.handles.len() + self.shadows.len(),
-            || "memory recorded for what is neither a handle nor a shadow".into(),
-        )
+        self.mem.check(&self.shadows)
     }
 }

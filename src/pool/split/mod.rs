@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 mod arena;
 mod check;
+mod memory;
 use arena::Arena;
 
 /// Requests up to this size are *small*: served from segments of [`SMALL_SEGMENT`].
@@ -107,9 +108,10 @@ type FreeSets = [BTreeSet<(u64, DevPtr)>; 2];
 /// blocks of small (large) segments (both but for the `parked` block) and `lanes[l]` those of
 /// lane `l` (no empty entry); `holes` holds exactly the free unmapped blocks and `shadows`
 /// the others; `cached` is the sum of the free mapped blocks' sizes, `reserved` of the classic
-/// segments' sizes and the arena's mapped bytes. `handles` tiles exactly the arena's mapped
-/// blocks, one entry per physical allocation mapped there (a block in use never lies over a
-/// shadow); the memory of a shadow is that of one handle.
+/// segments' sizes and the arena's mapped bytes. The handles of `mem` tile exactly the arena's
+/// mapped blocks, one entry per physical allocation mapped there (a block in use never lies
+/// over a shadow); the memory of a shadow is that of one handle. [`check`](Core::check)
+/// verifies every one of these.
 #[derive(Default)]
 pub struct SplitCore {
     blocks: BTreeMap<DevPtr, Block>,
@@ -124,15 +126,11 @@ pub struct SplitCore {
     expandable: bool,
     arena: Option<Arena>,
     holes: BTreeMap<DevPtr, u64>,
-    /// The arena's handles (start -> bytes) and shadows (start -> bytes), see above.
-    handles: BTreeMap<DevPtr, u64>,
+    /// The arena's shadows (start -> bytes), see above.
     shadows: BTreeMap<DevPtr, u64>,
-    /// The memory behind each handle and shadow (start -> an id of the physical allocation),
-    /// and where each allocation is a handle (id -> start): a shadow's memory is that of the
-    /// handle `owner[memory[shadow]]`.
-    memory: HashMap<DevPtr, u64>,
-    owner: HashMap<u64, DevPtr>,
-    next_memory: u64,
+    /// The arena's physical memory: its handles, and the memory behind each handle and shadow
+    /// (see [`memory::Memory`]).
+    mem: memory::Memory,
     /// The block put back ready last, when no core operation has come since: free and
     /// [`READY`] in `blocks` and counted in `cached`, but in no free set and not yet merged
     /// with its free neighbours (the one exception to both invariants above). A take of its
