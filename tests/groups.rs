@@ -516,6 +516,20 @@ fn door_lock(f: &std::fs::File, at: usize, kind: libc::c_int) {
     );
 }
 
+/// A joiner of `g` is refused, saying `line`, after waiting 10 s (and not much more).
+fn refused_after_ten_seconds(g: &Group, line: &str) {
+    use std::time::{Duration, Instant};
+    let t = Instant::now();
+    let r = join(g);
+    let waited = t.elapsed();
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains(line), "{}", r.stderr);
+    assert!(
+        (Duration::from_secs(10)..Duration::from_secs(30)).contains(&waited),
+        "{waited:?}"
+    );
+}
+
 /// A ledger's door (joiners pass it one at a time) held for 14 s while it keeps turning (its
 /// `turns` moves, as a thousand joiners passing on a loaded machine move it): the joiner waits
 /// and gets in. Held by a stopped joiner: the joiner gives up after 10 s with one line.
@@ -553,19 +567,9 @@ fn a_joiner_waits_while_the_door_turns_and_gives_up_when_it_stands_still() {
     assert_eq!(r.code, 0, "waited while the door turned: {}", r.stderr);
     assert!(t.elapsed() >= Duration::from_secs(14), "{:?}", t.elapsed());
     door_lock(&f, door, libc::F_WRLCK);
-    let t = Instant::now();
-    let r = join(&g);
-    let waited = t.elapsed();
-    assert_ne!(r.code, 0);
-    assert!(
-        r.stderr
-            .contains("held the ledger's door for more than 10 s without letting anyone in"),
-        "{}",
-        r.stderr
-    );
-    assert!(
-        (Duration::from_secs(10)..Duration::from_secs(30)).contains(&waited),
-        "{waited:?}"
+    refused_after_ten_seconds(
+        &g,
+        "held the ledger's door for more than 10 s without letting anyone in",
     );
     door_lock(&f, door, libc::F_UNLCK);
     assert_eq!(join(&g).code, 0, "the door let go");
@@ -643,21 +647,8 @@ fn a_joiner_waits_while_the_lock_changes_hands_and_gives_up_when_it_does_not() {
     );
     assert!(t.elapsed() >= Duration::from_secs(14), "{:?}", t.elapsed());
     lock();
-    let t = Instant::now();
-    let r = join(&g);
-    let waited = t.elapsed();
+    refused_after_ten_seconds(&g, "its ledger's lock has been held for more than 10 s");
     unlock();
-    assert_ne!(r.code, 0);
-    assert!(
-        r.stderr
-            .contains("its ledger's lock has been held for more than 10 s"),
-        "{}",
-        r.stderr
-    );
-    assert!(
-        (Duration::from_secs(10)..Duration::from_secs(30)).contains(&waited),
-        "{waited:?}"
-    );
     // SAFETY: our own mapping, unmapped once.
     unsafe { libc::munmap(base, ledger::ledger_bytes()) };
     door_lock(
