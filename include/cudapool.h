@@ -56,7 +56,16 @@ typedef struct cudapool_stats {
                                     besides its allocations: the per-thread stack, the device
                                     heap, the printf FIFO, module globals, contexts beyond the
                                     primary one (appended after the requested bytes) */
+  uint64_t asleep_bytes;         /* device memory put to sleep, its contents on the host;
+                                    counted in no limit and not in reserved_bytes */
+  uint64_t sleep_state;          /* CUDAPOOL_AWAKE, _FALLING_ASLEEP, _ASLEEP or _WAKING (the
+                                    process's, the same for every device) */
 } cudapool_stats;
+
+#define CUDAPOOL_AWAKE 0
+#define CUDAPOOL_FALLING_ASLEEP 1
+#define CUDAPOOL_ASLEEP 2
+#define CUDAPOOL_WAKING 3
 
 /* Fills *out for `device` (-1: summed over the devices used; limits then read 0).
  * Returns 0, or 1 for a NULL out / struct_size too small / bad device, or 3 (not active). */
@@ -67,6 +76,23 @@ int cudapool_get_stats(int device, cudapool_stats *out);
  * that no graph is using (cuDeviceGraphMemTrim). Returns the bytes released (0 when nothing was
  * cached, or the shim is not active). Like torch.cuda.empty_cache and CUDA.reclaim. */
 size_t cudapool_reclaim(int device);
+
+/* Puts the calling process to sleep on `device` (-1: every device) and returns once it is asleep:
+ * when its device work has drained (new work waits meanwhile; a graph capture under way
+ * postpones it, up to 30 s), live blocks of expandable segments are copied to host memory,
+ * cached blocks dropped and the device memory given back; their addresses stay reserved. The
+ * next launch, copy, memset, event record, stream wait, graph launch or allocation wakes it
+ * first, transparently. What stays on the device: classic segments (small requests' segments,
+ * CUDAPOOL_SEGMENTS=classic, the binned and simple pools), memory exported to another process,
+ * contexts, modules and graph memory. Returns 0; 1 a bad device; 3 cudapool not active; 600
+ * (CUDA_ERROR_NOT_READY) work did not drain; 2 no host memory for the copy (the process stays
+ * awake, a line says why). */
+int cudapool_sleep(int device);
+
+/* Wakes the calling process (every device) and returns once its memory is back at the same
+ * addresses: 0; 2 when no room came within CUDAPOOL_WAKE_TIMEOUT (the contents stay on the host
+ * for the next try); 3 cudapool not active. Waking an awake process does nothing. */
+int cudapool_wake(int device);
 
 /* Sets both peaks of `device` (-1: every device used) to the current values. Returns 0, 1, 3. */
 int cudapool_reset_peak_stats(int device);

@@ -10,7 +10,7 @@ cargo build --release -q
 W=target/bench-exporter
 mkdir -p "$W"
 cc -O1 -shared -fPIC -Wl,-Bsymbolic -o "$W/libcuda.so.1" tests/fake/libcuda.c -lpthread
-cc -O1 -Itests/c -o "$W/client" tests/c/client.c tests/c/reuse.c tests/c/lifetimes.c tests/c/capture.c -ldl -lpthread
+cc -O1 -Itests/c -o "$W/client" tests/c/client.c tests/c/reuse.c tests/c/lifetimes.c tests/c/capture.c tests/c/sleep.c -ldl -lpthread
 export LD_LIBRARY_PATH="$PWD/$W"
 # Every client reads this FIFO, which only this script holds open for writing: they all exit
 # (freeing their block) when the script does. No child inherits the script's descriptor 3 (a

@@ -9,7 +9,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 cargo build --release
 work=target/demo
 mkdir -p "$work"
-cc -O1 -Itests/c -o "$work/client" tests/c/client.c tests/c/reuse.c tests/c/lifetimes.c tests/c/capture.c -ldl -lpthread
+cc -O1 -Itests/c -o "$work/client" tests/c/client.c tests/c/reuse.c tests/c/lifetimes.c tests/c/capture.c tests/c/sleep.c -ldl -lpthread
 # target/demo/sample: the sample workload, to run yourself (`cudapool run --limit 256MiB --
 # target/demo/sample`); it uses the fake driver beside it when there is one.
 cat > "$work/sample" <<'SH'

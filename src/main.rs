@@ -1,4 +1,4 @@
-//! The `cudapool` command: `run`, `stat`, `top`, `plot`, `snapshot`, `exporter`,
+//! The `cudapool` command: `run`, `stat`, `top`, `plot`, `snapshot`, `sleep`, `wake`, `exporter`,
 //! `config`, `slurm`, `jobstat` and `replay`, parsed by clap (the preloaded library links none of it). Every subcommand answers
 //! `--help` (and `cudapool help SUB`); a usage error names the subcommand and the option and
 //! exits 2; `run` exits 126 or 127 when the program cannot be started; output into a closed
@@ -15,6 +15,7 @@ mod cli {
     pub mod plot;
     pub mod replay;
     pub mod run;
+    pub mod sleep;
     pub mod slurm;
     pub mod slurm_site;
     pub mod snapshot;
@@ -59,6 +60,16 @@ enum Command {
     Plot(PlotArgs),
     /// Have a running cudapool process of this user write its snapshot, without stopping it
     Snapshot(SnapshotArgs),
+    /// Put running cudapool processes to sleep: their device memory to the host, addresses kept
+    #[command(
+        after_help = "Live blocks of expandable segments are copied to host memory, cached ones dropped and \
+                      the device memory given back; the process's next launch, copy or allocation wakes it \
+                      first. Classic segments stay. Your own processes; root's any.\n\
+                      Example: cudapool sleep --wait 4242"
+    )]
+    Sleep(SleepArgs),
+    /// Wake sleeping cudapool processes: their memory back at the same addresses
+    Wake(SleepArgs),
     /// Serve Prometheus /metrics for every cudapool process of this user (of every user as root)
     Exporter(ExporterArgs),
     /// Flags to compile and link C or C++ against cudapool (like pkg-config)
@@ -184,6 +195,31 @@ struct SnapshotArgs {
 }
 
 #[derive(Args)]
+struct SleepArgs {
+    /// The processes (as `cudapool stat` lists them)
+    pids: Vec<u32>,
+    /// Every process of this group (CUDAPOOL_GROUP) too
+    #[arg(long, value_name = "NAME", allow_hyphen_values = true)]
+    group: Option<String>,
+    /// Return when done, and print the bytes moved, the seconds and GB/s
+    #[arg(long)]
+    wait: bool,
+    /// How long a sleep waits for the process's device work to drain (a graph capture under
+    /// way postpones it): 500ms, 30s, 5m
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration, allow_hyphen_values = true)]
+    timeout: std::time::Duration,
+}
+
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    cudapool::base::config::parse_duration(s).map_err(|why| {
+        format!(
+            "{s:?}: {why}; accepted: {}",
+            cudapool::base::config::DURATION_FORMS
+        )
+    })
+}
+
+#[derive(Args)]
 struct ExporterArgs {
     /// Where to listen: :PORT (every interface), localhost:PORT, HOST:PORT, IPv4:PORT or
     /// [IPv6]:PORT (port 0: any free port)
@@ -194,8 +230,9 @@ struct ExporterArgs {
     interval: f64,
 }
 
-const SUBCOMMANDS: [&str; 10] = [
-    "run", "stat", "top", "plot", "snapshot", "exporter", "config", "slurm", "jobstat", "replay",
+const SUBCOMMANDS: [&str; 12] = [
+    "run", "stat", "top", "plot", "snapshot", "sleep", "wake", "exporter", "config", "slurm",
+    "jobstat", "replay",
 ];
 
 fn seconds(s: &str) -> Result<f64, String> {
@@ -272,6 +309,14 @@ fn main() -> ExitCode {
         Command::Snapshot(a) => finish(
             "snapshot",
             cli::snapshot::snapshot(a.pid, a.output, a.format == "torch"),
+        ),
+        Command::Sleep(a) => finish(
+            "sleep",
+            cli::sleep::sleep(&a.pids, a.group.as_deref(), false, a.wait, a.timeout),
+        ),
+        Command::Wake(a) => finish(
+            "wake",
+            cli::sleep::sleep(&a.pids, a.group.as_deref(), true, a.wait, a.timeout),
         ),
         Command::Exporter(a) => {
             cli::exporter::exporter(a.listen, std::time::Duration::from_secs_f64(a.interval))

@@ -41,6 +41,10 @@ pub struct CudapoolStats {
     /// Of `reserved_bytes`: what the driver took for the process besides its allocations
     /// (appended after the requested bytes).
     pub overhead_bytes: u64,
+    /// Device memory asleep, on the host (appended after the overhead), and the process's
+    /// sleep state (`CUDAPOOL_AWAKE` ... `CUDAPOOL_WAKING`).
+    pub asleep_bytes: u64,
+    pub sleep_state: u64,
 }
 
 impl CudapoolStats {
@@ -68,6 +72,8 @@ impl CudapoolStats {
             requested_bytes: s.requested,
             peak_requested_bytes: s.requested_peak,
             overhead_bytes: s.overhead,
+            asleep_bytes: s.asleep,
+            sleep_state: s.sleep_state,
         }
     }
 }
@@ -94,6 +100,8 @@ fn all_devices(shim: &Shim) -> DeviceStats {
         t.driver_frees += s.driver_frees;
         t.reclaim_retries += s.reclaim_retries;
         t.ooms += s.ooms;
+        t.asleep += s.asleep;
+        t.sleep_state = s.sleep_state;
     }
     t
 }
@@ -240,6 +248,48 @@ pub extern "C" fn cudapool_reclaim(device: c_int) -> usize {
     boundary(0, || match Shim::active() {
         Some(shim) if has_device(shim, device) => shim.reclaim_device(device) as usize,
         _ => 0,
+    })
+}
+
+/// Puts the process's memory on `device` (-1: every device) to sleep once its device work has
+/// drained, and returns when it is asleep (see `state::sleep`). 0, or: 1 a bad device, 3 not
+/// active, 600 (`CUDA_ERROR_NOT_READY`) work did not drain within 30 s (a capture under way),
+/// 2 no host memory for the copy; the process then stays awake and a line says why.
+#[no_mangle]
+pub extern "C" fn cudapool_sleep(device: c_int) -> c_int {
+    boundary(CUDA_ERROR_UNKNOWN as c_int, || {
+        let Some(shim) = Shim::active() else {
+            return CUDA_ERROR_NOT_INITIALIZED as c_int;
+        };
+        if !valid_device(device) || !has_device(shim, device) {
+            return CUDA_ERROR_INVALID_VALUE as c_int;
+        }
+        match shim.sleep(device, crate::state::sleep::DRAIN_TIMEOUT) {
+            Ok(_) => CUDA_SUCCESS as c_int,
+            Err(r) => {
+                crate::log_at!(crate::base::config::LogLevel::Warn, "sleep: {}", r.why);
+                r.code as c_int
+            }
+        }
+    })
+}
+
+/// Wakes the process and returns when its memory is back (0), or 2 when no room came within
+/// `CUDAPOOL_WAKE_TIMEOUT` (the contents stay on the host), 3 not active. `device` is taken
+/// as -1: a wake brings back every device's memory.
+#[no_mangle]
+pub extern "C" fn cudapool_wake(device: c_int) -> c_int {
+    boundary(CUDA_ERROR_UNKNOWN as c_int, || {
+        let Some(shim) = Shim::active() else {
+            return CUDA_ERROR_NOT_INITIALIZED as c_int;
+        };
+        if !valid_device(device) {
+            return CUDA_ERROR_INVALID_VALUE as c_int;
+        }
+        match shim.wake() {
+            Ok(_) => CUDA_SUCCESS as c_int,
+            Err(e) => e as c_int,
+        }
     })
 }
 

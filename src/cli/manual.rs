@@ -92,6 +92,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "keep the last N such snapshots (16 by default)",
     ),
     (
+        "CUDAPOOL_WAKE_TIMEOUT",
+        "DURATION",
+        "how long a call that wakes a sleeping process waits for room in its limits (500ms, 30s, 5m; default 60s; 0 waits for ever); then CUDA_ERROR_OUT_OF_MEMORY, the contents staying on the host",
+    ),
+    (
         "CUDAPOOL_FAULTS",
         "CALL=N,...",
         "debugging: make the named driver calls fail",

@@ -165,6 +165,11 @@ const BYTES: &[Metric] = &[
         |s| s.overhead,
     ),
     (
+        "asleep",
+        "Device memory put to sleep: its contents on the host, counted in no limit",
+        |s| s.asleep,
+    ),
+    (
         "peak_allocated",
         "The most bytes the program held at once",
         |s| s.allocated_peak,
@@ -197,6 +202,11 @@ const COUNTS: &[Metric] = &[
     ("segments", "Driver allocations cudapool holds", |s| {
         s.segments
     }),
+    (
+        "sleep_state",
+        "The process's sleep state: 0 awake, 1 falling asleep, 2 asleep, 3 waking",
+        |s| s.sleep_state,
+    ),
 ];
 const COUNTERS: &[Metric] = &[
     ("alloc_calls", "Allocation calls", |s| s.alloc_calls),

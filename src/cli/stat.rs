@@ -62,6 +62,16 @@ fn render(s: &Snapshot, wide: bool) -> String {
             0 => String::new(),
             o => format!("  overhead {}", fmt_bytes(o)),
         };
+        let state = cudapool::state::sleep::State::from_u8(d.sleep_state as u8);
+        let overhead = match (state, d.asleep, d.waking_for) {
+            (cudapool::state::sleep::State::Awake, 0, _) => overhead,
+            (_, asleep, 0) => format!("{overhead}  {}, {} asleep", state.name(), fmt_bytes(asleep)),
+            (_, asleep, w) => format!(
+                "{overhead}  waking: waiting for {}, {} asleep",
+                fmt_bytes(w),
+                fmt_bytes(asleep)
+            ),
+        };
         out.push_str(&format!(
             "  device {dev}{gpu}: limit {limit}  cached {}{overhead}\n",
             fmt_bytes(d.cached)

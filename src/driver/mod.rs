@@ -8,9 +8,11 @@
 //! [`arm_faults`]): a debug setting for testing what cudapool does with the driver's errors.
 //! Unarmed, it costs one relaxed load per driver call.
 
+mod copy;
 pub mod nvml;
 pub mod nvtx;
 mod vmm;
+pub use copy::OwnStream;
 
 use crate::base::cu::*;
 use std::cell::Cell;
@@ -209,6 +211,8 @@ driver_table! {
     cu_init = c"cuInit": fn(c_uint);
     device_can_access_peer = c"cuDeviceCanAccessPeer": fn(*mut c_int, CUdevice, CUdevice);
     ctx_synchronize = c"cuCtxSynchronize": fn();
+    memcpy_dtoh_async = c"cuMemcpyDtoHAsync_v2": fn(*mut c_void, DevPtr, usize, CUstream);
+    memcpy_htod_async = c"cuMemcpyHtoDAsync_v2": fn(DevPtr, *const c_void, usize, CUstream);
     array_create_v2 = c"cuArrayCreate_v2": fn(*mut Opaque, *const ArrayDesc);
     array_create_v1 = c"cuArrayCreate": fn(*mut Opaque, *const ArrayDescV1);
     array3d_create_v2 = c"cuArray3DCreate_v2": fn(*mut Opaque, *const Array3DDesc);

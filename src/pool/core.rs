@@ -77,6 +77,12 @@ pub trait Core: Send {
         let _ = ptr;
         Vec::new()
     }
+    /// The memory a sleep moves (see [`super::Pool::sleep`]): every handle mapped in the
+    /// arena with the parts of it blocks not free lie on; `None` while memory is mapped twice
+    /// (a shadow whose unmap failed), which a sleep cannot give back.
+    fn sleeping_memory(&self) -> Option<Vec<super::Mapped>> {
+        Some(Vec::new())
+    }
     /// Brings free blocks to the state every operation of the core would find them in first
     /// (split lists and merges its parked block), so that a view of the segments shows what
     /// the next allocation will see. Changes no choice the core makes.

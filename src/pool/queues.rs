@@ -26,6 +26,7 @@
 //!
 //! Pure logic: the driver side (events, stream queries) is behind [`QueueDevice`].
 
+use crate::base::in_flight::InFlight;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Mutex;
@@ -64,50 +65,22 @@ pub fn bump_epoch() {
     EPOCH.fetch_add(1, SeqCst);
 }
 
-#[repr(align(128))]
-struct Stripe {
-    entered: AtomicU64,
-    left: AtomicU64,
-}
+/// Work calls in flight, from before their queue is checked until the driver has them.
+static IN_FLIGHT: InFlight = InFlight::new();
 
-const STRIPES: usize = 64;
-static IN_FLIGHT: [Stripe; STRIPES] = [const {
-    Stripe {
-        entered: AtomicU64::new(0),
-        left: AtomicU64::new(0),
-    }
-}; STRIPES];
+/// A work call in flight (see [`IN_FLIGHT`]).
+pub type Entered = crate::base::in_flight::Entered;
 
-/// A work call in flight, from before its queue is checked until the driver has it.
-pub struct Entered(&'static Stripe);
-
-impl Entered {
-    pub fn new() -> Entered {
-        let s = &IN_FLIGHT[crate::base::per_thread::thread_number() as usize % STRIPES];
-        // SeqCst: ordered before this call's read of the epoch (see `quiescent`).
-        s.entered.fetch_add(1, SeqCst);
-        Entered(s)
-    }
-}
-
-impl Default for Entered {
-    fn default() -> Self {
-        Entered::new()
-    }
-}
-
-impl Drop for Entered {
-    fn drop(&mut self) {
-        self.0.left.fetch_add(1, SeqCst);
-    }
+/// Counts a work call in; out when the guard drops. SeqCst: ordered before the call's read of
+/// the epoch (see [`quiescent`]).
+pub fn entered() -> Entered {
+    IN_FLIGHT.enter()
 }
 
 /// Whether no work call is in flight right now. If so, every call that read the epoch before
 /// the last [`bump_epoch`] has passed its work on.
-fn quiescent() -> bool {
-    IN_FLIGHT
-        .iter()
-        .all(|s| s.entered.load(SeqCst) == s.left.load(SeqCst))
+pub fn quiescent() -> bool {
+    IN_FLIGHT.quiescent()
 }
 
 const REMEMBERED: usize = 4;
@@ -373,7 +346,7 @@ mod tests {
         let (q, dev) = (Queues::default(), Dev::default());
         q.work_on(LEGACY, &dev);
         q.work_on(S, &dev);
-        let call = Entered::new();
+        let call = entered();
         probation(&q, &dev);
         assert_eq!(q.active().len(), 2, "a call in flight may be issuing on S");
         drop(call);
@@ -390,7 +363,7 @@ mod tests {
         q.work_on(LEGACY, &dev);
         q.work_on(S, &dev);
         dev.busy.borrow_mut().push(LEGACY);
-        let call = Entered::new();
+        let call = entered();
         let e = epoch();
         q.retire_idle(&dev);
         assert!(epoch() > e, "every thread reports its next work again");

@@ -113,6 +113,16 @@ pub struct ArenaLeft {
     pub mapped: Vec<(DevPtr, u64)>,
 }
 
+/// Physical memory a sleep moves (see [`Pool::sleep`]): one handle mapped at `at` for
+/// `bytes`, and the parts of it that blocks not free in the pool lie on (what must be kept),
+/// by address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapped {
+    pub at: DevPtr,
+    pub bytes: u64,
+    pub live: Vec<(DevPtr, u64)>,
+}
+
 /// One block as a snapshot shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockView {
@@ -250,6 +260,20 @@ pub trait Pool: Send + Sync {
     }
     /// Large requests get classic segments from now on (see [`super::core::Core::stop_expanding`]).
     fn stop_expanding(&self) {}
+    /// Puts the pool's memory to sleep: gives every free segment back (the caller made sure no
+    /// device work is in flight), then, under one hold of the pool, hands `save` each mapping
+    /// of physical memory that can be unmapped and mapped again at its own address (the
+    /// arena's handles), in address order. `save` keeps what it must and unmaps it, or fails,
+    /// which stops the walk. Classic segments (whole driver allocations) stay: their address
+    /// cannot be had again. `Err`: why this pool cannot sleep.
+    fn sleep(
+        &self,
+        up: &dyn Upstream,
+        save: &mut dyn FnMut(&Mapped) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let _ = (up, save);
+        Ok(())
+    }
     /// The context died, and its memory with it: forget every segment without calling the
     /// upstream. Says what was held, and what the context's end does not take with it.
     fn forget_all(&self) -> Forgotten;

@@ -6,15 +6,15 @@ use crate::limits::budget::DeviceStats;
 use std::sync::atomic::AtomicU64;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CUDAPOOL");
-pub const LAYOUT_VERSION: u32 = 6;
+pub const LAYOUT_VERSION: u32 = 7;
 /// The longest path a snapshot request may name (with its NUL).
 pub const REQUEST_PATH: usize = 1024;
 /// The longest reason a served request may give for failing (with its NUL).
 pub const REQUEST_ERROR: usize = 256;
 pub const MAX_DEVICES: usize = 64;
 /// Counters per device: [`DeviceStats`] in its order, but with the requested bytes (added in
-/// layout 4) and the overhead (layout 6) last.
-pub const FIELDS: usize = 19;
+/// layout 4), the overhead (layout 6), the asleep bytes and the sleep state (layout 7) last.
+pub const FIELDS: usize = 22;
 
 /// The longest group name (`CUDAPOOL_GROUP`), NUL-padded in the page.
 pub const GROUP_NAME: usize = 64;
@@ -68,6 +68,23 @@ pub struct Page {
     /// Why the request `snap_served` names failed, NUL-terminated; empty when it was written.
     /// For the asker to report: an observer's mistake never reaches the program's stderr.
     pub snap_error: [u8; REQUEST_ERROR],
+    /// A sleep or wake asked from outside (`cudapool sleep|wake PID`): the asker writes
+    /// `sleep_what` (1 sleep, 2 wake) and `sleep_timeout_ms` (how long a sleep waits for device
+    /// work to drain), then bumps `sleep_request`; the process writes `sleep_answer` and then
+    /// sets `sleep_served` to the request it served.
+    pub sleep_request: AtomicU64,
+    pub sleep_served: AtomicU64,
+    pub sleep_what: AtomicU64,
+    pub sleep_timeout_ms: AtomicU64,
+    /// NUL-terminated: `moved DEVICE_BYTES COPIED_BYTES SECONDS`, or `refused WHY`.
+    pub sleep_answer: [u8; REQUEST_ERROR],
+}
+
+/// A sleep or wake asked through the page.
+pub struct SleepRequest {
+    pub seq: u64,
+    pub wake: bool,
+    pub timeout: std::time::Duration,
 }
 
 /// A snapshot asked for through the page.
@@ -98,6 +115,9 @@ pub fn stats_to_array(s: &DeviceStats) -> [u64; FIELDS] {
         s.requested,
         s.requested_peak,
         s.overhead,
+        s.asleep,
+        s.sleep_state,
+        s.waking_for,
     ]
 }
 
@@ -122,5 +142,8 @@ pub fn array_to_stats(a: &[u64; FIELDS]) -> DeviceStats {
         requested: a[16],
         requested_peak: a[17],
         overhead: a[18],
+        asleep: a[19],
+        sleep_state: a[20],
+        waking_for: a[21],
     }
 }

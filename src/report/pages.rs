@@ -245,7 +245,12 @@ fn split(path: &Path) -> Result<(&Path, &str), String> {
 
 /// Finds the page of this user's live process `pid` (as the kernel names it).
 fn find(pid: u32, configured: Option<&Path>) -> Option<(RunDir, String)> {
-    for dir in rundir_find::readable(false, configured) {
+    find_as(pid, configured, false)
+}
+
+/// [`find`], in every user's directory with `all_users` (root's).
+fn find_as(pid: u32, configured: Option<&Path>, all_users: bool) -> Option<(RunDir, String)> {
+    for dir in rundir_find::readable(all_users, configured) {
         for name in dir.names(MAX_PAGES_PER_DIR) {
             if pid_of_name(&name).is_none() {
                 continue;
@@ -298,20 +303,7 @@ pub fn ask_snapshot(
     path[..bytes.len()].copy_from_slice(bytes);
     write_at(&fd, &path, off_path)?;
     write_at(&fd, &(torch as u64).to_ne_bytes(), off_format)?;
-    let read_u64 = |off: u64| -> Result<u64, String> {
-        let mut b = [0u8; 8];
-        pio::read_exact_at(fd.as_raw_fd(), &mut b, off)?;
-        Ok(u64::from_ne_bytes(b))
-    };
-    let seq = read_u64(off_request)?.wrapping_add(1);
-    write_at(&fd, &seq.to_ne_bytes(), off_request)?;
-    let deadline = std::time::Instant::now() + timeout;
-    while read_u64(off_served)? < seq {
-        if std::time::Instant::now() > deadline {
-            return Err(format!("no answer within {} s", timeout.as_secs()));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    ask(&fd, off_request, off_served, Some(timeout))?;
     let mut why = [0u8; REQUEST_ERROR];
     pio::read_exact_at(
         fd.as_raw_fd(),
@@ -327,6 +319,84 @@ pub fn ask_snapshot(
         ));
     }
     Ok(())
+}
+
+/// Bumps the request word at `off_request` and, with a `timeout`, waits until the word at
+/// `off_served` names the request.
+fn ask(
+    fd: &OwnedFd,
+    off_request: u64,
+    off_served: u64,
+    timeout: Option<std::time::Duration>,
+) -> Result<(), String> {
+    let read_u64 = |off: u64| -> Result<u64, String> {
+        let mut b = [0u8; 8];
+        pio::read_exact_at(fd.as_raw_fd(), &mut b, off)?;
+        Ok(u64::from_ne_bytes(b))
+    };
+    let seq = read_u64(off_request)?.wrapping_add(1);
+    write_at(fd, &seq.to_ne_bytes(), off_request)?;
+    let Some(timeout) = timeout else {
+        return Ok(());
+    };
+    let deadline = std::time::Instant::now() + timeout;
+    while read_u64(off_served)? < seq {
+        if std::time::Instant::now() > deadline {
+            return Err(format!("no answer within {} s", timeout.as_secs()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Ok(())
+}
+
+/// Asks process `pid` (this user's; any user's for root) to sleep (`wake`: to wake), a sleep
+/// waiting at most `drain` for its device work. With `wait`, waits at most that long for the
+/// answer and returns it (`moved DEVICE COPIED SECONDS` or `refused WHY`); else returns `None`
+/// once the request is written.
+pub fn ask_sleep(
+    pid: u32,
+    configured: Option<&Path>,
+    wake: bool,
+    drain: std::time::Duration,
+    wait: Option<std::time::Duration>,
+) -> Result<Option<String>, String> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let (dir, name) = find_as(pid, configured, root).ok_or(if root {
+        format!("no cudapool process {pid}")
+    } else {
+        format!("no cudapool process {pid} of this user")
+    })?;
+    let (fd, _) = open_page(&dir, &name, libc::O_RDWR)?;
+    read_fd(&fd, PER_FILE)?;
+    let at = |field: usize| field as u64;
+    write_at(
+        &fd,
+        &(if wake { 2u64 } else { 1 }).to_ne_bytes(),
+        at(std::mem::offset_of!(Page, sleep_what)),
+    )?;
+    write_at(
+        &fd,
+        &(drain.as_millis() as u64).to_ne_bytes(),
+        at(std::mem::offset_of!(Page, sleep_timeout_ms)),
+    )?;
+    ask(
+        &fd,
+        at(std::mem::offset_of!(Page, sleep_request)),
+        at(std::mem::offset_of!(Page, sleep_served)),
+        wait,
+    )?;
+    if wait.is_none() {
+        return Ok(None);
+    }
+    let mut a = [0u8; REQUEST_ERROR];
+    pio::read_exact_at(
+        fd.as_raw_fd(),
+        &mut a,
+        at(std::mem::offset_of!(Page, sleep_answer)),
+    )?;
+    let len = a.iter().position(|&b| b == 0).unwrap_or(a.len());
+    Ok(Some(String::from_utf8_lossy(&a[..len]).into_owned()))
 }
 
 fn write_at(fd: &OwnedFd, b: &[u8], offset: u64) -> Result<(), String> {

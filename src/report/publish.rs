@@ -378,6 +378,31 @@ impl Publisher {
         put(&self.fd, &seq.to_ne_bytes(), at!(snap_served));
     }
 
+    /// The sleep or wake asked for and not yet served, if any.
+    pub fn pending_sleep(&self) -> Option<super::page::SleepRequest> {
+        if std::process::id() != self.owner {
+            return None;
+        }
+        let seq = get_u64(&self.fd, at!(sleep_request))?;
+        if seq == get_u64(&self.fd, at!(sleep_served))? {
+            return None;
+        }
+        Some(super::page::SleepRequest {
+            seq,
+            wake: get_u64(&self.fd, at!(sleep_what))? == 2,
+            timeout: std::time::Duration::from_millis(get_u64(&self.fd, at!(sleep_timeout_ms))?),
+        })
+    }
+
+    /// The sleep or wake `seq` is done: its answer, for the asker.
+    pub fn sleep_served(&self, seq: u64, answer: &str) {
+        let mut a = [0u8; super::page::REQUEST_ERROR];
+        let n = answer.len().min(a.len() - 1);
+        a[..n].copy_from_slice(&answer.as_bytes()[..n]);
+        put(&self.fd, &a, at!(sleep_answer));
+        put(&self.fd, &seq.to_ne_bytes(), at!(sleep_served));
+    }
+
     /// Removes the file (at exit).
     pub fn remove(&self) {
         if std::process::id() == self.owner {

@@ -45,6 +45,7 @@ pub mod overhead;
 mod pooled;
 mod ranges;
 mod shim;
+pub mod sleep;
 mod streams;
 mod teardown;
 

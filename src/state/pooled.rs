@@ -23,6 +23,7 @@ pub(crate) const RELEASE_RETRIES: usize = 4;
 impl Shim {
     /// `cuMemAlloc`: a pooled block of `size` (> 0) bytes in the current context.
     pub fn mem_alloc(&self, size: u64) -> Result<DevPtr, CUresult> {
+        let _awake = super::sleep::enter_alloc()?;
         self.with_current_pool(|ctx, cp, mine| self.alloc_in(ctx, cp, mine, size, None))?
     }
 
@@ -42,6 +43,7 @@ impl Shim {
             return self.graph_node_made(size, driver_alloc);
         }
         let on = Some(clock::key(stream));
+        let _awake = super::sleep::enter_alloc()?;
         self.in_stream_context(stream, || {
             self.with_current_pool(|ctx, cp, mine| self.alloc_in(ctx, cp, mine, size, on))?
         })
@@ -313,6 +315,7 @@ impl Shim {
             budget: self.budget(dev),
             tools: self.tools_see_blocks(),
             history: self.history.on().then_some((&self.history, dev)),
+            sleep: &self.sleep,
         }
     }
 
@@ -334,6 +337,8 @@ pub struct DriverUpstream<'a> {
     tools: bool,
     /// `CUDAPOOL_HISTORY` is on: segments are recorded for this device.
     history: Option<(&'a History, CUdevice)>,
+    /// What is asleep: a release of asleep memory only drops its host copy.
+    sleep: &'a super::sleep::Sleep,
 }
 
 impl Upstream for DriverUpstream<'_> {
@@ -467,20 +472,13 @@ impl VirtualMemory for DriverUpstream<'_> {
     }
     /// Refused while a graph capture is under way (see [`free`](Self::free)).
     fn unmap(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
-        if crate::base::flags::exiting() {
-            return Ok(());
+        match self
+            .sleep
+            .unmap_asleep(at, bytes, chunk, |p, n| self.unmap_mapped(p, n, n))
+        {
+            Some(r) => r,
+            None => self.unmap_mapped(at, bytes, chunk),
         }
-        let Some(_calls) = own_calls() else {
-            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-        };
-        // Exports of these chunks go first: their descriptors would keep the memory alive.
-        super::ipc_mapped::while_unmapping(at, bytes, || self.driver.vmm_unmap(at, bytes, chunk))?;
-        if let Some((h, dev)) = self.history {
-            h.record(dev, Action::SegmentUnmap, at, bytes, 0, None);
-        }
-        self.budget.uncharge(bytes);
-        self.budget.on_unmap(bytes.div_ceil(chunk));
-        Ok(())
     }
     fn stitch(&self, from: DevPtr, to: DevPtr, bytes: u64) -> Result<(), CUresult> {
         if self.tools {
@@ -504,6 +502,27 @@ impl VirtualMemory for DriverUpstream<'_> {
         };
         super::ipc_mapped::while_unmapping(at, bytes, || self.driver.vmm_unmap(at, bytes, bytes))?;
         self.budget.on_unmap(0);
+        Ok(())
+    }
+}
+
+impl DriverUpstream<'_> {
+    /// Unmaps `[at, at + bytes)`, mapped in handles of `chunk` bytes, and gives its charge
+    /// back. Refused while a graph capture is under way (see [`Upstream::free`]).
+    fn unmap_mapped(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
+        if crate::base::flags::exiting() {
+            return Ok(());
+        }
+        let Some(_calls) = own_calls() else {
+            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        };
+        // Exports of these chunks go first: their descriptors would keep the memory alive.
+        super::ipc_mapped::while_unmapping(at, bytes, || self.driver.vmm_unmap(at, bytes, chunk))?;
+        if let Some((h, dev)) = self.history {
+            h.record(dev, Action::SegmentUnmap, at, bytes, 0, None);
+        }
+        self.budget.uncharge(bytes);
+        self.budget.on_unmap(bytes.div_ceil(chunk));
         Ok(())
     }
 }

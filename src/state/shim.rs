@@ -41,6 +41,8 @@ pub struct Shim {
     pub(super) history: super::history::History,
     /// What the driver took besides allocations (stack, heap, modules, contexts).
     pub(super) overhead: super::overhead::Overhead,
+    /// What is asleep (`sleep`).
+    pub(super) sleep: super::sleep::Sleep,
 }
 
 /// What the hooks should do, decided once per process.
@@ -274,6 +276,7 @@ impl Shim {
                 mapped_imports: Default::default(),
                 history: super::history::History::new(config.history),
                 overhead: Default::default(),
+                sleep: Default::default(),
                 config: config.clone(),
                 driver,
             }
@@ -455,7 +458,11 @@ impl View for Shim {
     }
 
     fn device_stats(&self, dev: CUdevice) -> DeviceStats {
-        self.budget(dev).stats(self.cached_bytes(dev))
+        let mut s = self.budget(dev).stats(self.cached_bytes(dev));
+        s.asleep = self.asleep_bytes(dev);
+        s.sleep_state = super::sleep::state() as u64;
+        s.waking_for = self.waking_waits_for();
+        s
     }
 
     fn device_uuid(&self, dev: CUdevice) -> Option<[u8; 16]> {

@@ -64,6 +64,8 @@ int reuse_scenario(const char *name, int argc, char **argv);
 int lifetime_scenario(const char *name, int argc, char **argv);
 // The graph capture scenarios (capture.c), the same way.
 int capture_scenario(const char *name, int argc, char **argv);
+// The sleep and wake scenarios (sleep.c), the same way.
+int sleep_scenario(const char *name, int argc, char **argv);
 // A kernel of the fake driver on `s` that runs `us` microseconds of device time and touches
 // [p, p + n) (reuse.c).
 void touch(void *s, CUdeviceptr p, size_t n, unsigned us);

@@ -41,6 +41,8 @@ int main(void) {
   OFF(requested_bytes);
   OFF(peak_requested_bytes);
   OFF(overhead_bytes);
+  OFF(asleep_bytes);
+  OFF(sleep_state);
   printf("\n");
   printf("values device=%d allocated=%llu hard=%llu\n", s.device,
          (unsigned long long)s.allocated_bytes, (unsigned long long)s.hard_limit);

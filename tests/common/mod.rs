@@ -68,8 +68,11 @@ pub fn fixture() -> &'static Fixture {
         let reuse = src("tests/c/reuse.c");
         let lifetimes = src("tests/c/lifetimes.c");
         let capture = src("tests/c/capture.c");
+        let sleep = src("tests/c/sleep.c");
         let mut a = strict.to_vec();
-        a.extend([&inc, "-o", "client", &client, &reuse, &lifetimes, &capture]);
+        a.extend([
+            &inc, "-o", "client", &client, &reuse, &lifetimes, &capture, &sleep,
+        ]);
         a.extend(["-ldl", "-lpthread"]);
         cc(&a, &dir);
         let mut a = strict.to_vec();
@@ -82,6 +85,7 @@ pub fn fixture() -> &'static Fixture {
             &reuse,
             &lifetimes,
             &capture,
+            &sleep,
         ]);
         a.extend(["-L.", "-lcuda", "-ldl", "-lpthread"]);
         cc(&a, &dir);

@@ -297,6 +297,16 @@ CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
   memcpy(dst, (void *)(uintptr_t)src, n);
   return work(NULL, 0, copy_ns(n), src, n, 1);
 }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *s) {
+  count("cuMemcpyHtoDAsync_v2");
+  memcpy((void *)(uintptr_t)dst, src, n);
+  return work(s, 0, copy_ns(n), dst, n, 0);
+}
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *s) {
+  count("cuMemcpyDtoHAsync_v2");
+  memcpy(dst, (void *)(uintptr_t)src, n);
+  return work(s, 0, copy_ns(n), src, n, 0);
+}
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *s) {
   count("cuMemcpyDtoDAsync_v2");
   memmove((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n);
@@ -311,6 +321,12 @@ static CUresult launch(void *f, unsigned gx, void *s, void **params, int ptsz) {
   if (f == FAKECU_TOUCH && params && params[0] && params[1]) {
     lo = *(CUdeviceptr *)params[0];
     bytes = *(size_t *)params[1];
+    // The kernel reads its memory: memory unmapped under it (a sleep no launch woke from)
+    // faults, as on a GPU.
+    if (bytes) {
+      volatile unsigned char *p = (volatile unsigned char *)(uintptr_t)lo;
+      (void)p[0], (void)p[bytes - 1];
+    }
   }
   return work(s, ptsz, (ns_t)gx * 1000, lo, bytes, 0);
 }

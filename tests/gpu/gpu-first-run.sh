@@ -25,9 +25,9 @@ python3 -c 'import torch; print("torch", torch.__version__)'
 step "build test programs"
 nvcc -O2 -cudart static -o "$W/rt_static" tests/gpu/programs/rt_alloc.cu && echo "rt_static built"
 nvcc -O2 -cudart shared -o "$W/rt_shared" tests/gpu/programs/rt_alloc.cu && echo "rt_shared built"
-cc -O1 -Itests/c -o "$W/client" tests/c/client.c tests/c/reuse.c tests/c/lifetimes.c tests/c/capture.c -ldl -lpthread && echo "client built"
+cc -O1 -Itests/c -o "$W/client" tests/c/client.c tests/c/reuse.c tests/c/lifetimes.c tests/c/capture.c tests/c/sleep.c -ldl -lpthread && echo "client built"
 CUDA_LIB=$(dirname "$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')")
-cc -O1 -DLINKED -Itests/c -o "$W/client_linked" tests/c/client.c tests/c/reuse.c tests/c/lifetimes.c tests/c/capture.c -L"$W" -l:libcuda.so.1 \
+cc -O1 -DLINKED -Itests/c -o "$W/client_linked" tests/c/client.c tests/c/reuse.c tests/c/lifetimes.c tests/c/capture.c tests/c/sleep.c -L"$W" -l:libcuda.so.1 \
   -Wl,-rpath-link,"$CUDA_LIB" -L"$CUDA_LIB" -ldl -lpthread 2>"$W/link.err" && echo "client_linked built" \
   || { echo "client_linked not built:"; head -5 "$W/link.err"; }
 

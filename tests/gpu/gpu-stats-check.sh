@@ -16,7 +16,7 @@ CUDA_LIB=$(dirname "$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')")
 cc -O1 -Iinclude -o "$W/print_status" cbindings/c/print_status.c -ldl -L"$(dirname "$LIB")" -lcudapool \
   -Wl,-rpath,"$(dirname "$LIB")" && "$W/print_status"
 echo; echo "=== CUDAPOOL_TRACK: a leak report, and what each level costs per pair (split, cuMemAlloc)"
-cc -O1 -Itests/c -o "$W/client" tests/c/client.c tests/c/reuse.c tests/c/lifetimes.c tests/c/capture.c -ldl -lpthread
+cc -O1 -Itests/c -o "$W/client" tests/c/client.c tests/c/reuse.c tests/c/lifetimes.c tests/c/capture.c tests/c/sleep.c -ldl -lpthread
 CUDAPOOL_TRACK=2 LD_PRELOAD="$LIB" "$W/client" dlsym leak "$OUT/snapshot.json" 2>&1 | grep -v "^gpa_" | head -20
 python3 -c "import json,sys; s=json.load(open(sys.argv[1])); d=s['devices'][0]; print('snapshot:', len(d['segments']), 'segments,', len(d['allocations']), 'live allocations, first backtrace frame:', d['allocations'][0]['backtrace'][0])" "$OUT/snapshot.json"
 nvcc -O2 -o "$W/bench" benches/gpu/bench_alloc.cu -lcuda

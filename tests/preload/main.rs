@@ -93,5 +93,6 @@ mod newcomer_nvml_oom;
 mod overhead;
 mod replay;
 mod reuse_and_reports;
+mod sleep;
 mod stats_and_apis;
 mod ways_in_and_limits;

@@ -140,7 +140,9 @@ fn the_header_matches_the_library() {
         soft_limit,
         requested_bytes,
         peak_requested_bytes,
-        overhead_bytes
+        overhead_bytes,
+        asleep_bytes,
+        sleep_state
     );
     assert_eq!(
         (r.get("snapshot", "null"), r.get("snapshot", "unwritable")),

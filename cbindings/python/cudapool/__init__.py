@@ -36,7 +36,11 @@ __all__ = [
     "set_memory_limit",
     "group_stats",
     "set_oom_handler",
+    "sleep",
+    "wake",
+    "is_asleep",
     "NotInGroup",
+    "SleepRefused",
 ]
 
 FIELDS = [
@@ -59,7 +63,12 @@ FIELDS = [
     "requested_bytes",
     "peak_requested_bytes",
     "overhead_bytes",
+    "asleep_bytes",
+    "sleep_state",
 ]
+
+#: The names of ``memory_stats()["sleep_state"]``'s values.
+SLEEP_STATES = ("awake", "falling asleep", "asleep", "waking")
 
 
 class _Stats(ctypes.Structure):
@@ -163,6 +172,9 @@ def _lib():
         lib.cudapool_get_group_stats.restype = ctypes.c_int
         lib.cudapool_set_oom_handler.argtypes = [_OOM_HANDLER_TYPE, ctypes.c_void_p]
         lib.cudapool_set_oom_handler.restype = ctypes.c_int
+        for name in ("cudapool_sleep", "cudapool_wake"):
+            getattr(lib, name).argtypes = [ctypes.c_int]
+            getattr(lib, name).restype = ctypes.c_int
         _LIB = lib
     return _LIB
 
@@ -287,6 +299,40 @@ def set_oom_handler(fn):
     cb = _OOM_HANDLER_TYPE(call)
     _check(_lib().cudapool_set_oom_handler(cb, None), "set_oom_handler")
     _OOM_HANDLER = cb
+
+
+class SleepRefused(RuntimeError):
+    """A sleep that did not happen (the process stays awake), or a wake that found no room in
+    time (the contents stay on the host); the message says why."""
+
+
+def sleep(device=-1):
+    """Puts this process to sleep on `device` (-1: every device) once its device work has
+    drained: live blocks of expandable segments are copied to host memory, cached ones dropped,
+    and the device memory given back, every address kept. The next launch, copy or allocation
+    wakes it first. Returns when it is asleep; raises SleepRefused when it stays awake."""
+    d = _device(device)
+    code = _lib().cudapool_sleep(d)
+    if code == 600:
+        raise SleepRefused("sleep: device work did not drain within 30 s (a graph capture under way?)")
+    if code == 2:
+        raise SleepRefused("sleep: not enough host memory for the copy")
+    _check(code, "sleep", d)
+
+
+def wake(device=-1):
+    """Wakes this process: its memory mapped again at the same addresses and filled back.
+    Raises SleepRefused when no room came within CUDAPOOL_WAKE_TIMEOUT."""
+    d = _device(device)
+    code = _lib().cudapool_wake(d)
+    if code == 2:
+        raise SleepRefused("wake: no room within CUDAPOOL_WAKE_TIMEOUT; the contents stay on the host")
+    _check(code, "wake", d)
+
+
+def is_asleep(device=None):
+    """Whether this process is asleep (or falling asleep, or waking)."""
+    return memory_stats(device, "is_asleep")["sleep_state"] != 0
 
 
 def memory_allocated(device=None):

@@ -31,6 +31,8 @@ complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "stat" -d 'The liv
 complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "top" -d '`stat` again and again, refreshed like top'
 complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "plot" -d 'Draw allocated, reserved and limit over time from a CUDAPOOL_TRACE file, as SVG'
 complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "snapshot" -d 'Have a running cudapool process of this user write its snapshot, without stopping it'
+complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "sleep" -d 'Put running cudapool processes to sleep: their device memory to the host, addresses kept'
+complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "wake" -d 'Wake sleeping cudapool processes: their memory back at the same addresses'
 complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "exporter" -d 'Serve Prometheus /metrics for every cudapool process of this user (of every user as root)'
 complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "config" -d 'Flags to compile and link C or C++ against cudapool (like pkg-config)'
 complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "slurm" -d 'Slurm\'s Prolog, Epilog and TaskProlog for cudapool (deploy/slurm/ hands over to these)'
@@ -55,6 +57,14 @@ complete -c cudapool -n "__fish_cudapool_using_subcommand snapshot" -s o -l outp
 complete -c cudapool -n "__fish_cudapool_using_subcommand snapshot" -l format -d 'cudapool\'s JSON, or PyTorch\'s pickle for pytorch.org/memory_viz' -r -f -a "json\t''
 torch\t''"
 complete -c cudapool -n "__fish_cudapool_using_subcommand snapshot" -s h -l help -d 'Print help'
+complete -c cudapool -n "__fish_cudapool_using_subcommand sleep" -l group -d 'Every process of this group (CUDAPOOL_GROUP) too' -r
+complete -c cudapool -n "__fish_cudapool_using_subcommand sleep" -l timeout -d 'How long a sleep waits for the process\'s device work to drain (a graph capture under way postpones it): 500ms, 30s, 5m' -r
+complete -c cudapool -n "__fish_cudapool_using_subcommand sleep" -l wait -d 'Return when done, and print the bytes moved, the seconds and GB/s'
+complete -c cudapool -n "__fish_cudapool_using_subcommand sleep" -s h -l help -d 'Print help'
+complete -c cudapool -n "__fish_cudapool_using_subcommand wake" -l group -d 'Every process of this group (CUDAPOOL_GROUP) too' -r
+complete -c cudapool -n "__fish_cudapool_using_subcommand wake" -l timeout -d 'How long a sleep waits for the process\'s device work to drain (a graph capture under way postpones it): 500ms, 30s, 5m' -r
+complete -c cudapool -n "__fish_cudapool_using_subcommand wake" -l wait -d 'Return when done, and print the bytes moved, the seconds and GB/s'
+complete -c cudapool -n "__fish_cudapool_using_subcommand wake" -s h -l help -d 'Print help'
 complete -c cudapool -n "__fish_cudapool_using_subcommand exporter" -l listen -d 'Where to listen: :PORT (every interface), localhost:PORT, HOST:PORT, IPv4:PORT or [IPv6]:PORT (port 0: any free port)' -r
 complete -c cudapool -n "__fish_cudapool_using_subcommand exporter" -l interval -d 'Read the processes\' pages at most this often (0: every scrape)' -r
 complete -c cudapool -n "__fish_cudapool_using_subcommand exporter" -s h -l help -d 'Print help'

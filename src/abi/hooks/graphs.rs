@@ -112,7 +112,10 @@ fn mapping(exec: Opaque, real: impl Fn(&Driver) -> CUresult) -> CUresult {
 /// The driver's contract for this entry point.
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphLaunch(exec: Opaque, stream: CUstream) -> CUresult {
-    let _in_flight = report(Queue::Stream(stream));
+    let _in_flight = match report(Queue::Stream(stream)) {
+        Ok(entered) => entered,
+        Err(r) => return r,
+    };
     mapping(exec, |d| call!(d, graph_launch(exec, stream)))
 }
 
@@ -120,7 +123,10 @@ pub unsafe extern "C" fn cuGraphLaunch(exec: Opaque, stream: CUstream) -> CUresu
 /// The driver's contract for this entry point.
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: Opaque, stream: CUstream) -> CUresult {
-    let _in_flight = report(Queue::PerThread(stream));
+    let _in_flight = match report(Queue::PerThread(stream)) {
+        Ok(entered) => entered,
+        Err(r) => return r,
+    };
     mapping(exec, |d| call!(d, graph_launch_ptsz(exec, stream)))
 }
 

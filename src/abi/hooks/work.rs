@@ -44,15 +44,21 @@ impl Queue {
     }
 }
 
-/// Reports work on `q` (see `Shim::work_on`); the returned guard must live until the driver
-/// has the work. Never panics, never fails.
-pub(super) fn report(q: Queue) -> Option<crate::pool::queues::Entered> {
-    super::guard::boundary(None, || {
-        let shim = crate::state::Shim::active().filter(|s| s.watches_work())?;
-        let entered = crate::pool::queues::Entered::new();
-        let (stream, ptsz) = q.stream();
-        shim.work_on(stream, ptsz);
-        Some(entered)
+/// Enters a work call on `q`: wakes the process first if it sleeps (`state::sleep`), and
+/// reports the work (see `Shim::work_on`); the returned guard must live until the driver has
+/// the work. Never panics. `Err`: the answer to give instead of calling the driver (a wake
+/// that found no room).
+pub(super) fn report(q: Queue) -> Result<Option<crate::pool::queues::Entered>, CUresult> {
+    super::guard::boundary(Ok(None), || {
+        let Some(shim) = crate::state::Shim::active() else {
+            return Ok(None);
+        };
+        let entered = crate::state::sleep::enter_work()?;
+        if shim.watches_work() {
+            let (stream, ptsz) = q.stream();
+            shim.work_on(stream, ptsz);
+        }
+        Ok(Some(entered))
     })
 }
 
@@ -102,7 +108,10 @@ macro_rules! work_hooks {
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> CUresult {
                 const NAME: &CStr = super::symbol(concat!(stringify!($name), "\0"));
                 static REAL: AtomicUsize = AtomicUsize::new(0);
-                let _in_flight = report($queue);
+                let _in_flight = match report($queue) {
+                    Ok(entered) => entered,
+                    Err(r) => return r,
+                };
                 let p = real(&REAL, NAME);
                 if p == 0 {
                     return CUDA_ERROR_NOT_FOUND;

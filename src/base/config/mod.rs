@@ -9,7 +9,9 @@
 //! [`names::unknown`]: the library says each once when it becomes active, `cudapool run`
 //! refuses before it starts the program.
 
+mod duration;
 pub mod names;
+pub use duration::{parse_duration, DURATION_FORMS};
 
 use std::fmt;
 use std::path::PathBuf;
@@ -196,6 +198,9 @@ pub struct Config {
     /// Whether the group limit is this process's own on every decision (the mandatory mode: the
     /// job's share), whatever the group's ledger records.
     pub group_fixed: bool,
+    /// `CUDAPOOL_WAKE_TIMEOUT`: how long a call that wakes the process waits for room
+    /// (`None`: for ever).
+    pub wake_timeout: Option<std::time::Duration>,
 }
 
 /// The characters a group name may use (`CUDAPOOL_GROUP`), and its longest length.
@@ -319,6 +324,7 @@ impl Default for Config {
             runtime_dir: None,
             oom_snapshot: None,
             oom_snapshot_keep: OOM_SNAPSHOT_KEEP,
+            wake_timeout: Some(WAKE_TIMEOUT),
             job: None,
             job_notes: Vec::new(),
             group_dir: None,
@@ -461,6 +467,11 @@ impl Config {
                 }
             };
         }
+        if let Some(v) = get("CUDAPOOL_WAKE_TIMEOUT") {
+            let d = parse_duration(&v)
+                .map_err(|why| bad("CUDAPOOL_WAKE_TIMEOUT", &v, &why, DURATION_FORMS))?;
+            c.wake_timeout = (!d.is_zero()).then_some(d);
+        }
         if let Some(v) = get("CUDAPOOL_GROUP_LIMIT") {
             c.group_limit = parse_device_limits(&v)
                 .map_err(|why| bad("CUDAPOOL_GROUP_LIMIT", &v, &why, SIZE_FORMS))?;
@@ -507,6 +518,9 @@ impl Config {
         Ok(c)
     }
 }
+
+/// How long a wake waits for room by default (`CUDAPOOL_WAKE_TIMEOUT`).
+pub const WAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Snapshot files kept by default with `%n` (`CUDAPOOL_OOM_SNAPSHOT_KEEP`), and at most.
 pub const OOM_SNAPSHOT_KEEP: usize = 16;

@@ -19,6 +19,7 @@ pub const KNOWN: &[&str] = &[
     "CUDAPOOL_RUNTIME_DIR",
     "CUDAPOOL_OOM_SNAPSHOT",
     "CUDAPOOL_OOM_SNAPSHOT_KEEP",
+    "CUDAPOOL_WAKE_TIMEOUT",
     // A debug setting (README): driver calls made to fail.
     "CUDAPOOL_FAULTS",
     // `cudapool run`: where the library is, when not beside the command.

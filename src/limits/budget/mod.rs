@@ -198,6 +198,12 @@ pub struct DeviceStats {
     pub soft_limit: u64,
     /// Of `reserved`: the driver's own memory for the process (stack, heap, modules, contexts).
     pub overhead: u64,
+    /// Device memory asleep (on the host; counted in no limit, not in `reserved`).
+    pub asleep: u64,
+    /// The process's sleep state: 0 awake, 1 falling asleep, 2 asleep, 3 waking.
+    pub sleep_state: u64,
+    /// While waking: the bytes the wake waits for room for (0: none).
+    pub waking_for: u64,
 }
 
 impl DeviceBudget {
@@ -602,6 +608,10 @@ impl DeviceBudget {
             overhead: self.overhead.load(Relaxed),
             hard_limit: self.hard_limit.load(Relaxed),
             soft_limit: self.soft_limit.load(Relaxed),
+            // The state's to say (`state::sleep`).
+            asleep: 0,
+            sleep_state: 0,
+            waking_for: 0,
         }
     }
 }

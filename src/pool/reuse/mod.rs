@@ -41,7 +41,7 @@
 
 use super::core::{Core, Forgotten, Lane, READY};
 use super::handed::{Grant, Held, Taken};
-use super::types::{BlockSpan, BlockState, Pool, SegmentView, StreamKey, Upstream};
+use super::types::{BlockSpan, BlockState, Mapped, Pool, SegmentView, StreamKey, Upstream};
 use crate::base::config::PoolKind;
 use crate::base::cu::{CUresult, DevPtr, CUDA_ERROR_INVALID_CONTEXT};
 use crate::base::sync::lock;
@@ -553,6 +553,22 @@ impl Pool for CachingPool {
         self.collect_waited(&mut st, &fences);
         let idle = idle && st.unproven == mark;
         st.core.release_free_segments(up, need, idle)
+    }
+
+    fn sleep(
+        &self,
+        up: &dyn Upstream,
+        save: &mut dyn FnMut(&Mapped) -> Result<(), String>,
+    ) -> Result<(), String> {
+        self.trim(up, u64::MAX);
+        let st = self.lock();
+        if st.forgotten {
+            return Ok(());
+        }
+        let mapped = st.core.sleeping_memory().ok_or(
+            "memory of the expandable segment is mapped twice (a release failed); try again after `cudapool_reclaim`",
+        )?;
+        mapped.iter().try_for_each(save)
     }
 
     fn release_ready(&self, up: &dyn Upstream, need: u64) -> u64 {

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 mod arena;
 mod check;
 mod memory;
+mod sleep;
 use arena::Arena;
 
 /// Requests up to this size are *small*: served from segments of [`SMALL_SEGMENT`].
@@ -679,6 +680,10 @@ impl Core for SplitCore {
 
     fn stop_expanding(&mut self) {
         self.expandable = false;
+    }
+
+    fn sleeping_memory(&self) -> Option<Vec<crate::pool::Mapped>> {
+        self.mapped_memory()
     }
 
     fn handles_under(&self, ptr: DevPtr) -> Vec<(DevPtr, u64)> {

@@ -147,6 +147,11 @@ pub fn while_unmapping<T>(at: DevPtr, bytes: u64, unmap: impl FnOnce() -> T) -> 
     unmap()
 }
 
+/// Whether a chunk of `[at, at + bytes)` was exported (another process may map its memory).
+pub fn exported(at: DevPtr, bytes: u64) -> bool {
+    lock(&EXPORTS).iter().any(|e| e.overlaps(at, bytes))
+}
+
 /// How many descriptors exports may hold: half the soft descriptor limit.
 fn fd_budget() -> u64 {
     // SAFETY: a zeroed rlimit is a valid out-struct.

@@ -44,3 +44,11 @@ thread_local! {
 pub fn asking() -> Option<&'static str> {
     ASKING.with(Cell::get)
 }
+
+/// Runs `f` (which may say an OOM line) with `what` named as what asked for the memory.
+pub fn asked_by<T>(what: &'static str, f: impl FnOnce() -> T) -> T {
+    ASKING.with(|a| a.set(Some(what)));
+    let r = f();
+    ASKING.with(|a| a.set(None));
+    r
+}

@@ -22,7 +22,7 @@
 mod held;
 use super::Shim;
 use crate::base::cu::*;
-pub use held::{asking, Overhead, Taker};
+pub use held::{asked_by, asking, Overhead, Taker};
 use held::{Held, ASKING};
 use std::ffi::c_int;
 

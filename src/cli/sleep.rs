@@ -1,0 +1,109 @@
+//! `cudapool sleep PID... [--group NAME] [--wait] [--timeout DURATION]` and `cudapool wake
+//! ...`: a running cudapool process (this user's; any process for root) puts its device memory
+//! to sleep, or wakes it. The request goes through the process's live page
+//! (`cudapool::report::pages::ask_sleep`); the process runs it on a thread of its own.
+
+use cudapool::base::rundir::configured_from_env;
+use cudapool::report::pages::{ask_sleep, live};
+use std::time::Duration;
+
+/// How much longer than the drain timeout `--wait` waits for the answer (the copies).
+const COPY_WAIT: Duration = Duration::from_secs(600);
+
+pub fn sleep(
+    pids: &[u32],
+    group: Option<&str>,
+    wake: bool,
+    wait: bool,
+    timeout: Duration,
+) -> Result<(), String> {
+    let configured = configured_from_env();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut targets: Vec<u32> = pids.to_vec();
+    if let Some(g) = group {
+        let (procs, _) = live(root, configured.as_deref());
+        let members: Vec<u32> = procs
+            .iter()
+            .filter(|p| p.group.as_deref() == Some(g) && p.pid != 0)
+            .map(|p| p.pid)
+            .collect();
+        if members.is_empty() {
+            return Err(format!("no cudapool process in group {g}"));
+        }
+        targets.extend(members);
+    }
+    if targets.is_empty() {
+        return Err("name at least one PID, or --group NAME".into());
+    }
+    targets.sort_unstable();
+    targets.dedup();
+    let verb = if wake { "wake" } else { "sleep" };
+    let mut failed = Vec::new();
+    for pid in targets {
+        let answer = ask_sleep(
+            pid,
+            configured.as_deref(),
+            wake,
+            timeout,
+            wait.then_some(timeout + COPY_WAIT),
+        );
+        match answer {
+            Ok(None) => super::out::outln(&format!("{pid}: asked to {verb}")),
+            Ok(Some(a)) => match a.strip_prefix("moved ") {
+                Some(figures) => super::out::outln(&format!("{pid}: {}", said(figures, wake))),
+                None => failed.push(format!(
+                    "{pid}: {}",
+                    a.strip_prefix("refused ").unwrap_or(&a)
+                )),
+            },
+            Err(e) if e.starts_with("no cudapool process") && !root => {
+                failed.push(super::stat::no_process(pid))
+            }
+            Err(e) => failed.push(format!("{pid}: {e}")),
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join(&format!("\ncudapool {verb}: ")))
+    }
+}
+
+/// `DEVICE_BYTES COPIED SECONDS` as a line: bytes moved, seconds and GB/s.
+fn said(figures: &str, wake: bool) -> String {
+    let f: Vec<f64> = figures
+        .split_whitespace()
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let [device, copied, seconds] = f[..] else {
+        return figures.to_string();
+    };
+    let rate = if seconds > 0.0 {
+        format!("{:.1} GB/s", copied / seconds / 1e9)
+    } else {
+        "-".into()
+    };
+    let gib = |b: f64| format!("{:.2} GiB", b / (1u64 << 30) as f64);
+    if device == 0.0 {
+        return if wake {
+            "awake (nothing was asleep)".into()
+        } else {
+            "nothing to put to sleep (no memory of expandable segments; classic segments stay)"
+                .into()
+        };
+    }
+    if wake {
+        format!(
+            "awake: {} of device memory back, {} copied in {seconds:.3} s ({rate})",
+            gib(device),
+            gib(copied)
+        )
+    } else {
+        format!(
+            "asleep: {} of device memory given back, {} copied to the host in {seconds:.3} s ({rate})",
+            gib(device),
+            gib(copied)
+        )
+    }
+}

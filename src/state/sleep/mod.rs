@@ -1,0 +1,408 @@
+//! Sleep and wake: the process's pooled device memory moved to host memory and back, at the
+//! same addresses, so that every pointer, graph and kernel argument of the program stays valid.
+//!
+//! What sleeps: the memory of expandable segments (the arena's handles), which can be unmapped
+//! and mapped again at its own address; only the parts blocks in use lie on are copied, and
+//! cached memory is given back without a copy. What stays on the device: classic segments
+//! (whole driver allocations: `split`'s small-request segments, every segment of
+//! `CUDAPOOL_SEGMENTS=classic`, `binned` and `simple`), handles another process imported
+//! (their memory is shared), and what cudapool does not hold (contexts, modules, graph memory,
+//! pass-through allocations).
+//!
+//! The states, one for the process: awake, falling asleep, asleep, waking ([`State`]). Every
+//! work call (launch, copy, memset, event record, stream wait, graph launch) enters through
+//! [`enter_work`], and every pooled allocation through [`enter_alloc`]: while awake that is
+//! an in-flight count (the queue tracker's for work calls, which they took before) and one
+//! load. A sleep sets *falling asleep*, waits until no such call is
+//! in flight (each one that began before passed its work to the driver; each one after waits),
+//! waits for the device, and copies and unmaps under the pool's lock. A call that finds the
+//! process asleep wakes it first, under the same turn, and proceeds unchanged. Frees need no
+//! wake: memory a pool gives back while asleep only drops its host copy
+//! ([`Sleep::unmap_asleep`]).
+//!
+//! A capture in progress postpones a sleep (its device work cannot be drained); the sleep tries
+//! again every 10 ms until its timeout. Asleep memory counts against no limit: the unmap gives
+//! its charge back, and the wake's map charges it again, waiting for room up to
+//! `CUDAPOOL_WAKE_TIMEOUT`.
+
+use super::Shim;
+use crate::base::config::LogLevel::{Info, Warn};
+use crate::base::cu::*;
+use crate::base::in_flight::{Entered, InFlight};
+use crate::base::log::fmt_bytes;
+use crate::base::sync::lock;
+use crate::log_at;
+use crate::pool::queues;
+use crate::pool::{Mapped, Upstream, VirtualMemory};
+use std::collections::BTreeMap;
+
+mod table;
+use std::sync::atomic::Ordering::*;
+use std::time::{Duration, Instant};
+use table::{set, HostCopy, Saved, STATE};
+pub use table::{state, Moved, Sleep, State};
+
+/// Pooled allocations in flight (work calls are the queue tracker's, `queues::entered`):
+/// apart, so that an allocation's own count never keeps the tracker from seeing a quiescent
+/// moment.
+static ALLOCS: InFlight = InFlight::new();
+
+/// Enters a work call: awake, the call counts as in flight until the returned guard drops (a
+/// sleep waits for it); asleep, the process is woken first. `Err`: the wake found no room in
+/// time (`CUDA_ERROR_OUT_OF_MEMORY`, said in the OOM line); the call must not reach the driver.
+#[inline]
+pub fn enter_work() -> Result<Entered, CUresult> {
+    enter(queues::entered)
+}
+
+/// Enters a pooled allocation, as [`enter_work`] a work call.
+#[inline]
+pub fn enter_alloc() -> Result<Entered, CUresult> {
+    enter(|| ALLOCS.enter())
+}
+
+/// Whether no work call and no allocation is in flight.
+fn quiescent() -> bool {
+    queues::quiescent() && ALLOCS.quiescent()
+}
+
+#[inline]
+fn enter(count_in: fn() -> Entered) -> Result<Entered, CUresult> {
+    let e = count_in();
+    // SeqCst after the in-flight count's SeqCst increment: a sleep that set its state before
+    // this load sees the call in flight, or this load sees the sleep (`base::in_flight`).
+    if STATE.load(SeqCst) == State::Awake as u8 {
+        return Ok(e);
+    }
+    drop(e);
+    enter_waking(count_in)
+}
+
+#[cold]
+#[inline(never)]
+fn enter_waking(count_in: fn() -> Entered) -> Result<Entered, CUresult> {
+    loop {
+        if let Some(shim) = Shim::active() {
+            shim.wake_for_call()?;
+        }
+        let e = count_in();
+        if STATE.load(SeqCst) == State::Awake as u8 {
+            return Ok(e);
+        }
+    }
+}
+
+/// Why a sleep did not happen (the process stays awake): the code the C API returns
+/// (`CUDA_ERROR_NOT_READY`: work did not drain; `CUDA_ERROR_OUT_OF_MEMORY`: no host memory for
+/// the copy), and the line that says it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    pub code: CUresult,
+    pub why: String,
+}
+
+/// How long a sleep waits for device work to drain by default.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Shim {
+    /// Bytes of `dev` asleep.
+    pub fn asleep_bytes(&self, dev: CUdevice) -> u64 {
+        if self.sleep.count.load(Relaxed) == 0 {
+            return 0;
+        }
+        lock(&self.sleep.saved)
+            .values()
+            .filter(|s| s.dev == dev)
+            .map(|s| s.bytes)
+            .sum()
+    }
+
+    /// Bytes a wake waits for room for (0: none).
+    pub fn waking_waits_for(&self) -> u64 {
+        self.sleep.waiting_for.load(Relaxed)
+    }
+
+    /// Puts the process's memory on `device` (`-1`: every device) to sleep, once its device work
+    /// has drained (within `timeout`). On any failure the process stays awake, with nothing
+    /// lost, and the error says why.
+    pub fn sleep(&self, device: CUdevice, timeout: Duration) -> Result<Moved, Refused> {
+        let deadline = Instant::now() + timeout;
+        let started = Instant::now();
+        let turn = loop {
+            let turn = lock(&self.sleep.turn);
+            set(State::FallingAsleep);
+            // Every call that entered before the state changed passes its work on.
+            while !quiescent() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            let calls = quiescent().then(crate::base::flags::own_calls).flatten();
+            if let Some(calls) = calls {
+                break (turn, calls);
+            }
+            // A capture is under way (or work never drained): its thread must go on.
+            set(if self.sleep.count.load(Relaxed) > 0 {
+                State::Asleep
+            } else {
+                State::Awake
+            });
+            drop(turn);
+            if Instant::now() >= deadline {
+                return Err(Refused {
+                    code: CUDA_ERROR_NOT_READY,
+                    why: format!(
+                        "device work did not drain within {timeout:?} (a graph capture under way, or a call that never returns); the process stays awake"
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let (_turn, _calls) = turn;
+        let mut moved = Moved::default();
+        // Host memory was short (the C API's CUDA_ERROR_OUT_OF_MEMORY).
+        let mut short = false;
+        let mut result = Ok(());
+        for (ctx, cp) in self.contexts.on_device(device) {
+            let Some(_alive) = cp.clock.enter() else {
+                continue;
+            };
+            let up = self.upstream(cp.device);
+            result = self.in_context(ctx, || {
+                self.driver
+                    .synchronize()
+                    .map_err(|e| format!("the device's work failed (error {e})"))?;
+                // Relaxed: a capture another thread begins meanwhile forbids none of the calls.
+                self.driver.relaxed(|| {
+                    let stream = self
+                        .driver
+                        .own_stream()
+                        .map_err(|e| format!("no stream for the copies (error {e})"))?;
+                    cp.pool.sleep(&up, &mut |m| {
+                        self.save(ctx, cp.device, m, &stream, &up, &mut moved, &mut short)
+                    })
+                })
+            });
+            if result.is_err() {
+                break;
+            }
+        }
+        if let Err(why) = result {
+            // Back as it was: what was saved is mapped and copied back.
+            let back = self.wake_saved(None);
+            set(State::Awake);
+            if back.is_err() {
+                set(State::Asleep);
+            }
+            let code = if short {
+                CUDA_ERROR_OUT_OF_MEMORY
+            } else {
+                CUDA_ERROR_UNKNOWN
+            };
+            return Err(Refused {
+                code,
+                why: format!("{why}; the process stays awake"),
+            });
+        }
+        set(if self.sleep.count.load(Relaxed) > 0 {
+            State::Asleep
+        } else {
+            State::Awake
+        });
+        moved.seconds = started.elapsed().as_secs_f64();
+        log_at!(
+            Info,
+            "asleep: {} of device memory given back, {} copied to the host in {:.3} s",
+            fmt_bytes(moved.device_bytes),
+            fmt_bytes(moved.copied),
+            moved.seconds
+        );
+        Ok(moved)
+    }
+
+    /// Keeps the live parts of `m` on the host and unmaps it. A handle another process
+    /// imported stays (its memory is shared, and would not come back the same).
+    #[allow(clippy::too_many_arguments)]
+    fn save(
+        &self,
+        ctx: usize,
+        dev: CUdevice,
+        m: &Mapped,
+        stream: &crate::driver::OwnStream,
+        up: &dyn Upstream,
+        moved: &mut Moved,
+        short: &mut bool,
+    ) -> Result<(), String> {
+        if super::ipc_mapped::exported(m.at, m.bytes) {
+            return Ok(());
+        }
+        let live: u64 = m.live.iter().map(|&(_, n)| n).sum();
+        let host = HostCopy::new(live).ok_or_else(|| {
+            *short = true;
+            format!(
+                "{} of host memory could not be had for the copy",
+                fmt_bytes(live)
+            )
+        })?;
+        let mut off = 0usize;
+        for &(p, n) in &m.live {
+            // SAFETY: `host` holds `live` bytes, the sum of the parts; this part fits at `off`.
+            unsafe { stream.to_host(host.ptr.add(off), p, n) }
+                .map_err(|e| format!("copy to the host failed (error {e})"))?;
+            off += n as usize;
+        }
+        let vm = up.virtual_memory().ok_or("no virtual memory")?;
+        vm.unmap(m.at, m.bytes, m.bytes)
+            .map_err(|e| format!("unmap failed (error {e})"))?;
+        lock(&self.sleep.saved).insert(
+            m.at,
+            Saved {
+                dev,
+                ctx,
+                bytes: m.bytes,
+                live: m.live.clone(),
+                host,
+            },
+        );
+        self.sleep.count.fetch_add(1, SeqCst);
+        moved.device_bytes += m.bytes;
+        moved.copied += live;
+        Ok(())
+    }
+
+    /// Wakes the process (`cudapool_wake`, `cudapool wake`): its memory mapped again and
+    /// copied back. `Err`: no room within `CUDAPOOL_WAKE_TIMEOUT`; what was not woken stays on
+    /// the host for the next try.
+    pub fn wake(&self) -> Result<Moved, CUresult> {
+        let _turn = lock(&self.sleep.turn);
+        if state() != State::Asleep {
+            return Ok(Moved::default());
+        }
+        set(State::Waking);
+        let r = self.wake_saved(self.config.wake_timeout);
+        set(if r.is_ok() {
+            State::Awake
+        } else {
+            State::Asleep
+        });
+        r
+    }
+
+    /// A call of the program found the process asleep (or falling asleep): waits for the
+    /// sleep to end, then wakes it.
+    fn wake_for_call(&self) -> Result<(), CUresult> {
+        self.wake().map(|_| ())
+    }
+
+    /// Maps and fills again every saved handle, waiting for room up to `timeout` (`None`: for
+    /// ever). The caller holds the turn.
+    fn wake_saved(&self, timeout: Option<Duration>) -> Result<Moved, CUresult> {
+        let started = Instant::now();
+        let mut moved = Moved::default();
+        let keys: Vec<(DevPtr, usize)> = lock(&self.sleep.saved)
+            .iter()
+            .map(|(&at, s)| (at, s.ctx))
+            .collect();
+        let mut by_ctx: BTreeMap<usize, Vec<DevPtr>> = BTreeMap::new();
+        for (at, ctx) in keys {
+            by_ctx.entry(ctx).or_default().push(at);
+        }
+        for (ctx, ats) in by_ctx {
+            let Some(cp) = self.contexts.get(ctx) else {
+                // The context ended while asleep: its memory went with it.
+                let mut saved = lock(&self.sleep.saved);
+                for at in ats {
+                    if saved.remove(&at).is_some() {
+                        self.sleep.count.fetch_sub(1, SeqCst);
+                    }
+                }
+                continue;
+            };
+            let Some(_alive) = cp.clock.enter() else {
+                continue;
+            };
+            let up = self.upstream(cp.device);
+            // Relaxed: a wake is no call a capture under way forbids (see `sleep`).
+            self.in_context(ctx, || {
+                self.driver.relaxed(|| {
+                    let stream = self.driver.own_stream()?;
+                    for at in ats {
+                        self.wake_one(at, cp.device, &up, &stream, started, timeout, &mut moved)?;
+                    }
+                    Ok::<(), CUresult>(())
+                })
+            })?;
+        }
+        moved.seconds = started.elapsed().as_secs_f64();
+        Ok(moved)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn wake_one(
+        &self,
+        at: DevPtr,
+        dev: CUdevice,
+        up: &dyn VirtualMemory,
+        stream: &crate::driver::OwnStream,
+        started: Instant,
+        timeout: Option<Duration>,
+        moved: &mut Moved,
+    ) -> Result<(), CUresult> {
+        loop {
+            // Held from the map to the end of the copy: a release of this memory meanwhile
+            // (another thread's free) waits, and then finds it mapped.
+            let mut saved = lock(&self.sleep.saved);
+            let Some(s) = saved.get(&at) else {
+                // Released while we waited for room.
+                return Ok(());
+            };
+            let bytes = s.bytes;
+            match up.map(at, bytes, bytes) {
+                Ok(()) => {
+                    let mut off = 0usize;
+                    for &(p, n) in &s.live {
+                        // SAFETY: `host` holds the parts one after the other; this one is at
+                        // `off`, `n` bytes long.
+                        let r = unsafe { stream.to_device(p, s.host.ptr.add(off), n) };
+                        if let Err(e) = r {
+                            // The contents stay on the host; the memory goes back (unmapped
+                            // while it is no saved handle, then saved again).
+                            let s = saved.remove(&at).expect("looked up above");
+                            drop(saved);
+                            let _ = up.unmap(at, bytes, bytes);
+                            lock(&self.sleep.saved).insert(at, s);
+                            return Err(e);
+                        }
+                        off += n as usize;
+                    }
+                    moved.copied += off as u64;
+                    moved.device_bytes += bytes;
+                    saved.remove(&at);
+                    self.sleep.count.fetch_sub(1, SeqCst);
+                    self.sleep.waiting_for.store(0, Relaxed);
+                    return Ok(());
+                }
+                Err(CUDA_ERROR_OUT_OF_MEMORY) => {
+                    drop(saved);
+                    if timeout.is_some_and(|t| started.elapsed() >= t) {
+                        self.sleep.waiting_for.store(0, Relaxed);
+                        super::overhead::asked_by("waking the process from sleep", || {
+                            self.report_oom(dev, bytes)
+                        });
+                        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+                    }
+                    if self.sleep.waiting_for.swap(bytes, Relaxed) == 0 {
+                        log_at!(
+                            Warn,
+                            "waking: waiting for {} of room on device {dev}",
+                            fmt_bytes(bytes)
+                        );
+                    }
+                    // Another member's idle cache, lent; else wait for room.
+                    if !self.borrow(dev, bytes) {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}

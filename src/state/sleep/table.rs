@@ -1,0 +1,161 @@
+//! What is asleep, with no knowledge of the shim: the process's sleep state, each handle's
+//! contents on the host, and the release of asleep memory (see the module's notes).
+
+use crate::base::cu::*;
+use crate::base::sync::lock;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+use std::sync::Mutex;
+
+/// The process's sleep state (as `cudapool_stats`, the page and `stat` show it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum State {
+    Awake = 0,
+    FallingAsleep = 1,
+    Asleep = 2,
+    Waking = 3,
+}
+
+impl State {
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Awake => "awake",
+            State::FallingAsleep => "falling asleep",
+            State::Asleep => "asleep",
+            State::Waking => "waking",
+        }
+    }
+
+    pub fn from_u8(v: u8) -> State {
+        match v {
+            1 => State::FallingAsleep,
+            2 => State::Asleep,
+            3 => State::Waking,
+            _ => State::Awake,
+        }
+    }
+}
+
+/// The state; read by every work call and allocation (see [`enter`]).
+pub(super) static STATE: AtomicU8 = AtomicU8::new(State::Awake as u8);
+
+/// The process's sleep state now.
+pub fn state() -> State {
+    State::from_u8(STATE.load(Relaxed))
+}
+
+pub(super) fn set(s: State) {
+    STATE.store(s as u8, SeqCst);
+}
+
+/// Host memory of its own (anonymous pages, given back when dropped): what a handle's live
+/// parts hold while asleep.
+pub(super) struct HostCopy {
+    pub(super) ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the pages are owned by this value alone; nothing else holds the pointer.
+unsafe impl Send for HostCopy {}
+
+impl HostCopy {
+    /// `None` when the kernel will not give `len` bytes.
+    pub(super) fn new(len: u64) -> Option<HostCopy> {
+        if len == 0 {
+            return Some(HostCopy {
+                ptr: std::ptr::NonNull::dangling().as_ptr(),
+                len: 0,
+            });
+        }
+        let len = usize::try_from(len).ok()?;
+        // SAFETY: a fresh private anonymous mapping; no address is given, nothing is replaced.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then_some(HostCopy { ptr: p.cast(), len })
+    }
+}
+
+impl Drop for HostCopy {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: the mapping made in `new`, unmapped once, here.
+            unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        }
+    }
+}
+
+/// One handle's memory while asleep.
+pub(super) struct Saved {
+    pub(super) dev: CUdevice,
+    pub(super) ctx: usize,
+    pub(super) bytes: u64,
+    /// The parts kept (address, bytes), in `host` one after the other.
+    pub(super) live: Vec<(DevPtr, u64)>,
+    pub(super) host: HostCopy,
+}
+
+/// What a sleep or wake moved.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Moved {
+    /// Device memory given back (sleep) or mapped again (wake).
+    pub device_bytes: u64,
+    /// Bytes copied.
+    pub copied: u64,
+    pub seconds: f64,
+}
+
+/// The shim's part: what is asleep.
+///
+/// Invariants: `saved` holds, by address, every handle whose memory a sleep gave back and no
+/// wake or release mapped or dropped since; none of them is mapped; `count` is its length.
+#[derive(Default)]
+pub struct Sleep {
+    /// Held for the whole of a sleep or a wake: one at a time.
+    pub(super) turn: Mutex<()>,
+    pub(super) saved: Mutex<BTreeMap<DevPtr, Saved>>,
+    pub(super) count: AtomicUsize,
+    /// Bytes a wake is waiting for room for (0: none).
+    pub(super) waiting_for: AtomicU64,
+}
+
+impl Sleep {
+    /// A pool gives back `[at, at + bytes)` (handles of `handle` bytes) while some of it may
+    /// be asleep: asleep handles only drop their host copy (their memory went back at the
+    /// sleep, and their charge with it); the others are unmapped by `unmap` (at, bytes).
+    /// Returns `None` when nothing there is asleep (the caller unmaps it all itself).
+    pub(in crate::state) fn unmap_asleep(
+        &self,
+        at: DevPtr,
+        bytes: u64,
+        handle: u64,
+        mut unmap: impl FnMut(DevPtr, u64) -> Result<(), CUresult>,
+    ) -> Option<Result<(), CUresult>> {
+        if self.count.load(SeqCst) == 0 {
+            return None;
+        }
+        let mut saved = lock(&self.saved);
+        // Nothing there asleep: the caller's own unmap.
+        saved.range(at..at + bytes).next()?;
+        let mut result = Ok(());
+        let mut p = at;
+        while p < at + bytes {
+            if let Some(s) = saved.remove(&p) {
+                self.count.fetch_sub(1, SeqCst);
+                p += s.bytes;
+            } else {
+                result = result.and(unmap(p, handle));
+                p += handle;
+            }
+        }
+        Some(result)
+    }
+}

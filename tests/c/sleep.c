@@ -1,0 +1,317 @@
+// Sleep and wake scenarios of the client, against the fake driver (its device memory is host
+// memory: unmapped memory faults when a kernel or copy touches it, so data that survives a
+// sleep and a wake was really moved and put back).
+//
+//   sleep WAKER      blocks of expandable segments (and a small one in a classic segment) are
+//                    filled, a cached block freed, the process put to sleep, then woken by
+//                    WAKER: launch | memset | copy | alloc | event | wait | api; prints what
+//                    the stats said asleep and awake, and whether every block's data came back
+//   sleep_busy       kernels still run on three streams when the sleep is asked: it waits for
+//                    them (no race), and the data comes back
+//   sleep_threads    two threads wake the process at once, each by a copy
+//   sleep_free       blocks freed and the cache reclaimed while asleep drop their host copy;
+//                    the rest still wakes
+//   sleep_capture    a thread captures for 300 ms while the sleep is asked: the sleep waits
+//                    for the capture's end, and the capture stays valid
+//   sleep_hold SECS  fills its blocks, sleeps, prints "asleep", then waits SECS seconds and
+//                    checks its data (woken by the copy); for tests that act from outside
+//   sleep_idle       fills its blocks, prints "ready", waits for a line on stdin (meanwhile
+//                    `cudapool sleep|wake PID` acts from outside), then checks its data
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+
+#define MIB ((size_t)1 << 20)
+
+struct sleep_stats {
+  size_t struct_size;
+  int32_t device, pad;
+  uint64_t f[19];
+  uint64_t asleep, state, pad2;
+};
+
+static int (*sleep_fn)(int);
+static int (*wake_fn)(int);
+
+static void get_sleep_api(void) {
+  sleep_fn = dlsym(RTLD_DEFAULT, "cudapool_sleep");
+  wake_fn = dlsym(RTLD_DEFAULT, "cudapool_wake");
+  if (!sleep_fn || !wake_fn) {
+    fprintf(stderr, "client: cudapool_sleep is not loaded\n");
+    exit(4);
+  }
+}
+
+// "TAG state=S asleep=B reserved=R used=U" (used: the fake device's memory in use).
+static void print_sleep(const char *tag) {
+  int (*get)(int, struct sleep_stats *) = dlsym(RTLD_DEFAULT, "cudapool_get_stats");
+  struct sleep_stats s;
+  memset(&s, 0, sizeof s);
+  s.struct_size = sizeof s;
+  get(dev, &s);
+  size_t (*used)(int) = (size_t(*)(int))fake_fn("fakecu_used");
+  printf("%s state=%llu asleep=%llu reserved=%llu used=%zu\n", tag, (unsigned long long)s.state,
+         (unsigned long long)s.asleep, (unsigned long long)s.f[2], used(dev));
+}
+
+struct block {
+  CUdeviceptr p;
+  size_t size;
+  unsigned char seed;
+};
+
+static void fill(struct block *b) {
+  unsigned char *h = malloc(b->size);
+  for (size_t i = 0; i < b->size; i++) h[i] = (unsigned char)(b->seed + i * 7 + (i >> 12));
+  CHECK(cu.MemcpyHtoD(b->p, h, b->size));
+  free(h);
+}
+
+// Whether the block's data is what `fill` wrote (read back by a copy, which wakes if asleep).
+static int intact(struct block *b) {
+  unsigned char *h = malloc(b->size);
+  CHECK(cu.MemcpyDtoH(h, b->p, b->size));
+  int ok = 1;
+  for (size_t i = 0; i < b->size && ok; i++)
+    ok = h[i] == (unsigned char)(b->seed + i * 7 + (i >> 12));
+  free(h);
+  return ok;
+}
+
+// The blocks every scenario holds: two of the arena's (64 MiB, 3 MiB + 5 bytes), one small.
+static struct block blocks[3] = {{0, 64 * MIB, 1}, {0, 3 * MIB + 5, 2}, {0, 4096, 3}};
+
+// A block of the arena whose contents nobody checks (what a memset may write).
+static CUdeviceptr scratch;
+// A graph instantiated before the sleep (the `graph` waker).
+static void *graph_exec;
+
+static void fill_all(void) {
+  for (int i = 0; i < 3; i++) {
+    CHECK(cu.MemAlloc(&blocks[i].p, blocks[i].size));
+    fill(&blocks[i]);
+  }
+  CHECK(cu.MemAlloc(&scratch, 2 * MIB));
+  // A cached block: dropped by the sleep, never copied.
+  CUdeviceptr c;
+  CHECK(cu.MemAlloc(&c, 32 * MIB));
+  CHECK(cu.MemFree(c));
+}
+
+static int all_intact(void) {
+  int ok = 1;
+  for (int i = 0; i < 3; i++) ok &= intact(&blocks[i]);
+  return ok;
+}
+
+static void free_all(void) {
+  for (int i = 0; i < 3; i++)
+    if (blocks[i].p) CHECK(cu.MemFree(blocks[i].p));
+  CHECK(cu.MemFree(scratch));
+}
+
+static void *sym(const char *name) {
+  void *f = dlsym(driver ? driver : RTLD_DEFAULT, name);
+  if (!f) {
+    fprintf(stderr, "client: no %s\n", name);
+    exit(4);
+  }
+  return f;
+}
+
+static int wake_by(const char *waker) {
+  if (!strcmp(waker, "launch")) {
+    touch(NULL, blocks[0].p, blocks[0].size, 1);
+  } else if (!strcmp(waker, "memset")) {
+    CHECK(cu.MemsetD8(scratch, 0, 2 * MIB));
+  } else if (!strcmp(waker, "graph")) {
+    CUresult (*launch)(void *, void *) = sym("cuGraphLaunch");
+    CHECK(launch(graph_exec, NULL));
+  } else if (!strcmp(waker, "copy")) {
+    unsigned char one;
+    CHECK(cu.MemcpyDtoH(&one, blocks[1].p, 1));
+  } else if (!strcmp(waker, "alloc")) {
+    CUdeviceptr m;
+    CHECK(cu.MemAlloc(&m, 2 * MIB));
+    CHECK(cu.MemFree(m));
+  } else if (!strcmp(waker, "event") || !strcmp(waker, "wait")) {
+    CUresult (*create)(void **, unsigned) = sym("cuEventCreate");
+    CUresult (*record)(void *, void *) = sym("cuEventRecord");
+    CUresult (*wait)(void *, void *, unsigned) = sym("cuStreamWaitEvent");
+    CUresult (*destroy)(void *) = sym("cuEventDestroy_v2");
+    void *e;
+    CHECK(create(&e, 0));
+    if (!strcmp(waker, "event")) {
+      CHECK(record(e, NULL));
+    } else {
+      CHECK(wait(NULL, e, 0));
+    }
+    CHECK(destroy(e));
+  } else if (!strcmp(waker, "api")) {
+    CHECK(wake_fn(-1));
+  } else {
+    fprintf(stderr, "client: unknown waker %s\n", waker);
+    exit(2);
+  }
+  return 0;
+}
+
+// A graph made before the sleep (the fake's captures make no graph that runs: an empty node).
+static void make_graph(void) {
+  CUresult (*create)(void **, unsigned) = sym("cuGraphCreate");
+  CUresult (*add_empty)(void **, void *, const void *, size_t) = sym("cuGraphAddEmptyNode");
+  CUresult (*instantiate)(void **, void *, unsigned long long) = sym("cuGraphInstantiateWithFlags");
+  void *g, *n;
+  CHECK(create(&g, 0));
+  CHECK(add_empty(&n, g, NULL, 0));
+  CHECK(instantiate(&graph_exec, g, 0));
+}
+
+static int sleep_then(const char *waker) {
+  get_sleep_api();
+  fill_all();
+  if (!strcmp(waker, "graph")) make_graph();
+  print_sleep("before");
+  int r = sleep_fn(-1);
+  printf("slept rc=%d\n", r);
+  print_sleep("asleep");
+  wake_by(waker);
+  print_sleep("woken");
+  printf("intact=%d races=%ld\n", all_intact(), races());
+  free_all();
+  print_sleep("end");
+  return 0;
+}
+
+static int sleep_busy(void) {
+  get_sleep_api();
+  fill_all();
+  void *s[3];
+  for (int i = 0; i < 3; i++) {
+    CHECK(cu.StreamCreate(&s[i], 1));
+    touch(s[i], blocks[i % 2].p, blocks[i % 2].size, 20000); // 20 ms of device time each
+  }
+  int r = sleep_fn(-1);
+  printf("slept rc=%d races=%ld\n", r, races());
+  print_sleep("asleep");
+  printf("intact=%d races=%ld\n", all_intact(), races());
+  for (int i = 0; i < 3; i++) CHECK(cu.StreamDestroy(s[i]));
+  free_all();
+  return 0;
+}
+
+static int thread_ok[2];
+static void *copy_back(void *arg) {
+  int i = (int)(intptr_t)arg;
+  CHECK(cu.CtxSetCurrent(primary));
+  thread_ok[i] = intact(&blocks[i]);
+  return NULL;
+}
+
+static int sleep_threads(void) {
+  get_sleep_api();
+  fill_all();
+  printf("slept rc=%d\n", sleep_fn(-1));
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, copy_back, (void *)(intptr_t)i);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  print_sleep("woken");
+  printf("threads_intact=%d,%d all_intact=%d\n", thread_ok[0], thread_ok[1], all_intact());
+  free_all();
+  return 0;
+}
+
+static int sleep_free(void) {
+  get_sleep_api();
+  fill_all();
+  printf("slept rc=%d\n", sleep_fn(-1));
+  print_sleep("asleep");
+  CHECK(cu.MemFree(blocks[0].p)); // a free does not wake
+  blocks[0].p = 0;
+  size_t (*reclaim)(int) = dlsym(RTLD_DEFAULT, "cudapool_reclaim");
+  size_t back = reclaim(-1);
+  printf("reclaimed=%zu\n", back);
+  print_sleep("freed");
+  int ok = intact(&blocks[1]) && intact(&blocks[2]);
+  print_sleep("woken");
+  printf("intact=%d\n", ok);
+  free_all();
+  print_sleep("end");
+  return 0;
+}
+
+static volatile int capturing, captured_rc = -1;
+static void *capture_a_while(void *arg) {
+  (void)arg;
+  CHECK(cu.CtxSetCurrent(primary));
+  void *s, *g = NULL;
+  CHECK(cu.StreamCreate(&s, 1));
+  CHECK(cu.BeginCapture(s, 0)); // global mode
+  touch(s, blocks[2].p, blocks[2].size, 1);
+  capturing = 1;
+  usleep(300 * 1000);
+  captured_rc = cu.EndCapture(s, &g);
+  CHECK(cu.StreamDestroy(s));
+  return NULL;
+}
+
+static int sleep_capture(void) {
+  get_sleep_api();
+  fill_all();
+  pthread_t t;
+  pthread_create(&t, NULL, capture_a_while, NULL);
+  while (!capturing) usleep(1000);
+  int r = sleep_fn(-1);
+  int during = !captured_rc ? 0 : 1; // 1: the sleep returned before the capture ended
+  pthread_join(t, NULL);
+  printf("slept rc=%d returned_during_capture=%d capture_rc=%d\n", r, during && captured_rc != 0,
+         captured_rc);
+  print_sleep("asleep");
+  printf("intact=%d\n", all_intact());
+  free_all();
+  return 0;
+}
+
+static int sleep_hold(int argc, char **argv) {
+  get_sleep_api();
+  fill_all();
+  printf("slept rc=%d\n", sleep_fn(-1));
+  print_sleep("asleep");
+  fflush(stdout);
+  int secs = argc > 0 ? atoi(argv[0]) : 1;
+  for (int i = 0; i < secs * 10; i++) usleep(100 * 1000);
+  print_sleep("before_check");
+  printf("intact=%d\n", all_intact());
+  free_all();
+  return 0;
+}
+
+static int sleep_idle(void) {
+  fill_all();
+  printf("ready\n");
+  fflush(stdout);
+  char line[64];
+  if (!fgets(line, sizeof line, stdin)) return 5;
+  print_sleep("before_check");
+  printf("intact=%d\n", all_intact());
+  free_all();
+  return 0;
+}
+
+int sleep_scenario(const char *name, int argc, char **argv) {
+  if (!strcmp(name, "sleep_idle")) return sleep_idle();
+  if (!strcmp(name, "sleep")) return sleep_then(argc > 0 ? argv[0] : "copy");
+  if (!strcmp(name, "sleep_busy")) return sleep_busy();
+  if (!strcmp(name, "sleep_threads")) return sleep_threads();
+  if (!strcmp(name, "sleep_free")) return sleep_free();
+  if (!strcmp(name, "sleep_capture")) return sleep_capture();
+  if (!strcmp(name, "sleep_hold")) return sleep_hold(argc, argv);
+  return -1;
+}

@@ -1,0 +1,215 @@
+//! Sleep and wake (`state::sleep`) against the fake driver, whose device memory is host memory:
+//! a kernel or copy on memory unmapped under it faults, so data that comes back intact was
+//! really copied out and mapped back at the same addresses.
+
+use super::*;
+
+const EXPANDABLE: (&str, &str) = ("CUDAPOOL_SEGMENTS", "expandable");
+
+/// What the arena holds of the client's blocks: 64 MiB, 3 MiB + 5 bytes (4 MiB), the 2 MiB
+/// scratch block.
+const ARENA_LIVE: u64 = (64 + 4 + 2) * MIB;
+
+#[test]
+fn every_kind_of_work_call_wakes_the_process_and_the_data_comes_back() {
+    for waker in [
+        "launch", "memset", "copy", "alloc", "event", "wait", "graph", "api",
+    ] {
+        for mode in ["gpa", "dlsym"] {
+            let r = ok(client(mode, &["sleep", waker], &[EXPANDABLE]));
+            let what = format!("{waker} ({mode})");
+            assert_eq!(r.get("slept", "rc"), "0", "{what}: {}", r.stderr);
+            let (before, asleep, woken) = (r.line("before"), r.line("asleep"), r.line("woken"));
+            let n = |m: &std::collections::HashMap<String, String>, k: &str| -> u64 {
+                m[k].parse().unwrap()
+            };
+            assert_eq!(asleep["state"], "2", "{what}: asleep");
+            assert_eq!(n(&asleep, "asleep"), ARENA_LIVE, "{what}: {}", r.stdout);
+            // The device gave back the live blocks' memory and the cache (32 MiB), uncopied.
+            assert!(
+                n(&asleep, "used") + ARENA_LIVE + 32 * MIB <= n(&before, "used"),
+                "{what}: the device memory went back: {}",
+                r.stdout
+            );
+            assert!(
+                n(&asleep, "reserved") + ARENA_LIVE + 32 * MIB <= n(&before, "reserved"),
+                "{what}: asleep bytes count in no limit: {}",
+                r.stdout
+            );
+            assert_eq!(
+                (woken["state"].as_str(), woken["asleep"].as_str()),
+                ("0", "0"),
+                "{what}: the call woke it: {}",
+                r.stdout
+            );
+            assert_eq!(
+                (r.get("intact", "intact"), r.get("intact", "races")),
+                ("1".to_string(), "0".to_string()),
+                "{what}: {}",
+                r.stdout
+            );
+            let end = r.line("end");
+            assert_eq!(end["state"], "0", "{what}");
+        }
+    }
+}
+
+#[test]
+fn a_sleep_waits_for_work_in_flight_on_every_stream() {
+    let r = ok(client("gpa", &["sleep_busy"], &[EXPANDABLE]));
+    assert_eq!(r.get("slept", "rc"), "0", "{}", r.stderr);
+    assert_eq!(r.get("slept", "races"), "0", "unmapped under a kernel");
+    assert_eq!(r.get("asleep", "state"), "2");
+    assert_eq!(r.get("intact", "intact"), "1", "{}", r.stdout);
+    assert_eq!(r.get("intact", "races"), "0");
+}
+
+#[test]
+fn two_threads_racing_a_wake_both_find_their_data() {
+    for _ in 0..5 {
+        let r = ok(client("gpa", &["sleep_threads"], &[EXPANDABLE]));
+        let t = r.line("threads_intact");
+        assert_eq!(t["threads_intact"], "1,1", "{}", r.stdout);
+        assert_eq!(t["all_intact"], "1");
+        assert_eq!(r.get("woken", "state"), "0");
+    }
+}
+
+#[test]
+fn a_free_while_asleep_drops_the_host_copy_without_waking() {
+    let r = ok(client("gpa", &["sleep_free"], &[EXPANDABLE]));
+    let (asleep, freed) = (r.line("asleep"), r.line("freed"));
+    assert_eq!(freed["state"], "2", "a free does not wake: {}", r.stdout);
+    assert_eq!(
+        asleep["asleep"].parse::<u64>().unwrap() - freed["asleep"].parse::<u64>().unwrap(),
+        64 * MIB,
+        "the freed block's memory is asleep no more: {}",
+        r.stdout
+    );
+    assert_eq!(r.get("intact", "intact"), "1", "{}", r.stdout);
+    assert_eq!(r.get("woken", "asleep"), "0");
+    let end = r.line("end");
+    assert_eq!(end["state"], "0");
+}
+
+#[test]
+fn a_capture_under_way_postpones_the_sleep_and_stays_valid() {
+    let r = ok(client("gpa", &["sleep_capture"], &[EXPANDABLE]));
+    let s = r.line("slept");
+    assert_eq!(
+        (
+            s["rc"].as_str(),
+            s["capture_rc"].as_str(),
+            s["returned_during_capture"].as_str()
+        ),
+        ("0", "0", "0"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    assert_eq!(r.get("asleep", "state"), "2");
+    assert_eq!(r.get("intact", "intact"), "1");
+}
+
+#[test]
+fn classic_segments_and_the_none_pool_stay_and_nothing_is_lost() {
+    for env in [
+        vec![("CUDAPOOL_SEGMENTS", "classic")],
+        vec![("CUDAPOOL_POOL", "none")],
+        vec![("CUDAPOOL_POOL", "binned")],
+    ] {
+        let r = ok(client("gpa", &["sleep", "copy"], &env));
+        assert_eq!(r.get("slept", "rc"), "0", "{env:?}");
+        let asleep = r.line("asleep");
+        assert_eq!(
+            (asleep["state"].as_str(), asleep["asleep"].as_str()),
+            ("0", "0"),
+            "{env:?}: nothing can sleep, the process stays awake: {}",
+            r.stdout
+        );
+        assert_eq!(r.get("intact", "intact"), "1", "{env:?}");
+    }
+}
+
+/// `cudapool sleep|wake PID` from outside: the process's page carries the request, the process
+/// runs it on a thread of its own, `stat` shows the state, and its next copy wakes it.
+#[test]
+fn the_cli_puts_a_process_to_sleep_and_wakes_it() {
+    use std::io::{BufRead, Write};
+    let f = fixture();
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+    let mut cmd = Command::new(f.dir.join("client"));
+    cmd.args(["gpa", "sleep_idle"]).current_dir(&f.dir);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CUDAPOOL_")) {
+        cmd.env_remove(k);
+    }
+    cmd.env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", &f.lib)
+        .env(EXPANDABLE.0, EXPANDABLE.1);
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("client");
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut ready = String::new();
+    while ready.trim() != "ready" {
+        ready.clear();
+        assert!(out.read_line(&mut ready).unwrap() > 0, "the client ended");
+    }
+    let pid = child.id().to_string();
+    let cudapool = |args: &[&str]| run_program(&cli, args, false, &[]);
+
+    let r = cudapool(&["sleep", "--wait", &pid]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains(&format!("{pid}: asleep: "))
+            && r.stdout.contains("GiB of device memory given back")
+            && r.stdout.contains("GB/s"),
+        "{}",
+        r.stdout
+    );
+    let r = cudapool(&["stat", &pid]);
+    assert!(
+        r.stdout.contains("asleep, 70.00 MiB asleep"),
+        "{}",
+        r.stdout
+    );
+    let r = cudapool(&["wake", "--wait", &pid]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains(&format!("{pid}: awake: ")),
+        "{}",
+        r.stdout
+    );
+    // Without --wait: asked, and done soon after.
+    let r = cudapool(&["sleep", &pid]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout.trim(), format!("{pid}: asked to sleep"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !cudapool(&["stat", &pid]).stdout.contains("asleep, ") {
+        assert!(std::time::Instant::now() < deadline, "never asleep");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The program's own next copy wakes it, transparently.
+    child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(status.success(), "{rest}");
+    assert!(rest.contains("before_check state=2"), "{rest}");
+    assert!(rest.contains("intact=1"), "{rest}");
+
+    // Bad input: one line, exit 2.
+    let r = cudapool(&["sleep", "1"]);
+    assert_eq!(r.code, 2);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("no cudapool process"), "{}", r.stderr);
+    let r = cudapool(&["wake"]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("name at least one PID"), "{}", r.stderr);
+    let r = cudapool(&["sleep", "--timeout", "soon", &pid]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("--timeout"), "{}", r.stderr);
+}
