@@ -12,7 +12,7 @@ mod copy;
 pub mod nvml;
 pub mod nvtx;
 mod vmm;
-pub use copy::OwnStream;
+pub use copy::{OwnStream, Pinned};
 
 use crate::base::cu::*;
 use std::cell::Cell;
@@ -212,6 +212,8 @@ driver_table! {
     device_can_access_peer = c"cuDeviceCanAccessPeer": fn(*mut c_int, CUdevice, CUdevice);
     ctx_synchronize = c"cuCtxSynchronize": fn();
     memcpy_dtoh_async = c"cuMemcpyDtoHAsync_v2": fn(*mut c_void, DevPtr, usize, CUstream);
+    mem_host_alloc = c"cuMemHostAlloc": fn(*mut *mut c_void, usize, c_uint);
+    mem_free_host = c"cuMemFreeHost": fn(*mut c_void);
     memcpy_htod_async = c"cuMemcpyHtoDAsync_v2": fn(DevPtr, *const c_void, usize, CUstream);
     array_create_v2 = c"cuArrayCreate_v2": fn(*mut Opaque, *const ArrayDesc);
     array_create_v1 = c"cuArrayCreate": fn(*mut Opaque, *const ArrayDescV1);

@@ -261,15 +261,15 @@ pub trait Pool: Send + Sync {
     /// Large requests get classic segments from now on (see [`super::core::Core::stop_expanding`]).
     fn stop_expanding(&self) {}
     /// Puts the pool's memory to sleep: gives every free segment back (the caller made sure no
-    /// device work is in flight), then, under one hold of the pool, hands `save` each mapping
+    /// device work is in flight), then, under one hold of the pool, hands `save` every mapping
     /// of physical memory that can be unmapped and mapped again at its own address (the
-    /// arena's handles), in address order. `save` keeps what it must and unmaps it, or fails,
-    /// which stops the walk. Classic segments (whole driver allocations) stay: their address
-    /// cannot be had again. `Err`: why this pool cannot sleep.
+    /// arena's handles), in address order. `save` keeps what it must and unmaps them, or fails.
+    /// Classic segments (whole driver allocations) stay: their address cannot be had again.
+    /// `Err`: why this pool cannot sleep, or `save`'s error.
     fn sleep(
         &self,
         up: &dyn Upstream,
-        save: &mut dyn FnMut(&Mapped) -> Result<(), String>,
+        save: &mut dyn FnMut(&[Mapped]) -> Result<(), String>,
     ) -> Result<(), String> {
         let _ = (up, save);
         Ok(())

@@ -558,7 +558,7 @@ impl Pool for CachingPool {
     fn sleep(
         &self,
         up: &dyn Upstream,
-        save: &mut dyn FnMut(&Mapped) -> Result<(), String>,
+        save: &mut dyn FnMut(&[Mapped]) -> Result<(), String>,
     ) -> Result<(), String> {
         self.trim(up, u64::MAX);
         let st = self.lock();
@@ -568,7 +568,7 @@ impl Pool for CachingPool {
         let mapped = st.core.sleeping_memory().ok_or(
             "memory of the expandable segment is mapped twice (a release failed); try again after `cudapool_reclaim`",
         )?;
-        mapped.iter().try_for_each(save)
+        save(&mapped)
     }
 
     fn release_ready(&self, up: &dyn Upstream, need: u64) -> u64 {

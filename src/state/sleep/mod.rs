@@ -36,6 +36,7 @@ use crate::pool::queues;
 use crate::pool::{Mapped, Upstream, VirtualMemory};
 use std::collections::BTreeMap;
 
+mod copy;
 mod table;
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
@@ -170,15 +171,8 @@ impl Shim {
                 self.driver
                     .synchronize()
                     .map_err(|e| format!("the device's work failed (error {e})"))?;
-                // Relaxed: a capture another thread begins meanwhile forbids none of the calls.
-                self.driver.relaxed(|| {
-                    let stream = self
-                        .driver
-                        .own_stream()
-                        .map_err(|e| format!("no stream for the copies (error {e})"))?;
-                    cp.pool.sleep(&up, &mut |m| {
-                        self.save(ctx, cp.device, m, &stream, &up, &mut moved, &mut short)
-                    })
+                cp.pool.sleep(&up, &mut |all| {
+                    self.save(ctx, cp.device, all, &up, &mut moved, &mut short)
                 })
             });
             if result.is_err() {
@@ -218,52 +212,65 @@ impl Shim {
         Ok(moved)
     }
 
-    /// Keeps the live parts of `m` on the host and unmaps it. A handle another process
-    /// imported stays (its memory is shared, and would not come back the same).
-    #[allow(clippy::too_many_arguments)]
+    /// Keeps the live parts of every mapping of `all` on the host, in one host copy each, moved
+    /// together ([`copy::move_parts`]), then unmaps them. A handle another process imported
+    /// stays (its memory is shared, and would not come back the same).
     fn save(
         &self,
         ctx: usize,
         dev: CUdevice,
-        m: &Mapped,
-        stream: &crate::driver::OwnStream,
+        all: &[Mapped],
         up: &dyn Upstream,
         moved: &mut Moved,
         short: &mut bool,
     ) -> Result<(), String> {
-        if super::ipc_mapped::exported(m.at, m.bytes) {
-            return Ok(());
-        }
-        let live: u64 = m.live.iter().map(|&(_, n)| n).sum();
-        let host = HostCopy::new(live).ok_or_else(|| {
-            *short = true;
-            format!(
-                "{} of host memory could not be had for the copy",
-                fmt_bytes(live)
-            )
-        })?;
-        let mut off = 0usize;
-        for &(p, n) in &m.live {
-            // SAFETY: `host` holds `live` bytes, the sum of the parts; this part fits at `off`.
-            unsafe { stream.to_host(host.ptr.add(off), p, n) }
-                .map_err(|e| format!("copy to the host failed (error {e})"))?;
-            off += n as usize;
-        }
         let vm = up.virtual_memory().ok_or("no virtual memory")?;
-        vm.unmap(m.at, m.bytes, m.bytes)
-            .map_err(|e| format!("unmap failed (error {e})"))?;
-        lock(&self.sleep.saved).insert(
-            m.at,
-            Saved {
-                dev,
+        let going: Vec<&Mapped> = all
+            .iter()
+            .filter(|m| !super::ipc_mapped::exported(m.at, m.bytes))
+            .collect();
+        let live: u64 = going.iter().flat_map(|m| &m.live).map(|&(_, n)| n).sum();
+        let mut hosts = Vec::with_capacity(going.len());
+        for m in &going {
+            let need: u64 = m.live.iter().map(|&(_, n)| n).sum();
+            hosts.push(HostCopy::new(need).ok_or_else(|| {
+                *short = true;
+                format!(
+                    "{} of host memory could not be had for the copy",
+                    fmt_bytes(live)
+                )
+            })?);
+        }
+        // Every handle's parts in one pass, each into its place in its handle's host copy.
+        let parts = host_parts(going.iter().map(|m| m.live.as_slice()).zip(&hosts));
+        // SAFETY: each host copy holds its handle's live bytes one after the other, and nothing
+        // else uses them meanwhile.
+        unsafe {
+            copy::move_parts(
+                self.driver,
+                &self.sleep.staging,
                 ctx,
-                bytes: m.bytes,
-                live: m.live.clone(),
-                host,
-            },
-        );
-        self.sleep.count.fetch_add(1, SeqCst);
-        moved.device_bytes += m.bytes;
+                &parts,
+                copy::Way::ToHost,
+            )
+        }
+        .map_err(|e| format!("copy to the host failed (error {e})"))?;
+        for (m, host) in going.into_iter().zip(hosts) {
+            vm.unmap(m.at, m.bytes, m.bytes)
+                .map_err(|e| format!("unmap failed (error {e})"))?;
+            lock(&self.sleep.saved).insert(
+                m.at,
+                Saved {
+                    dev,
+                    ctx,
+                    bytes: m.bytes,
+                    live: m.live.clone(),
+                    host,
+                },
+            );
+            self.sleep.count.fetch_add(1, SeqCst);
+            moved.device_bytes += m.bytes;
+        }
         moved.copied += live;
         Ok(())
     }
@@ -320,89 +327,130 @@ impl Shim {
                 continue;
             };
             let up = self.upstream(cp.device);
-            // Relaxed: a wake is no call a capture under way forbids (see `sleep`).
-            self.in_context(ctx, || {
-                self.driver.relaxed(|| {
-                    let stream = self.driver.own_stream()?;
-                    for at in ats {
-                        self.wake_one(at, cp.device, &up, &stream, started, timeout, &mut moved)?;
-                    }
-                    Ok::<(), CUresult>(())
-                })
-            })?;
+            self.wake_ctx(ctx, cp.device, &ats, &up, started, timeout, &mut moved)?;
         }
         moved.seconds = started.elapsed().as_secs_f64();
         Ok(moved)
     }
 
+    /// Maps again, all or none, the saved handles `ats` of context `ctx` (those a release did
+    /// not drop meanwhile) and fills them; without room, gives back what it mapped and waits
+    /// for room until `timeout` since `started`.
     #[allow(clippy::too_many_arguments)]
-    fn wake_one(
+    fn wake_ctx(
         &self,
-        at: DevPtr,
+        ctx: usize,
         dev: CUdevice,
+        ats: &[DevPtr],
         up: &dyn VirtualMemory,
-        stream: &crate::driver::OwnStream,
         started: Instant,
         timeout: Option<Duration>,
         moved: &mut Moved,
     ) -> Result<(), CUresult> {
         loop {
-            // Held from the map to the end of the copy: a release of this memory meanwhile
+            // Held from the maps to the end of the copies: a release of this memory meanwhile
             // (another thread's free) waits, and then finds it mapped.
             let mut saved = lock(&self.sleep.saved);
-            let Some(s) = saved.get(&at) else {
-                // Released while we waited for room.
+            let here: Vec<DevPtr> = ats
+                .iter()
+                .copied()
+                .filter(|a| saved.contains_key(a))
+                .collect();
+            if here.is_empty() {
                 return Ok(());
-            };
-            let bytes = s.bytes;
-            match up.map(at, bytes, bytes) {
-                Ok(()) => {
-                    let mut off = 0usize;
-                    for &(p, n) in &s.live {
-                        // SAFETY: `host` holds the parts one after the other; this one is at
-                        // `off`, `n` bytes long.
-                        let r = unsafe { stream.to_device(p, s.host.ptr.add(off), n) };
-                        if let Err(e) = r {
-                            // The contents stay on the host; the memory goes back (unmapped
-                            // while it is no saved handle, then saved again).
-                            let s = saved.remove(&at).expect("looked up above");
-                            drop(saved);
-                            let _ = up.unmap(at, bytes, bytes);
-                            lock(&self.sleep.saved).insert(at, s);
-                            return Err(e);
-                        }
-                        off += n as usize;
+            }
+            let need: u64 = here.iter().map(|a| saved[a].bytes).sum();
+            let mut mapped = Vec::new();
+            let mut failed = None;
+            for &at in &here {
+                let bytes = saved[&at].bytes;
+                match up.map(at, bytes, bytes) {
+                    Ok(()) => mapped.push((at, bytes)),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
                     }
-                    moved.copied += off as u64;
-                    moved.device_bytes += bytes;
-                    saved.remove(&at);
-                    self.sleep.count.fetch_sub(1, SeqCst);
+                }
+            }
+            let copied = match failed {
+                None => {
+                    let parts = host_parts(here.iter().map(|a| {
+                        let s = &saved[a];
+                        (s.live.as_slice(), &s.host)
+                    }));
+                    // SAFETY: each host copy holds its handle's live bytes one after the other;
+                    // they stay in `saved`, whose lock is held, until the copies are done.
+                    unsafe {
+                        copy::move_parts(
+                            self.driver,
+                            &self.sleep.staging,
+                            ctx,
+                            &parts,
+                            copy::Way::ToDevice,
+                        )
+                    }
+                }
+                Some(e) => Err(e),
+            };
+            match copied {
+                Ok(()) => {
+                    for a in here {
+                        let s = saved.remove(&a).expect("looked up under the lock");
+                        moved.copied += s.live.iter().map(|&(_, n)| n).sum::<u64>();
+                        moved.device_bytes += s.bytes;
+                        self.sleep.count.fetch_sub(1, SeqCst);
+                    }
                     self.sleep.waiting_for.store(0, Relaxed);
                     return Ok(());
                 }
-                Err(CUDA_ERROR_OUT_OF_MEMORY) => {
+                Err(e) => {
+                    // What this try mapped goes back; the contents stay on the host.
+                    self.sleep.unmapping_own(|| {
+                        for &(a, b) in &mapped {
+                            let _ = up.unmap(a, b, b);
+                        }
+                    });
                     drop(saved);
-                    if timeout.is_some_and(|t| started.elapsed() >= t) {
-                        self.sleep.waiting_for.store(0, Relaxed);
-                        super::overhead::asked_by("waking the process from sleep", || {
-                            self.report_oom(dev, bytes)
-                        });
-                        return Err(CUDA_ERROR_OUT_OF_MEMORY);
-                    }
-                    if self.sleep.waiting_for.swap(bytes, Relaxed) == 0 {
-                        log_at!(
-                            Warn,
-                            "waking: waiting for {} of room on device {dev}",
-                            fmt_bytes(bytes)
-                        );
-                    }
-                    // Another member's idle cache, lent; else wait for room.
-                    if !self.borrow(dev, bytes) {
-                        std::thread::sleep(Duration::from_millis(20));
+                    if e != CUDA_ERROR_OUT_OF_MEMORY {
+                        return Err(e);
                     }
                 }
-                Err(e) => return Err(e),
+            }
+            if timeout.is_some_and(|t| started.elapsed() >= t) {
+                self.sleep.waiting_for.store(0, Relaxed);
+                super::overhead::asked_by("waking the process from sleep", || {
+                    self.report_oom(dev, need)
+                });
+                return Err(CUDA_ERROR_OUT_OF_MEMORY);
+            }
+            if self.sleep.waiting_for.swap(need, Relaxed) == 0 {
+                log_at!(
+                    Warn,
+                    "waking: waiting for {} of room on device {dev}",
+                    fmt_bytes(need)
+                );
+            }
+            // Another member's idle cache, lent; else wait for room.
+            if !self.borrow(dev, need) {
+                std::thread::sleep(Duration::from_millis(20));
             }
         }
     }
+}
+
+/// Every live part of each handle with where its bytes lie in the handle's host copy (the
+/// parts one after the other).
+fn host_parts<'a>(
+    handles: impl Iterator<Item = (&'a [(DevPtr, u64)], &'a HostCopy)>,
+) -> Vec<(DevPtr, *mut u8, u64)> {
+    let mut out = Vec::new();
+    for (live, host) in handles {
+        let mut off = 0usize;
+        for &(p, n) in live {
+            // SAFETY: the host copy holds the sum of the parts' bytes; this part starts at `off`.
+            out.push((p, unsafe { host.ptr.add(off) }, n));
+            off += n as usize;
+        }
+    }
+    out
 }

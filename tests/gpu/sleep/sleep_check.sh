@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Sleep and wake on the GPU (docs/design.md, Sleep and wake): a C++ program's 20 GiB to the host
+# and back beside a pinned copy of the same bytes, its footprint by nvidia-smi awake and asleep,
+# 200 cycles with host memory flat, a graph replayed after the wake; PyTorch in each allocator
+# mode; and `cudapool sleep --wait PID` from outside. Prints PASS/FAIL rows.
+#   bash tests/gpu/sleep/sleep_check.sh LIB WORKDIR [GIB]
+set -u
+LIB=$1 W=$2 GIB=${3:-20}
+export PYTHONPATH=$PWD/cbindings/python${PYTHONPATH:+:$PYTHONPATH}
+mkdir -p "$W"
+CLI=$(dirname "$LIB")/cudapool
+pass() { echo "PASS $*"; }
+fail() { echo "FAIL $*"; }
+smi_used() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', ' -v p="$1" '$1==p {print $2}'; }
+nvcc -O2 -o "$W/sleep_wake" tests/gpu/programs/sleep_wake.cu || { fail "sleep_wake built"; exit 1; }
+
+# The C++ program: awake and asleep footprints read while it holds.
+LD_PRELOAD=$LIB timeout 300 "$W/sleep_wake" "$GIB" 256 4 200 > "$W/sw.out" 2>&1 &
+job=$!
+awake="" asleep=""
+while kill -0 $job 2>/dev/null; do
+  pid=$(sed -n 's/^filled pid=\([0-9]*\).*/\1/p' "$W/sw.out")
+  if [ -z "$awake" ] && [ -n "$pid" ]; then sleep 1; awake=$(smi_used $pid); fi
+  if [ -z "$asleep" ] && grep -q '^asleep round=0' "$W/sw.out"; then sleep 1; asleep=$(smi_used $pid); fi
+  sleep 0.2
+done
+wait $job; rc=$?
+cat "$W/sw.out"
+echo "nvidia-smi: awake ${awake:-?} MiB, asleep ${asleep:-?} MiB"
+f() { sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" "$W/sw.out" | sed -n "${2:-1}p"; }
+[ $rc = 0 ] && pass "C++ ${GIB} GiB: every byte back after a wake by launch and by the API, graph replayed | $(grep -h '^woken' "$W/sw.out" | tr '\n' ' ')" \
+  || fail "C++ ${GIB} GiB: every byte back | rc=$rc $(tail -2 "$W/sw.out" | tr '\n' ' ')"
+[ -n "$asleep" ] && [ "$asleep" -le 1024 ] && pass "C++ asleep: ${asleep} MiB on the GPU by nvidia-smi (awake ${awake} MiB)" \
+  || fail "C++ asleep: ${asleep:-?} MiB on the GPU by nvidia-smi (awake ${awake:-?} MiB)"
+echo "figures | first sleep $(f sleep_gbs 1) GB/s, second $(f sleep_gbs 2) GB/s; wake by launch $(f wake_gbs 1) GB/s, by API $(f wake_gbs 2) GB/s; pinned d2h $(f d2h_gbs) GB/s h2d $(f h2d_gbs) GB/s, pinning $(f pin_s) s"
+grep -q '^cycles' "$W/sw.out" && [ "$(f wrong 3)" = 0 ] && pass "200 sleep/wake cycles: nothing lost, host memory flat | $(grep -h '^cycles' "$W/sw.out")" \
+  || fail "200 sleep/wake cycles | $(grep -h '^cycles' "$W/sw.out")"
+
+# PyTorch in each allocator mode.
+for mode in cache_on cache_off expandable; do
+  env=""
+  [ $mode = cache_off ] && env="PYTORCH_NO_CUDA_MEMORY_CACHING=1"
+  [ $mode = expandable ] && env="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+  env $env LD_PRELOAD=$LIB timeout 300 python3 tests/gpu/sleep/sleep_torch.py $mode > "$W/t.$mode" 2>&1
+  rc=$?
+  row=$(grep -h '^row' "$W/t.$mode")
+  [ $rc = 0 ] && pass "PyTorch $mode: same results bit for bit after the wake, graph replayed | $row" \
+    || fail "PyTorch $mode | rc=$rc $row $(tail -2 "$W/t.$mode" | tr '\n' ' ')"
+done
+
+# From outside: an idle PyTorch process, `cudapool sleep --wait` and its next launch.
+cat > "$W/idle.py" <<'PY'
+import os, sys, torch
+x = torch.randn(8192, 8192 * 4, device="cuda")
+ref = x.sum().item()
+print("ready", os.getpid(), flush=True)
+sys.stdin.readline()
+print("same", int(x.sum().item() == ref), flush=True)
+PY
+coproc IDLE { LD_PRELOAD=$LIB timeout 120 python3 "$W/idle.py" 2>&1; }
+read -r _ ipid <&"${IDLE[0]}"
+before=$(smi_used $ipid)
+out=$("$CLI" sleep --wait "$ipid" 2>&1); crc=$?
+sleep 1; during=$(smi_used $ipid)
+echo go >&"${IDLE[1]}"
+read -r same <&"${IDLE[0]}"
+wait
+echo "cli: $out; nvidia-smi $before -> $during MiB; $same"
+[ $crc = 0 ] && [ "$same" = "same 1" ] && [ "${during:-99999}" -lt "${before:-0}" ] \
+  && pass "cudapool sleep --wait PID of an idle PyTorch process: $before -> $during MiB by nvidia-smi, woken by its next launch | $out" \
+  || fail "cudapool sleep --wait PID | rc=$crc $out; $before -> $during MiB; $same"
