@@ -54,6 +54,11 @@ struct Member {
 
 impl Member {
     fn start(args: &[&str], env: &[(&str, &str)]) -> Member {
+        Member::start_logged(args, env, None)
+    }
+
+    /// [`start`](Self::start), its stderr into `log` when given.
+    fn start_logged(args: &[&str], env: &[(&str, &str)], log: Option<&std::path::Path>) -> Member {
         let f = fixture();
         let mut cmd = Command::new(f.dir.join("client"));
         cmd.arg("dlsym").args(args).current_dir(&f.dir);
@@ -67,7 +72,10 @@ impl Member {
             .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+            .stderr(match log {
+                Some(p) => Stdio::from(std::fs::File::create(p).unwrap()),
+                None => Stdio::null(),
+            });
         let mut child = cmd.spawn().expect("client");
         let stdin = child.stdin.take();
         let out = BufReader::new(child.stdout.take().unwrap());
@@ -657,4 +665,70 @@ fn a_joiner_waits_while_the_lock_changes_hands_and_gives_up_when_it_does_not() {
         libc::F_UNLCK,
     );
     assert_eq!(join(&g).code, 0, "the lock let go");
+}
+
+/// Sleep and wake in a group: asleep bytes count in no limit (another member gets the room), a
+/// member killed with SIGKILL while asleep leaves nothing in the ledger, and a wake without room
+/// waits `CUDAPOOL_WAKE_TIMEOUT`, answers out of memory with the OOM line naming the wake,
+/// keeps the contents, and wakes once room comes back.
+#[test]
+fn asleep_bytes_count_in_no_group_limit_and_a_member_killed_asleep_leaves_nothing() {
+    let g = Group::new("sleepkill");
+    let mut env = in_group(&g, "128MiB");
+    env.push(("CUDAPOOL_SEGMENTS".into(), "expandable".into()));
+    let mut a = Member::start(&["sleep_hold", "60"], &env_of(&env));
+    assert_eq!(a.line("asleep")["state"], "2");
+    // Awake, A held 72 MiB (70 in the arena, a 2 MiB small segment): 7 blocks of 8 MiB would
+    // be left; asleep it holds 2 MiB.
+    let mut b = Member::start(&["take", &MB8.to_string()], &env_of(&env));
+    assert_eq!(b.num("took", "n"), 15, "A's asleep 70 MiB are B's to take");
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let mut c = Member::start(&["take", &MB8.to_string()], &env_of(&env));
+    assert_eq!(c.num("took", "n"), 1, "A's 2 MiB are back: 8 MiB free");
+    let group = c.line("group");
+    assert_eq!(group["members"], "2", "B and C: A is gone");
+    assert_eq!(group["reserved"], (128 * MIB).to_string());
+    assert_eq!(b.finish(), 0);
+    assert_eq!(c.finish(), 0);
+}
+
+#[test]
+fn a_wake_without_room_waits_answers_out_of_memory_and_loses_nothing() {
+    let g = Group::new("wakeroom");
+    let mut env = in_group(&g, "128MiB");
+    env.push(("CUDAPOOL_SEGMENTS".into(), "expandable".into()));
+    env.push(("CUDAPOOL_WAKE_TIMEOUT".into(), "1s".into()));
+    let log = fixture().dir.join(format!("{}.stderr", g.0));
+    let mut a = Member::start_logged(&["sleep_wait"], &env_of(&env), Some(&log));
+    assert_eq!(a.line("asleep")["state"], "2");
+    let mut b = Member::start(&["park", "12", &MB8.to_string()], &env_of(&env));
+    b.line("parked"); // 96 MiB: 30 MiB left, A needs 70
+    let t = std::time::Instant::now();
+    a.stdin.as_mut().unwrap().write_all(b"try\n").unwrap();
+    assert_eq!(
+        a.line("wake")["rc"],
+        "2",
+        "no room: CUDA_ERROR_OUT_OF_MEMORY"
+    );
+    assert!(
+        t.elapsed() >= std::time::Duration::from_secs(1),
+        "it waited"
+    );
+    let after = a.line("after_try");
+    assert_eq!(
+        (after["state"].as_str(), after["asleep"].as_str()),
+        ("2", "73400320"),
+        "still asleep, its contents kept"
+    );
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains("by waking the process from sleep") && said.contains("waking: waiting for"),
+        "{said}"
+    );
+    assert_eq!(b.finish(), 0);
+    a.stdin.as_mut().unwrap().write_all(b"check\n").unwrap();
+    assert_eq!(a.line("woken")["state"], "0");
+    assert!(a.lines.iter().any(|l| l == "intact=1\n"), "{:?}", a.lines);
+    assert_eq!(a.finish(), 0);
 }

@@ -15,6 +15,9 @@
 //                    for the capture's end, and the capture stays valid
 //   sleep_hold SECS  fills its blocks, sleeps, prints "asleep", then waits SECS seconds and
 //                    checks its data (woken by the copy); for tests that act from outside
+//   sleep_wait       fills its blocks, sleeps, prints "asleep"; at each line on stdin: first a
+//                    copy that wakes it (its answer printed: no room is an answer too), then
+//                    the check of every block
 //   sleep_idle       fills its blocks, prints "ready", waits for a line on stdin (meanwhile
 //                    `cudapool sleep|wake PID` acts from outside), then checks its data
 #define _GNU_SOURCE
@@ -293,6 +296,25 @@ static int sleep_hold(int argc, char **argv) {
   return 0;
 }
 
+static int sleep_wait(void) {
+  get_sleep_api();
+  fill_all();
+  printf("slept rc=%d\n", sleep_fn(-1));
+  print_sleep("asleep");
+  fflush(stdout);
+  char line[64];
+  if (!fgets(line, sizeof line, stdin)) return 5;
+  unsigned char one;
+  printf("wake rc=%d\n", cu.MemcpyDtoH(&one, blocks[0].p, 1));
+  print_sleep("after_try");
+  fflush(stdout);
+  if (!fgets(line, sizeof line, stdin)) return 5;
+  printf("intact=%d\n", all_intact());
+  print_sleep("woken");
+  free_all();
+  return 0;
+}
+
 static int sleep_idle(void) {
   fill_all();
   printf("ready\n");
@@ -307,6 +329,7 @@ static int sleep_idle(void) {
 
 int sleep_scenario(const char *name, int argc, char **argv) {
   if (!strcmp(name, "sleep_idle")) return sleep_idle();
+  if (!strcmp(name, "sleep_wait")) return sleep_wait();
   if (!strcmp(name, "sleep")) return sleep_then(argc > 0 ? argv[0] : "copy");
   if (!strcmp(name, "sleep_busy")) return sleep_busy();
   if (!strcmp(name, "sleep_threads")) return sleep_threads();
