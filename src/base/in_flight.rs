@@ -41,6 +41,14 @@ impl InFlight {
         Entered(s)
     }
 
+    /// How many calls entered so far (a figure that moves while calls are made).
+    pub fn entered(&self) -> u64 {
+        self.0
+            .iter()
+            .map(|s| s.entered.load(std::sync::atomic::Ordering::Relaxed))
+            .fold(0, u64::wrapping_add)
+    }
+
     /// Whether no call is in flight right now: every call that entered before this was asked
     /// has left.
     pub fn quiescent(&self) -> bool {

@@ -77,6 +77,11 @@ pub fn entered() -> Entered {
     IN_FLIGHT.enter()
 }
 
+/// How many work calls entered so far.
+pub fn work_calls() -> u64 {
+    IN_FLIGHT.entered()
+}
+
 /// Whether no work call is in flight right now. If so, every call that read the epoch before
 /// the last [`bump_epoch`] has passed its work on.
 pub fn quiescent() -> bool {

@@ -45,6 +45,21 @@ impl Shim {
         }
     }
 
+    /// `bytes` did not fit on `dev` even after borrowing: with `CUDAPOOL_SLEEP_IDLE`, asks the
+    /// members idle that long to sleep, longest idle first (`group::SLEEP_WAIT` each). Whether
+    /// the bytes fit now.
+    pub(crate) fn put_idle_to_sleep(&self, dev: CUdevice, bytes: u64) -> bool {
+        let Some(idle) = self.config.sleep.idle else {
+            return false;
+        };
+        let budget = self.budget(dev);
+        let own_room = budget.hard_limit().room(budget.reserved());
+        match budget.shared() {
+            Some(shared) if own_room >= bytes => shared.sleep_idle(bytes, idle),
+            _ => false,
+        }
+    }
+
     /// The group's figures on `dev`: `None` when the process is in no group.
     pub fn group_figures(&self, dev: CUdevice) -> Option<GroupFigures> {
         self.budget(dev);

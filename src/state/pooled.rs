@@ -114,6 +114,12 @@ impl Shim {
                 {
                     retried = Some(pool_alloc(&up));
                 }
+                // With CUDAPOOL_SLEEP_IDLE: the members idle longest, put to sleep.
+                if !matches!(retried, Some(Ok(_)))
+                    && self.put_idle_to_sleep(dev, size.next_multiple_of(2 << 20))
+                {
+                    retried = Some(pool_alloc(&up));
+                }
                 // Memory went back to the driver since we asked (another thread's reclaim or
                 // free): try again, while it keeps coming back (bounded).
                 for _ in 0..RELEASE_RETRIES {

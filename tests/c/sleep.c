@@ -183,7 +183,7 @@ static int sleep_then(const char *waker) {
   if (!strcmp(waker, "graph")) make_graph();
   print_sleep("before");
   int r = sleep_fn(-1);
-  printf("slept rc=%d\n", r);
+  printf("slept rc=%d again=%d\n", r, sleep_fn(-1)); // asleep already: nothing more to do
   print_sleep("asleep");
   wake_by(waker);
   print_sleep("woken");

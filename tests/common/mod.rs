@@ -3,6 +3,8 @@
 //! read. Each test binary uses its part of it.
 #![allow(dead_code)]
 
+pub mod members;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

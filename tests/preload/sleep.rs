@@ -19,6 +19,7 @@ fn every_kind_of_work_call_wakes_the_process_and_the_data_comes_back() {
             let r = ok(client(mode, &["sleep", waker], &[EXPANDABLE]));
             let what = format!("{waker} ({mode})");
             assert_eq!(r.get("slept", "rc"), "0", "{what}: {}", r.stderr);
+            assert_eq!(r.get("slept", "again"), "0", "{what}: a second sleep");
             let (before, asleep, woken) = (r.line("before"), r.line("asleep"), r.line("woken"));
             let n = |m: &std::collections::HashMap<String, String>, k: &str| -> u64 {
                 m[k].parse().unwrap()

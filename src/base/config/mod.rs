@@ -9,9 +9,9 @@
 //! [`names::unknown`]: the library says each once when it becomes active, `cudapool run`
 //! refuses before it starts the program.
 
-mod duration;
 pub mod names;
-pub use duration::{parse_duration, DURATION_FORMS};
+mod sleep;
+pub use sleep::{parse_duration, SleepSettings, DURATION_FORMS};
 
 use std::fmt;
 use std::path::PathBuf;
@@ -198,9 +198,8 @@ pub struct Config {
     /// Whether the group limit is this process's own on every decision (the mandatory mode: the
     /// job's share), whatever the group's ledger records.
     pub group_fixed: bool,
-    /// `CUDAPOOL_WAKE_TIMEOUT`: how long a call that wakes the process waits for room
-    /// (`None`: for ever).
-    pub wake_timeout: Option<std::time::Duration>,
+    /// `CUDAPOOL_WAKE_TIMEOUT`, `CUDAPOOL_SLEEP_IDLE`, `CUDAPOOL_MEMORY_REQUEST`.
+    pub sleep: SleepSettings,
 }
 
 /// The characters a group name may use (`CUDAPOOL_GROUP`), and its longest length.
@@ -324,7 +323,7 @@ impl Default for Config {
             runtime_dir: None,
             oom_snapshot: None,
             oom_snapshot_keep: OOM_SNAPSHOT_KEEP,
-            wake_timeout: Some(WAKE_TIMEOUT),
+            sleep: SleepSettings::default(),
             job: None,
             job_notes: Vec::new(),
             group_dir: None,
@@ -467,11 +466,7 @@ impl Config {
                 }
             };
         }
-        if let Some(v) = get("CUDAPOOL_WAKE_TIMEOUT") {
-            let d = parse_duration(&v)
-                .map_err(|why| bad("CUDAPOOL_WAKE_TIMEOUT", &v, &why, DURATION_FORMS))?;
-            c.wake_timeout = (!d.is_zero()).then_some(d);
-        }
+        c.sleep = SleepSettings::from_lookup(&get)?;
         if let Some(v) = get("CUDAPOOL_GROUP_LIMIT") {
             c.group_limit = parse_device_limits(&v)
                 .map_err(|why| bad("CUDAPOOL_GROUP_LIMIT", &v, &why, SIZE_FORMS))?;
@@ -518,9 +513,6 @@ impl Config {
         Ok(c)
     }
 }
-
-/// How long a wake waits for room by default (`CUDAPOOL_WAKE_TIMEOUT`).
-pub const WAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Snapshot files kept by default with `%n` (`CUDAPOOL_OOM_SNAPSHOT_KEEP`), and at most.
 pub const OOM_SNAPSHOT_KEEP: usize = 16;

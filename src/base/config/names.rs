@@ -20,6 +20,8 @@ pub const KNOWN: &[&str] = &[
     "CUDAPOOL_OOM_SNAPSHOT",
     "CUDAPOOL_OOM_SNAPSHOT_KEEP",
     "CUDAPOOL_WAKE_TIMEOUT",
+    "CUDAPOOL_SLEEP_IDLE",
+    "CUDAPOOL_MEMORY_REQUEST",
     // A debug setting (README): driver calls made to fail.
     "CUDAPOOL_FAULTS",
     // `cudapool run`: where the library is, when not beside the command.

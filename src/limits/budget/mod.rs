@@ -73,6 +73,12 @@ pub trait Shared: Send + Sync + std::fmt::Debug {
         let _ = bytes;
         false
     }
+    /// Asks the others who share it and have been idle for `idle` to sleep until `bytes` fit,
+    /// longest idle first; whether they fit now. None to ask by default.
+    fn sleep_idle(&self, bytes: u64, idle: std::time::Duration) -> bool {
+        let _ = (bytes, idle);
+        false
+    }
 }
 
 /// The values of each thread's [`Line`]: bytes held (`allocated`'s share) and asked for

@@ -37,7 +37,7 @@ pub const DEVICES: usize = 32;
 /// Members a group holds at once.
 pub const MEMBERS: usize = 1024;
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"CPGROUP\0");
-const VERSION: u32 = 5;
+const VERSION: u32 = 6;
 /// More bytes than any GPU has: a figure above it is impossible (64 PiB).
 pub const SANE: u64 = 1 << 56;
 /// The longest wait at a ledger's door while nobody passes it (a crowd that keeps passing
@@ -79,6 +79,11 @@ pub(super) struct MemberSlot {
     pub served: AtomicU32,
     /// Bytes asked of it on each device slot.
     pub want: [AtomicU64; DEVICES],
+    /// When it last did device work or allocated, as its lending thread saw (ns since the
+    /// epoch, refreshed at least once a second; 0: not yet known).
+    pub active_ns: AtomicU64,
+    /// With a request: put yourself to sleep if idle this long (ms; 0: only lend cache).
+    pub sleep_idle_ms: AtomicU64,
 }
 
 /// The ledger file. Invariant (under the mutex, after a repair): each device slot's `total` is

@@ -1,6 +1,7 @@
 //! Lending between a group's members: a member short of room asks the others to give back idle
-//! cache ([`Group::borrow`]), and each member's thread answers ([`Group::serve`]), woken through a
-//! futex word in its ledger slot.
+//! cache ([`Group::borrow`]), or asks the members idle longest to sleep ([`Group::sleep_idle`]),
+//! and each member's thread answers ([`Group::serve`]), woken through a futex word in its ledger
+//! slot. The same thread publishes when its process was last active, at least once a second.
 
 use super::{Group, Locked, DEVICES, MEMBERS};
 use crate::base::config::LogLevel::{Debug, Warn};
@@ -56,9 +57,70 @@ impl Group {
         }
     }
 
-    /// Starts the thread that answers the other members' requests: `lend(uuid, bytes)` gives
-    /// back up to `bytes` of idle cache on that GPU and returns what it gave.
-    pub fn serve(self: &Arc<Self>, lend: Lender) {
+    /// Asks the members that have been idle for `idle`, longest idle first, one at a time, to
+    /// put themselves to sleep on device `slot` until `bytes` fit (each may refuse: busy, or at
+    /// its request), waiting for each at most `wait`. Whether they fit now.
+    pub fn sleep_idle(&self, slot: usize, bytes: u64, idle: Duration, wait: Duration) -> bool {
+        let fits = |l: &Locked| {
+            let limit = self.limit_of(l, slot);
+            limit.admits(l.devices[slot].total.saturating_add(bytes))
+        };
+        let since = super::now_ns().saturating_sub(idle.as_nanos() as u64);
+        let mut idle_ones: Vec<(u64, usize)> = {
+            let Ok(mut l) = self.lock() else { return false };
+            self.reap(&mut l);
+            if fits(&l) {
+                return true;
+            }
+            (0..MEMBERS)
+                .filter(|&i| i != self.me && l.members[i].live != 0)
+                .filter(|&i| l.members[i].reserved[slot] > 0)
+                .map(|i| (l.members[i].active_ns.load(Ordering::Acquire), i))
+                .filter(|&(at, _)| at != 0 && at <= since)
+                .collect()
+        };
+        idle_ones.sort_unstable();
+        for (_, i) in idle_ones {
+            let seq = {
+                let Ok(mut l) = self.lock() else { return false };
+                self.reap(&mut l);
+                if fits(&l) {
+                    return true;
+                }
+                let m = &l.members[i];
+                if m.live == 0 {
+                    continue;
+                }
+                m.want[slot].fetch_max(bytes, Ordering::AcqRel);
+                m.sleep_idle_ms
+                    .store((idle.as_millis() as u64).max(1), Ordering::Release);
+                let seq = m.request.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+                futex_wake(&m.request);
+                seq
+            };
+            let deadline = Instant::now() + wait;
+            loop {
+                std::thread::sleep(Duration::from_millis(2));
+                let Ok(mut l) = self.lock() else { return false };
+                self.reap(&mut l);
+                if fits(&l) {
+                    return true;
+                }
+                let m = &l.members[i];
+                if m.live == 0
+                    || m.served.load(Ordering::Acquire).wrapping_sub(seq) < u32::MAX / 2
+                    || Instant::now() > deadline
+                {
+                    break;
+                }
+            }
+        }
+        self.lock().is_ok_and(|l| fits(&l))
+    }
+
+    /// Starts the thread that answers the other members' requests through `lend` (see
+    /// [`Lender`]) and publishes when this process was last active.
+    pub fn serve(self: &Arc<Self>, lend: Box<dyn Lender>) {
         let group = self.clone();
         let run = move || {
             // SAFETY: the mapping lives as long as `group`, which this thread holds.
@@ -67,6 +129,7 @@ impl Group {
             // thread first ran (a busy machine can start it late): from the last one served.
             let mut seen = me.served.load(Ordering::Acquire);
             loop {
+                me.active_ns.store(lend.last_active_ns(), Ordering::Release);
                 futex_wait(&me.request, seen, Duration::from_secs(1));
                 if crate::base::flags::exiting() {
                     return;
@@ -81,6 +144,7 @@ impl Group {
                     continue;
                 }
                 seen = now;
+                let sleep_idle = me.sleep_idle_ms.swap(0, Ordering::AcqRel);
                 for d in 0..DEVICES {
                     let want = me.want[d].swap(0, Ordering::AcqRel);
                     if want == 0 {
@@ -90,7 +154,10 @@ impl Group {
                         Ok(l) => l.devices[d].uuid,
                         Err(_) => continue,
                     };
-                    let gave = lend(&uuid, want);
+                    let mut gave = lend.lend(&uuid, want);
+                    if gave < want && sleep_idle > 0 {
+                        gave += lend.sleep_if_idle(&uuid, Duration::from_millis(sleep_idle));
+                    }
                     log_at!(
                         Debug,
                         "group {}: lent {gave} of {want} bytes asked",
@@ -140,6 +207,25 @@ fn futex_wait(word: &AtomicU32, seen: u32, timeout: Duration) {
     }
 }
 
-/// What lends a member's idle cache: `(uuid, bytes)` gives back up to `bytes` on that GPU and
-/// returns what it gave.
-pub type Lender = Box<dyn Fn(&[u8; 16], u64) -> u64 + Send>;
+/// What a member's thread asks of its process (the state installs it).
+pub trait Lender: Send {
+    /// Gives back up to `bytes` of idle cache on GPU `uuid`; returns what it gave.
+    fn lend(&self, uuid: &[u8; 16], bytes: u64) -> u64;
+    /// Puts the process to sleep on GPU `uuid` if it has been idle for `idle` and holds more
+    /// than its request there; returns the bytes it gave back.
+    fn sleep_if_idle(&self, uuid: &[u8; 16], idle: Duration) -> u64 {
+        let _ = (uuid, idle);
+        0
+    }
+    /// When the process last did device work or allocated (ns since the epoch; 0: unknown).
+    fn last_active_ns(&self) -> u64 {
+        0
+    }
+}
+
+/// A plain function lends: nothing sleeps, idleness unknown.
+impl<F: Fn(&[u8; 16], u64) -> u64 + Send> Lender for F {
+    fn lend(&self, uuid: &[u8; 16], bytes: u64) -> u64 {
+        self(uuid, bytes)
+    }
+}

@@ -56,6 +56,9 @@ use ledger::{DeviceSlot, Ledger, Mapping, Opened};
 
 /// How long a member short of room waits for the others to lend their idle cache.
 pub const LEND_WAIT: Duration = Duration::from_millis(200);
+/// How long a member short of room waits for one idle member to fall asleep (its device work
+/// drains, its memory is copied to the host: about a second for 20 GiB).
+pub const SLEEP_WAIT: Duration = Duration::from_secs(60);
 /// One wait for the ledger's mutex; after it, the member looks at who could be holding it.
 pub const LOCK_WAIT: Duration = Duration::from_secs(1);
 /// The longest a member waits for the mutex while other members live and nobody passes it
@@ -649,6 +652,10 @@ impl Shared for GroupDevice {
 
     fn borrow(&self, bytes: u64) -> bool {
         self.group.borrow(self.slot, bytes, LEND_WAIT)
+    }
+
+    fn sleep_idle(&self, bytes: u64, idle: Duration) -> bool {
+        self.group.sleep_idle(self.slot, bytes, idle, SLEEP_WAIT)
     }
 }
 

@@ -30,7 +30,7 @@ fn a_request_made_before_the_lending_thread_runs_is_served() {
         std::thread::sleep(Duration::from_millis(1));
     }
     let lender = da.clone();
-    a.serve(Box::new(move |_, bytes| {
+    a.serve(Box::new(move |_: &[u8; 16], bytes: u64| {
         lender.release(bytes);
         bytes
     }));

@@ -37,6 +37,7 @@ use crate::pool::{Mapped, Upstream, VirtualMemory};
 use std::collections::BTreeMap;
 
 mod copy;
+mod idle;
 mod table;
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
@@ -131,6 +132,10 @@ impl Shim {
         let started = Instant::now();
         let turn = loop {
             let turn = lock(&self.sleep.turn);
+            if state() == State::Asleep {
+                // Already: nothing was mapped since (every allocation and work call wakes).
+                return Ok(Moved::default());
+            }
             set(State::FallingAsleep);
             // Every call that entered before the state changed passes its work on.
             while !quiescent() && Instant::now() < deadline {
@@ -225,10 +230,13 @@ impl Shim {
         short: &mut bool,
     ) -> Result<(), String> {
         let vm = up.virtual_memory().ok_or("no virtual memory")?;
+        let asleep = lock(&self.sleep.saved);
         let going: Vec<&Mapped> = all
             .iter()
+            .filter(|m| !asleep.contains_key(&m.at))
             .filter(|m| !super::ipc_mapped::exported(m.at, m.bytes))
             .collect();
+        drop(asleep);
         let live: u64 = going.iter().flat_map(|m| &m.live).map(|&(_, n)| n).sum();
         let mut hosts = Vec::with_capacity(going.len());
         for m in &going {
@@ -284,7 +292,7 @@ impl Shim {
             return Ok(Moved::default());
         }
         set(State::Waking);
-        let r = self.wake_saved(self.config.wake_timeout);
+        let r = self.wake_saved(self.config.sleep.wake_timeout);
         set(if r.is_ok() {
             State::Awake
         } else {
@@ -430,8 +438,8 @@ impl Shim {
                     fmt_bytes(need)
                 );
             }
-            // Another member's idle cache, lent; else wait for room.
-            if !self.borrow(dev, need) {
+            // Another member's idle cache, lent, or idle members put to sleep; else wait.
+            if !self.borrow(dev, need) && !self.put_idle_to_sleep(dev, need) {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }

@@ -131,6 +131,9 @@ pub struct Sleep {
     pub(super) count: AtomicUsize,
     /// Bytes a wake is waiting for room for (0: none).
     pub(super) waiting_for: AtomicU64,
+    /// The count of work calls and allocations last seen, and when it was seen to move (ns
+    /// since the epoch; 0: never looked).
+    pub(super) activity: Mutex<(u64, u64)>,
     /// The copies' pinned slots, kept once made (`copy`).
     pub(super) staging: Mutex<Vec<super::copy::Slots>>,
 }

@@ -1,0 +1,70 @@
+//! The group's side of sleep (`CUDAPOOL_SLEEP_IDLE`, `CUDAPOOL_MEMORY_REQUEST`): when this
+//! process was last active, as its group's thread publishes it, and a sleep another member
+//! asked for, which happens only if the process is idle and above its request.
+
+use super::{Shim, ALLOCS, DRAIN_TIMEOUT};
+use crate::base::config::LogLevel::Info;
+use crate::base::log::fmt_bytes;
+use crate::base::sync::lock;
+use crate::log_at;
+use crate::pool::queues;
+use std::time::Duration;
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl Shim {
+    /// When the process last issued device work or allocated (ns since the epoch), as seen
+    /// by the calls of this function: the count of such calls moved since the last one, or not.
+    /// Called at least once a second by the group's thread.
+    pub fn last_active_ns(&self) -> u64 {
+        let calls = queues::work_calls().wrapping_add(ALLOCS.entered());
+        let mut seen = lock(&self.sleep.activity);
+        if seen.1 == 0 || seen.0 != calls {
+            *seen = (calls, now_ns());
+        }
+        seen.1
+    }
+
+    /// Another member asked: sleeps on the GPU `uuid` if the process has done no device work
+    /// for `idle` and holds more there than its `CUDAPOOL_MEMORY_REQUEST`. The device bytes it
+    /// gave back.
+    pub(crate) fn sleep_if_idle(&self, uuid: &[u8; 16], idle: Duration) -> u64 {
+        let Some(dev) = self
+            .budgets
+            .seen()
+            .into_iter()
+            .find(|&d| self.budgets.uuid(d, self.driver).as_ref() == Some(uuid))
+        else {
+            return 0;
+        };
+        if now_ns().saturating_sub(self.last_active_ns()) < idle.as_nanos() as u64 {
+            return 0;
+        }
+        let held = self.budget(dev).reserved();
+        let total = self.driver.device_total_mem(dev).unwrap_or(u64::MAX);
+        let request = self
+            .config
+            .sleep
+            .request
+            .for_device(dev as u32)
+            .map_or(0, |l| l.resolve(total));
+        if held <= request {
+            return 0;
+        }
+        match self.sleep(dev, DRAIN_TIMEOUT) {
+            Ok(m) => {
+                log_at!(
+                    Info,
+                    "put to sleep for another member of the group (idle for {idle:?}): {} given back",
+                    fmt_bytes(m.device_bytes)
+                );
+                m.device_bytes
+            }
+            Err(_) => 0,
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Sleep and wake in a group (`CUDAPOOL_SLEEP_IDLE`, `CUDAPOOL_MEMORY_REQUEST`,
+//! `CUDAPOOL_WAKE_TIMEOUT`): real processes, each the C test client under `LD_PRELOAD` against
+//! the fake driver, sharing one ledger in /dev/shm.
+
+mod common;
+use common::members::*;
+use common::*;
+use std::io::Write;
+
+/// Sleep and wake in a group: asleep bytes count in no limit (another member gets the room), a
+/// member killed with SIGKILL while asleep leaves nothing in the ledger, and a wake without room
+/// waits `CUDAPOOL_WAKE_TIMEOUT`, answers out of memory with the OOM line naming the wake,
+/// keeps the contents, and wakes once room comes back.
+#[test]
+fn asleep_bytes_count_in_no_group_limit_and_a_member_killed_asleep_leaves_nothing() {
+    let g = Group::new("sleepkill");
+    let mut env = in_group(&g, "128MiB");
+    env.push(("CUDAPOOL_SEGMENTS".into(), "expandable".into()));
+    let mut a = Member::start(&["sleep_hold", "60"], &env_of(&env));
+    assert_eq!(a.line("asleep")["state"], "2");
+    // Awake, A held 72 MiB (70 in the arena, a 2 MiB small segment): 7 blocks of 8 MiB would
+    // be left; asleep it holds 2 MiB.
+    let mut b = Member::start(&["take", &MB8.to_string()], &env_of(&env));
+    assert_eq!(b.num("took", "n"), 15, "A's asleep 70 MiB are B's to take");
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let mut c = Member::start(&["take", &MB8.to_string()], &env_of(&env));
+    assert_eq!(c.num("took", "n"), 1, "A's 2 MiB are back: 8 MiB free");
+    let group = c.line("group");
+    assert_eq!(group["members"], "2", "B and C: A is gone");
+    assert_eq!(group["reserved"], (128 * MIB).to_string());
+    assert_eq!(b.finish(), 0);
+    assert_eq!(c.finish(), 0);
+}
+
+#[test]
+fn a_wake_without_room_waits_answers_out_of_memory_and_loses_nothing() {
+    let g = Group::new("wakeroom");
+    let mut env = in_group(&g, "128MiB");
+    env.push(("CUDAPOOL_SEGMENTS".into(), "expandable".into()));
+    env.push(("CUDAPOOL_WAKE_TIMEOUT".into(), "1s".into()));
+    let log = fixture().dir.join(format!("{}.stderr", g.0));
+    let mut a = Member::start_logged(&["sleep_wait"], &env_of(&env), Some(&log));
+    assert_eq!(a.line("asleep")["state"], "2");
+    let mut b = Member::start(&["park", "12", &MB8.to_string()], &env_of(&env));
+    b.line("parked"); // 96 MiB: 30 MiB left, A needs 70
+    let t = std::time::Instant::now();
+    a.stdin.as_mut().unwrap().write_all(b"try\n").unwrap();
+    assert_eq!(
+        a.line("wake")["rc"],
+        "2",
+        "no room: CUDA_ERROR_OUT_OF_MEMORY"
+    );
+    assert!(
+        t.elapsed() >= std::time::Duration::from_secs(1),
+        "it waited"
+    );
+    let after = a.line("after_try");
+    assert_eq!(
+        (after["state"].as_str(), after["asleep"].as_str()),
+        ("2", "73400320"),
+        "still asleep, its contents kept"
+    );
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains("by waking the process from sleep") && said.contains("waking: waiting for"),
+        "{said}"
+    );
+    assert_eq!(b.finish(), 0);
+    a.stdin.as_mut().unwrap().write_all(b"check\n").unwrap();
+    assert_eq!(a.line("woken")["state"], "0");
+    assert!(a.lines.iter().any(|l| l == "intact=1\n"), "{:?}", a.lines);
+    assert_eq!(a.finish(), 0);
+}
+
+/// `CUDAPOOL_SLEEP_IDLE` (issue 59, part 4): before a member's allocation is refused, a member
+/// idle that long is put to sleep (without the variable, nobody is); it wakes when it works
+/// again, waiting for room until the other lets go, and finds its data.
+#[test]
+fn an_idle_member_is_put_to_sleep_before_another_is_refused_and_wakes_when_it_works() {
+    let g = Group::new("idle");
+    let mut env = in_group(&g, "128MiB");
+    env.push(("CUDAPOOL_SEGMENTS".into(), "expandable".into()));
+    env.push(("CUDAPOOL_WAKE_TIMEOUT".into(), "0".into()));
+    let mut a = Member::start(&["sleep_idle"], &env_of(&env));
+    a.line("ready"); // 72 MiB held, then idle
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let mut b = Member::start(&["take", &MB8.to_string()], &env_of(&env));
+    assert_eq!(
+        b.num("took", "n"),
+        7,
+        "without CUDAPOOL_SLEEP_IDLE nobody sleeps"
+    );
+    assert_eq!(b.finish(), 0);
+    let mut eager = env.clone();
+    eager.push(("CUDAPOOL_SLEEP_IDLE".into(), "1s".into()));
+    let mut b = Member::start(&["take", &MB8.to_string()], &env_of(&eager));
+    assert_eq!(
+        b.num("took", "n"),
+        15,
+        "A, idle for 2.5 s, slept before B was refused"
+    );
+    // A works again: its first copy waits for room until B lets go.
+    a.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    assert_eq!(a.line("before_check")["state"], "2");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !stat().contains("waking: waiting for 70.00 MiB") {
+        assert!(std::time::Instant::now() < deadline, "{}", stat());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(b.finish(), 0);
+    a.line("intact=1"); // every block came back
+    assert_eq!(a.finish(), 0);
+}
+
+#[test]
+fn a_member_at_or_under_its_request_is_never_put_to_sleep_for_another() {
+    let g = Group::new("request");
+    let mut env = in_group(&g, "128MiB");
+    env.push(("CUDAPOOL_SEGMENTS".into(), "expandable".into()));
+    let mut aenv = env.clone();
+    aenv.push(("CUDAPOOL_MEMORY_REQUEST".into(), "100MiB".into()));
+    let mut a = Member::start(&["sleep_idle"], &env_of(&aenv));
+    a.line("ready");
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    env.push(("CUDAPOOL_SLEEP_IDLE".into(), "1s".into()));
+    let mut b = Member::start(&["take", &MB8.to_string()], &env_of(&env));
+    assert_eq!(
+        b.num("took", "n"),
+        7,
+        "A holds 72 MiB of its 100 MiB request"
+    );
+    assert_eq!(b.finish(), 0);
+    a.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    assert_eq!(a.line("before_check")["state"], "0", "A never slept");
+    assert_eq!(a.finish(), 0);
+}
