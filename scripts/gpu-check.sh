@@ -378,6 +378,15 @@ cat "$W/group.out"
 check "grep -q 'group check ok' '$W/group.out'" "two processes in one group: nvidia-smi within the group limit, a killed member's share back" \
   "$(grep -A2 '^| group limit' "$W/group.out" | tail -1)"
 
+echo "=== sleep and wake: 20 GiB to the host and back, PyTorch in each mode, cudapool sleep PID (tests/gpu/sleep/sleep_check.sh)"
+timeout 600 bash tests/gpu/sleep/sleep_check.sh "$LIB" "$W/sleep" 20 > "$W/sleep.out" 2>&1
+cat "$W/sleep.out"
+cp "$W/sleep.out" "$OUT/sleep-check.txt"
+while read -r verdict rest; do
+  result "$verdict" "sleep: ${rest%% | *}" "$(echo "$rest" | sed -n 's/^[^|]*| //p')"
+done < <(grep -E '^(PASS|FAIL) ' "$W/sleep.out")
+grep -q '^PASS' "$W/sleep.out" || result FAIL "sleep check ran" "$(tail -3 "$W/sleep.out")"
+
 echo "=== NVIDIA's CUDA samples, with and without cudapool (tests/gpu/samples.sh, run beside the rest)"
 if [ -n "${SKIP_SAMPLES:-}" ]; then
   echo "skipped (SKIP_SAMPLES is set; run tests/gpu/samples.sh on its own)"

@@ -104,7 +104,7 @@ fn an_idle_member_is_put_to_sleep_before_another_is_refused_and_wakes_when_it_wo
     a.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
     assert_eq!(a.line("before_check")["state"], "2");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !stat().contains("waking: waiting for 70.00 MiB") {
+    while !stat().contains("waking: waiting for 70.00 MiB of room (70.00 MiB on the host)") {
         assert!(std::time::Instant::now() < deadline, "{}", stat());
         std::thread::sleep(std::time::Duration::from_millis(50));
     }

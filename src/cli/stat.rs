@@ -62,15 +62,17 @@ fn render(s: &Snapshot, wide: bool) -> String {
             0 => String::new(),
             o => format!("  overhead {}", fmt_bytes(o)),
         };
-        let state = cudapool::state::sleep::State::from_u8(d.sleep_state as u8);
-        let overhead = match (state, d.asleep, d.waking_for) {
-            (cudapool::state::sleep::State::Awake, 0, _) => overhead,
-            (_, asleep, 0) => format!("{overhead}  {}, {} asleep", state.name(), fmt_bytes(asleep)),
-            (_, asleep, w) => format!(
-                "{overhead}  waking: waiting for {}, {} asleep",
+        use cudapool::state::sleep::State;
+        let asleep = match (State::from_u8(d.sleep_state as u8), d.asleep, d.waking_for) {
+            (State::Awake, 0, _) => String::new(),
+            (State::Waking, on_host, w) if w > 0 => format!(
+                "    waking: waiting for {} of room ({} on the host)\n",
                 fmt_bytes(w),
-                fmt_bytes(asleep)
+                fmt_bytes(on_host)
             ),
+            (state, on_host, _) => {
+                format!("    {}: {} on the host\n", state.name(), fmt_bytes(on_host))
+            }
         };
         out.push_str(&format!(
             "  device {dev}{gpu}: limit {limit}  cached {}{overhead}\n",
@@ -95,6 +97,7 @@ fn render(s: &Snapshot, wide: bool) -> String {
             "    {hits:.1}% from the cache  {} driver allocs  {} OOMs\n",
             d.driver_allocs, d.ooms,
         ));
+        out.push_str(&asleep);
     }
     out
 }

@@ -173,7 +173,7 @@ fn the_cli_puts_a_process_to_sleep_and_wakes_it() {
     );
     let r = cudapool(&["stat", &pid]);
     assert!(
-        r.stdout.contains("asleep, 70.00 MiB asleep"),
+        r.stdout.contains("    asleep: 70.00 MiB on the host"),
         "{}",
         r.stdout
     );
@@ -189,7 +189,7 @@ fn the_cli_puts_a_process_to_sleep_and_wakes_it() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(r.stdout.trim(), format!("{pid}: asked to sleep"));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !cudapool(&["stat", &pid]).stdout.contains("asleep, ") {
+    while !cudapool(&["stat", &pid]).stdout.contains("asleep: ") {
         assert!(std::time::Instant::now() < deadline, "never asleep");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }

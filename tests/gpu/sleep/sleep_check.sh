@@ -62,6 +62,7 @@ read -r _ ipid <&"${IDLE[0]}"
 before=$(smi_used $ipid)
 out=$("$CLI" sleep --wait "$ipid" 2>&1); crc=$?
 sleep 1; during=$(smi_used $ipid)
+"$CLI" stat "$ipid"
 echo go >&"${IDLE[1]}"
 read -r same <&"${IDLE[0]}"
 wait
