@@ -58,14 +58,14 @@ typedef struct cudapool_stats {
                                     primary one (appended after the requested bytes) */
   uint64_t asleep_bytes;         /* device memory put to sleep, its contents on the host;
                                     counted in no limit and not in reserved_bytes */
-  uint64_t sleep_state;          /* CUDAPOOL_AWAKE, _FALLING_ASLEEP, _ASLEEP or _WAKING (the
+  uint64_t sleep_state;          /* CUDAPOOL_STATE_AWAKE, _FALLING_ASLEEP, _ASLEEP or _WAKING (the
                                     process's, the same for every device) */
 } cudapool_stats;
 
-#define CUDAPOOL_AWAKE 0
-#define CUDAPOOL_FALLING_ASLEEP 1
-#define CUDAPOOL_ASLEEP 2
-#define CUDAPOOL_WAKING 3
+#define CUDAPOOL_STATE_AWAKE 0
+#define CUDAPOOL_STATE_FALLING_ASLEEP 1
+#define CUDAPOOL_STATE_ASLEEP 2
+#define CUDAPOOL_STATE_WAKING 3
 
 /* Fills *out for `device` (-1: summed over the devices used; limits then read 0).
  * Returns 0, or 1 for a NULL out / struct_size too small / bad device, or 3 (not active). */

@@ -42,7 +42,7 @@ pub struct CudapoolStats {
     /// (appended after the requested bytes).
     pub overhead_bytes: u64,
     /// Device memory asleep, on the host (appended after the overhead), and the process's
-    /// sleep state (`CUDAPOOL_AWAKE` ... `CUDAPOOL_WAKING`).
+    /// sleep state (`CUDAPOOL_STATE_AWAKE` ... `CUDAPOOL_STATE_WAKING`).
     pub asleep_bytes: u64,
     pub sleep_state: u64,
 }

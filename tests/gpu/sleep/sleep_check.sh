@@ -70,3 +70,27 @@ echo "cli: $out; nvidia-smi $before -> $during MiB; $same"
 [ $crc = 0 ] && [ "$same" = "same 1" ] && [ "${during:-99999}" -lt "${before:-0}" ] \
   && pass "cudapool sleep --wait PID of an idle PyTorch process: $before -> $during MiB by nvidia-smi, woken by its next launch | $out" \
   || fail "cudapool sleep --wait PID | rc=$crc $out; $before -> $during MiB; $same"
+
+# A Hugging Face job put to sleep every 10 steps for 200 steps: the same loss, bit for bit.
+plain=$(LD_PRELOAD=$LIB timeout 300 python3 tests/gpu/sleep/sleep_train.py train 200 0 2>&1 | grep '^train')
+slept=$(LD_PRELOAD=$LIB timeout 300 python3 tests/gpu/sleep/sleep_train.py train 200 10 2>&1 | grep '^train')
+echo "$plain"; echo "$slept"
+lp=$(echo "$plain" | sed -n 's/.*loss=\([^ ]*\).*/\1/p'); ls=$(echo "$slept" | sed -n 's/.*loss=\([^ ]*\).*/\1/p')
+[ -n "$lp" ] && [ "$lp" = "$ls" ] && echo "$slept" | grep -q 'sleeps=20' \
+  && pass "HF GPT-2 (4 layers) trained 200 steps, asleep every 10: the same loss bit for bit | $plain; $slept" \
+  || fail "HF training asleep every 10 steps | $plain; $slept"
+for fw in cupy jax; do
+  out=$(env XLA_PYTHON_CLIENT_PREALLOCATE=false LD_PRELOAD=$LIB timeout 300 python3 tests/gpu/sleep/sleep_train.py $fw 2>&1)
+  row=$(echo "$out" | grep "^$fw ")
+  echo "$row" | grep -q 'same=1' && echo "$row" | grep -q 'awake=1' && ! echo "$row" | grep -q 'asleep_mib=0 ' \
+    && pass "$fw: an array survives a sleep, woken by its next launch | $row" \
+    || fail "$fw sleep | $row $(echo "$out" | tail -2 | tr '\n' ' ')"
+done
+
+# A shared GPU: the idle member sleeps before the other is refused.
+timeout 900 python3 tests/gpu/sleep/sleep_group.py "$LIB" "$W/group" > "$W/group.out" 2>&1
+cat "$W/group.out"
+grep -q '^sleep group ok' "$W/group.out" \
+  && pass "two PyTorch members under 1.5x what one needs: with CUDAPOOL_SLEEP_IDLE the idle one sleeps, the other allocates with no OOM, the idle one wakes intact | $(grep -h '^row' "$W/group.out" | tr '\n' ' ')" \
+  || fail "shared GPU with CUDAPOOL_SLEEP_IDLE | $(tail -3 "$W/group.out" | tr '\n' ' ')"
+
