@@ -97,6 +97,16 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "how long a call that wakes a sleeping process waits for room in its limits (500ms, 30s, 5m; default 60s; 0 waits for ever); then CUDA_ERROR_OUT_OF_MEMORY, the contents staying on the host",
     ),
     (
+        "CUDAPOOL_SLEEP_IDLE",
+        "DURATION",
+        "in a group: before this member's allocation is refused, members idle this long (and above their request) are put to sleep, longest idle first; unset: nobody is but by cudapool sleep or the API",
+    ),
+    (
+        "CUDAPOOL_MEMORY_REQUEST",
+        "SIZE",
+        "in a group: this member's floor; at or under it, it is never put to sleep for another member",
+    ),
+    (
         "CUDAPOOL_FAULTS",
         "CALL=N,...",
         "debugging: make the named driver calls fail",
