@@ -23,7 +23,7 @@ pub(crate) const RELEASE_RETRIES: usize = 4;
 impl Shim {
     /// `cuMemAlloc`: a pooled block of `size` (> 0) bytes in the current context.
     pub fn mem_alloc(&self, size: u64) -> Result<DevPtr, CUresult> {
-        let _awake = super::sleep::enter_alloc()?;
+        super::sleep::wake_for_alloc()?;
         self.with_current_pool(|ctx, cp, mine| self.alloc_in(ctx, cp, mine, size, None))?
     }
 
@@ -43,7 +43,7 @@ impl Shim {
             return self.graph_node_made(size, driver_alloc);
         }
         let on = Some(clock::key(stream));
-        let _awake = super::sleep::enter_alloc()?;
+        super::sleep::wake_for_alloc()?;
         self.in_stream_context(stream, || {
             self.with_current_pool(|ctx, cp, mine| self.alloc_in(ctx, cp, mine, size, on))?
         })

@@ -2,7 +2,7 @@
 //! process was last active, as its group's thread publishes it, and a sleep another member
 //! asked for, which happens only if the process is idle and above its request.
 
-use super::{Shim, ALLOCS, DRAIN_TIMEOUT};
+use super::{Shim, DRAIN_TIMEOUT};
 use crate::base::config::LogLevel::Info;
 use crate::base::log::fmt_bytes;
 use crate::base::sync::lock;
@@ -21,7 +21,13 @@ impl Shim {
     /// by the calls of this function: the count of such calls moved since the last one, or not.
     /// Called at least once a second by the group's thread.
     pub fn last_active_ns(&self) -> u64 {
-        let calls = queues::work_calls().wrapping_add(ALLOCS.entered());
+        let allocs = self
+            .budgets
+            .seen()
+            .into_iter()
+            .map(|d| self.budget(d).stats(0).alloc_calls)
+            .fold(0, u64::wrapping_add);
+        let calls = queues::work_calls().wrapping_add(allocs);
         let mut seen = lock(&self.sleep.activity);
         if seen.1 == 0 || seen.0 != calls {
             *seen = (calls, now_ns());

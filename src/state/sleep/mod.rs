@@ -11,9 +11,8 @@
 //!
 //! The states, one for the process: awake, falling asleep, asleep, waking ([`State`]). Every
 //! work call (launch, copy, memset, event record, stream wait, graph launch) enters through
-//! [`enter_work`], and every pooled allocation through [`enter_alloc`]: while awake that is
-//! an in-flight count (the queue tracker's for work calls, which they took before) and one
-//! load. A sleep sets *falling asleep*, waits until no such call is
+//! [`enter_work`] (the queue tracker's in-flight count, which it took before, and one load), and
+//! every pooled allocation through [`wake_for_alloc`] (one load). A sleep sets *falling asleep*, waits until no such call is
 //! in flight (each one that began before passed its work to the driver; each one after waits),
 //! waits for the device, and copies and unmaps under the pool's lock. A call that finds the
 //! process asleep wakes it first, under the same turn, and proceeds unchanged. Frees need no
@@ -28,7 +27,7 @@
 use super::Shim;
 use crate::base::config::LogLevel::{Info, Warn};
 use crate::base::cu::*;
-use crate::base::in_flight::{Entered, InFlight};
+use crate::base::in_flight::Entered;
 use crate::base::log::fmt_bytes;
 use crate::base::sync::lock;
 use crate::log_at;
@@ -44,11 +43,6 @@ use std::time::{Duration, Instant};
 use table::{set, HostCopy, Saved, STATE};
 pub use table::{state, Moved, Sleep, State};
 
-/// Pooled allocations in flight (work calls are the queue tracker's, `queues::entered`):
-/// apart, so that an allocation's own count never keeps the tracker from seeing a quiescent
-/// moment.
-static ALLOCS: InFlight = InFlight::new();
-
 /// Enters a work call: awake, the call counts as in flight until the returned guard drops (a
 /// sleep waits for it); asleep, the process is woken first. `Err`: the wake found no room in
 /// time (`CUDA_ERROR_OUT_OF_MEMORY`, said in the OOM line); the call must not reach the driver.
@@ -57,15 +51,30 @@ pub fn enter_work() -> Result<Entered, CUresult> {
     enter(queues::entered)
 }
 
-/// Enters a pooled allocation, as [`enter_work`] a work call.
+/// Before a pooled allocation: one load while awake; asleep, the process is woken first (`Err`
+/// as for [`enter_work`]). An allocation is not counted in flight: one that passed this load as
+/// a sleep began only takes a block or maps new memory, under the pool's lock before or after
+/// the sleep's, and the work that uses the block wakes the process first.
 #[inline]
-pub fn enter_alloc() -> Result<Entered, CUresult> {
-    enter(|| ALLOCS.enter())
+pub fn wake_for_alloc() -> Result<(), CUresult> {
+    if STATE.load(Relaxed) == State::Awake as u8 {
+        return Ok(());
+    }
+    woken_for_alloc()
 }
 
-/// Whether no work call and no allocation is in flight.
+#[cold]
+#[inline(never)]
+fn woken_for_alloc() -> Result<(), CUresult> {
+    match Shim::active() {
+        Some(shim) => shim.wake_for_call(),
+        None => Ok(()),
+    }
+}
+
+/// Whether no work call is in flight.
 fn quiescent() -> bool {
-    queues::quiescent() && ALLOCS.quiescent()
+    queues::quiescent()
 }
 
 #[inline]
