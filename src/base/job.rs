@@ -192,15 +192,9 @@ pub fn read_share(dir: &Path, job: &str) -> Result<Option<JobShare>, String> {
         limit: DeviceLimits::default(),
     };
     let mut limit = false;
-    for line in text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-    {
-        let (k, v) = line
-            .split_once('=')
-            .ok_or_else(|| format!("{}: {line:?} is not NAME=VALUE", path.display()))?;
-        match k.trim() {
+    for setting in settings(&text) {
+        let (k, v) = setting.map_err(|e| format!("{}: {e}", path.display()))?;
+        match k {
             "limit" => {
                 share.limit = parse_device_limits(v)
                     .map_err(|e| format!("{}: limit: {e}", path.display()))?;
@@ -280,6 +274,19 @@ fn look_up() -> Result<Option<JobShare>, String> {
         return Ok(None);
     };
     read_share(Path::new(JOBS_DIR), &job)
+}
+
+/// The `NAME=VALUE` lines of a settings file (the share files, the site's `slurm.conf`), each
+/// name and value trimmed; blank lines and `#` comments skipped; a line without `=` is an error.
+pub fn settings(text: &str) -> impl Iterator<Item = Result<(&str, &str), String>> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|line| {
+            line.split_once('=')
+                .map(|(k, v)| (k.trim(), v.trim()))
+                .ok_or_else(|| format!("{line:?} is not NAME=VALUE"))
+        })
 }
 
 #[cfg(test)]

@@ -91,16 +91,9 @@ pub fn site(explicit: Option<&Path>) -> Result<Site, String> {
 
 pub fn parse_site(text: &str) -> Result<Site, String> {
     let mut s = Site::default();
-    for line in text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-    {
-        let (k, v) = line
-            .split_once('=')
-            .ok_or_else(|| format!("{line:?} is not NAME=VALUE"))?;
-        let v = v.trim();
-        match k.trim() {
+    for setting in cudapool::base::job::settings(text) {
+        let (k, v) = setting?;
+        match k {
             "no_gpumem" => {
                 s.no_gpumem = match v {
                     "none" => None,
