@@ -18,6 +18,8 @@
 //   sleep_wait       fills its blocks, sleeps, prints "asleep"; at each line on stdin: first a
 //                    copy that wakes it (its answer printed: no room is an answer too), then
 //                    the check of every block
+//   capture_hold     fills its blocks, begins a capture, prints "ready", and ends the capture
+//                    at a line on stdin (the sleep asked meanwhile from outside cannot drain)
 //   sleep_idle       fills its blocks, prints "ready", waits for a line on stdin (meanwhile
 //                    `cudapool sleep|wake PID` acts from outside), then checks its data
 #define _GNU_SOURCE
@@ -315,6 +317,23 @@ static int sleep_wait(void) {
   return 0;
 }
 
+static int capture_hold(void) {
+  fill_all();
+  void *s, *g = NULL;
+  CHECK(cu.StreamCreate(&s, 1));
+  CHECK(cu.BeginCapture(s, 0));
+  touch(s, blocks[0].p, 4096, 1);
+  printf("ready\n");
+  fflush(stdout);
+  char line[64];
+  if (!fgets(line, sizeof line, stdin)) return 5;
+  printf("capture_rc=%d\n", cu.EndCapture(s, &g));
+  print_sleep("after");
+  printf("intact=%d\n", all_intact());
+  free_all();
+  return 0;
+}
+
 static int sleep_idle(void) {
   fill_all();
   printf("ready\n");
@@ -329,6 +348,7 @@ static int sleep_idle(void) {
 
 int sleep_scenario(const char *name, int argc, char **argv) {
   if (!strcmp(name, "sleep_idle")) return sleep_idle();
+  if (!strcmp(name, "capture_hold")) return capture_hold();
   if (!strcmp(name, "sleep_wait")) return sleep_wait();
   if (!strcmp(name, "sleep")) return sleep_then(argc > 0 ? argv[0] : "copy");
   if (!strcmp(name, "sleep_busy")) return sleep_busy();

@@ -214,3 +214,58 @@ fn the_cli_puts_a_process_to_sleep_and_wakes_it() {
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("--timeout"), "{}", r.stderr);
 }
+
+/// A sleep whose device work cannot drain (a capture held open past `--timeout`): the process
+/// stays awake, the command says why and exits 2, and the capture is untouched.
+#[test]
+fn a_sleep_that_cannot_drain_leaves_the_process_awake_and_says_why() {
+    use std::io::{BufRead, Write};
+    let f = fixture();
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+    let mut cmd = Command::new(f.dir.join("client"));
+    cmd.args(["gpa", "capture_hold"]).current_dir(&f.dir);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CUDAPOOL_")) {
+        cmd.env_remove(k);
+    }
+    cmd.env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", &f.lib)
+        .env(EXPANDABLE.0, EXPANDABLE.1);
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("client");
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while line.trim() != "ready" {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the client ended");
+    }
+    let pid = child.id().to_string();
+    let t = std::time::Instant::now();
+    let r = run_program(
+        &cli,
+        &["sleep", "--wait", "--timeout", "300ms", &pid],
+        false,
+        &[],
+    );
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains("did not drain within 300ms")
+            && r.stderr.contains("the process stays awake"),
+        "{}",
+        r.stderr
+    );
+    assert!(t.elapsed() < std::time::Duration::from_secs(5));
+    child.stdin.as_mut().unwrap().write_all(b"end\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(child.wait().unwrap().success(), "{rest}");
+    assert!(
+        rest.contains("capture_rc=0"),
+        "the capture survived: {rest}"
+    );
+    assert!(rest.contains("after state=0"), "awake: {rest}");
+    assert!(rest.contains("intact=1"), "{rest}");
+}

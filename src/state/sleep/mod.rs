@@ -194,20 +194,28 @@ impl Shim {
             }
         }
         if let Err(why) = result {
-            // Back as it was: what was saved is mapped and copied back.
-            let back = self.wake_saved(None);
-            set(State::Awake);
-            if back.is_err() {
-                set(State::Asleep);
-            }
+            // Back as it was: what was saved is mapped and copied back (the room it left is
+            // normally still there; if another process took it, the process stays asleep and
+            // its next call waits for room as any wake does).
+            let back = self.wake_saved(self.config.sleep.wake_timeout);
+            set(if back.is_ok() {
+                State::Awake
+            } else {
+                State::Asleep
+            });
             let code = if short {
                 CUDA_ERROR_OUT_OF_MEMORY
             } else {
                 CUDA_ERROR_UNKNOWN
             };
+            let now = if back.is_ok() {
+                "the process stays awake"
+            } else {
+                "what was moved stays on the host until room comes back"
+            };
             return Err(Refused {
                 code,
-                why: format!("{why}; the process stays awake"),
+                why: format!("{why}; {now}"),
             });
         }
         set(if self.sleep.count.load(Relaxed) > 0 {
