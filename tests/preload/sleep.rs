@@ -6,6 +6,39 @@ use super::*;
 
 const EXPANDABLE: (&str, &str) = ("CUDAPOOL_SEGMENTS", "expandable");
 
+/// The client running `scenario` under the shim with expandable segments, its stdin and stdout
+/// piped, once it said "ready"; its stdout from there on.
+fn started(
+    scenario: &str,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    use std::io::BufRead;
+    let f = fixture();
+    let mut cmd = Command::new(f.dir.join("client"));
+    cmd.args(["gpa", scenario]).current_dir(&f.dir);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CUDAPOOL_")) {
+        cmd.env_remove(k);
+    }
+    cmd.env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_PRELOAD", &f.lib)
+        .env(EXPANDABLE.0, EXPANDABLE.1);
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("client");
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while line.trim() != "ready" {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the client ended");
+    }
+    (child, out)
+}
+
 /// What the arena holds of the client's blocks: 64 MiB, 3 MiB + 5 bytes (4 MiB), the 2 MiB
 /// scratch block.
 const ARENA_LIVE: u64 = (64 + 4 + 2) * MIB;
@@ -136,29 +169,9 @@ fn classic_segments_and_the_none_pool_stay_and_nothing_is_lost() {
 /// runs it on a thread of its own, `stat` shows the state, and its next copy wakes it.
 #[test]
 fn the_cli_puts_a_process_to_sleep_and_wakes_it() {
-    use std::io::{BufRead, Write};
-    let f = fixture();
+    use std::io::Write;
     let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
-    let mut cmd = Command::new(f.dir.join("client"));
-    cmd.args(["gpa", "sleep_idle"]).current_dir(&f.dir);
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CUDAPOOL_")) {
-        cmd.env_remove(k);
-    }
-    cmd.env("LD_LIBRARY_PATH", &f.dir)
-        .env("LD_PRELOAD", &f.lib)
-        .env(EXPANDABLE.0, EXPANDABLE.1);
-    let mut child = cmd
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("client");
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut ready = String::new();
-    while ready.trim() != "ready" {
-        ready.clear();
-        assert!(out.read_line(&mut ready).unwrap() > 0, "the client ended");
-    }
+    let (mut child, mut out) = started("sleep_idle");
     let pid = child.id().to_string();
     let cudapool = |args: &[&str]| run_program(&cli, args, false, &[]);
 
@@ -219,29 +232,9 @@ fn the_cli_puts_a_process_to_sleep_and_wakes_it() {
 /// stays awake, the command says why and exits 2, and the capture is untouched.
 #[test]
 fn a_sleep_that_cannot_drain_leaves_the_process_awake_and_says_why() {
-    use std::io::{BufRead, Write};
-    let f = fixture();
+    use std::io::Write;
     let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
-    let mut cmd = Command::new(f.dir.join("client"));
-    cmd.args(["gpa", "capture_hold"]).current_dir(&f.dir);
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CUDAPOOL_")) {
-        cmd.env_remove(k);
-    }
-    cmd.env("LD_LIBRARY_PATH", &f.dir)
-        .env("LD_PRELOAD", &f.lib)
-        .env(EXPANDABLE.0, EXPANDABLE.1);
-    let mut child = cmd
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("client");
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    while line.trim() != "ready" {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "the client ended");
-    }
+    let (mut child, mut out) = started("capture_hold");
     let pid = child.id().to_string();
     let t = std::time::Instant::now();
     let r = run_program(
@@ -268,4 +261,13 @@ fn a_sleep_that_cannot_drain_leaves_the_process_awake_and_says_why() {
     );
     assert!(rest.contains("after state=0"), "awake: {rest}");
     assert!(rest.contains("intact=1"), "{rest}");
+}
+
+/// The Python package: `sleep`, `wake`, `is_asleep` and the stats (`tests/python/check_sleep.py`).
+#[test]
+fn the_python_package_puts_the_process_to_sleep_and_wakes_it() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/check_sleep.py");
+    let r = run_program(&python3(), &[script.to_str().unwrap()], true, &[EXPANDABLE]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("sleep: ok"), "{}", r.stdout);
 }
