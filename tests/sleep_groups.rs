@@ -135,3 +135,54 @@ fn a_member_at_or_under_its_request_is_never_put_to_sleep_for_another() {
     assert_eq!(a.line("before_check")["state"], "0", "A never slept");
     assert_eq!(a.finish(), 0);
 }
+
+/// `cudapool sleep --group NAME --wait` puts every member of the group to sleep (and no other
+/// process); `cudapool wake --group NAME --wait` wakes them.
+#[test]
+fn the_cli_puts_a_whole_group_to_sleep_and_wakes_it() {
+    let g = Group::new("cligroup");
+    let mut env = in_group(&g, "256MiB");
+    env.push(("CUDAPOOL_SEGMENTS".into(), "expandable".into()));
+    let mut a = Member::start(&["sleep_idle"], &env_of(&env));
+    let mut b = Member::start(&["sleep_idle"], &env_of(&env));
+    let other = Group::new("cliother");
+    let mut oenv = in_group(&other, "256MiB");
+    oenv.push(("CUDAPOOL_SEGMENTS".into(), "expandable".into()));
+    let mut c = Member::start(&["sleep_idle"], &env_of(&oenv));
+    for m in [&mut a, &mut b, &mut c] {
+        m.line("ready");
+    }
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_cudapool"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = cli(&["sleep", "--group", &g.0, "--wait"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for m in [&a, &b] {
+        assert!(
+            said.contains(&format!("{}: asleep: ", m.child.id())),
+            "{said}"
+        );
+    }
+    assert!(!said.contains(&format!("{}:", c.child.id())), "{said}");
+    let out = cli(&["wake", "--group", &g.0, "--wait"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert_eq!(said.matches(": awake: ").count(), 2, "{said}");
+    let out = cli(&["sleep", "--group", "no-such-group"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no cudapool process in group"));
+    for mut m in [a, b, c] {
+        m.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+        assert_eq!(m.line("before_check")["state"], "0", "awake: {:?}", m.lines);
+        m.line("intact=1");
+        assert_eq!(m.finish(), 0);
+    }
+}
