@@ -186,3 +186,32 @@ fn the_cli_puts_a_whole_group_to_sleep_and_wakes_it() {
         assert_eq!(m.finish(), 0);
     }
 }
+
+/// A member killed with SIGKILL while its wake waits for room leaves nothing behind: the
+/// group's ledger no longer counts it, and the room it waited for goes to another.
+#[test]
+fn a_member_killed_while_waking_leaves_nothing() {
+    let g = Group::new("killwake");
+    let mut env = in_group(&g, "128MiB");
+    env.push(("CUDAPOOL_SEGMENTS".into(), "expandable".into()));
+    env.push(("CUDAPOOL_WAKE_TIMEOUT".into(), "0".into()));
+    let mut a = Member::start(&["sleep_wait"], &env_of(&env));
+    assert_eq!(a.line("asleep")["state"], "2");
+    let mut b = Member::start(&["park", "12", &MB8.to_string()], &env_of(&env));
+    b.line("parked"); // 96 MiB of 128: A's 70 do not fit
+    a.stdin.as_mut().unwrap().write_all(b"try\n").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !stat().contains("waking: waiting for 70.00 MiB of room") {
+        assert!(std::time::Instant::now() < deadline, "{}", stat());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    a.child.kill().unwrap(); // SIGKILL while waking
+    a.child.wait().unwrap();
+    let mut c = Member::start(&["take", &MB8.to_string()], &env_of(&env));
+    assert_eq!(c.num("took", "n"), 4, "A's 2 MiB are back: 32 MiB free");
+    let group = c.line("group");
+    assert_eq!(group["members"], "2", "B and C: A is gone");
+    assert_eq!(group["reserved"], (128 * MIB).to_string());
+    assert_eq!(b.finish(), 0);
+    assert_eq!(c.finish(), 0);
+}

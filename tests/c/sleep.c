@@ -18,6 +18,8 @@
 //   sleep_wait       fills its blocks, sleeps, prints "asleep"; at each line on stdin: first a
 //                    copy that wakes it (its answer printed: no room is an answer too), then
 //                    the check of every block
+//   sleep_no_host    fills its blocks, then limits its address space (RLIMIT_AS) to what it
+//                    uses and 32 MiB more, and asks for a sleep: no host memory for the copy
 //   capture_hold     fills its blocks, begins a capture, prints "ready", and ends the capture
 //                    at a line on stdin (the sleep asked meanwhile from outside cannot drain)
 //   sleep_idle       fills its blocks, prints "ready", waits for a line on stdin (meanwhile
@@ -29,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "client.h"
@@ -317,6 +320,25 @@ static int sleep_wait(void) {
   return 0;
 }
 
+static int sleep_no_host(void) {
+  get_sleep_api();
+  fill_all();
+  long pages = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (!f || fscanf(f, "%ld", &pages) != 1) return 6;
+  fclose(f);
+  struct rlimit r = {(rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (32ul << 20), RLIM_INFINITY};
+  if (setrlimit(RLIMIT_AS, &r)) return 7;
+  int rc = sleep_fn(-1);
+  r.rlim_cur = RLIM_INFINITY;
+  setrlimit(RLIMIT_AS, &r);
+  printf("slept rc=%d\n", rc);
+  print_sleep("after");
+  printf("intact=%d\n", all_intact());
+  free_all();
+  return 0;
+}
+
 static int capture_hold(void) {
   fill_all();
   void *s, *g = NULL;
@@ -349,6 +371,7 @@ static int sleep_idle(void) {
 int sleep_scenario(const char *name, int argc, char **argv) {
   if (!strcmp(name, "sleep_idle")) return sleep_idle();
   if (!strcmp(name, "capture_hold")) return capture_hold();
+  if (!strcmp(name, "sleep_no_host")) return sleep_no_host();
   if (!strcmp(name, "sleep_wait")) return sleep_wait();
   if (!strcmp(name, "sleep")) return sleep_then(argc > 0 ? argv[0] : "copy");
   if (!strcmp(name, "sleep_busy")) return sleep_busy();

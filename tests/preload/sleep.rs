@@ -271,3 +271,27 @@ fn the_python_package_puts_the_process_to_sleep_and_wakes_it() {
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("sleep: ok"), "{}", r.stdout);
 }
+
+/// Host memory that cannot be had for the copy (the address space limited): the sleep returns
+/// `CUDA_ERROR_OUT_OF_MEMORY`, one line names the bytes, and the process stays awake with its
+/// data.
+#[test]
+fn a_sleep_without_host_memory_leaves_the_process_awake_and_names_the_bytes() {
+    let r = ok(client("gpa", &["sleep_no_host"], &[EXPANDABLE]));
+    assert_eq!(r.get("slept", "rc"), "2", "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr
+            .contains("of host memory could not be had for the copy")
+            && r.stderr.contains("the process stays awake"),
+        "{}",
+        r.stderr
+    );
+    let after = r.line("after");
+    assert_eq!(
+        (after["state"].as_str(), after["asleep"].as_str()),
+        ("0", "0"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(r.get("intact", "intact"), "1");
+}
