@@ -193,6 +193,7 @@ impl Shim {
                 break;
             }
         }
+        self.sleep.drop_spares();
         if let Err(why) = result {
             // Back as it was: what was saved is mapped and copied back (the room it left is
             // normally still there; if another process took it, the process stays asleep and
@@ -258,7 +259,7 @@ impl Shim {
         let mut hosts = Vec::with_capacity(going.len());
         for m in &going {
             let need: u64 = m.live.iter().map(|&(_, n)| n).sum();
-            hosts.push(HostCopy::new(need).ok_or_else(|| {
+            hosts.push(self.sleep.host_copy(need).ok_or_else(|| {
                 *short = true;
                 format!(
                     "{} of host memory could not be had for the copy",
@@ -270,16 +271,8 @@ impl Shim {
         let parts = host_parts(going.iter().map(|m| m.live.as_slice()).zip(&hosts));
         // SAFETY: each host copy holds its handle's live bytes one after the other, and nothing
         // else uses them meanwhile.
-        unsafe {
-            copy::move_parts(
-                self.driver,
-                &self.sleep.staging,
-                ctx,
-                &parts,
-                copy::Way::ToHost,
-            )
-        }
-        .map_err(|e| format!("copy to the host failed (error {e})"))?;
+        unsafe { self.move_parts(ctx, &parts, copy::Way::ToHost) }
+            .map_err(|e| format!("copy to the host failed (error {e})"))?;
         for (m, host) in going.into_iter().zip(hosts) {
             vm.unmap(m.at, m.bytes, m.bytes)
                 .map_err(|e| format!("unmap failed (error {e})"))?;
@@ -298,6 +291,20 @@ impl Shim {
         }
         moved.copied += live;
         Ok(())
+    }
+
+    /// [`copy::move_parts`] through the process's kept pinned slots.
+    ///
+    /// # Safety
+    /// As [`copy::move_parts`].
+    unsafe fn move_parts(
+        &self,
+        ctx: usize,
+        parts: &[(DevPtr, *mut u8, u64)],
+        way: copy::Way,
+    ) -> Result<(), CUresult> {
+        // SAFETY: the caller's contract is move_parts'.
+        unsafe { copy::move_parts(self.driver, &self.sleep.staging, ctx, parts, way) }
     }
 
     /// Wakes the process (`cudapool_wake`, `cudapool wake`): its memory mapped again and
@@ -405,15 +412,7 @@ impl Shim {
                     }));
                     // SAFETY: each host copy holds its handle's live bytes one after the other;
                     // they stay in `saved`, whose lock is held, until the copies are done.
-                    unsafe {
-                        copy::move_parts(
-                            self.driver,
-                            &self.sleep.staging,
-                            ctx,
-                            &parts,
-                            copy::Way::ToDevice,
-                        )
-                    }
+                    unsafe { self.move_parts(ctx, &parts, copy::Way::ToDevice) }
                 }
                 Some(e) => Err(e),
             };
@@ -424,6 +423,7 @@ impl Shim {
                         moved.copied += s.live.iter().map(|&(_, n)| n).sum::<u64>();
                         moved.device_bytes += s.bytes;
                         self.sleep.count.fetch_sub(1, SeqCst);
+                        self.sleep.keep_spare(s.host);
                     }
                     self.sleep.waiting_for.store(0, Relaxed);
                     return Ok(());
