@@ -69,6 +69,19 @@ static void print_sleep(const char *tag) {
          (unsigned long long)s.asleep, (unsigned long long)s.f[2], used(dev));
 }
 
+// "TAG status=<the status report's sleep line, spaces as _>" ("none" without one).
+static void status_line(const char *tag) {
+  int (*status)(char *, size_t) = dlsym(RTLD_DEFAULT, "cudapool_memory_status");
+  char text[8192], *line = NULL;
+  if (status && status(text, sizeof text) > 0) {
+    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"))
+      if (strstr(l, " on the host")) line = l;
+  }
+  printf("%s status=", tag);
+  for (const char *c = line ? line : "none"; *c; c++) putchar(*c == ' ' ? '_' : *c);
+  putchar('\n');
+}
+
 struct block {
   CUdeviceptr p;
   size_t size;
@@ -190,9 +203,20 @@ static int sleep_then(const char *waker) {
   int r = sleep_fn(-1);
   printf("slept rc=%d again=%d\n", r, sleep_fn(-1)); // asleep already: nothing more to do
   print_sleep("asleep");
+  status_line("report_asleep");
   wake_by(waker);
   print_sleep("woken");
+  status_line("report_woken");
   printf("intact=%d races=%ld\n", all_intact(), races());
+  // Again with other contents: the second sleep writes into the host copies the first one
+  // left (kept as spares), and what comes back must be the new bytes.
+  for (int i = 0; i < 3; i++) {
+    blocks[i].seed += 101;
+    fill(&blocks[i]);
+  }
+  r = sleep_fn(-1);
+  wake_by(waker);
+  printf("again slept=%d intact=%d\n", r, all_intact());
   free_all();
   print_sleep("end");
   return 0;

@@ -58,6 +58,13 @@ fn every_kind_of_work_call_wakes_the_process_and_the_data_comes_back() {
                 m[k].parse().unwrap()
             };
             assert_eq!(asleep["state"], "2", "{what}: asleep");
+            // The status report (cudapool_memory_status, CUDAPOOL_REPORT) says it too.
+            assert_eq!(
+                r.get("report_asleep", "status"),
+                "__asleep:_70.00_MiB_on_the_host",
+                "{what}"
+            );
+            assert_eq!(r.get("report_woken", "status"), "none", "{what}");
             assert_eq!(n(&asleep, "asleep"), ARENA_LIVE, "{what}: {}", r.stdout);
             // The device gave back the live blocks' memory and the cache (32 MiB), uncopied.
             assert!(
@@ -80,6 +87,12 @@ fn every_kind_of_work_call_wakes_the_process_and_the_data_comes_back() {
                 (r.get("intact", "intact"), r.get("intact", "races")),
                 ("1".to_string(), "0".to_string()),
                 "{what}: {}",
+                r.stdout
+            );
+            assert_eq!(
+                (r.get("again", "slept"), r.get("again", "intact")),
+                ("0".to_string(), "1".to_string()),
+                "{what}: a second sleep into the first one's host copies: {}",
                 r.stdout
             );
             let end = r.line("end");
