@@ -62,18 +62,8 @@ fn render(s: &Snapshot, wide: bool) -> String {
             0 => String::new(),
             o => format!("  overhead {}", fmt_bytes(o)),
         };
-        use cudapool::state::sleep::State;
-        let asleep = match (State::from_u8(d.sleep_state as u8), d.asleep, d.waking_for) {
-            (State::Awake, 0, _) => String::new(),
-            (State::Waking, on_host, w) if w > 0 => format!(
-                "    waking: waiting for {} of room ({} on the host)\n",
-                fmt_bytes(w),
-                fmt_bytes(on_host)
-            ),
-            (state, on_host, _) => {
-                format!("    {}: {} on the host\n", state.name(), fmt_bytes(on_host))
-            }
-        };
+        let asleep =
+            cudapool::report::sleep_line(d).map_or(String::new(), |l| format!("    {l}\n"));
         out.push_str(&format!(
             "  device {dev}{gpu}: limit {limit}  cached {}{overhead}\n",
             fmt_bytes(d.cached)

@@ -383,7 +383,31 @@ pub fn device_status(dev: i32, s: &DeviceStats) -> String {
         times(s.driver_allocs),
         times(s.driver_frees)
     );
+    if let Some(line) = sleep_line(s) {
+        let _ = writeln!(out, "  {line}");
+    }
     out
+}
+
+/// A device's sleep as one line ("asleep: 1.00 GiB on the host", "waking: waiting for 2.00 GiB
+/// of room (3.00 GiB on the host)"); `None` while awake with nothing asleep. A state number
+/// outside the four reads as awake (the figures may come from another process's page).
+pub fn sleep_line(s: &DeviceStats) -> Option<String> {
+    use crate::state::sleep::State;
+    let state = State::from_u8(u8::try_from(s.sleep_state).unwrap_or(0));
+    match (state, s.asleep, s.waking_for) {
+        (State::Awake, 0, _) => None,
+        (State::Waking, on_host, w) if w > 0 => Some(format!(
+            "waking: waiting for {} of room ({} on the host)",
+            fmt_bytes(w),
+            fmt_bytes(on_host)
+        )),
+        (state, on_host, _) => Some(format!(
+            "{}: {} on the host",
+            state.name(),
+            fmt_bytes(on_host)
+        )),
+    }
 }
 
 /// The whole status: a header line and one block per device the shim has seen.
