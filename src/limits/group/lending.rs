@@ -15,16 +15,11 @@ impl Group {
     /// waits for it (at most `wait`; less once every member asked has answered). Whether they
     /// fit now (the caller charges them again).
     pub fn borrow(&self, slot: usize, bytes: u64, wait: Duration) -> bool {
-        let fits = |l: &Locked| {
-            let limit = self.limit_of(l, slot);
-            limit.admits(l.devices[slot].total.saturating_add(bytes))
-        };
         let asked: Vec<(usize, u32)> = {
-            let Ok(mut l) = self.lock() else { return false };
-            self.reap(&mut l);
-            if fits(&l) {
-                return true;
-            }
+            let l = match self.short_of(slot, bytes) {
+                Ok(l) => l,
+                Err(fit) => return fit,
+            };
             (0..MEMBERS)
                 .filter(|&i| i != self.me && l.members[i].live != 0)
                 .map(|i| {
@@ -42,11 +37,10 @@ impl Group {
         let deadline = Instant::now() + wait;
         loop {
             std::thread::sleep(Duration::from_millis(1));
-            let Ok(mut l) = self.lock() else { return false };
-            self.reap(&mut l);
-            if fits(&l) {
-                return true;
-            }
+            let l = match self.short_of(slot, bytes) {
+                Ok(l) => l,
+                Err(fit) => return fit,
+            };
             let answered = asked.iter().all(|&(i, seq)| {
                 let m = &l.members[i];
                 m.live == 0 || m.served.load(Ordering::Acquire).wrapping_sub(seq) < u32::MAX / 2
@@ -61,17 +55,12 @@ impl Group {
     /// put themselves to sleep on device `slot` until `bytes` fit (each may refuse: busy, or at
     /// its request), waiting for each at most `wait`. Whether they fit now.
     pub fn sleep_idle(&self, slot: usize, bytes: u64, idle: Duration, wait: Duration) -> bool {
-        let fits = |l: &Locked| {
-            let limit = self.limit_of(l, slot);
-            limit.admits(l.devices[slot].total.saturating_add(bytes))
-        };
         let since = super::now_ns().saturating_sub(idle.as_nanos() as u64);
         let mut idle_ones: Vec<(u64, usize)> = {
-            let Ok(mut l) = self.lock() else { return false };
-            self.reap(&mut l);
-            if fits(&l) {
-                return true;
-            }
+            let l = match self.short_of(slot, bytes) {
+                Ok(l) => l,
+                Err(fit) => return fit,
+            };
             (0..MEMBERS)
                 .filter(|&i| i != self.me && l.members[i].live != 0)
                 .filter(|&i| l.members[i].reserved[slot] > 0)
@@ -82,11 +71,10 @@ impl Group {
         idle_ones.sort_unstable();
         for (_, i) in idle_ones {
             let seq = {
-                let Ok(mut l) = self.lock() else { return false };
-                self.reap(&mut l);
-                if fits(&l) {
-                    return true;
-                }
+                let l = match self.short_of(slot, bytes) {
+                    Ok(l) => l,
+                    Err(fit) => return fit,
+                };
                 let m = &l.members[i];
                 if m.live == 0 {
                     continue;
@@ -101,11 +89,10 @@ impl Group {
             let deadline = Instant::now() + wait;
             loop {
                 std::thread::sleep(Duration::from_millis(2));
-                let Ok(mut l) = self.lock() else { return false };
-                self.reap(&mut l);
-                if fits(&l) {
-                    return true;
-                }
+                let l = match self.short_of(slot, bytes) {
+                    Ok(l) => l,
+                    Err(fit) => return fit,
+                };
                 let m = &l.members[i];
                 if m.live == 0
                     || m.served.load(Ordering::Acquire).wrapping_sub(seq) < u32::MAX / 2
@@ -115,7 +102,19 @@ impl Group {
                 }
             }
         }
-        self.lock().is_ok_and(|l| fits(&l))
+        self.short_of(slot, bytes).err().unwrap_or(false)
+    }
+
+    /// The ledger, locked with the dead members reaped, while `bytes` more still do not fit
+    /// on device `slot`; else `Err(whether they fit)` (`false`: the ledger could not be locked).
+    fn short_of(&self, slot: usize, bytes: u64) -> Result<Locked<'_>, bool> {
+        let mut l = self.lock().map_err(|_| false)?;
+        self.reap(&mut l);
+        let limit = self.limit_of(&l, slot);
+        if limit.admits(l.devices[slot].total.saturating_add(bytes)) {
+            return Err(true);
+        }
+        Ok(l)
     }
 
     /// Starts the thread that answers the other members' requests through `lend` (see
