@@ -613,3 +613,50 @@ echo written=$(ls /tmp/rootonly | wc -l)
         "{all}"
     );
 }
+
+/// `cudapool sleep|wake PID` across users: a third user gets one line and exit 2 (it is not
+/// their process); root puts the user's process to sleep and wakes it through the user's own
+/// page, and the process's next copy wakes it again with its data intact.
+#[test]
+fn root_puts_a_users_process_to_sleep_and_another_user_cannot() {
+    let script = r#"
+unset XDG_RUNTIME_DIR
+mkfifo /tmp/idle.in; exec 3<>/tmp/idle.in
+$N env CUDAPOOL_SEGMENTS=expandable LD_PRELOAD=$SHIM ./client gpa sleep_idle </tmp/idle.in >/tmp/idle.out 2>&1 &
+pid=$!
+while ! grep -q ready /tmp/idle.out; do sleep 0.1; kill -0 $pid || break; done
+setpriv --reuid 1002 --regid 1002 --clear-groups $CLI sleep $pid >/tmp/o.other 2>/tmp/e.other
+echo "other rc=$? lines=$(wc -l < /tmp/e.other)"
+sed 's/^/other_err: /' /tmp/e.other
+$CLI sleep --wait $pid | sed 's/^/root_sleep: /'
+$N $CLI stat $pid | grep 'asleep:' | sed 's/^ */user_stat: /'
+$CLI wake --wait $pid | sed 's/^/root_wake: /'
+$CLI sleep --wait $pid >/dev/null; echo "again rc=$?"
+echo go >&3
+wait $pid; echo "client rc=$?"
+sed 's/^/client: /' /tmp/idle.out
+"#;
+    let Some(o) = on_node("sleep across users", script, &[]) else {
+        return;
+    };
+    let all = format!("{}\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("other rc=2 lines=1"), "{all}");
+    assert!(
+        o.stdout.contains("other_err: ") && o.stdout.contains("no cudapool process"),
+        "{all}"
+    );
+    assert!(
+        o.stdout.contains("root_sleep: ") && o.stdout.contains(": asleep: "),
+        "{all}"
+    );
+    assert!(
+        o.stdout
+            .contains("user_stat: asleep: 70.00 MiB on the host"),
+        "{all}"
+    );
+    assert!(o.stdout.contains(": awake: "), "{all}");
+    assert!(o.stdout.contains("again rc=0"), "{all}");
+    assert!(o.stdout.contains("client rc=0"), "{all}");
+    assert!(o.stdout.contains("client: before_check state=2"), "{all}");
+    assert!(o.stdout.contains("client: intact=1"), "{all}");
+}
