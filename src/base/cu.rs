@@ -139,6 +139,65 @@ impl MemAllocProp {
 /// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`.
 pub const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: std::ffi::c_int = 1;
 
+/// A program's own `CUmemAllocationProp`, kept as its bytes: what `cuMemCreate` needs to make
+/// the same kind of memory again (a sleep's wake).
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+pub struct PropBytes([u8; std::mem::size_of::<MemAllocProp>()]);
+
+impl PropBytes {
+    /// A copy of the properties at `p`.
+    ///
+    /// # Safety
+    /// `p` is valid for reads of a whole `CUmemAllocationProp` (`cuMemCreate`'s contract).
+    pub unsafe fn read(p: *const MemPropHead) -> PropBytes {
+        let mut out = PropBytes([0; std::mem::size_of::<MemAllocProp>()]);
+        // SAFETY: the caller's contract; `out` is a distinct local of exactly that size.
+        unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), out.0.as_mut_ptr(), out.0.len()) };
+        out
+    }
+
+    fn int(&self, at: usize) -> std::ffi::c_int {
+        std::ffi::c_int::from_ne_bytes(self.0[at..at + 4].try_into().expect("4 bytes"))
+    }
+
+    /// Shareable handle types asked (`requestedHandleTypes`; 0: none).
+    pub fn handle_types(&self) -> std::ffi::c_int {
+        self.int(4)
+    }
+
+    /// The device whose memory this is (`None`: not device memory).
+    pub fn device_id(&self) -> Option<CUdevice> {
+        (self.int(8) == CU_MEM_LOCATION_TYPE_DEVICE).then(|| self.int(12))
+    }
+
+    /// `allocFlags.usage` (0: plain memory; else, e.g., a sparse arrays' tile pool).
+    pub fn usage(&self) -> u16 {
+        u16::from_ne_bytes([self.0[26], self.0[27]])
+    }
+
+    /// As `cuMemCreate` takes it.
+    pub fn as_ptr(&self) -> *const MemPropHead {
+        self.0.as_ptr().cast()
+    }
+}
+
+/// `CUmemLocation`: a device, for `cuMemGetAccess`.
+#[repr(C)]
+pub struct MemLocation {
+    location_type: std::ffi::c_int,
+    location_id: std::ffi::c_int,
+}
+
+impl MemLocation {
+    pub fn device(dev: CUdevice) -> Self {
+        MemLocation {
+            location_type: CU_MEM_LOCATION_TYPE_DEVICE,
+            location_id: dev,
+        }
+    }
+}
+
 /// `CUmemAccessDesc`: who may touch mapped memory, and how.
 #[repr(C)]
 pub struct MemAccessDesc {
@@ -149,13 +208,21 @@ pub struct MemAccessDesc {
 
 impl MemAccessDesc {
     pub fn read_write(dev: CUdevice) -> Self {
+        Self::new(dev, CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+    }
+
+    /// `dev` with access `flags` (`CUmemAccess_flags`).
+    pub fn new(dev: CUdevice, flags: std::ffi::c_int) -> Self {
         MemAccessDesc {
             location_type: CU_MEM_LOCATION_TYPE_DEVICE,
             location_id: dev,
-            flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            flags,
         }
     }
 }
+
+/// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`, as `cuMemGetAccess` answers it.
+pub const ACCESS_READ_WRITE: u64 = CU_MEM_ACCESS_FLAGS_PROT_READWRITE as u64;
 
 /// `CUDA_ARRAY_DESCRIPTOR` (the `_v2` entry points).
 #[repr(C)]

@@ -11,6 +11,7 @@
 mod copy;
 pub mod nvml;
 pub mod nvtx;
+mod program_vmm;
 mod vmm;
 pub use copy::{OwnStream, Pinned};
 
@@ -191,6 +192,15 @@ driver_table! {
     mem_address_reserve = c"cuMemAddressReserve": fn(*mut DevPtr, usize, usize, DevPtr, u64);
     mem_address_free = c"cuMemAddressFree": fn(DevPtr, usize);
     mem_set_access = c"cuMemSetAccess": fn(DevPtr, usize, *const MemAccessDesc, usize);
+    mem_get_access = c"cuMemGetAccess": fn(*mut u64, *const MemLocation, DevPtr);
+    mem_get_handle_for_address_range = c"cuMemGetHandleForAddressRange": fn(*mut c_void, DevPtr, usize, c_int, u64);
+    mem_map_array_async = c"cuMemMapArrayAsync": fn(*mut c_void, c_uint, CUstream);
+    mem_map_array_async_ptsz = c"cuMemMapArrayAsync_ptsz": fn(*mut c_void, c_uint, CUstream);
+    multicast_create = c"cuMulticastCreate": fn(*mut MemHandle, *const c_void);
+    multicast_bind_mem = c"cuMulticastBindMem": fn(MemHandle, usize, MemHandle, usize, usize, u64);
+    multicast_bind_addr = c"cuMulticastBindAddr": fn(MemHandle, usize, DevPtr, usize, u64);
+    multicast_unbind = c"cuMulticastUnbind": fn(MemHandle, CUdevice, usize, usize);
+    multicast_add_device = c"cuMulticastAddDevice": fn(MemHandle, CUdevice);
     mem_get_allocation_granularity = c"cuMemGetAllocationGranularity": fn(*mut usize, *const MemAllocProp, c_int);
     graph_get_nodes = c"cuGraphGetNodes": fn(Opaque, *mut Opaque, *mut usize);
     graph_node_get_type = c"cuGraphNodeGetType": fn(Opaque, *mut c_int);

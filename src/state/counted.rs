@@ -13,7 +13,9 @@
 
 use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::cu::*;
+use crate::base::sync::lock;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// One driver pool the program allocated from.
@@ -37,6 +39,19 @@ pub(super) struct Phys {
     pub(super) size: u64,
     pub(super) refs: u32,
     pub(super) maps: u32,
+    /// The program's properties for it, to make it again after a sleep (`None`: not kept).
+    pub(super) prop: Option<PropBytes>,
+    /// Shared outside the process's own mappings (exported, bound to a multicast object, or
+    /// handed out as a dma-buf): it never sleeps.
+    pub(super) shared: bool,
+}
+
+/// One mapping of a counted handle: `bytes` of `handle` (the program's value) from `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct VmMap {
+    pub(super) bytes: u64,
+    pub(super) offset: u64,
+    pub(super) handle: MemHandle,
 }
 
 /// An array or mipmapped array, charged at `size` until destroyed or its context dies.
@@ -52,8 +67,8 @@ impl Counted {
         let handles = crate::base::sync::lock(&self.handles);
         let mut out: Vec<_> = crate::base::sync::lock(&self.maps)
             .iter()
-            .filter(|(_, (_, h))| handles.get(h).is_some_and(|p| p.device == dev))
-            .map(|(&va, &(bytes, _))| ("vmm", va, bytes))
+            .filter(|(_, m)| handles.get(&m.handle).is_some_and(|p| p.device == dev))
+            .map(|(&va, m)| ("vmm", va, m.bytes))
             .collect();
         drop(handles);
         out.extend(
@@ -71,8 +86,73 @@ impl Counted {
 #[derive(Default)]
 pub struct Counted {
     pub(super) pools: Mutex<HashMap<usize, DriverPool>>,
+    /// By the program's value for each handle (see `aliases`).
     pub(super) handles: Mutex<HashMap<MemHandle, Phys>>,
-    /// Mappings of counted handles: address -> (bytes, handle).
-    pub(super) maps: Mutex<BTreeMap<DevPtr, (u64, MemHandle)>>,
+    /// Mappings of counted handles, by address.
+    pub(super) maps: Mutex<BTreeMap<DevPtr, VmMap>>,
     pub(super) arrays: Mutex<HashMap<usize, ArrayRec>>,
+    /// The program's handle values that are not the driver's (program -> driver): a handle
+    /// woken from sleep is the driver's new one behind the value the program holds, and a
+    /// value the driver hands out again while the program holds it for another handle is
+    /// given to the program as one of [`SYNTHETIC`]'s. Empty until the first such wake.
+    aliases: Mutex<HashMap<MemHandle, MemHandle>>,
+    /// Whether `aliases` was ever written (until then no handle is looked up).
+    remapped: AtomicBool,
+}
+
+/// Handle values the program gets instead of a driver value it already holds for another
+/// handle: above every user-space address and small index, so no driver value is one of them.
+const SYNTHETIC: u64 = 0xFFFF_8000_0000_0000;
+static NEXT_SYNTHETIC: AtomicU64 = AtomicU64::new(SYNTHETIC);
+
+impl Counted {
+    /// The driver's handle behind the program's value `h`.
+    pub fn real(&self, h: MemHandle) -> MemHandle {
+        if !self.remapped.load(Ordering::Acquire) {
+            return h;
+        }
+        lock(&self.aliases).get(&h).copied().unwrap_or(h)
+    }
+
+    /// The program's value for the driver's handle `r`, which the driver just handed out
+    /// (made, imported, or retained again): the value the program already holds for it, else
+    /// `r` itself, unless the program holds `r` for another handle (a synthetic value then).
+    pub fn program_value(&self, r: MemHandle) -> MemHandle {
+        if !self.remapped.load(Ordering::Acquire) {
+            return r;
+        }
+        let mut a = lock(&self.aliases);
+        if let Some((&k, _)) = a.iter().find(|(_, &v)| v == r) {
+            return k;
+        }
+        if a.contains_key(&r) {
+            let s = NEXT_SYNTHETIC.fetch_add(1, Ordering::Relaxed);
+            a.insert(s, r);
+            return s;
+        }
+        r
+    }
+
+    /// Whether any program value differs from the driver's.
+    pub fn remapped(&self) -> bool {
+        self.remapped.load(Ordering::Acquire)
+    }
+
+    /// The program's value `h` is the driver's `real` from now on.
+    pub(super) fn alias(&self, h: MemHandle, real: MemHandle) {
+        let mut a = lock(&self.aliases);
+        if h == real {
+            a.remove(&h);
+        } else {
+            self.remapped.store(true, Ordering::Release);
+            a.insert(h, real);
+        }
+    }
+
+    /// The program's value `h` names no handle any more.
+    pub(super) fn unalias(&self, h: MemHandle) {
+        if self.remapped.load(Ordering::Acquire) {
+            lock(&self.aliases).remove(&h);
+        }
+    }
 }

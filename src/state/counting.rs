@@ -1,7 +1,7 @@
 //! Pass-through accounting: what each counted allocation API charges against the limit and
 //! when it stops (the tables are in `counted`; what each API costs is documented there).
 
-use super::counted::{ArrayRec, DriverPool, Phys};
+use super::counted::{ArrayRec, DriverPool, Phys, VmMap};
 use super::{Live, Origin, Shim};
 use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::cu::*;
@@ -315,20 +315,24 @@ impl Shim {
 
     // ---- physical memory (cuMemCreate) --------------------------------------------------
 
-    /// `cuMemCreate` of `size` bytes at a location; `create` calls the driver.
+    /// `cuMemCreate` of `size` bytes at a location, with the program's properties `prop`;
+    /// `create` calls the driver. The handle value to give the program.
     pub fn mem_create(
         &self,
         size: u64,
         location: (i32, i32),
+        prop: PropBytes,
         create: impl FnOnce() -> Result<MemHandle, CUresult>,
     ) -> Result<MemHandle, CUresult> {
         if location.0 != CU_MEM_LOCATION_TYPE_DEVICE {
-            return create(); // host memory: not counted
+            // Host memory: not counted.
+            return create().map(|r| self.counted.program_value(r));
         }
         let dev = location.1;
         self.charge_counted(dev, size)?;
         match create() {
-            Ok(h) => {
+            Ok(r) => {
+                let h = self.counted.program_value(r);
                 lock(&self.counted.handles).insert(
                     h,
                     Phys {
@@ -336,6 +340,8 @@ impl Shim {
                         size,
                         refs: 1,
                         maps: 0,
+                        prop: Some(prop),
+                        shared: false,
                     },
                 );
                 self.counted_made(dev, size);
@@ -348,12 +354,50 @@ impl Shim {
         }
     }
 
+    /// The driver's handle behind the program's value `h` (they differ after a sleep).
+    pub fn real_handle(&self, h: MemHandle) -> MemHandle {
+        self.counted.real(h)
+    }
+
+    /// The program's value for a handle `r` the driver just handed out (see
+    /// [`Counted::program_value`](super::counted::Counted::program_value)).
+    pub fn program_handle(&self, r: MemHandle) -> MemHandle {
+        self.counted.program_value(r)
+    }
+
+    /// Whether any handle value the program holds differs from the driver's.
+    pub fn handles_remapped(&self) -> bool {
+        self.counted.remapped()
+    }
+
+    /// The program's handle `h` is shared outside the process: it never sleeps.
+    pub fn mem_shared(&self, h: MemHandle) {
+        if let Some(p) = lock(&self.counted.handles).get_mut(&h) {
+            p.shared = true;
+        }
+    }
+
+    /// The program's memory mapped in `[at, at + bytes)` is shared outside the process.
+    pub fn range_shared(&self, at: DevPtr, bytes: u64) {
+        let mut handles = lock(&self.counted.handles);
+        let maps = lock(&self.counted.maps);
+        let first = maps.range(..=at).next_back().map_or(at, |(&p, _)| p);
+        for (&p, m) in maps.range(first..at.saturating_add(bytes)) {
+            if p + m.bytes > at {
+                if let Some(ph) = handles.get_mut(&m.handle) {
+                    ph.shared = true;
+                }
+            }
+        }
+    }
+
     /// Drops `h` when nothing holds it any more (the driver has freed it).
     fn physical_check(&self, handles: &mut HashMap<MemHandle, Phys>, h: MemHandle) {
         if let Some(p) = handles.get(&h) {
             if p.refs == 0 && p.maps == 0 {
                 let (dev, size) = (p.device, p.size);
                 handles.remove(&h);
+                self.counted.unalias(h);
                 self.counted_gone(dev, size);
             }
         }
@@ -375,12 +419,17 @@ impl Shim {
         }
     }
 
-    /// `cuMemMap(va, size, _, h)` succeeded.
-    pub fn mem_mapped(&self, va: DevPtr, size: u64, h: MemHandle) {
+    /// `cuMemMap(va, size, offset, h)` succeeded (`h`: the program's value).
+    pub fn mem_mapped(&self, va: DevPtr, size: u64, offset: u64, h: MemHandle) {
         let mut handles = lock(&self.counted.handles);
         if let Some(p) = handles.get_mut(&h) {
             p.maps += 1;
-            lock(&self.counted.maps).insert(va, (size, h));
+            let m = VmMap {
+                bytes: size,
+                offset,
+                handle: h,
+            };
+            lock(&self.counted.maps).insert(va, m);
         }
     }
 
@@ -395,7 +444,7 @@ impl Shim {
                 .collect();
             starts
                 .into_iter()
-                .filter_map(|k| maps.remove(&k).map(|m| m.1))
+                .filter_map(|k| maps.remove(&k).map(|m| m.handle))
                 .collect()
         };
         for h in gone {

@@ -24,6 +24,8 @@
 //                    at a line on stdin (the sleep asked meanwhile from outside cannot drain)
 //   sleep_idle       fills its blocks, prints "ready", waits for a line on stdin (meanwhile
 //                    `cudapool sleep|wake PID` acts from outside), then checks its data
+//   sleep_vmm WAKER  the program's own virtual memory beside the pool's blocks, asleep and
+//                    woken by WAKER, twice; its handle values still work after (sleep_vmm)
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -392,7 +394,114 @@ static int sleep_idle(void) {
   return 0;
 }
 
+// The program's own virtual memory: three handles of 2 MiB mapped side by side, the first plain
+// (retained once more), the other two asked shareable, the third exported (it stays), beside
+// the pool's blocks. Asleep, the first two go back; woken by `waker`, every byte is back, the program's handle values still
+// name its memory (map, retain, properties, release), and a handle made after the wake gets a
+// value the program does not already hold.
+struct vm_prop {
+  int type, handle_types, location_type, location_id;
+  void *win32;
+  unsigned char flags[8];
+};
+struct vm_access {
+  int location_type, location_id, flags;
+};
+
+static unsigned char vm_byte(size_t i) { return (unsigned char)(i * 13 + (i >> 16) + 5); }
+
+static int vm_intact(CUdeviceptr va, size_t n) {
+  unsigned char *h = malloc(n);
+  CHECK(cu.MemcpyDtoH(h, va, n));
+  int ok = 1;
+  for (size_t i = 0; i < n && ok; i++) ok = h[i] == vm_byte(i);
+  free(h);
+  return ok;
+}
+
+static int sleep_vmm(const char *waker) {
+  get_sleep_api();
+  CUresult (*create)(unsigned long long *, size_t, const struct vm_prop *, unsigned long long) =
+      sym("cuMemCreate");
+  CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) =
+      sym("cuMemAddressReserve");
+  CUresult (*map)(CUdeviceptr, size_t, size_t, unsigned long long, unsigned long long) =
+      sym("cuMemMap");
+  CUresult (*unmap)(CUdeviceptr, size_t) = sym("cuMemUnmap");
+  CUresult (*access)(CUdeviceptr, size_t, const struct vm_access *, size_t) =
+      sym("cuMemSetAccess");
+  CUresult (*release)(unsigned long long) = sym("cuMemRelease");
+  CUresult (*retain)(unsigned long long *, void *) = sym("cuMemRetainAllocationHandle");
+  CUresult (*props)(struct vm_prop *, unsigned long long) =
+      sym("cuMemGetAllocationPropertiesFromHandle");
+  CUresult (*unreserve)(CUdeviceptr, size_t) = sym("cuMemAddressFree");
+  size_t (*used)(int) = (size_t(*)(int))fake_fn("fakecu_used");
+
+  fill_all();
+  CUdeviceptr va;
+  CHECK(reserve(&va, 8 * MIB, 0, 0, 0));
+  struct vm_prop plain = {1, 0, 1, dev, NULL, {0}}, shared = {1, 1, 1, dev, NULL, {0}};
+  struct vm_access rw = {1, dev, 3};
+  unsigned long long h[4];
+  CUresult (*export_)(void *, unsigned long long, int, unsigned long long) =
+      sym("cuMemExportToShareableHandle");
+  for (int i = 0; i < 3; i++) {
+    CHECK(create(&h[i], 2 * MIB, i == 0 ? &plain : &shared, 0));
+    CHECK(map(va + i * 2 * MIB, 2 * MIB, 0, h[i], 0));
+  }
+  int fd = -1;
+  CHECK(export_(&fd, h[2], 1, 0)); // shared with whoever gets the descriptor: it stays
+  CHECK(access(va, 6 * MIB, &rw, 1));
+  unsigned long long again;
+  CHECK(retain(&again, (void *)(uintptr_t)va));
+  unsigned char *bytes = malloc(6 * MIB);
+  for (size_t i = 0; i < 6 * MIB; i++) bytes[i] = vm_byte(i);
+  CHECK(cu.MemcpyHtoD(va, bytes, 6 * MIB));
+  free(bytes);
+  size_t before = used(dev);
+
+  int r = sleep_fn(-1);
+  print_sleep("vmm_asleep");
+  printf("vmm slept=%d dropped=%zu retained_same=%d\n", r, before - used(dev), again == h[0]);
+  wake_by(waker);
+  unsigned long long mine;
+  struct vm_prop got;
+  memset(&got, 0, sizeof got);
+  int retain_same = retain(&mine, (void *)(uintptr_t)(va + 2 * MIB)) == CUDA_SUCCESS && mine == h[1];
+  int props_ok = props(&got, h[0]) == CUDA_SUCCESS && got.location_id == dev;
+  // A handle made now: a value the program does not hold yet, and it works.
+  CHECK(create(&h[3], 2 * MIB, &plain, 0));
+  int distinct = h[3] != h[0] && h[3] != h[1] && h[3] != h[2];
+  CHECK(map(va + 6 * MIB, 2 * MIB, 0, h[3], 0));
+  CHECK(access(va + 6 * MIB, 2 * MIB, &rw, 1));
+  CHECK(cu.MemsetD8(va + 6 * MIB, 7, 2 * MIB));
+  unsigned char last;
+  CHECK(cu.MemcpyDtoH(&last, va + 8 * MIB - 1, 1));
+  printf("vmm intact=%d retain_same=%d props=%d distinct=%d new_ok=%d pool=%d\n",
+         vm_intact(va, 6 * MIB), retain_same, props_ok, distinct, last == 7, all_intact());
+
+  // Again, now that the driver's values differ from the program's.
+  r = sleep_fn(-1);
+  CHECK(wake_fn(-1));
+  printf("vmm again slept=%d intact=%d\n", r, vm_intact(va, 6 * MIB));
+
+  CHECK(unmap(va, 8 * MIB));
+  int released = 1;
+  released &= release(h[0]) == CUDA_SUCCESS && release(h[0]) == CUDA_SUCCESS;
+  released &= release(h[1]) == CUDA_SUCCESS && release(h[1]) == CUDA_SUCCESS;
+  released &= release(h[2]) == CUDA_SUCCESS && release(h[3]) == CUDA_SUCCESS;
+  // A release too many is the driver's error, as without cudapool.
+  int extra = release(h[0]) != CUDA_SUCCESS;
+  CHECK(unreserve(va, 8 * MIB));
+  close(fd);
+  free_all();
+  printf("vmm released=%d extra_refused=%d vm_left=%zu\n", released, extra,
+         used(dev) > before ? used(dev) - before : 0);
+  return 0;
+}
+
 int sleep_scenario(const char *name, int argc, char **argv) {
+  if (!strcmp(name, "sleep_vmm")) return sleep_vmm(argc > 0 ? argv[0] : "copy");
   if (!strcmp(name, "sleep_idle")) return sleep_idle();
   if (!strcmp(name, "capture_hold")) return capture_hold();
   if (!strcmp(name, "sleep_no_host")) return sleep_no_host();

@@ -118,6 +118,8 @@ static const struct proc procs[] = {
     {"cuMemAddressFree", 10020, 0, (void *)cuMemAddressFree},
     {"cuMemMap", 10020, 0, (void *)cuMemMap},
     {"cuMemUnmap", 10020, 0, (void *)cuMemUnmap},
+    {"cuMemSetAccess", 10020, 0, (void *)cuMemSetAccess},
+    {"cuMemGetAccess", 10020, 0, (void *)cuMemGetAccess},
     {"cuMemRetainAllocationHandle", 11000, 0, (void *)cuMemRetainAllocationHandle},
     {"cuMemExportToShareableHandle", 10020, 0, (void *)cuMemExportToShareableHandle},
     {"cuMemImportFromShareableHandle", 10020, 0, (void *)cuMemImportFromShareableHandle},

@@ -144,6 +144,7 @@ static struct {
   CUdeviceptr va;
   size_t size;
   int h; // index + 1 into phys
+  unsigned char access[8]; // cuMemSetAccess's flags, by device
 } vmaps[MAX_MAPS];
 static void phys_check(int h) {
   struct fake_phys *p = &phys[h - 1];
@@ -251,6 +252,7 @@ CUresult cuMemMap(CUdeviceptr va, size_t size, size_t offset, unsigned long long
   for (int i = 0; h && i < MAX_MAPS; i++)
     if (!vmaps[i].h) {
       vmaps[i].va = va, vmaps[i].size = size, vmaps[i].h = h;
+      memset(vmaps[i].access, 0, sizeof vmaps[i].access);
       phys[h - 1].maps++;
       // The host pages behind the reserved range become usable (memsets and copies run on them);
       // an exportable chunk's are its memfd's, shared with every mapping of it.
@@ -299,16 +301,41 @@ CUresult cuMemUnmap(CUdeviceptr va, size_t size) {
   pthread_mutex_unlock(&mu);
   return n ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
-// Access may be set only on mapped memory: every chunk of the range must be mapped.
+// Access may be set only on mapped memory: every chunk of the range must be mapped. The
+// flags are kept per mapping and device (what cuMemGetAccess answers).
+struct access_desc {
+  int location_type, location_id, flags;
+};
 CUresult cuMemSetAccess(CUdeviceptr va, size_t size, const void *desc, size_t count_) {
   count("cuMemSetAccess");
   if (!desc || !count_ || !size) return CUDA_ERROR_INVALID_VALUE;
+  const struct access_desc *d = desc;
   pthread_mutex_lock(&mu);
   size_t covered = 0;
   for (int i = 0; i < MAX_MAPS; i++)
     if (vmaps[i].h && vmaps[i].va >= va && vmaps[i].va < va + size) covered += vmaps[i].size;
+  if (covered == size)
+    for (int i = 0; i < MAX_MAPS; i++)
+      if (vmaps[i].h && vmaps[i].va >= va && vmaps[i].va < va + size)
+        for (size_t k = 0; k < count_; k++)
+          if (d[k].location_id >= 0 && d[k].location_id < 8)
+            vmaps[i].access[d[k].location_id] = (unsigned char)d[k].flags;
   pthread_mutex_unlock(&mu);
   return covered == size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuMemGetAccess(unsigned long long *flags, const int *location, CUdeviceptr ptr) {
+  count("cuMemGetAccess");
+  if (!flags || !location) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < MAX_MAPS; i++)
+    if (vmaps[i].h && ptr >= vmaps[i].va && ptr < vmaps[i].va + vmaps[i].size) {
+      int dev = location[1];
+      *flags = dev >= 0 && dev < 8 ? vmaps[i].access[dev] : 0;
+      pthread_mutex_unlock(&mu);
+      return CUDA_SUCCESS;
+    }
+  pthread_mutex_unlock(&mu);
+  return CUDA_ERROR_INVALID_VALUE;
 }
 CUresult cuMemGetAllocationGranularity(size_t *g, const struct loc_head *prop, int option) {
   (void)option;

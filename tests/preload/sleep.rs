@@ -308,3 +308,56 @@ fn a_sleep_without_host_memory_leaves_the_process_awake_and_names_the_bytes() {
     );
     assert_eq!(r.get("intact", "intact"), "1");
 }
+
+/// The program's own virtual memory (`cuMemCreate`, `cuMemMap`) sleeps with the pool's: its
+/// handles go back to the device (one plain, one asked shareable but never shared), an
+/// exported one stays, every byte comes back at the
+/// same address, and the handle values the program holds still map, retain, answer properties
+/// and release, also after the driver made the memory again under other values.
+#[test]
+fn the_programs_own_virtual_memory_sleeps_and_its_handles_still_work() {
+    for waker in ["copy", "launch", "api"] {
+        let r = ok(client("gpa", &["sleep_vmm", waker], &[EXPANDABLE]));
+        let what = format!("{waker}: {}{}", r.stdout, r.stderr);
+        assert_eq!(r.get("vmm", "slept"), "0", "{what}");
+        // The pool's live blocks and two of the handles (2 MiB each); not the exported one.
+        assert_eq!(
+            r.num("vmm_asleep", "asleep"),
+            ARENA_LIVE + 4 * MIB,
+            "{what}"
+        );
+        assert!(r.num("vmm", "dropped") >= ARENA_LIVE + 4 * MIB, "{what}");
+        assert_eq!(r.get("vmm", "retained_same"), "1", "{what}");
+        let line = r.line("vmm");
+        for key in [
+            "intact",
+            "retain_same",
+            "props",
+            "distinct",
+            "new_ok",
+            "pool",
+        ] {
+            let got = r
+                .stdout
+                .lines()
+                .find(|l| l.starts_with("vmm intact="))
+                .and_then(|l| {
+                    l.split(' ')
+                        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+                });
+            assert_eq!(got, Some("1"), "{key}: {what} {line:?}");
+        }
+        let again = r
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("vmm again"))
+            .unwrap_or("");
+        assert_eq!(again, "vmm again slept=0 intact=1", "{what}");
+        let end = r
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("vmm released"))
+            .unwrap_or("");
+        assert_eq!(end, "vmm released=1 extra_refused=1 vm_left=0", "{what}");
+    }
+}

@@ -1,6 +1,6 @@
 //! Hooks on the allocation entry points that pass through to the driver and are counted
 //! against the limit: legacy 32-bit `cuMemAlloc`, pitched allocations, driver memory pools,
-//! managed memory, physical memory of the virtual memory API, arrays (`state::counted`).
+//! managed memory, arrays (`state::counted`); the virtual memory API's are `virtual_memory`.
 #![allow(non_snake_case)]
 
 use super::guard::{hook, put, to_result, OnBadConfig};
@@ -363,106 +363,6 @@ pub unsafe extern "C" fn cuMemAllocManaged(
             // SAFETY: checked non-null above.
             unsafe { put(dptr, p) }
         }))
-    })
-}
-
-// ---- virtual memory management: physical memory is counted until the driver frees it ------
-
-/// # Safety
-/// The driver's contract for this entry point: `handle` NULL or valid for writes, `prop` NULL
-/// or a valid `CUmemAllocationProp`.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemCreate(
-    handle: *mut MemHandle,
-    size: usize,
-    prop: *const MemPropHead,
-    flags: u64,
-) -> CUresult {
-    let real = move |d: &Driver| call!(d, mem_create(handle, size, prop, flags));
-    hook(OnBadConfig::Refuse, real, |shim| {
-        if handle.is_null() || prop.is_null() || size == 0 {
-            return real(shim.driver);
-        }
-        // SAFETY: non-null; a `CUmemAllocationProp` starts with these fields.
-        let head = unsafe { &*prop };
-        let d = shim.driver;
-        let got = shim.mem_create(size as u64, (head.location_type, head.location_id), || {
-            let mut h: MemHandle = 0;
-            match call!(d, mem_create(&mut h, size, prop, flags)) {
-                CUDA_SUCCESS => Ok(h),
-                e => Err(e),
-            }
-        });
-        to_result(got.map(|h| {
-            // SAFETY: checked non-null above.
-            unsafe { put(handle, h) }
-        }))
-    })
-}
-
-/// # Safety
-/// The driver's contract for this entry point.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemRelease(handle: MemHandle) -> CUresult {
-    let real = move |d: &Driver| call!(d, mem_release(handle));
-    hook(OnBadConfig::Forward, real, |shim| {
-        let r = real(shim.driver);
-        if r == CUDA_SUCCESS {
-            shim.mem_released(handle);
-        }
-        r
-    })
-}
-
-/// # Safety
-/// The driver's contract for this entry point.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemMap(
-    ptr: DevPtr,
-    size: usize,
-    offset: usize,
-    handle: MemHandle,
-    flags: u64,
-) -> CUresult {
-    let real = move |d: &Driver| call!(d, mem_map(ptr, size, offset, handle, flags));
-    hook(OnBadConfig::Forward, real, |shim| {
-        let r = real(shim.driver);
-        if r == CUDA_SUCCESS {
-            shim.mem_mapped(ptr, size as u64, handle);
-        }
-        r
-    })
-}
-
-/// # Safety
-/// The driver's contract for this entry point.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemUnmap(ptr: DevPtr, size: usize) -> CUresult {
-    let real = move |d: &Driver| call!(d, mem_unmap(ptr, size));
-    hook(OnBadConfig::Forward, real, |shim| {
-        let r = real(shim.driver);
-        if r == CUDA_SUCCESS {
-            shim.mem_unmapped(ptr, size as u64);
-        }
-        r
-    })
-}
-
-/// # Safety
-/// The driver's contract for this entry point: `handle` NULL or valid for writes.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemRetainAllocationHandle(
-    handle: *mut MemHandle,
-    addr: *mut c_void,
-) -> CUresult {
-    let real = move |d: &Driver| call!(d, mem_retain_allocation_handle(handle, addr));
-    hook(OnBadConfig::Forward, real, |shim| {
-        let r = real(shim.driver);
-        if r == CUDA_SUCCESS && !handle.is_null() {
-            // SAFETY: non-null, and the driver has just written the handle there.
-            shim.mem_retained(unsafe { *handle });
-        }
-        r
     })
 }
 

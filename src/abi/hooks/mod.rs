@@ -8,7 +8,9 @@
 //!
 //! - [`pooled`]: `cuMemAlloc`/`cuMemFree` and the stream-ordered family;
 //! - [`counted`]: allocations passed through and counted (pitched, legacy, managed, driver
-//!   pools, virtual memory, arrays);
+//!   pools, arrays);
+//! - [`virtual_memory`]: the virtual memory API (physical memory counted; handles the program
+//!   holds kept valid across a sleep);
 //! - [`streams`]: stream creation and destruction, graph capture;
 //! - [`graphs`]: graph memory nodes: instantiation, upload and launch, trims;
 //! - [`contexts`]: context teardown, and the calling thread's current context followed;
@@ -28,6 +30,7 @@ pub mod nvml;
 pub mod overhead;
 pub mod pooled;
 pub mod streams;
+pub mod virtual_memory;
 pub mod work;
 
 pub use guard::boundary;
@@ -65,11 +68,23 @@ pub fn table() -> Vec<(&'static CStr, *const c_void)> {
         counted::cuMemPoolGetAttribute,
         counted::cuMemPoolSetAttribute,
         counted::cuMemAllocManaged,
-        counted::cuMemCreate,
-        counted::cuMemRelease,
-        counted::cuMemMap,
-        counted::cuMemUnmap,
-        counted::cuMemRetainAllocationHandle,
+        virtual_memory::cuMemCreate,
+        virtual_memory::cuMemRelease,
+        virtual_memory::cuMemMap,
+        virtual_memory::cuMemUnmap,
+        virtual_memory::cuMemRetainAllocationHandle,
+        virtual_memory::cuMemSetAccess,
+        virtual_memory::cuMemGetAllocationPropertiesFromHandle,
+        virtual_memory::cuMemExportToShareableHandle,
+        virtual_memory::cuMemImportFromShareableHandle,
+        virtual_memory::cuMemGetHandleForAddressRange,
+        virtual_memory::cuMulticastCreate,
+        virtual_memory::cuMulticastBindMem,
+        virtual_memory::cuMulticastBindAddr,
+        virtual_memory::cuMulticastUnbind,
+        virtual_memory::cuMulticastAddDevice,
+        virtual_memory::cuMemMapArrayAsync,
+        virtual_memory::cuMemMapArrayAsync_ptsz,
         counted::cuArrayCreate_v2,
         counted::cuArrayCreate,
         counted::cuArray3DCreate_v2,

@@ -36,6 +36,7 @@ use crate::pool::{Mapped, Upstream, VirtualMemory};
 use std::collections::BTreeMap;
 
 mod copy;
+mod foreign;
 mod idle;
 mod table;
 use std::sync::atomic::Ordering::*;
@@ -121,11 +122,11 @@ impl Shim {
         if self.sleep.count.load(Relaxed) == 0 {
             return 0;
         }
-        lock(&self.sleep.saved)
-            .values()
+        let pooled: u64 = (lock(&self.sleep.saved).values())
             .filter(|s| s.dev == dev)
             .map(|s| s.bytes)
-            .sum()
+            .sum();
+        pooled + self.foreign_asleep(dev)
     }
 
     /// Bytes a wake waits for room for (0: none).
@@ -192,6 +193,9 @@ impl Shim {
             if result.is_err() {
                 break;
             }
+        }
+        if result.is_ok() {
+            result = self.save_foreign(device, &mut moved, &mut short);
         }
         self.sleep.drop_spares();
         if let Err(why) = result {
@@ -268,7 +272,7 @@ impl Shim {
             })?);
         }
         // Every handle's parts in one pass, each into its place in its handle's host copy.
-        let parts = host_parts(going.iter().map(|m| m.live.as_slice()).zip(&hosts));
+        let parts = host_parts(going.iter().map(|m| m.live.iter().copied()).zip(&hosts));
         // SAFETY: each host copy holds its handle's live bytes one after the other, and nothing
         // else uses them meanwhile.
         unsafe { self.move_parts(ctx, &parts, copy::Way::ToHost) }
@@ -361,6 +365,7 @@ impl Shim {
             let up = self.upstream(cp.device);
             self.wake_ctx(ctx, cp.device, &ats, &up, started, timeout, &mut moved)?;
         }
+        self.wake_foreign(started, timeout, &mut moved)?;
         moved.seconds = started.elapsed().as_secs_f64();
         Ok(moved)
     }
@@ -408,7 +413,7 @@ impl Shim {
                 None => {
                     let parts = host_parts(here.iter().map(|a| {
                         let s = &saved[a];
-                        (s.live.as_slice(), &s.host)
+                        (s.live.iter().copied(), &s.host)
                     }));
                     // SAFETY: each host copy holds its handle's live bytes one after the other;
                     // they stay in `saved`, whose lock is held, until the copies are done.
@@ -441,37 +446,50 @@ impl Shim {
                     }
                 }
             }
-            if timeout.is_some_and(|t| started.elapsed() >= t) {
-                self.sleep.waiting_for.store(0, Relaxed);
-                super::overhead::asked_by("waking the process from sleep", || {
-                    self.report_oom(dev, need)
-                });
-                return Err(CUDA_ERROR_OUT_OF_MEMORY);
-            }
-            if self.sleep.waiting_for.swap(need, Relaxed) == 0 {
-                log_at!(
-                    Warn,
-                    "waking: waiting for {} of room on device {dev}",
-                    fmt_bytes(need)
-                );
-            }
-            // Another member's idle cache, lent, or idle members put to sleep; else wait.
-            if !self.borrow(dev, need) && !self.put_idle_to_sleep(dev, need) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            self.wait_for_room(dev, need, started, timeout)?;
         }
+    }
+
+    /// A wake found no room for `need` bytes on `dev`: says so (once), asks the group for
+    /// room (another member's idle cache, lent, or idle members put to sleep), else waits a
+    /// little. `Err`: `timeout` since `started` has passed (the OOM line names the wake).
+    fn wait_for_room(
+        &self,
+        dev: CUdevice,
+        need: u64,
+        started: Instant,
+        timeout: Option<Duration>,
+    ) -> Result<(), CUresult> {
+        if timeout.is_some_and(|t| started.elapsed() >= t) {
+            self.sleep.waiting_for.store(0, Relaxed);
+            super::overhead::asked_by("waking the process from sleep", || {
+                self.report_oom(dev, need)
+            });
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        if self.sleep.waiting_for.swap(need, Relaxed) == 0 {
+            log_at!(
+                Warn,
+                "waking: waiting for {} of room on device {dev}",
+                fmt_bytes(need)
+            );
+        }
+        if !self.borrow(dev, need) && !self.put_idle_to_sleep(dev, need) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
     }
 }
 
 /// Every live part of each handle with where its bytes lie in the handle's host copy (the
 /// parts one after the other).
-fn host_parts<'a>(
-    handles: impl Iterator<Item = (&'a [(DevPtr, u64)], &'a HostCopy)>,
+fn host_parts<'a, P: IntoIterator<Item = (DevPtr, u64)>>(
+    handles: impl Iterator<Item = (P, &'a HostCopy)>,
 ) -> Vec<(DevPtr, *mut u8, u64)> {
     let mut out = Vec::new();
     for (live, host) in handles {
         let mut off = 0usize;
-        for &(p, n) in live {
+        for (p, n) in live {
             // SAFETY: the host copy holds the sum of the parts' bytes; this part starts at `off`.
             out.push((p, unsafe { host.ptr.add(off) }, n));
             off += n as usize;

@@ -120,6 +120,30 @@ pub(super) struct Saved {
     pub(super) host: HostCopy,
 }
 
+/// A handle the program made itself (`cuMemCreate`), asleep: made again at the wake with the
+/// program's properties, mapped where it was with the access it had (see `foreign`).
+pub(super) struct Foreign {
+    pub(super) dev: CUdevice,
+    /// The program's value for it (what it passes to `cuMemMap`, `cuMemRelease`, ...).
+    pub(super) key: MemHandle,
+    pub(super) size: u64,
+    pub(super) prop: PropBytes,
+    /// References the program holds (its creation and retains, minus releases).
+    pub(super) refs: u32,
+    /// Its mappings (address, bytes, offset in the handle, access: device and flags), their
+    /// bytes in `host` one after the other.
+    pub(super) maps: Vec<ForeignMap>,
+    pub(super) host: HostCopy,
+}
+
+/// One mapping of a [`Foreign`] handle.
+pub(super) struct ForeignMap {
+    pub(super) at: DevPtr,
+    pub(super) bytes: u64,
+    pub(super) offset: u64,
+    pub(super) access: Vec<(CUdevice, std::ffi::c_int)>,
+}
+
 /// What a sleep or wake moved.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Moved {
@@ -132,13 +156,16 @@ pub struct Moved {
 
 /// The shim's part: what is asleep.
 ///
-/// Invariants: `saved` holds, by address, every handle whose memory a sleep gave back and no
-/// wake or release mapped or dropped since; none of them is mapped; `count` is its length.
+/// Invariants: `saved` holds, by address, every handle of a pool whose memory a sleep gave
+/// back and no wake or release mapped or dropped since, and `foreign` every handle of the
+/// program's own a sleep gave back and no wake made again; none of them is mapped; `count` is
+/// their number.
 #[derive(Default)]
 pub struct Sleep {
     /// Held for the whole of a sleep or a wake: one at a time.
     pub(super) turn: Mutex<()>,
     pub(super) saved: Mutex<BTreeMap<DevPtr, Saved>>,
+    pub(super) foreign: Mutex<Vec<Foreign>>,
     pub(super) count: AtomicUsize,
     /// Bytes a wake is waiting for room for (0: none).
     pub(super) waiting_for: AtomicU64,

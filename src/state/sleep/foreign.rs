@@ -1,0 +1,372 @@
+//! The program's own virtual memory asleep: what it made with `cuMemCreate` and mapped itself
+//! (PyTorch's `expandable_segments:True`, JAX's allocator, a C++ program's own arena).
+//!
+//! A sleep copies every mapping of such a handle to the host, unmaps it and drops the driver's
+//! references, so that the memory goes back. A wake makes the handle again with the program's
+//! own properties, maps it where it was (same addresses, same offsets) with the access it had,
+//! copies the bytes back and gives the driver as many references as the program held. The
+//! program keeps its handle value: from then on the shim passes the driver's new value wherever
+//! the program passes its own (`Counted::real`), and hands the program its own value back where
+//! the driver answers with the new one (`cuMemRetainAllocationHandle`).
+//!
+//! What stays on the device: handles shared outside the process (exported, bound to a
+//! multicast object, or handed out as a dma-buf: another process or device may hold them),
+//! handles of another usage than plain memory (a sparse arrays' tile pool), handles with a
+//! mapping the shim did not see or none at all (nothing to copy from), handles whose device
+//! cannot read and write a mapping of them, and memory imported from another process (not the
+//! program's to move). Every call on the program's virtual memory (map, unmap, release, access,
+//! properties, export, retain) is work: a sleep waits for it and it wakes a sleeping process.
+
+use super::copy::Way;
+use super::table::{Foreign, ForeignMap};
+use super::{host_parts, Moved};
+use crate::base::addr_hash::AddrMap as HashMap;
+use crate::base::cu::*;
+use crate::base::log::fmt_bytes;
+use crate::base::sync::lock;
+use crate::state::counted::{Phys, VmMap};
+use crate::state::Shim;
+use std::ffi::c_int;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::time::{Duration, Instant};
+
+/// A handle of the program's that can sleep, as the tables hold it.
+struct Plan {
+    key: MemHandle,
+    dev: CUdevice,
+    size: u64,
+    refs: u32,
+    prop: PropBytes,
+    maps: Vec<(DevPtr, VmMap)>,
+}
+
+impl Shim {
+    /// The program's handles on `device` (`-1`: every device) that can sleep (see the module's
+    /// notes).
+    fn foreign_plans(&self, device: CUdevice) -> Vec<Plan> {
+        let handles = lock(&self.counted.handles);
+        let mut by_handle: HashMap<MemHandle, Vec<(DevPtr, VmMap)>> = HashMap::default();
+        for (&at, m) in lock(&self.counted.maps).iter() {
+            by_handle.entry(m.handle).or_default().push((at, *m));
+        }
+        let mut out: Vec<Plan> = handles
+            .iter()
+            .filter(|(_, p)| device < 0 || p.device == device)
+            .filter_map(|(&key, p)| {
+                let prop = p.prop?;
+                let maps = by_handle.remove(&key)?;
+                let own = !p.shared && prop.usage() == 0;
+                (own && maps.len() == p.maps as usize).then_some(Plan {
+                    key,
+                    dev: p.device,
+                    size: p.size,
+                    refs: p.refs,
+                    prop,
+                    maps,
+                })
+            })
+            .collect();
+        out.sort_by_key(|p| (p.dev, p.maps[0].0));
+        out
+    }
+
+    /// A context of `dev` to copy in: a pool's (guarded by its clock while `f` runs), else the
+    /// device's primary context if it is active. `None` when there is neither.
+    fn in_device<T>(&self, dev: CUdevice, f: impl FnOnce(usize) -> T) -> Option<T> {
+        for (ctx, cp) in self.contexts.on_device(dev) {
+            if let Some(_alive) = cp.clock.enter() {
+                return Some(self.in_context(ctx, || f(ctx)));
+            }
+        }
+        let ctx = self.driver.active_primary_context(dev)? as usize;
+        Some(self.in_context(ctx, || f(ctx)))
+    }
+
+    /// Puts the program's own handles on `device` (`-1`: every device) to sleep. A handle that
+    /// cannot (its mapping refused to go) stays awake, mapped as it was.
+    pub(super) fn save_foreign(
+        &self,
+        device: CUdevice,
+        moved: &mut Moved,
+        short: &mut bool,
+    ) -> Result<(), String> {
+        let plans = self.foreign_plans(device);
+        let mut devices: Vec<CUdevice> = plans.iter().map(|p| p.dev).collect();
+        devices.dedup();
+        for dev in devices {
+            let mine: Vec<&Plan> = plans.iter().filter(|p| p.dev == dev).collect();
+            self.in_device(dev, |ctx| {
+                self.save_foreign_on(ctx, dev, &mine, moved, short)
+            })
+            .unwrap_or(Ok(()))?;
+        }
+        Ok(())
+    }
+
+    fn save_foreign_on(
+        &self,
+        ctx: usize,
+        dev: CUdevice,
+        plans: &[&Plan],
+        moved: &mut Moved,
+        short: &mut bool,
+    ) -> Result<(), String> {
+        let devices = self.driver.device_count().unwrap_or(1).max(1);
+        // Who may touch each mapping; the device itself must read and write all of them.
+        let mut going = Vec::new();
+        for plan in plans {
+            let access: Vec<Vec<(CUdevice, c_int)>> = (plan.maps.iter())
+                .map(|&(at, _)| {
+                    (0..devices)
+                        .map(|d| (d, self.driver.vmm_access_of(d, at)))
+                        .filter(|&(_, f)| f != 0)
+                        .map(|(d, f)| (d, f as c_int))
+                        .collect()
+                })
+                .collect();
+            let rw = |a: &Vec<(CUdevice, c_int)>| {
+                a.iter()
+                    .any(|&(d, f)| d == dev && f as u64 == ACCESS_READ_WRITE)
+            };
+            if access.iter().all(rw) {
+                going.push((plan, access));
+            }
+        }
+        let total: u64 = going
+            .iter()
+            .flat_map(|(p, _)| &p.maps)
+            .map(|(_, m)| m.bytes)
+            .sum();
+        let mut hosts = Vec::with_capacity(going.len());
+        for (plan, _) in &going {
+            let bytes = plan.maps.iter().map(|(_, m)| m.bytes).sum();
+            hosts.push(self.sleep.host_copy(bytes).ok_or_else(|| {
+                *short = true;
+                format!(
+                    "{} of host memory could not be had for the copy",
+                    fmt_bytes(total)
+                )
+            })?);
+        }
+        let parts = host_parts(
+            going
+                .iter()
+                .map(|(p, _)| p.maps.iter().map(|(at, m)| (*at, m.bytes)))
+                .zip(&hosts),
+        );
+        // SAFETY: each host copy holds its handle's mappings' bytes one after the other, and
+        // nothing else uses them meanwhile.
+        unsafe { self.move_parts(ctx, &parts, Way::ToHost) }
+            .map_err(|e| format!("copy to the host failed (error {e})"))?;
+        for ((plan, access), host) in going.into_iter().zip(hosts) {
+            let real = self.counted.real(plan.key);
+            let mut unmapped = Vec::new();
+            for &(at, m) in &plan.maps {
+                match self.driver.vmm_unmap_one(at, m.bytes) {
+                    Ok(()) => unmapped.push((at, m)),
+                    Err(_) => break,
+                }
+            }
+            if unmapped.len() < plan.maps.len() {
+                // Back as it was: the handle still holds the memory.
+                for ((at, m), a) in unmapped.iter().zip(&access) {
+                    let _ = self.driver.vmm_map_as(*at, m.bytes, m.offset, real, a);
+                }
+                continue;
+            }
+            for _ in 0..plan.refs {
+                let _ = self.driver.vmm_release(real);
+            }
+            self.forget_handle(plan.key);
+            let budget = self.budget(dev);
+            budget.uncharge(plan.size);
+            budget.on_driver_free();
+            let maps = (plan.maps.iter().zip(access))
+                .map(|(&(at, m), access)| ForeignMap {
+                    at,
+                    bytes: m.bytes,
+                    offset: m.offset,
+                    access,
+                })
+                .collect();
+            lock(&self.sleep.foreign).push(Foreign {
+                dev,
+                key: plan.key,
+                size: plan.size,
+                prop: plan.prop,
+                refs: plan.refs,
+                maps,
+                host,
+            });
+            self.sleep.count.fetch_add(1, SeqCst);
+            moved.device_bytes += plan.size;
+            moved.copied += plan.maps.iter().map(|(_, m)| m.bytes).sum::<u64>();
+        }
+        Ok(())
+    }
+
+    /// The tables no longer hold the program's handle `key` (asleep: the driver's is gone).
+    fn forget_handle(&self, key: MemHandle) {
+        let mut handles = lock(&self.counted.handles);
+        handles.remove(&key);
+        lock(&self.counted.maps).retain(|_, m| m.handle != key);
+        drop(handles);
+        self.counted.unalias(key);
+    }
+
+    /// Makes every asleep handle of the program's again, device by device (all of a device's
+    /// or none), waiting for room until `timeout` since `started`.
+    pub(super) fn wake_foreign(
+        &self,
+        started: Instant,
+        timeout: Option<Duration>,
+        moved: &mut Moved,
+    ) -> Result<(), CUresult> {
+        loop {
+            let dev = match lock(&self.sleep.foreign).first() {
+                Some(f) => f.dev,
+                None => return Ok(()),
+            };
+            match self.wake_foreign_on(dev, moved)? {
+                0 => self.sleep.waiting_for.store(0, Relaxed),
+                need => self.wait_for_room(dev, need, started, timeout)?,
+            }
+        }
+    }
+
+    /// One try at waking the program's handles of `dev`: `Ok(0)` when they are awake, `Ok(n)`
+    /// when `n` bytes found no room (nothing was kept of the try).
+    fn wake_foreign_on(&self, dev: CUdevice, moved: &mut Moved) -> Result<u64, CUresult> {
+        let mut foreign = lock(&self.sleep.foreign);
+        let (mine, rest): (Vec<Foreign>, Vec<Foreign>) = std::mem::take(&mut *foreign)
+            .into_iter()
+            .partition(|f| f.dev == dev);
+        *foreign = rest;
+        let need: u64 = mine.iter().map(|f| f.size).sum();
+        let budget = self.budget(dev);
+        let tried = self.in_device(dev, |ctx| {
+            // Made and mapped so far: (the record's index, the driver's handle).
+            let mut made: Vec<(usize, MemHandle)> = Vec::new();
+            let mut result = Ok(());
+            for (i, f) in mine.iter().enumerate() {
+                if !budget.try_charge(f.size) {
+                    result = Err(CUDA_ERROR_OUT_OF_MEMORY);
+                    break;
+                }
+                match self.make_again(f) {
+                    Ok(h) => made.push((i, h)),
+                    Err(e) => {
+                        budget.uncharge(f.size);
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            if result.is_ok() {
+                let parts = host_parts(
+                    mine.iter()
+                        .map(|f| (f.maps.iter().map(|m| (m.at, m.bytes)), &f.host)),
+                );
+                // SAFETY: each host copy holds its handle's mappings' bytes one after the other,
+                // and stays in `mine` until the copies are done.
+                result = unsafe { self.move_parts(ctx, &parts, Way::ToDevice) };
+            }
+            if result.is_err() {
+                for &(i, h) in &made {
+                    for m in &mine[i].maps {
+                        let _ = self.driver.vmm_unmap_one(m.at, m.bytes);
+                    }
+                    let _ = self.driver.vmm_release(h);
+                    budget.uncharge(mine[i].size);
+                }
+            }
+            result.map(|()| made)
+        });
+        let made = match tried {
+            Some(Ok(made)) => made,
+            Some(Err(e)) => {
+                foreign.extend(mine);
+                return if e == CUDA_ERROR_OUT_OF_MEMORY {
+                    Ok(need)
+                } else {
+                    Err(e)
+                };
+            }
+            None => {
+                // No context to copy in: the contents stay on the host for the next try.
+                foreign.extend(mine);
+                return Err(CUDA_ERROR_INVALID_CONTEXT);
+            }
+        };
+        drop(foreign);
+        for (f, (_, real)) in mine.into_iter().zip(made) {
+            // The driver holds as many references as the program did (one from the creation).
+            match f.refs {
+                0 => {
+                    let _ = self.driver.vmm_release(real);
+                }
+                n => {
+                    for _ in 1..n {
+                        let _ = self.driver.vmm_retain(f.maps[0].at);
+                    }
+                }
+            }
+            let mut handles = lock(&self.counted.handles);
+            handles.insert(
+                f.key,
+                Phys {
+                    device: f.dev,
+                    size: f.size,
+                    refs: f.refs,
+                    maps: f.maps.len() as u32,
+                    prop: Some(f.prop),
+                    shared: false,
+                },
+            );
+            let mut maps = lock(&self.counted.maps);
+            for m in &f.maps {
+                let vm = VmMap {
+                    bytes: m.bytes,
+                    offset: m.offset,
+                    handle: f.key,
+                };
+                maps.insert(m.at, vm);
+            }
+            drop((maps, handles));
+            self.counted.alias(f.key, real);
+            budget.on_driver_alloc();
+            self.sleep.count.fetch_sub(1, SeqCst);
+            moved.device_bytes += f.size;
+            moved.copied += f.maps.iter().map(|m| m.bytes).sum::<u64>();
+            self.sleep.keep_spare(f.host);
+        }
+        Ok(0)
+    }
+
+    /// The handle `f` made again and mapped where it was, with its access; the driver's value.
+    /// On an error nothing of it stays.
+    fn make_again(&self, f: &Foreign) -> Result<MemHandle, CUresult> {
+        let h = self.driver.vmm_create_as(&f.prop, f.size)?;
+        for (i, m) in f.maps.iter().enumerate() {
+            if let Err(e) = self
+                .driver
+                .vmm_map_as(m.at, m.bytes, m.offset, h, &m.access)
+            {
+                for done in &f.maps[..i] {
+                    let _ = self.driver.vmm_unmap_one(done.at, done.bytes);
+                }
+                let _ = self.driver.vmm_release(h);
+                return Err(e);
+            }
+        }
+        Ok(h)
+    }
+
+    /// Bytes of the program's own memory of `dev` asleep.
+    pub(super) fn foreign_asleep(&self, dev: CUdevice) -> u64 {
+        (lock(&self.sleep.foreign).iter())
+            .filter(|f| f.dev == dev)
+            .map(|f| f.size)
+            .sum()
+    }
+}
