@@ -4,7 +4,8 @@
 // launch, and checks every byte; then the same again woken by the API. Beside it, in the same
 // run: pinning that many bytes of host memory and a pinned copy of them each way (the
 // bandwidth the sleep is measured against). Then CYCLES sleep/wake cycles of a small set, with
-// the process's resident host memory before and after.
+// the process's resident host memory after the first, the middle and the last, and once more
+// asleep after them (the caller reads nvidia-smi again).
 //
 //   sleep_wake GIB BLOCK_MIB HOLD_S CYCLES
 // Prints key=value lines; exit 0 when every check held.
@@ -176,7 +177,8 @@ int main(int argc, char **argv) {
   // Many cycles of a small set: host memory stays flat, nothing is lost.
   for (size_t i = 1; i < blocks.size() - 64; i++) CK(cudaFree(blocks[i].p));
   blocks.erase(blocks.begin() + 1, blocks.end() - 64);
-  long rss0 = rss_kib();
+  // The first cycle leaves the host copies the next ones reuse: host memory is read after it.
+  long rss0 = 0, rss_mid = 0;
   double c0 = now();
   for (int c = 0; c < cycles; c++) {
     if (sleep_fn(-1) != 0 || wake_fn(-1) != 0) {
@@ -184,13 +186,24 @@ int main(int argc, char **argv) {
       ok = 0;
       break;
     }
+    if (c == 0) rss0 = rss_kib();
+    if (c == cycles / 2) rss_mid = rss_kib();
   }
   double c1 = now();
   unsigned long long wrong = check_all(blocks);
   long rss1 = rss_kib();
-  printf("cycles n=%d each_ms=%.2f wrong=%llu rss_before_kib=%ld rss_after_kib=%ld\n", cycles,
-         cycles ? (c1 - c0) * 1e3 / cycles : 0.0, wrong, rss0, rss1);
+  printf("cycles n=%d each_ms=%.2f wrong=%llu rss_first_kib=%ld rss_mid_kib=%ld rss_last_kib=%ld\n",
+         cycles, cycles ? (c1 - c0) * 1e3 / cycles : 0.0, wrong, rss0, rss_mid, rss1);
   ok &= wrong == 0 && rss1 < rss0 + 64 * 1024;
+  // Asleep once more after the cycles: the caller reads nvidia-smi meanwhile.
+  int r = sleep_fn(-1);
+  printf("asleep_after_cycles rc=%d\n", r);
+  fflush(stdout);
+  sleep(hold);
+  r |= wake_fn(-1);
+  wrong = check_all(blocks);
+  printf("woken_after_cycles rc=%d wrong=%llu\n", r, wrong);
+  ok &= r == 0 && wrong == 0;
   printf("sleep_wake %s\n", ok ? "ok" : "FAILED");
   return ok ? 0 : 1;
 }

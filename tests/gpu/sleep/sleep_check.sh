@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Sleep and wake on the GPU (docs/design.md, Sleep and wake): a C++ program's 20 GiB to the host
 # and back beside a pinned copy of the same bytes, its footprint by nvidia-smi awake and asleep,
-# 200 cycles with host memory flat, a graph replayed after the wake; PyTorch in each allocator
-# mode; and `cudapool sleep --wait PID` from outside. Prints PASS/FAIL rows.
+# 1000 cycles with host memory flat and the footprint asleep after them the same, a graph
+# replayed after the wake; PyTorch in each allocator mode, CuPy, JAX; a training job asleep every
+# 10 steps; `cudapool sleep --wait PID` from outside; a shared GPU with CUDAPOOL_SLEEP_IDLE.
+# Prints PASS/FAIL rows.
 #   bash tests/gpu/sleep/sleep_check.sh LIB WORKDIR [GIB]
 set -u
 LIB=$1 W=$2 GIB=${3:-20}
@@ -15,26 +17,29 @@ smi_used() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,nohead
 nvcc -O2 -o "$W/sleep_wake" tests/gpu/programs/sleep_wake.cu || { fail "sleep_wake built"; exit 1; }
 
 # The C++ program: awake and asleep footprints read while it holds.
-LD_PRELOAD=$LIB timeout 300 "$W/sleep_wake" "$GIB" 256 4 200 > "$W/sw.out" 2>&1 &
+LD_PRELOAD=$LIB timeout 300 "$W/sleep_wake" "$GIB" 256 4 1000 > "$W/sw.out" 2>&1 &
 job=$!
-awake="" asleep=""
+awake="" asleep="" after=""
 while kill -0 $job 2>/dev/null; do
   pid=$(sed -n 's/^filled pid=\([0-9]*\).*/\1/p' "$W/sw.out")
   if [ -z "$awake" ] && [ -n "$pid" ]; then sleep 1; awake=$(smi_used $pid); fi
   if [ -z "$asleep" ] && grep -q '^asleep round=0' "$W/sw.out"; then sleep 1; asleep=$(smi_used $pid); fi
+  if [ -z "$after" ] && grep -q '^asleep_after_cycles' "$W/sw.out"; then sleep 1; after=$(smi_used $pid); fi
   sleep 0.2
 done
 wait $job; rc=$?
 cat "$W/sw.out"
-echo "nvidia-smi: awake ${awake:-?} MiB, asleep ${asleep:-?} MiB"
+echo "nvidia-smi: awake ${awake:-?} MiB, asleep ${asleep:-?} MiB, asleep after the cycles ${after:-?} MiB"
 f() { sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" "$W/sw.out" | sed -n "${2:-1}p"; }
 [ $rc = 0 ] && pass "C++ ${GIB} GiB: every byte back after a wake by launch and by the API, graph replayed | $(grep -h '^woken' "$W/sw.out" | tr '\n' ' ')" \
   || fail "C++ ${GIB} GiB: every byte back | rc=$rc $(tail -2 "$W/sw.out" | tr '\n' ' ')"
 [ -n "$asleep" ] && [ "$asleep" -le 1024 ] && pass "C++ asleep: ${asleep} MiB on the GPU by nvidia-smi (awake ${awake} MiB)" \
   || fail "C++ asleep: ${asleep:-?} MiB on the GPU by nvidia-smi (awake ${awake:-?} MiB)"
 echo "figures | first sleep $(f sleep_gbs 1) GB/s, second $(f sleep_gbs 2) GB/s; wake by launch $(f wake_gbs 1) GB/s, by API $(f wake_gbs 2) GB/s; pinned d2h $(f d2h_gbs) GB/s h2d $(f h2d_gbs) GB/s, pinning $(f pin_s) s"
-grep -q '^cycles' "$W/sw.out" && [ "$(f wrong 3)" = 0 ] && pass "200 sleep/wake cycles: nothing lost, host memory flat | $(grep -h '^cycles' "$W/sw.out")" \
-  || fail "200 sleep/wake cycles | $(grep -h '^cycles' "$W/sw.out")"
+grep -q '^cycles' "$W/sw.out" && [ "$(f wrong 3)" = 0 ] && grep -q '^woken_after_cycles rc=0 wrong=0' "$W/sw.out" \
+  && [ -n "$after" ] && [ -n "$asleep" ] && [ "$after" -le $((asleep + 2)) ] \
+  && pass "1000 sleep/wake cycles: nothing lost, host memory flat, asleep after them ${after} MiB by nvidia-smi (first sleep ${asleep}) | $(grep -h '^cycles' "$W/sw.out")" \
+  || fail "1000 sleep/wake cycles | asleep after ${after:-?} MiB (first ${asleep:-?}) $(grep -h '^cycles\|_after_cycles' "$W/sw.out" | tr '\n' ' ')"
 
 # PyTorch in each allocator mode.
 for mode in cache_on cache_off pooled expandable; do
@@ -45,7 +50,9 @@ for mode in cache_on cache_off pooled expandable; do
   env $env LD_PRELOAD=$LIB timeout 300 python3 tests/gpu/sleep/sleep_torch.py $mode > "$W/t.$mode" 2>&1
   rc=$?
   row=$(grep -h '^row' "$W/t.$mode")
-  [ $rc = 0 ] && pass "PyTorch $mode: same results bit for bit after the wake, graph replayed | $row" \
+  slept=$(echo "$row" | sed -n 's/.*used_asleep_mib=\([0-9]*\).*/\1/p')
+  [ $rc = 0 ] && [ -n "$slept" ] && [ "$slept" -le 800 ] \
+    && pass "PyTorch $mode: same results bit for bit after the wake, graph replayed, ${slept} MiB asleep by nvidia-smi | $row" \
     || fail "PyTorch $mode | rc=$rc $row $(tail -2 "$W/t.$mode" | tr '\n' ' ')"
 done
 
@@ -85,12 +92,17 @@ row=$(echo "$out" | grep "^cupy ")
 echo "$row" | grep -q 'same=1' && echo "$row" | grep -q 'awake=1' && ! echo "$row" | grep -q 'asleep_mib=0 ' \
   && pass "cupy: an array survives a sleep, woken by its next launch | $row" \
   || fail "cupy sleep | $row $(echo "$out" | tail -2 | tr '\n' ' ')"
-# JAX's allocator maps its memory itself (cuMemCreate): cudapool counts it but cannot move it.
-# What must hold: a sleep asked of a JAX process leaves its arrays intact.
+# JAX with its platform allocator: its arrays sleep.
+out=$(env XLA_PYTHON_CLIENT_ALLOCATOR=platform LD_PRELOAD=$LIB timeout 300 python3 tests/gpu/sleep/sleep_train.py jax 2>&1)
+row=$(echo "$out" | grep "^jax ")
+echo "$row" | grep -q 'same=1' && echo "$row" | grep -q 'awake=1' && ! echo "$row" | grep -q 'asleep_mib=0 ' \
+  && pass "jax (XLA_PYTHON_CLIENT_ALLOCATOR=platform): an array sleeps and is the same after its next launch woke it | $row" \
+  || fail "jax platform allocator sleep | $row $(echo "$out" | tail -2 | tr '\n' ' ')"
+# JAX's own allocator maps its memory itself (cuMemCreate): the program's own virtual memory.
 out=$(env XLA_PYTHON_CLIENT_PREALLOCATE=false LD_PRELOAD=$LIB timeout 300 python3 tests/gpu/sleep/sleep_train.py jax 2>&1)
 row=$(echo "$out" | grep "^jax ")
-echo "$row" | grep -q 'same=1' && echo "$row" | grep -q 'awake=1' \
-  && pass "jax: a sleep leaves its arrays intact (its allocator maps memory itself: $(echo "$row" | sed -n 's/.*\(asleep_mib=[0-9]*\).*/\1/p') moved) | $row" \
+echo "$row" | grep -q 'same=1' && echo "$row" | grep -q 'awake=1' && ! echo "$row" | grep -q 'asleep_mib=0 ' \
+  && pass "jax (its own allocator, XLA_PYTHON_CLIENT_PREALLOCATE=false): an array sleeps and is the same after its next launch woke it | $row" \
   || fail "jax sleep | $row $(echo "$out" | tail -2 | tr '\n' ' ')"
 
 # A shared GPU: the idle member sleeps before the other is refused.
