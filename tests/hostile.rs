@@ -266,7 +266,7 @@ fn odd_pages_and_ledgers_cannot_blind_the_root_exporter() {
     let d = scratch("odd");
     let (page, ledger) = odd_files(&d);
     let member = cudapool::limits::group::ledger::member_byte_offset(0);
-    let port = 20000 + std::process::id() % 20000;
+    let port = free_port();
     let script = format!(
         r#"
 u=/dev/shm/cudapool-1001; mkdir -m 700 $u
@@ -456,7 +456,7 @@ fn plot_reads_bounded_input() {
 /// process is running".
 #[test]
 fn a_squatted_runtime_directory_is_walked_around_and_said() {
-    let port = 40000 + std::process::id() % 20000;
+    let port = free_port();
     let script = format!(
         r#"
 $N sh -c 'mkdir /dev/shm/cudapool-0; for k in 1 2 3 4 5 6 7; do ln -s /etc /dev/shm/cudapool-0.$k; done; touch /tmp/cudapool-0'
@@ -516,7 +516,7 @@ wait
 fn a_flood_of_files_costs_the_scrape_almost_nothing() {
     let d = scratch("flood");
     let (page, _) = odd_files(&d);
-    let port = 20000 + (std::process::id() + 7) % 20000;
+    let port = free_port();
     let script = format!(
         r#"
 u=/dev/shm/cudapool-1001; mkdir -m 700 $u

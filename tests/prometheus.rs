@@ -84,7 +84,7 @@ fn prometheus_scrapes_the_exporter_and_answers_a_jobs_figures() {
     std::fs::create_dir_all(&dir).unwrap();
     let run = dir.join("run");
     let run_s = run.to_str().unwrap();
-    let port = 21000 + std::process::id() % 10000;
+    let port = free_port();
     let prom_port = port + 10000;
 
     // (1) The rules' own unit tests.

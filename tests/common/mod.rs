@@ -466,3 +466,13 @@ pub fn start_holder(env: &[(&str, &str)]) -> std::process::Child {
     std::thread::sleep(Duration::from_millis(300));
     child
 }
+
+/// A TCP port on 127.0.0.1 that nothing listens on now (the kernel's choice, given back at
+/// once): a fixed or pid-derived port can fall in the ephemeral range, where any outgoing
+/// connection of the machine may hold it.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
