@@ -73,6 +73,46 @@ fn a_wake_without_room_waits_answers_out_of_memory_and_loses_nothing() {
     assert_eq!(a.finish(), 0);
 }
 
+/// The program's own virtual memory waking without room: the pool's memory (70 MiB) fits and
+/// wakes, the program's 8 MiB does not; the call gets `CUDA_ERROR_OUT_OF_MEMORY` and what could
+/// not come back stays on the host, the process still asleep (no work runs half woken); once
+/// the room is there, everything comes back intact.
+#[test]
+fn the_programs_own_memory_without_room_stays_on_the_host_until_there_is() {
+    let g = Group::new("wakevmm");
+    let mut env = in_group(&g, "128MiB");
+    env.push(("CUDAPOOL_SEGMENTS".into(), "expandable".into()));
+    env.push(("CUDAPOOL_WAKE_TIMEOUT".into(), "1s".into()));
+    let mut a = Member::start(&["sleep_wait", "vmm"], &env_of(&env));
+    let asleep = a.line("asleep");
+    assert_eq!(asleep["state"], "2");
+    assert_eq!(asleep["asleep"], ((70 + 8) * MIB).to_string());
+    let mut b = Member::start(&["park", "7", &MB8.to_string()], &env_of(&env));
+    b.line("parked"); // 56 MiB: 70 MiB left, A needs 70 + 8
+    a.stdin.as_mut().unwrap().write_all(b"try\n").unwrap();
+    assert_eq!(
+        a.line("wake")["rc"],
+        "2",
+        "no room: CUDA_ERROR_OUT_OF_MEMORY"
+    );
+    let after = a.line("after_try");
+    assert_eq!(
+        (after["state"].as_str(), after["asleep"].as_str()),
+        ("2", (8 * MIB).to_string().as_str()),
+        "still asleep, the program's own 8 MiB on the host"
+    );
+    assert_eq!(b.finish(), 0);
+    a.stdin.as_mut().unwrap().write_all(b"check\n").unwrap();
+    assert_eq!(a.line("woken")["state"], "0");
+    assert!(a.lines.iter().any(|l| l == "intact=1\n"), "{:?}", a.lines);
+    assert!(
+        a.lines.iter().any(|l| l == "vm_intact=1\n"),
+        "{:?}",
+        a.lines
+    );
+    assert_eq!(a.finish(), 0);
+}
+
 /// `CUDAPOOL_SLEEP_IDLE` (issue 59, part 4): before a member's allocation is refused, a member
 /// idle that long is put to sleep (without the variable, nobody is); it wakes when it works
 /// again, waiting for room until the other lets go, and finds its data.

@@ -15,9 +15,10 @@
 //                    for the capture's end, and the capture stays valid
 //   sleep_hold SECS  fills its blocks, sleeps, prints "asleep", then waits SECS seconds and
 //                    checks its data (woken by the copy); for tests that act from outside
-//   sleep_wait       fills its blocks, sleeps, prints "asleep"; at each line on stdin: first a
-//                    copy that wakes it (its answer printed: no room is an answer too), then
-//                    the check of every block
+//   sleep_wait [vmm] fills its blocks (with "vmm", 8 MiB of its own virtual memory too),
+//                    sleeps, prints "asleep"; at each line on stdin: first a copy that wakes it
+//                    (its answer printed: no room is an answer too), then the check of every
+//                    block
 //   sleep_no_host    fills its blocks, then limits its address space (RLIMIT_AS) to what it
 //                    uses and 32 MiB more, and asks for a sleep: no host memory for the copy
 //   capture_hold     fills its blocks, begins a capture, prints "ready", and ends the capture
@@ -327,9 +328,60 @@ static int sleep_hold(int argc, char **argv) {
   return 0;
 }
 
-static int sleep_wait(void) {
+struct vm_prop {
+  int type, handle_types, location_type, location_id;
+  void *win32;
+  unsigned char flags[8];
+};
+struct vm_access {
+  int location_type, location_id, flags;
+};
+
+static unsigned char vm_byte(size_t i) { return (unsigned char)(i * 13 + (i >> 16) + 5); }
+
+static int vm_intact(CUdeviceptr va, size_t n) {
+  unsigned char *h = malloc(n);
+  CHECK(cu.MemcpyDtoH(h, va, n));
+  int ok = 1;
+  for (size_t i = 0; i < n && ok; i++) ok = h[i] == vm_byte(i);
+  free(h);
+  return ok;
+}
+
+// N handles of 2 MiB of the program's own, plain, mapped side by side and filled (`vm_byte`).
+static CUdeviceptr vm_own(int n) {
+  CUresult (*create)(unsigned long long *, size_t, const struct vm_prop *, unsigned long long) =
+      sym("cuMemCreate");
+  CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) =
+      sym("cuMemAddressReserve");
+  CUresult (*map)(CUdeviceptr, size_t, size_t, unsigned long long, unsigned long long) =
+      sym("cuMemMap");
+  CUresult (*access)(CUdeviceptr, size_t, const struct vm_access *, size_t) =
+      sym("cuMemSetAccess");
+  struct vm_prop plain = {1, 0, 1, dev, NULL, {0}};
+  struct vm_access rw = {1, dev, 3};
+  CUdeviceptr va;
+  size_t n_bytes = (size_t)n * 2 * MIB;
+  CHECK(reserve(&va, n_bytes, 0, 0, 0));
+  for (int i = 0; i < n; i++) {
+    unsigned long long h;
+    CHECK(create(&h, 2 * MIB, &plain, 0));
+    CHECK(map(va + (size_t)i * 2 * MIB, 2 * MIB, 0, h, 0));
+  }
+  CHECK(access(va, n_bytes, &rw, 1));
+  unsigned char *bytes = malloc(n_bytes);
+  for (size_t i = 0; i < n_bytes; i++) bytes[i] = vm_byte(i);
+  CHECK(cu.MemcpyHtoD(va, bytes, n_bytes));
+  free(bytes);
+  return va;
+}
+
+static int sleep_wait(int argc, char **argv) {
   get_sleep_api();
   fill_all();
+  // With "vmm": 8 MiB of the program's own virtual memory too.
+  int vmm = argc > 0 && !strcmp(argv[0], "vmm");
+  CUdeviceptr va = vmm ? vm_own(4) : 0;
   printf("slept rc=%d\n", sleep_fn(-1));
   print_sleep("asleep");
   fflush(stdout);
@@ -341,6 +393,7 @@ static int sleep_wait(void) {
   fflush(stdout);
   if (!fgets(line, sizeof line, stdin)) return 5;
   printf("intact=%d\n", all_intact());
+  if (vmm) printf("vm_intact=%d\n", vm_intact(va, 8 * MIB));
   print_sleep("woken");
   free_all();
   return 0;
@@ -399,26 +452,6 @@ static int sleep_idle(void) {
 // the pool's blocks. Asleep, the first two go back; woken by `waker`, every byte is back, the program's handle values still
 // name its memory (map, retain, properties, release), and a handle made after the wake gets a
 // value the program does not already hold.
-struct vm_prop {
-  int type, handle_types, location_type, location_id;
-  void *win32;
-  unsigned char flags[8];
-};
-struct vm_access {
-  int location_type, location_id, flags;
-};
-
-static unsigned char vm_byte(size_t i) { return (unsigned char)(i * 13 + (i >> 16) + 5); }
-
-static int vm_intact(CUdeviceptr va, size_t n) {
-  unsigned char *h = malloc(n);
-  CHECK(cu.MemcpyDtoH(h, va, n));
-  int ok = 1;
-  for (size_t i = 0; i < n && ok; i++) ok = h[i] == vm_byte(i);
-  free(h);
-  return ok;
-}
-
 static int sleep_vmm(const char *waker) {
   get_sleep_api();
   CUresult (*create)(unsigned long long *, size_t, const struct vm_prop *, unsigned long long) =
@@ -505,7 +538,7 @@ int sleep_scenario(const char *name, int argc, char **argv) {
   if (!strcmp(name, "sleep_idle")) return sleep_idle();
   if (!strcmp(name, "capture_hold")) return capture_hold();
   if (!strcmp(name, "sleep_no_host")) return sleep_no_host();
-  if (!strcmp(name, "sleep_wait")) return sleep_wait();
+  if (!strcmp(name, "sleep_wait")) return sleep_wait(argc, argv);
   if (!strcmp(name, "sleep")) return sleep_then(argc > 0 ? argv[0] : "copy");
   if (!strcmp(name, "sleep_busy")) return sleep_busy();
   if (!strcmp(name, "sleep_threads")) return sleep_threads();
