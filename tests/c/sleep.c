@@ -348,27 +348,35 @@ static int vm_intact(CUdeviceptr va, size_t n) {
   return ok;
 }
 
+// The virtual-memory entry points both scenarios make and map memory with.
+static struct {
+  CUresult (*create)(unsigned long long *, size_t, const struct vm_prop *, unsigned long long);
+  CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+  CUresult (*map)(CUdeviceptr, size_t, size_t, unsigned long long, unsigned long long);
+  CUresult (*access)(CUdeviceptr, size_t, const struct vm_access *, size_t);
+} vm;
+
+static void get_vm_api(void) {
+  vm.create = sym("cuMemCreate");
+  vm.reserve = sym("cuMemAddressReserve");
+  vm.map = sym("cuMemMap");
+  vm.access = sym("cuMemSetAccess");
+}
+
 // N handles of 2 MiB of the program's own, plain, mapped side by side and filled (`vm_byte`).
 static CUdeviceptr vm_own(int n) {
-  CUresult (*create)(unsigned long long *, size_t, const struct vm_prop *, unsigned long long) =
-      sym("cuMemCreate");
-  CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) =
-      sym("cuMemAddressReserve");
-  CUresult (*map)(CUdeviceptr, size_t, size_t, unsigned long long, unsigned long long) =
-      sym("cuMemMap");
-  CUresult (*access)(CUdeviceptr, size_t, const struct vm_access *, size_t) =
-      sym("cuMemSetAccess");
+  get_vm_api();
   struct vm_prop plain = {1, 0, 1, dev, NULL, {0}};
   struct vm_access rw = {1, dev, 3};
   CUdeviceptr va;
   size_t n_bytes = (size_t)n * 2 * MIB;
-  CHECK(reserve(&va, n_bytes, 0, 0, 0));
+  CHECK(vm.reserve(&va, n_bytes, 0, 0, 0));
   for (int i = 0; i < n; i++) {
     unsigned long long h;
-    CHECK(create(&h, 2 * MIB, &plain, 0));
-    CHECK(map(va + (size_t)i * 2 * MIB, 2 * MIB, 0, h, 0));
+    CHECK(vm.create(&h, 2 * MIB, &plain, 0));
+    CHECK(vm.map(va + (size_t)i * 2 * MIB, 2 * MIB, 0, h, 0));
   }
-  CHECK(access(va, n_bytes, &rw, 1));
+  CHECK(vm.access(va, n_bytes, &rw, 1));
   unsigned char *bytes = malloc(n_bytes);
   for (size_t i = 0; i < n_bytes; i++) bytes[i] = vm_byte(i);
   CHECK(cu.MemcpyHtoD(va, bytes, n_bytes));
@@ -449,20 +457,13 @@ static int sleep_idle(void) {
 
 // The program's own virtual memory: three handles of 2 MiB mapped side by side, the first plain
 // (retained once more), the other two asked shareable, the third exported (it stays), beside
-// the pool's blocks. Asleep, the first two go back; woken by `waker`, every byte is back, the program's handle values still
-// name its memory (map, retain, properties, release), and a handle made after the wake gets a
-// value the program does not already hold.
+// the pool's blocks. Asleep, the first two go back; woken by `waker`, every byte is back, the
+// program's handle values still name its memory (map, retain, properties, release), and a
+// handle made after the wake gets a value the program does not already hold.
 static int sleep_vmm(const char *waker) {
   get_sleep_api();
-  CUresult (*create)(unsigned long long *, size_t, const struct vm_prop *, unsigned long long) =
-      sym("cuMemCreate");
-  CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) =
-      sym("cuMemAddressReserve");
-  CUresult (*map)(CUdeviceptr, size_t, size_t, unsigned long long, unsigned long long) =
-      sym("cuMemMap");
+  get_vm_api();
   CUresult (*unmap)(CUdeviceptr, size_t) = sym("cuMemUnmap");
-  CUresult (*access)(CUdeviceptr, size_t, const struct vm_access *, size_t) =
-      sym("cuMemSetAccess");
   CUresult (*release)(unsigned long long) = sym("cuMemRelease");
   CUresult (*retain)(unsigned long long *, void *) = sym("cuMemRetainAllocationHandle");
   CUresult (*props)(struct vm_prop *, unsigned long long) =
@@ -472,19 +473,19 @@ static int sleep_vmm(const char *waker) {
 
   fill_all();
   CUdeviceptr va;
-  CHECK(reserve(&va, 8 * MIB, 0, 0, 0));
+  CHECK(vm.reserve(&va, 8 * MIB, 0, 0, 0));
   struct vm_prop plain = {1, 0, 1, dev, NULL, {0}}, shared = {1, 1, 1, dev, NULL, {0}};
   struct vm_access rw = {1, dev, 3};
   unsigned long long h[4];
   CUresult (*export_)(void *, unsigned long long, int, unsigned long long) =
       sym("cuMemExportToShareableHandle");
   for (int i = 0; i < 3; i++) {
-    CHECK(create(&h[i], 2 * MIB, i == 0 ? &plain : &shared, 0));
-    CHECK(map(va + i * 2 * MIB, 2 * MIB, 0, h[i], 0));
+    CHECK(vm.create(&h[i], 2 * MIB, i == 0 ? &plain : &shared, 0));
+    CHECK(vm.map(va + i * 2 * MIB, 2 * MIB, 0, h[i], 0));
   }
   int fd = -1;
   CHECK(export_(&fd, h[2], 1, 0)); // shared with whoever gets the descriptor: it stays
-  CHECK(access(va, 6 * MIB, &rw, 1));
+  CHECK(vm.access(va, 6 * MIB, &rw, 1));
   unsigned long long again;
   CHECK(retain(&again, (void *)(uintptr_t)va));
   unsigned char *bytes = malloc(6 * MIB);
@@ -500,13 +501,14 @@ static int sleep_vmm(const char *waker) {
   unsigned long long mine;
   struct vm_prop got;
   memset(&got, 0, sizeof got);
-  int retain_same = retain(&mine, (void *)(uintptr_t)(va + 2 * MIB)) == CUDA_SUCCESS && mine == h[1];
+  int retain_same =
+      retain(&mine, (void *)(uintptr_t)(va + 2 * MIB)) == CUDA_SUCCESS && mine == h[1];
   int props_ok = props(&got, h[0]) == CUDA_SUCCESS && got.location_id == dev;
   // A handle made now: a value the program does not hold yet, and it works.
-  CHECK(create(&h[3], 2 * MIB, &plain, 0));
+  CHECK(vm.create(&h[3], 2 * MIB, &plain, 0));
   int distinct = h[3] != h[0] && h[3] != h[1] && h[3] != h[2];
-  CHECK(map(va + 6 * MIB, 2 * MIB, 0, h[3], 0));
-  CHECK(access(va + 6 * MIB, 2 * MIB, &rw, 1));
+  CHECK(vm.map(va + 6 * MIB, 2 * MIB, 0, h[3], 0));
+  CHECK(vm.access(va + 6 * MIB, 2 * MIB, &rw, 1));
   CHECK(cu.MemsetD8(va + 6 * MIB, 7, 2 * MIB));
   unsigned char last;
   CHECK(cu.MemcpyDtoH(&last, va + 8 * MIB - 1, 1));
