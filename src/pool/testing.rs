@@ -362,10 +362,10 @@ pub fn replay_in(
         fn unmap(&self, at: u64, b: u64, chunk: u64) -> Result<(), u32> {
             self.0.unmap(at, b, chunk)
         }
-        fn stitch(&self, from: u64, to: u64, b: u64) -> Result<(), u32> {
-            self.0.stitch(from, to, b)?;
-            self.1.fetch_add(1, Relaxed);
-            Ok(())
+        fn stitch(&self, handles: &[(u64, u64)], to: u64) -> Result<usize, u32> {
+            let n = self.0.stitch(handles, to)?;
+            self.1.fetch_add(n as u64, Relaxed);
+            Ok(n)
         }
         fn unmap_alias(&self, at: u64, b: u64) -> Result<(), u32> {
             self.0.unmap_alias(at, b)
@@ -534,16 +534,20 @@ impl VirtualMemory for FakeUpstream {
         }
         Ok(())
     }
-    fn stitch(&self, from: DevPtr, to: DevPtr, bytes: u64) -> Result<(), CUresult> {
+    fn stitch(&self, handles: &[(DevPtr, u64)], to: DevPtr) -> Result<usize, CUresult> {
         let mut v = self.vmm.lock().unwrap();
-        let (len, id) = *v.maps.get(&from).expect("stitch of a mapping");
-        assert_eq!(len, bytes, "stitch of a whole handle");
-        assert!(v.vacant(to, bytes), "stitch to {to:#x}: not vacant");
-        v.maps.insert(to, (len, id));
-        v.phys.get_mut(&id).expect("its memory").1 += 1;
+        let mut at = to;
+        for &(from, bytes) in handles {
+            let (len, id) = *v.maps.get(&from).expect("stitch of a mapping");
+            assert_eq!(len, bytes, "stitch of a whole handle");
+            assert!(v.vacant(at, bytes), "stitch to {at:#x}: not vacant");
+            v.maps.insert(at, (len, id));
+            v.phys.get_mut(&id).expect("its memory").1 += 1;
+            at += bytes;
+        }
         self.stitches
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(())
+            .fetch_add(handles.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(handles.len())
     }
     fn unmap_alias(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
         let mut v = self.vmm.lock().unwrap();

@@ -66,14 +66,17 @@ pub trait VirtualMemory {
     /// and gives it back. Unlike [`Upstream::free`] this does not wait for the device: the
     /// caller makes sure no device work still uses the range.
     fn unmap(&self, at: DevPtr, bytes: u64, handle: u64) -> Result<(), CUresult>;
-    /// Maps the one handle mapped at `[from, from + bytes)` a second time, at `to` (aligned,
-    /// reserved, not mapped), charging nothing: the same memory now has two addresses. The
-    /// caller uses it at one only, and unmaps the other with [`unmap_alias`] (while a mapping
-    /// of it is left, the memory stays). `CUDA_ERROR_NOT_SUPPORTED`: memory is not stitched here
-    /// (no virtual memory, or a tool that must see each allocation apart is attached).
+    /// Maps each handle of `handles` (its start and bytes: one handle mapped there) a second
+    /// time, one after the other from `to` (aligned, reserved, not mapped), charging nothing:
+    /// the same memory now has two addresses. The caller uses it at one only, and unmaps the
+    /// other with [`unmap_alias`] (while a mapping of it is left, the memory stays). The access
+    /// is set once for the whole run (on a GPU that call is most of a stitch's cost). Returns
+    /// how many were stitched, a prefix of `handles` (a refusal stops there); an error when
+    /// none was. `CUDA_ERROR_NOT_SUPPORTED`: memory is not stitched here (no virtual memory, or
+    /// a tool that must see each allocation apart is attached).
     ///
     /// [`unmap_alias`]: Self::unmap_alias
-    fn stitch(&self, from: DevPtr, to: DevPtr, bytes: u64) -> Result<(), CUresult>;
+    fn stitch(&self, handles: &[(DevPtr, u64)], to: DevPtr) -> Result<usize, CUresult>;
     /// Unmaps the one handle mapped at `[at, at + bytes)` whose memory [`stitch`](Self::stitch)
     /// mapped elsewhere too, charging nothing back (the other mapping keeps the memory).
     /// Like [`unmap`](Self::unmap), it does not wait for the device.

@@ -486,18 +486,22 @@ impl VirtualMemory for DriverUpstream<'_> {
             None => self.unmap_mapped(at, bytes, chunk),
         }
     }
-    fn stitch(&self, from: DevPtr, to: DevPtr, bytes: u64) -> Result<(), CUresult> {
+    fn stitch(&self, handles: &[(DevPtr, u64)], to: DevPtr) -> Result<usize, CUresult> {
         if self.tools {
             // A sanitizer would see two allocations over the same memory: nothing is stitched.
             return Err(CUDA_ERROR_NOT_SUPPORTED);
         }
-        self.driver.vmm_stitch(self.device, from, to, bytes)?;
-        self.budget.on_map(1);
+        let n = self.driver.vmm_stitch(self.device, handles, to)?;
+        self.budget.on_map(n as u64);
         if let Some((h, dev)) = self.history {
-            h.record(dev, Action::SegmentMap, to, bytes, 0, None);
-            h.record(dev, Action::SegmentUnmap, from, bytes, 0, None);
+            let mut at = to;
+            for &(from, bytes) in &handles[..n] {
+                h.record(dev, Action::SegmentMap, at, bytes, 0, None);
+                h.record(dev, Action::SegmentUnmap, from, bytes, 0, None);
+                at += bytes;
+            }
         }
-        Ok(())
+        Ok(n)
     }
     fn unmap_alias(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
         if crate::base::flags::exiting() {

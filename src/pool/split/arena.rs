@@ -92,6 +92,21 @@ fn handle_sizes(bytes: u64, chunk: u64, cap: u64) -> Vec<u64> {
 }
 
 impl SplitCore {
+    /// [`grow_arena`](Self::grow_arena), timed under the `stitch-timing` feature.
+    pub(super) fn timed_growth(&mut self, r: u64, up: &dyn Upstream) -> Result<bool, CUresult> {
+        #[cfg(feature = "stitch-timing")]
+        {
+            self.timing = Default::default();
+            let t = std::time::Instant::now();
+            let out = self.grow_arena(r, up);
+            self.timing.total = timing::since(t);
+            timing::record(self.timing);
+            out
+        }
+        #[cfg(not(feature = "stitch-timing"))]
+        self.grow_arena(r, up)
+    }
+
     /// The arena, reserved on first use; `None` when the upstream has no virtual memory (or
     /// refuses the reservation): large requests then get classic segments.
     pub(super) fn arena(&mut self, up: &dyn Upstream) -> Option<Arena> {
@@ -136,7 +151,7 @@ impl SplitCore {
         };
         let Some((need, at)) = self.best_hole(r, a.chunk) else {
             let shadows = self.shadows.len();
-            if shadows == 0 || !up.synchronize() {
+            if shadows == 0 || !timed!(self, sync, up.synchronize()) {
                 return Ok(false);
             }
             // Shadows took the address space: the device is idle now, they may go.
@@ -154,7 +169,11 @@ impl SplitCore {
         } else {
             0
         };
-        let made = self.map_handles(at + stitched, need.saturating_sub(stitched), r, a.chunk, up);
+        let made = timed!(
+            self,
+            map,
+            self.map_handles(at + stitched, need.saturating_sub(stitched), r, a.chunk, up)
+        );
         let need = need.max(stitched);
         let grown = if made.is_ok() { need } else { stitched };
         if grown > 0 {
@@ -220,36 +239,39 @@ impl SplitCore {
             .map(|(&p, b)| (b.size, p))
             .collect();
         blocks.sort_unstable();
+        // Everything looked up before the driver is asked: nothing may fail (nor panic)
+        // between a mapping and the records of it.
+        let mut picked: Vec<(DevPtr, u64)> = Vec::new();
         let mut done = 0;
         'blocks: for (size, p) in blocks {
-            let inside: Vec<(DevPtr, u64)> = self
+            let inside = self
                 .mem
                 .handles()
                 .range(p..p + size)
-                .filter(|&(&h, &len)| h + len <= p + size)
-                .map(|(&h, &len)| (h, len))
-                .collect();
-            for (h, len) in inside {
-                // Everything looked up before the driver is asked: nothing may fail (nor
-                // panic) between its mapping and the records of it.
-                if self.mem.id(h).is_none() {
+                .filter(|&(&h, &len)| h + len <= p + size);
+            for (&h, &len) in inside {
+                if self.mem.id(h).is_none() || done + len > room {
                     continue;
                 }
-                if done + len > room {
-                    continue;
-                }
-                if vm.stitch(h, at + done, len).is_err() {
-                    break 'blocks;
-                }
-                self.carve_shadow(h, len);
-                self.mem.moved(h, at + done);
+                picked.push((h, len));
                 done += len;
                 if done >= need {
                     break 'blocks;
                 }
             }
         }
-        done
+        let stitched = timed!(self, stitch, vm.stitch(&picked, at)).unwrap_or(0);
+        #[cfg(feature = "stitch-timing")]
+        {
+            self.timing.handles += stitched as u64;
+        }
+        let mut to = at;
+        for &(h, len) in &picked[..stitched.min(picked.len())] {
+            self.carve_shadow(h, len);
+            self.mem.moved(h, to);
+            to += len;
+        }
+        to - at
     }
 
     /// The handle at `[h, h + len)`, inside a ready free block, was stitched away: it becomes a

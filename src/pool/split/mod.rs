@@ -19,7 +19,25 @@ mod arena;
 mod check;
 mod memory;
 mod sleep;
+#[cfg(feature = "stitch-timing")]
+mod timing;
 use arena::Arena;
+
+/// `timed!(self, field, expr)`: `expr`, its time added to the growth's `field` under the
+/// `stitch-timing` feature (see `timing.rs`); just `expr` otherwise.
+macro_rules! timed {
+    ($core:expr, $field:ident, $e:expr) => {{
+        #[cfg(feature = "stitch-timing")]
+        let t = std::time::Instant::now();
+        let out = $e;
+        #[cfg(feature = "stitch-timing")]
+        {
+            $core.timing.$field += timing::since(t);
+        }
+        out
+    }};
+}
+use timed;
 
 /// Requests up to this size are *small*: served from segments of [`SMALL_SEGMENT`].
 pub const SMALL_REQUEST: u64 = MIB;
@@ -132,6 +150,9 @@ pub struct SplitCore {
     /// The arena's physical memory: its handles, and the memory behind each handle and shadow
     /// (see [`memory::Memory`]).
     mem: memory::Memory,
+    /// The growth under way's times (diagnostics only).
+    #[cfg(feature = "stitch-timing")]
+    timing: timing::Growth,
     /// The block put back ready last, when no core operation has come since: free and
     /// [`READY`] in `blocks` and counted in `cached`, but in no free set and not yet merged
     /// with its free neighbours (the one exception to both invariants above). A take of its
@@ -493,7 +514,7 @@ impl Core for SplitCore {
                 return Ok(t);
             }
         }
-        if self.expandable && r > SMALL_REQUEST && self.grow_arena(r, up)? {
+        if self.expandable && r > SMALL_REQUEST && self.timed_growth(r, up)? {
             // The arena now has a ready free block this request fits.
             return Ok(self
                 .take(size, READY, Limit::NONE)
