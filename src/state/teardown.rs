@@ -47,6 +47,13 @@ impl Shim {
     /// context is gone. If it is, every later use of it in cudapool finds it ended, and its
     /// records are dropped ([`context_gone`](Self::context_gone)).
     pub fn context_ending(&self, ctx: usize, end: impl FnOnce() -> (CUresult, bool)) -> CUresult {
+        // A context's end is work: a sleep or wake under way (which may copy in this very
+        // context) finishes first, and a sleeping process wakes first (its memory is back
+        // before the context that held some of it goes).
+        let _entered = match super::sleep::enter_work() {
+            Ok(e) => e,
+            Err(e) => return e,
+        };
         let mut end = Some(end);
         let mut run = || (end.take().expect("the call is made once"))();
         let (r, gone) = match self.contexts.get(ctx) {

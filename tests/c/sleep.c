@@ -25,6 +25,7 @@
 //                    at a line on stdin (the sleep asked meanwhile from outside cannot drain)
 //   sleep_idle       fills its blocks, prints "ready", waits for a line on stdin (meanwhile
 //                    `cudapool sleep|wake PID` acts from outside), then checks its data
+//   sleep_reset      a primary context reset while asleep wakes the process first
 //   sleep_vmm WAKER  the program's own virtual memory beside the pool's blocks, asleep and
 //                    woken by WAKER, twice; its handle values still work after (sleep_vmm)
 #define _GNU_SOURCE
@@ -491,6 +492,14 @@ static int sleep_vmm(const char *waker) {
   unsigned char *bytes = malloc(6 * MIB);
   for (size_t i = 0; i < 6 * MIB; i++) bytes[i] = vm_byte(i);
   CHECK(cu.MemcpyHtoD(va, bytes, 6 * MIB));
+  // A 4 MiB handle mapped in its first half only: a sleep would copy half of it, so it stays.
+  CUdeviceptr half_va;
+  unsigned long long half;
+  CHECK(vm.reserve(&half_va, 2 * MIB, 0, 0, 0));
+  CHECK(vm.create(&half, 4 * MIB, &plain, 0));
+  CHECK(vm.map(half_va, 2 * MIB, 0, half, 0));
+  CHECK(vm.access(half_va, 2 * MIB, &rw, 1));
+  CHECK(cu.MemcpyHtoD(half_va, bytes, 2 * MIB));
   free(bytes);
   size_t before = used(dev);
 
@@ -512,8 +521,9 @@ static int sleep_vmm(const char *waker) {
   CHECK(cu.MemsetD8(va + 6 * MIB, 7, 2 * MIB));
   unsigned char last;
   CHECK(cu.MemcpyDtoH(&last, va + 8 * MIB - 1, 1));
-  printf("vmm intact=%d retain_same=%d props=%d distinct=%d new_ok=%d pool=%d\n",
-         vm_intact(va, 6 * MIB), retain_same, props_ok, distinct, last == 7, all_intact());
+  printf("vmm intact=%d retain_same=%d props=%d distinct=%d new_ok=%d pool=%d partial=%d\n",
+         vm_intact(va, 6 * MIB), retain_same, props_ok, distinct, last == 7, all_intact(),
+         vm_intact(half_va, 2 * MIB));
 
   // Again, now that the driver's values differ from the program's.
   r = sleep_fn(-1);
@@ -521,7 +531,9 @@ static int sleep_vmm(const char *waker) {
   printf("vmm again slept=%d intact=%d\n", r, vm_intact(va, 6 * MIB));
 
   CHECK(unmap(va, 8 * MIB));
-  int released = 1;
+  CHECK(unmap(half_va, 2 * MIB));
+  CHECK(unreserve(half_va, 2 * MIB));
+  int released = release(half) == CUDA_SUCCESS;
   released &= release(h[0]) == CUDA_SUCCESS && release(h[0]) == CUDA_SUCCESS;
   released &= release(h[1]) == CUDA_SUCCESS && release(h[1]) == CUDA_SUCCESS;
   released &= release(h[2]) == CUDA_SUCCESS && release(h[3]) == CUDA_SUCCESS;
@@ -535,7 +547,29 @@ static int sleep_vmm(const char *waker) {
   return 0;
 }
 
+// A context's end while asleep: the reset is work, so the process wakes first (its memory
+// back where the context can drop it) and nothing of the dead context stays asleep.
+static int sleep_reset(void) {
+  get_sleep_api();
+  fill_all();
+  int r = sleep_fn(-1);
+  print_sleep("reset_asleep");
+  CHECK(cu.PrimaryCtxReset(dev));
+  print_sleep("reset_done");
+  CHECK(cu.PrimaryCtxRetain(&primary, dev));
+  CHECK(cu.CtxSetCurrent(primary));
+  CUdeviceptr p;
+  CHECK(cu.MemAlloc(&p, 64 * MIB));
+  CHECK(cu.MemsetD8(p, 5, 64 * MIB));
+  unsigned char last;
+  CHECK(cu.MemcpyDtoH(&last, p + 64 * MIB - 1, 1));
+  CHECK(cu.MemFree(p));
+  printf("reset slept=%d after_ok=%d\n", r, last == 5);
+  return 0;
+}
+
 int sleep_scenario(const char *name, int argc, char **argv) {
+  if (!strcmp(name, "sleep_reset")) return sleep_reset();
   if (!strcmp(name, "sleep_vmm")) return sleep_vmm(argc > 0 ? argv[0] : "copy");
   if (!strcmp(name, "sleep_idle")) return sleep_idle();
   if (!strcmp(name, "capture_hold")) return capture_hold();

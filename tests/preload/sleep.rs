@@ -320,7 +320,8 @@ fn the_programs_own_virtual_memory_sleeps_and_its_handles_still_work() {
         let r = ok(client("gpa", &["sleep_vmm", waker], &[EXPANDABLE]));
         let what = format!("{waker}: {}{}", r.stdout, r.stderr);
         assert_eq!(r.get("vmm", "slept"), "0", "{what}");
-        // The pool's live blocks and two of the handles (2 MiB each); not the exported one.
+        // The pool's live blocks and two of the handles (2 MiB each); not the exported one,
+        // nor the one mapped in half.
         assert_eq!(
             r.num("vmm_asleep", "asleep"),
             ARENA_LIVE + 4 * MIB,
@@ -336,6 +337,7 @@ fn the_programs_own_virtual_memory_sleeps_and_its_handles_still_work() {
             "distinct",
             "new_ok",
             "pool",
+            "partial",
         ] {
             let got = r
                 .stdout
@@ -359,5 +361,22 @@ fn the_programs_own_virtual_memory_sleeps_and_its_handles_still_work() {
             .find(|l| l.starts_with("vmm released"))
             .unwrap_or("");
         assert_eq!(end, "vmm released=1 extra_refused=1 vm_left=0", "{what}");
+    }
+}
+
+/// A context's end is work: a primary context reset while asleep wakes the process first (a
+/// sleep under way would finish first), so nothing of the dead context is left asleep, and the
+/// context made again serves allocations.
+#[test]
+fn a_context_reset_while_asleep_wakes_the_process_first() {
+    for env in [vec![EXPANDABLE], vec![]] {
+        let r = ok(client("gpa", &["sleep_reset"], &env));
+        let what = format!("{env:?}: {}{}", r.stdout, r.stderr);
+        assert_eq!(r.get("reset_asleep", "state"), "2", "{what}");
+        assert!(r.num("reset_asleep", "asleep") > 0, "{what}");
+        assert_eq!(r.get("reset_done", "state"), "0", "{what}");
+        assert_eq!(r.num("reset_done", "asleep"), 0, "{what}");
+        assert_eq!(r.get("reset", "slept"), "0", "{what}");
+        assert_eq!(r.get("reset", "after_ok"), "1", "{what}");
     }
 }

@@ -40,6 +40,25 @@ struct Plan {
     maps: Vec<(DevPtr, VmMap)>,
 }
 
+/// Whether the mappings cover every byte of a handle of `size` bytes: only then is what a sleep
+/// copies (the mapped bytes) all of it. A byte the program wrote, unmapped and would map again
+/// would otherwise come back zeroed, so a handle mapped in part stays awake.
+fn covers(maps: &[(DevPtr, VmMap)], size: u64) -> bool {
+    let mut spans: Vec<(u64, u64)> = maps
+        .iter()
+        .map(|(_, m)| (m.offset, m.offset.saturating_add(m.bytes)))
+        .collect();
+    spans.sort_unstable();
+    let mut end = 0;
+    for (start, stop) in spans {
+        if start > end {
+            return false;
+        }
+        end = end.max(stop);
+    }
+    end >= size
+}
+
 impl Shim {
     /// The program's handles on `device` (`-1`: every device) that can sleep (see the module's
     /// notes).
@@ -56,7 +75,8 @@ impl Shim {
                 let prop = p.prop?;
                 let maps = by_handle.remove(&key)?;
                 let own = !p.shared && prop.usage() == 0;
-                (own && maps.len() == p.maps as usize).then_some(Plan {
+                let whole = own && maps.len() == p.maps as usize && covers(&maps, p.size);
+                whole.then_some(Plan {
                     key,
                     dev: p.device,
                     size: p.size,
@@ -70,15 +90,23 @@ impl Shim {
         out
     }
 
-    /// A context of `dev` to copy in: a pool's (guarded by its clock while `f` runs), else the
-    /// device's primary context if it is active. `None` when there is neither.
+    /// A context of `dev` to copy in: a pool's (guarded by its clock while `f` runs); else the
+    /// calling thread's current context if it is of `dev` (a wake inside the program's own call:
+    /// no driver call beyond two thread-local questions, which a capture allows); else the
+    /// device's primary context if it is active. `None` when there is none. A context cannot end
+    /// under `f`: its destroy, reset or last release is work, which waits for a sleep or wake
+    /// under way (`Shim::context_ending`).
     fn in_device<T>(&self, dev: CUdevice, f: impl FnOnce(usize) -> T) -> Option<T> {
         for (ctx, cp) in self.contexts.on_device(dev) {
             if let Some(_alive) = cp.clock.enter() {
                 return Some(self.in_context(ctx, || f(ctx)));
             }
         }
-        let ctx = self.driver.active_primary_context(dev)? as usize;
+        let current = self.driver.current_context().ok().flatten();
+        let ctx = match current {
+            Some(c) if self.driver.current_device() == Ok(dev) => c as usize,
+            _ => self.driver.active_primary_context(dev)? as usize,
+        };
         Some(self.in_context(ctx, || f(ctx)))
     }
 
