@@ -10,12 +10,40 @@
 use super::guard::{hook, put, to_result, OnBadConfig};
 use crate::base::cu::*;
 use crate::driver::{call, Driver};
+use crate::state::Shim;
 use std::ffi::{c_int, c_uint, c_void};
 
-/// Enters a call on the program's own virtual memory as work (see `state::sleep`): a sleep
-/// waits for it, and a sleeping process is woken first; `Err`: the code to answer instead.
-fn vm_call() -> Result<crate::pool::queues::Entered, CUresult> {
-    crate::state::sleep::enter_work()
+/// A hook on the program's own virtual memory: `body` runs as work (see `state::sleep`: a
+/// sleep waits for it, and a sleeping process is woken first; a wake that finds no room answers
+/// its code instead). Without the shim, `real`.
+fn vm_hook(
+    real: impl FnOnce(&'static Driver) -> CUresult,
+    body: impl Fn(&'static Shim) -> CUresult,
+) -> CUresult {
+    hook(
+        OnBadConfig::Forward,
+        real,
+        |shim| match crate::state::sleep::enter_work() {
+            Ok(_in) => body(shim),
+            Err(e) => e,
+        },
+    )
+}
+
+/// After the driver wrote a handle at `out` (`r` its answer): the program's value for it goes
+/// there instead (see `Shim::program_handle`), and is returned.
+///
+/// # Safety
+/// `out` is NULL or valid for reads and writes of a handle.
+unsafe fn give_program_handle(shim: &Shim, r: CUresult, out: *mut MemHandle) -> Option<MemHandle> {
+    if r != CUDA_SUCCESS || out.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, and the driver has just written the handle there.
+    let h = shim.program_handle(unsafe { *out });
+    // SAFETY: as above.
+    unsafe { put(out, h) };
+    Some(h)
 }
 
 /// # Safety
@@ -65,11 +93,7 @@ pub unsafe extern "C" fn cuMemCreate(
 #[no_mangle]
 pub unsafe extern "C" fn cuMemRelease(handle: MemHandle) -> CUresult {
     let real = move |d: &Driver| call!(d, mem_release(handle));
-    hook(OnBadConfig::Forward, real, |shim| {
-        let _in = match vm_call() {
-            Ok(e) => e,
-            Err(e) => return e,
-        };
+    vm_hook(real, |shim| {
         let r = call!(shim.driver, mem_release(shim.real_handle(handle)));
         if r == CUDA_SUCCESS {
             shim.mem_released(handle);
@@ -89,11 +113,7 @@ pub unsafe extern "C" fn cuMemMap(
     flags: u64,
 ) -> CUresult {
     let real = move |d: &Driver| call!(d, mem_map(ptr, size, offset, handle, flags));
-    hook(OnBadConfig::Forward, real, |shim| {
-        let _in = match vm_call() {
-            Ok(e) => e,
-            Err(e) => return e,
-        };
+    vm_hook(real, |shim| {
         let h = shim.real_handle(handle);
         let r = call!(shim.driver, mem_map(ptr, size, offset, h, flags));
         if r == CUDA_SUCCESS {
@@ -108,11 +128,7 @@ pub unsafe extern "C" fn cuMemMap(
 #[no_mangle]
 pub unsafe extern "C" fn cuMemUnmap(ptr: DevPtr, size: usize) -> CUresult {
     let real = move |d: &Driver| call!(d, mem_unmap(ptr, size));
-    hook(OnBadConfig::Forward, real, |shim| {
-        let _in = match vm_call() {
-            Ok(e) => e,
-            Err(e) => return e,
-        };
+    vm_hook(real, |shim| {
         let r = real(shim.driver);
         if r == CUDA_SUCCESS {
             shim.mem_unmapped(ptr, size as u64);
@@ -129,17 +145,10 @@ pub unsafe extern "C" fn cuMemRetainAllocationHandle(
     addr: *mut c_void,
 ) -> CUresult {
     let real = move |d: &Driver| call!(d, mem_retain_allocation_handle(handle, addr));
-    hook(OnBadConfig::Forward, real, |shim| {
-        let _in = match vm_call() {
-            Ok(e) => e,
-            Err(e) => return e,
-        };
+    vm_hook(real, |shim| {
         let r = real(shim.driver);
-        if r == CUDA_SUCCESS && !handle.is_null() {
-            // SAFETY: non-null, and the driver has just written the handle there.
-            let h = shim.program_handle(unsafe { *handle });
-            // SAFETY: as above.
-            unsafe { put(handle, h) };
+        // SAFETY: the driver's contract on `handle`.
+        if let Some(h) = unsafe { give_program_handle(shim, r, handle) } {
             shim.mem_retained(h);
         }
         r
@@ -156,13 +165,7 @@ pub unsafe extern "C" fn cuMemSetAccess(
     count: usize,
 ) -> CUresult {
     let real = move |d: &Driver| call!(d, mem_set_access(ptr, size, desc, count));
-    hook(OnBadConfig::Forward, real, |shim| {
-        let _in = match vm_call() {
-            Ok(e) => e,
-            Err(e) => return e,
-        };
-        real(shim.driver)
-    })
+    vm_hook(real, |shim| real(shim.driver))
 }
 
 /// # Safety
@@ -173,11 +176,7 @@ pub unsafe extern "C" fn cuMemGetAllocationPropertiesFromHandle(
     handle: MemHandle,
 ) -> CUresult {
     let real = move |d: &Driver| call!(d, mem_get_allocation_properties_from_handle(prop, handle));
-    hook(OnBadConfig::Forward, real, |shim| {
-        let _in = match vm_call() {
-            Ok(e) => e,
-            Err(e) => return e,
-        };
+    vm_hook(real, |shim| {
         let h = shim.real_handle(handle);
         call!(
             shim.driver,
@@ -196,11 +195,7 @@ pub unsafe extern "C" fn cuMemExportToShareableHandle(
     flags: u64,
 ) -> CUresult {
     let real = move |d: &Driver| call!(d, mem_export_to_shareable_handle(out, handle, kind, flags));
-    hook(OnBadConfig::Forward, real, |shim| {
-        let _in = match vm_call() {
-            Ok(e) => e,
-            Err(e) => return e,
-        };
+    vm_hook(real, |shim| {
         shim.mem_shared(handle);
         let h = shim.real_handle(handle);
         call!(
@@ -222,12 +217,8 @@ pub unsafe extern "C" fn cuMemImportFromShareableHandle(
         move |d: &Driver| call!(d, mem_import_from_shareable_handle(handle, os_handle, kind));
     hook(OnBadConfig::Forward, real, |shim| {
         let r = real(shim.driver);
-        if r == CUDA_SUCCESS && !handle.is_null() {
-            // SAFETY: non-null, and the driver has just written the handle there.
-            let h = shim.program_handle(unsafe { *handle });
-            // SAFETY: as above.
-            unsafe { put(handle, h) };
-        }
+        // SAFETY: the driver's contract on `handle`.
+        unsafe { give_program_handle(shim, r, handle) };
         r
     })
 }
@@ -242,12 +233,8 @@ pub unsafe extern "C" fn cuMulticastCreate(
     let real = move |d: &Driver| call!(d, multicast_create(handle, prop));
     hook(OnBadConfig::Forward, real, |shim| {
         let r = real(shim.driver);
-        if r == CUDA_SUCCESS && !handle.is_null() {
-            // SAFETY: non-null, and the driver has just written the handle there.
-            let h = shim.program_handle(unsafe { *handle });
-            // SAFETY: as above.
-            unsafe { put(handle, h) };
-        }
+        // SAFETY: the driver's contract on `handle`.
+        unsafe { give_program_handle(shim, r, handle) };
         r
     })
 }
@@ -269,11 +256,7 @@ pub unsafe extern "C" fn cuMulticastBindMem(
             multicast_bind_mem(mc, mc_offset, mem, mem_offset, size, flags)
         )
     };
-    hook(OnBadConfig::Forward, real, |shim| {
-        let _in = match vm_call() {
-            Ok(e) => e,
-            Err(e) => return e,
-        };
+    vm_hook(real, |shim| {
         shim.mem_shared(mem);
         let (m, h) = (shim.real_handle(mc), shim.real_handle(mem));
         call!(
@@ -294,11 +277,7 @@ pub unsafe extern "C" fn cuMulticastBindAddr(
     flags: u64,
 ) -> CUresult {
     let real = move |d: &Driver| call!(d, multicast_bind_addr(mc, mc_offset, ptr, size, flags));
-    hook(OnBadConfig::Forward, real, |shim| {
-        let _in = match vm_call() {
-            Ok(e) => e,
-            Err(e) => return e,
-        };
+    vm_hook(real, |shim| {
         shim.range_shared(ptr, size as u64);
         let m = shim.real_handle(mc);
         call!(
@@ -350,11 +329,7 @@ pub unsafe extern "C" fn cuMemGetHandleForAddressRange(
             mem_get_handle_for_address_range(out, ptr, size, kind, flags)
         )
     };
-    hook(OnBadConfig::Forward, real, |shim| {
-        let _in = match vm_call() {
-            Ok(e) => e,
-            Err(e) => return e,
-        };
+    vm_hook(real, |shim| {
         shim.range_shared(ptr, size as u64);
         real(shim.driver)
     })
@@ -371,7 +346,7 @@ const MAP_INFO_SIZE: usize = 96;
 /// # Safety
 /// `infos` is NULL or valid for reads of `count` `CUarrayMapInfo`s.
 unsafe fn with_real_handles(
-    shim: &crate::state::Shim,
+    shim: &Shim,
     infos: *mut c_void,
     count: c_uint,
     map: impl FnOnce(*mut c_void) -> CUresult,

@@ -24,6 +24,21 @@
 use super::*;
 use crate::base::cu::CUDA_ERROR_NOT_SUPPORTED;
 
+/// `timed!(self, field, expr)`: `expr`, its time added to the growth's `field` under the
+/// `stitch-timing` feature (see `timing.rs`); just `expr` otherwise.
+macro_rules! timed {
+    ($core:expr, $field:ident, $e:expr) => {{
+        #[cfg(feature = "stitch-timing")]
+        let t = std::time::Instant::now();
+        let out = $e;
+        #[cfg(feature = "stitch-timing")]
+        {
+            $core.timing.$field += timing::since(t);
+        }
+        out
+    }};
+}
+
 /// The range reserved is this many times the device's memory: stitched memory leaves shadows
 /// that hold address space (not memory) until the next release.
 const SPAN_PER_MEMORY: u64 = 4;

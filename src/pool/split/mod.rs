@@ -19,25 +19,8 @@ mod arena;
 mod check;
 mod memory;
 mod sleep;
-#[cfg(feature = "stitch-timing")]
 mod timing;
 use arena::Arena;
-
-/// `timed!(self, field, expr)`: `expr`, its time added to the growth's `field` under the
-/// `stitch-timing` feature (see `timing.rs`); just `expr` otherwise.
-macro_rules! timed {
-    ($core:expr, $field:ident, $e:expr) => {{
-        #[cfg(feature = "stitch-timing")]
-        let t = std::time::Instant::now();
-        let out = $e;
-        #[cfg(feature = "stitch-timing")]
-        {
-            $core.timing.$field += timing::since(t);
-        }
-        out
-    }};
-}
-use timed;
 
 /// Requests up to this size are *small*: served from segments of [`SMALL_SEGMENT`].
 pub const SMALL_REQUEST: u64 = MIB;
@@ -150,8 +133,8 @@ pub struct SplitCore {
     /// The arena's physical memory: its handles, and the memory behind each handle and shadow
     /// (see [`memory::Memory`]).
     mem: memory::Memory,
-    /// The growth under way's times (diagnostics only).
-    #[cfg(feature = "stitch-timing")]
+    /// The growth under way's times (diagnostics only: empty without `stitch-timing`).
+    #[cfg_attr(not(feature = "stitch-timing"), allow(dead_code))]
     timing: timing::Growth,
     /// The block put back ready last, when no core operation has come since: free and
     /// [`READY`] in `blocks` and counted in `cached`, but in no free set and not yet merged

@@ -3,44 +3,54 @@
 //! growths a line on standard error with their medians and 99th percentiles. What
 //! `docs/benchmarks.md` quotes for a stitch's cost on model code was measured with it.
 
-use std::sync::Mutex;
-use std::time::Instant;
+#[cfg(feature = "stitch-timing")]
+pub(super) use diagnostics::*;
 
-/// One growth: its whole time, its stitch call's, its new memory's (ns), handles stitched.
+/// Nothing is timed without the feature.
+#[cfg(not(feature = "stitch-timing"))]
 #[derive(Clone, Copy, Default)]
-pub(super) struct Growth {
-    pub(super) total: u64,
-    pub(super) stitch: u64,
-    pub(super) map: u64,
-    pub(super) sync: u64,
-    pub(super) handles: u64,
-}
+pub(super) struct Growth;
 
-static SEEN: Mutex<Vec<Growth>> = Mutex::new(Vec::new());
+#[cfg(feature = "stitch-timing")]
+mod diagnostics {
+    use std::sync::Mutex;
+    use std::time::Instant;
 
-/// Nanoseconds since `t`.
-pub(super) fn since(t: Instant) -> u64 {
-    t.elapsed().as_nanos() as u64
-}
-
-fn pct(mut v: Vec<u64>, p: usize) -> f64 {
-    if v.is_empty() {
-        return 0.0;
+    /// One growth: its whole time, its stitch call's, its new memory's (ns), handles stitched.
+    #[derive(Clone, Copy, Default)]
+    pub(in crate::pool::split) struct Growth {
+        pub(in crate::pool::split) total: u64,
+        pub(in crate::pool::split) stitch: u64,
+        pub(in crate::pool::split) map: u64,
+        pub(in crate::pool::split) sync: u64,
+        pub(in crate::pool::split) handles: u64,
     }
-    v.sort_unstable();
-    v[(v.len() - 1) * p / 100] as f64 / 1e3
-}
 
-pub(super) fn record(g: Growth) {
-    let Ok(mut seen) = SEEN.lock() else { return };
-    seen.push(g);
-    if seen.len() % 50 != 0 {
-        return;
+    static SEEN: Mutex<Vec<Growth>> = Mutex::new(Vec::new());
+
+    /// Nanoseconds since `t`.
+    pub(in crate::pool::split) fn since(t: Instant) -> u64 {
+        t.elapsed().as_nanos() as u64
     }
-    let with: Vec<Growth> = seen.iter().copied().filter(|g| g.handles > 0).collect();
-    let col = |f: fn(&Growth) -> u64, of: &[Growth]| of.iter().map(f).collect::<Vec<u64>>();
-    let sum = |f: fn(&Growth) -> u64| seen.iter().map(f).sum::<u64>() as f64 / 1e6;
-    eprintln!(
+
+    fn pct(mut v: Vec<u64>, p: usize) -> f64 {
+        if v.is_empty() {
+            return 0.0;
+        }
+        v.sort_unstable();
+        v[(v.len() - 1) * p / 100] as f64 / 1e3
+    }
+
+    pub(in crate::pool::split) fn record(g: Growth) {
+        let Ok(mut seen) = SEEN.lock() else { return };
+        seen.push(g);
+        if seen.len() % 50 != 0 {
+            return;
+        }
+        let with: Vec<Growth> = seen.iter().copied().filter(|g| g.handles > 0).collect();
+        let col = |f: fn(&Growth) -> u64, of: &[Growth]| of.iter().map(f).collect::<Vec<u64>>();
+        let sum = |f: fn(&Growth) -> u64| seen.iter().map(f).sum::<u64>() as f64 / 1e6;
+        eprintln!(
         "cudapool stitch-timing: {} growths, {} stitched ({} handles); growth with a stitch p50 {:.0} p99 {:.0} us, its stitch call p50 {:.0} p99 {:.0} us; growth without p50 {:.0} p99 {:.0} us; totals ms: growth {:.1} stitch {:.1} map {:.1} sync {:.1}",
         seen.len(),
         with.len(),
@@ -56,4 +66,5 @@ pub(super) fn record(g: Growth) {
         sum(|g| g.map),
         sum(|g| g.sync),
     );
+    }
 }
