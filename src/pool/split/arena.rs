@@ -56,20 +56,64 @@ const HANDLES_PER_REQUEST: u64 = 16;
 /// Under a limit, a handle is at most 1/`HANDLES_PER_LIMIT` of it.
 const HANDLES_PER_LIMIT: u64 = 64;
 
-/// The expandable range of large requests: `span` bytes of address space at `base`, of which
-/// `mapped` bytes have memory of their own behind them (shadows not counted), in handles that
-/// are multiples of `chunk`.
+/// Where the arena lies: `span` bytes of address space reserved at `base`, mapped in handles
+/// that are multiples of `chunk`.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Arena {
+pub(super) struct Span {
     pub(super) base: DevPtr,
     pub(super) span: u64,
     pub(super) chunk: u64,
+}
+
+impl Span {
+    pub(super) fn holds(&self, ptr: DevPtr) -> bool {
+        ptr >= self.base && ptr - self.base < self.span
+    }
+}
+
+/// The expandable range of large requests, with everything that belongs to it: its address
+/// range, the bytes mapped with memory of their own, its holes and shadows, and the physical
+/// memory behind them. `SplitCore` holds one and keeps its blocks in step with it.
+///
+/// Invariants: without a `range` everything else is empty (and `mapped` 0); `holes` holds
+/// exactly the arena's free blocks with nothing mapped, `shadows` exactly its shadow blocks
+/// (start -> bytes each), `mapped` the bytes of `mem`'s handles (shadows not counted: their
+/// memory is a handle's elsewhere). [`SplitCore::check`] verifies them.
+#[derive(Default)]
+pub(super) struct Arena {
+    pub(super) range: Option<Span>,
     pub(super) mapped: u64,
+    pub(super) holes: BTreeMap<DevPtr, u64>,
+    pub(super) shadows: BTreeMap<DevPtr, u64>,
+    /// Its physical memory: its handles, and the memory behind each handle and shadow (see
+    /// [`memory::Memory`]).
+    pub(super) mem: memory::Memory,
 }
 
 impl Arena {
+    /// Whether `ptr` lies in the arena's range.
     pub(super) fn holds(&self, ptr: DevPtr) -> bool {
-        ptr >= self.base && ptr - self.base < self.span
+        self.range.is_some_and(|a| a.holds(ptr))
+    }
+
+    /// Every mapping in the arena (start, bytes): handles and shadows.
+    pub(super) fn mappings(&self) -> Vec<(DevPtr, u64)> {
+        let mut out: Vec<(DevPtr, u64)> =
+            self.mem.handles().iter().map(|(&p, &l)| (p, l)).collect();
+        out.extend(self.shadows.iter().map(|(&p, &l)| (p, l)));
+        out.sort_unstable();
+        out
+    }
+
+    /// The handles under `[ptr, ptr + size)` (mapped memory), in address order.
+    pub(super) fn handles_of(&self, ptr: DevPtr, size: u64) -> Vec<(DevPtr, u64)> {
+        let handles = self.mem.handles();
+        let first = handles.range(..=ptr).next_back().map_or(ptr, |(&h, _)| h);
+        handles
+            .range(first..ptr + size)
+            .filter(|&(&h, &l)| h + l > ptr)
+            .map(|(&h, &l)| (h, l))
+            .collect()
     }
 }
 
@@ -122,23 +166,18 @@ impl SplitCore {
         self.grow_arena(r, up)
     }
 
-    /// The arena, reserved on first use; `None` when the upstream has no virtual memory (or
-    /// refuses the reservation): large requests then get classic segments.
-    pub(super) fn arena(&mut self, up: &dyn Upstream) -> Option<Arena> {
-        if let Some(a) = self.arena {
+    /// The arena's range, reserved on first use; `None` when the upstream has no virtual
+    /// memory (or refuses the reservation): large requests then get classic segments.
+    pub(super) fn reserve_arena(&mut self, up: &dyn Upstream) -> Option<Span> {
+        if let Some(a) = self.arena.range {
             return Some(a);
         }
         let vm = up.virtual_memory()?;
         let Vmm { chunk, span } = vm.vmm()?;
         let span = round_up(span.max(chunk), chunk).saturating_mul(SPAN_PER_MEMORY);
         let base = vm.reserve(span, chunk).ok()?;
-        let a = Arena {
-            base,
-            span,
-            chunk,
-            mapped: 0,
-        };
-        self.arena = Some(a);
+        let a = Span { base, span, chunk };
+        self.arena.range = Some(a);
         self.segments.insert(base, Segment { size: span });
         self.mark_free(
             base,
@@ -160,23 +199,23 @@ impl SplitCore {
     /// ones for the rest. `Ok(false)`: no arena, or no hole large enough (classic segments
     /// serve); an error: the upstream refused the memory (what was stitched stays, free).
     pub(super) fn grow_arena(&mut self, r: u64, up: &dyn Upstream) -> Result<bool, CUresult> {
-        let Some(a) = self.arena(up) else {
+        let Some(a) = self.reserve_arena(up) else {
             self.expandable = false;
             return Ok(false);
         };
         let Some((need, at)) = self.best_hole(r, a.chunk) else {
-            let shadows = self.shadows.len();
+            let shadows = self.arena.shadows.len();
             if shadows == 0 || !timed!(self, sync, up.synchronize()) {
                 return Ok(false);
             }
             // Shadows took the address space: the device is idle now, they may go.
             self.unmap_shadows(up);
-            if self.shadows.len() == shadows {
+            if self.arena.shadows.len() == shadows {
                 return Ok(false);
             }
             return self.grow_arena(r, up);
         };
-        let room = self.holes[&at];
+        let room = self.arena.holes[&at];
         // Stitching only near a limit (see the module's notes).
         let near = |limit: u64| up.headroom() < need.saturating_add(limit / STITCH_NEAR_LIMIT);
         let stitched = if up.limit().bytes().is_some_and(near) {
@@ -223,7 +262,7 @@ impl SplitCore {
     /// [`grow_arena`]: Self::grow_arena
     fn best_hole(&self, r: u64, chunk: u64) -> Option<(u64, DevPtr)> {
         let mut best: Option<(u64, DevPtr)> = None;
-        for (&h, &len) in &self.holes {
+        for (&h, &len) in &self.arena.holes {
             let before = self
                 .blocks
                 .range(..h)
@@ -244,7 +283,7 @@ impl SplitCore {
     /// `need` (up to `room`): its memory is held already, and what the request leaves of it
     /// stays free. Returns the bytes stitched.
     fn stitch_into(&mut self, at: DevPtr, need: u64, room: u64, up: &dyn Upstream) -> u64 {
-        let (Some(a), Some(vm)) = (self.arena, up.virtual_memory()) else {
+        let (Some(a), Some(vm)) = (self.arena.range, up.virtual_memory()) else {
             return 0;
         };
         let mut blocks: Vec<(u64, DevPtr)> = self
@@ -260,12 +299,13 @@ impl SplitCore {
         let mut done = 0;
         'blocks: for (size, p) in blocks {
             let inside = self
+                .arena
                 .mem
                 .handles()
                 .range(p..p + size)
                 .filter(|&(&h, &len)| h + len <= p + size);
             for (&h, &len) in inside {
-                if self.mem.id(h).is_none() || done + len > room {
+                if self.arena.mem.id(h).is_none() || done + len > room {
                     continue;
                 }
                 picked.push((h, len));
@@ -283,7 +323,7 @@ impl SplitCore {
         let mut to = at;
         for &(h, len) in &picked[..stitched.min(picked.len())] {
             self.carve_shadow(h, len);
-            self.mem.moved(h, to);
+            self.arena.mem.moved(h, to);
             to += len;
         }
         to - at
@@ -328,7 +368,7 @@ impl SplitCore {
                 ..b
             },
         );
-        self.shadows.insert(h, len);
+        self.arena.shadows.insert(h, len);
     }
 
     /// Maps new memory at `[at, at + bytes)` for the rounded request `r`, in handles of
@@ -374,13 +414,11 @@ impl SplitCore {
         }
         for (p, len, h) in runs {
             for s in (p..p + len).step_by(h as usize) {
-                self.mem.made(s, h);
+                self.arena.mem.made(s, h);
             }
         }
         self.reserved += bytes;
-        if let Some(a) = self.arena.as_mut() {
-            a.mapped += bytes;
-        }
+        self.arena.mapped += bytes;
         Ok(())
     }
 
@@ -388,7 +426,7 @@ impl SplitCore {
     /// first, bytes of all, the block they lie in): handles tile the mapped memory, so those
     /// of one block are one run.
     pub(super) fn arena_interiors(&self) -> Vec<(DevPtr, u64, DevPtr)> {
-        let Some(a) = self.arena else {
+        let Some(a) = self.arena.range else {
             return Vec::new();
         };
         self.blocks
@@ -396,6 +434,7 @@ impl SplitCore {
             .filter(|(_, b)| b.ready())
             .filter_map(|(&p, b)| {
                 let mut inside = self
+                    .arena
                     .mem
                     .handles()
                     .range(p..p + b.size)
@@ -425,6 +464,7 @@ impl SplitCore {
             return 0;
         };
         let handles: Vec<(DevPtr, u64)> = self
+            .arena
             .mem
             .handles()
             .range(at..at + len)
@@ -432,21 +472,27 @@ impl SplitCore {
             .collect();
         // Memory a shadow still maps (its unmap failed) is not given back: it would stay.
         let shadowed: std::collections::HashSet<u64> = self
+            .arena
             .shadows
             .keys()
-            .filter_map(|&s| self.mem.id(s))
+            .filter_map(|&s| self.arena.mem.id(s))
             .collect();
         let mut block = block;
         let mut done = 0;
         for (c, hl) in handles {
-            if self.mem.id(c).is_some_and(|id| shadowed.contains(&id)) {
+            if self
+                .arena
+                .mem
+                .id(c)
+                .is_some_and(|id| shadowed.contains(&id))
+            {
                 continue;
             }
             if vm.unmap(c, hl, hl).is_err() {
                 // The handle stays mapped, in the free block the next one is carved from.
                 continue;
             }
-            self.mem.unmapped(c);
+            self.arena.mem.unmapped(c);
             let b = self.unmark_free(block);
             self.blocks.remove(&block);
             if c > block {
@@ -481,9 +527,7 @@ impl SplitCore {
             done += hl;
         }
         self.reserved -= done;
-        if let Some(a) = self.arena.as_mut() {
-            a.mapped -= done;
-        }
+        self.arena.mapped -= done;
         done
     }
 
@@ -494,8 +538,10 @@ impl SplitCore {
     /// free block. Stitching moves memory whenever a growth finds none; without this, the same
     /// steps of a training job stitched again every iteration. Returns whether memory moved.
     pub(super) fn reclaim_shadows(&mut self, r: u64) -> bool {
-        let Some(a) = self.arena else { return false };
-        if self.shadows.is_empty() {
+        let Some(a) = self.arena.range else {
+            return false;
+        };
+        if self.arena.shadows.is_empty() {
             return false;
         }
         let mut run: Option<Run> = None;
@@ -503,8 +549,8 @@ impl SplitCore {
         for (&p, b) in self.blocks.range(a.base..a.base + a.span) {
             let movable = (b.kind == Kind::Shadow)
                 .then(|| {
-                    let id = self.mem.id(p)?;
-                    let at = self.mem.handle_of(id)?;
+                    let id = self.arena.mem.id(p)?;
+                    let at = self.arena.mem.handle_of(id)?;
                     let (&start, owner) = self.blocks.range(..=at).next_back()?;
                     (owner.ready() && start + owner.size >= at + b.size).then_some((id, at))
                 })
@@ -564,8 +610,8 @@ impl SplitCore {
                 continue;
             };
             self.carve_shadow(at, len);
-            self.mem.moved(at, s);
-            self.shadows.remove(&s);
+            self.arena.mem.moved(at, s);
+            self.arena.shadows.remove(&s);
             self.blocks.remove(&s);
             self.merge_and_free(
                 s,
@@ -586,7 +632,8 @@ impl SplitCore {
         let Some(vm) = up.virtual_memory() else {
             return;
         };
-        let shadows: Vec<(DevPtr, u64)> = self.shadows.iter().map(|(&p, &l)| (p, l)).collect();
+        let shadows: Vec<(DevPtr, u64)> =
+            self.arena.shadows.iter().map(|(&p, &l)| (p, l)).collect();
         for (p, len) in shadows {
             // Looked up before the driver is asked: nothing may fail between its unmap and
             // the records of it.
@@ -596,8 +643,8 @@ impl SplitCore {
             if vm.unmap_alias(p, len).is_err() {
                 continue;
             }
-            self.shadows.remove(&p);
-            self.mem.shadow_unmapped(p);
+            self.arena.shadows.remove(&p);
+            self.arena.mem.shadow_unmapped(p);
             self.blocks.remove(&p);
             self.merge_and_free(
                 p,
@@ -613,7 +660,8 @@ impl SplitCore {
     pub(super) fn drop_empty_arena(&mut self, up: &dyn Upstream) {
         let Some(a) = self
             .arena
-            .filter(|a| a.mapped == 0 && self.shadows.is_empty())
+            .range
+            .filter(|_| self.arena.mapped == 0 && self.arena.shadows.is_empty())
         else {
             return;
         };
@@ -624,31 +672,11 @@ impl SplitCore {
         self.unmark_free(a.base);
         self.blocks.remove(&a.base);
         self.segments.remove(&a.base);
-        self.arena = None;
-    }
-
-    /// Every mapping in the arena (start, bytes): handles and shadows.
-    pub(super) fn arena_mappings(&self) -> Vec<(DevPtr, u64)> {
-        let mut out: Vec<(DevPtr, u64)> =
-            self.mem.handles().iter().map(|(&p, &l)| (p, l)).collect();
-        out.extend(self.shadows.iter().map(|(&p, &l)| (p, l)));
-        out.sort_unstable();
-        out
-    }
-
-    /// The handles under `[ptr, ptr + size)` (mapped memory), in address order.
-    pub(super) fn handles_of(&self, ptr: DevPtr, size: u64) -> Vec<(DevPtr, u64)> {
-        let handles = self.mem.handles();
-        let first = handles.range(..=ptr).next_back().map_or(ptr, |(&h, _)| h);
-        handles
-            .range(first..ptr + size)
-            .filter(|&(&h, &l)| h + l > ptr)
-            .map(|(&h, &l)| (h, l))
-            .collect()
+        self.arena.range = None;
     }
 
     /// The arena's runs of mapped blocks, as segments.
-    pub(super) fn arena_segments(&self, a: Arena) -> Vec<SegmentView> {
+    pub(super) fn arena_segments(&self, a: Span) -> Vec<SegmentView> {
         let mut out: Vec<SegmentView> = Vec::new();
         let mut open = false;
         for (&p, b) in self.blocks.range(a.base..a.base + a.span) {

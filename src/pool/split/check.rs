@@ -36,7 +36,7 @@ impl SplitCore {
             })?;
         }
         for (base, size) in segments {
-            let in_arena = self.arena.is_some_and(|a| a.base == base);
+            let in_arena = self.arena.range.is_some_and(|a| a.base == base);
             let mut at = base;
             let mut prev: Option<Block> = None;
             for (&p, b) in self.blocks.range(base..base + size) {
@@ -128,10 +128,10 @@ impl SplitCore {
                 format!("lane {l}'s sets differ from the blocks")
             })?;
         }
-        ensure(holes == self.holes, || {
+        ensure(holes == self.arena.holes, || {
             "the holes differ from the blocks".into()
         })?;
-        ensure(shadows == self.shadows, || {
+        ensure(shadows == self.arena.shadows, || {
             "the shadows differ from the blocks".into()
         })
     }
@@ -153,10 +153,10 @@ impl SplitCore {
         let classic: u64 = self
             .segments
             .iter()
-            .filter(|(&p, _)| self.arena.is_none_or(|a| a.base != p))
+            .filter(|(&p, _)| self.arena.range.is_none_or(|a| a.base != p))
             .map(|(_, s)| s.size)
             .sum();
-        let reserved = classic + self.arena.map_or(0, |a| a.mapped);
+        let reserved = classic + self.arena.mapped;
         ensure(reserved == self.reserved, || {
             format!(
                 "reserved {} but segments and arena hold {reserved}",
@@ -169,12 +169,14 @@ impl SplitCore {
     /// handle and shadow has its memory, each memory one handle, a shadow's that of a handle
     /// of its size: no memory lies under two live blocks.
     fn check_arena(&self) -> Result<(), String> {
-        let Some(a) = self.arena else {
+        let Some(a) = self.arena.range else {
             return ensure(
-                self.mem.handles().is_empty()
-                    && self.shadows.is_empty()
-                    && self.mem.check(&self.shadows).is_ok(),
-                || "handles, shadows or memory without an arena".into(),
+                self.arena.mem.handles().is_empty()
+                    && self.arena.shadows.is_empty()
+                    && self.arena.holes.is_empty()
+                    && self.arena.mapped == 0
+                    && self.arena.mem.check(&self.arena.shadows).is_ok(),
+                || "handles, holes, shadows or mapped bytes without an arena".into(),
             );
         };
         ensure(
@@ -192,7 +194,7 @@ impl SplitCore {
                 _ => runs.push((p, b.size)),
             }
         }
-        let mut handles = self.mem.handles().iter().peekable();
+        let mut handles = self.arena.mem.handles().iter().peekable();
         for (start, len) in runs {
             let mut at = start;
             while at < start + len {
@@ -211,10 +213,13 @@ impl SplitCore {
         ensure(handles.next().is_none(), || {
             "a handle over no mapped block".into()
         })?;
-        let mapped: u64 = self.mem.handles().values().sum();
-        ensure(mapped == a.mapped, || {
-            format!("arena mapped {} but its handles hold {mapped}", a.mapped)
+        let mapped: u64 = self.arena.mem.handles().values().sum();
+        ensure(mapped == self.arena.mapped, || {
+            format!(
+                "arena mapped {} but its handles hold {mapped}",
+                self.arena.mapped
+            )
         })?;
-        self.mem.check(&self.shadows)
+        self.arena.mem.check(&self.arena.shadows)
     }
 }

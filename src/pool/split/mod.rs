@@ -126,13 +126,8 @@ pub struct SplitCore {
     /// segments of their own; off for good once the upstream has no virtual memory, or the
     /// program exported a block through legacy IPC.
     expandable: bool,
-    arena: Option<Arena>,
-    holes: BTreeMap<DevPtr, u64>,
-    /// The arena's shadows (start -> bytes), see above.
-    shadows: BTreeMap<DevPtr, u64>,
-    /// The arena's physical memory: its handles, and the memory behind each handle and shadow
-    /// (see [`memory::Memory`]).
-    mem: memory::Memory,
+    /// The arena: its range, holes, shadows and memory (see [`Arena`]).
+    arena: Arena,
     /// The growth under way's times (diagnostics only: empty without `stitch-timing`).
     #[cfg_attr(not(feature = "stitch-timing"), allow(dead_code))]
     timing: timing::Growth,
@@ -156,7 +151,7 @@ impl SplitCore {
     }
 
     fn in_arena(&self, ptr: DevPtr) -> bool {
-        self.arena.is_some_and(|a| a.holds(ptr))
+        self.arena.holds(ptr)
     }
 
     fn set(small: bool) -> usize {
@@ -213,7 +208,7 @@ impl SplitCore {
             .find(|&&(_, at)| after.is_none() || at != next);
         // A tail (the merged block ends where the arena is unmapped) ranks after every other
         // fit (see `lean_fit`).
-        let tail = || self.in_arena(p) && self.holes.contains_key(&(p + merged));
+        let tail = || self.in_arena(p) && self.arena.holes.contains_key(&(p + merged));
         if fit.is_some_and(|&fit| fit < (merged, p) || tail()) {
             return None;
         }
@@ -237,7 +232,7 @@ impl SplitCore {
                     ..b
                 },
             );
-            self.holes.insert(ptr, b.size);
+            self.arena.holes.insert(ptr, b.size);
             return;
         }
         let small = b.small;
@@ -263,7 +258,7 @@ impl SplitCore {
     fn unlist(&mut self, ptr: DevPtr, b: Block) {
         debug_assert!(b.free());
         if b.kind == Kind::Hole {
-            self.holes.remove(&ptr);
+            self.arena.holes.remove(&ptr);
             return;
         }
         let small = Self::set(b.small);
@@ -291,12 +286,12 @@ impl SplitCore {
     /// reserved 5094 MiB that way, 4730 with this rule). Skips at most one entry per hole.
     fn lean_fit(&self, small: bool, r: u64) -> Option<(u64, DevPtr)> {
         let set = &self.ready[Self::set(small)];
-        if small || self.holes.is_empty() {
+        if small || self.arena.holes.is_empty() {
             return set.range((r, 0)..).next().copied();
         }
         let mut tail: Option<(u64, (u64, DevPtr))> = None;
         for &(size, ptr) in set.range((r, 0)..) {
-            match self.holes.get(&(ptr + size)) {
+            match self.arena.holes.get(&(ptr + size)) {
                 Some(&hole) if self.in_arena(ptr) => {
                     if tail.is_none_or(|(rank, _)| size + hole < rank) {
                         tail = Some((size + hole, (size, ptr)));
@@ -602,7 +597,7 @@ impl Core for SplitCore {
                 expandable: false,
             })
             .collect();
-        if let Some(a) = self.arena {
+        if let Some(a) = self.arena.range {
             out.extend(self.arena_segments(a));
         }
         out.sort_by_key(|s| s.ptr);
@@ -662,9 +657,9 @@ impl Core for SplitCore {
     }
 
     fn forget(&mut self) -> Forgotten {
-        let arena = self.arena.map(|a| ArenaLeft {
+        let arena = self.arena.range.map(|a| ArenaLeft {
             range: (a.base, a.span),
-            mapped: self.arena_mappings(),
+            mapped: self.arena.mappings(),
         });
         let r = Forgotten {
             segments: self.segments.len() as u64,
@@ -679,7 +674,7 @@ impl Core for SplitCore {
     }
 
     fn unmaps(&self) -> bool {
-        self.arena.is_some_and(|a| a.mapped > 0)
+        self.arena.mapped > 0
     }
 
     fn stop_expanding(&mut self) {
@@ -692,7 +687,9 @@ impl Core for SplitCore {
 
     fn handles_under(&self, ptr: DevPtr) -> Vec<(DevPtr, u64)> {
         match self.blocks.get(&ptr) {
-            Some(b) if b.kind == Kind::InUse && self.in_arena(ptr) => self.handles_of(ptr, b.size),
+            Some(b) if b.kind == Kind::InUse && self.in_arena(ptr) => {
+                self.arena.handles_of(ptr, b.size)
+            }
             _ => Vec::new(),
         }
     }

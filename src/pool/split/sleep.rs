@@ -9,11 +9,11 @@ impl SplitCore {
     /// a shadow is mapped (its memory is a handle's elsewhere, which a sleep cannot map back
     /// to two addresses).
     pub(super) fn mapped_memory(&self) -> Option<Vec<Mapped>> {
-        if !self.shadows.is_empty() {
+        if !self.arena.shadows.is_empty() {
             return None;
         }
         let mut out = Vec::new();
-        for (&at, &bytes) in self.mem.handles() {
+        for (&at, &bytes) in self.arena.mem.handles() {
             let end = at + bytes;
             // The block holding `at` may start before it.
             let first = self.blocks.range(..=at).next_back().map_or(at, |(&p, _)| p);
