@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 mod arena;
 mod check;
 mod memory;
+mod shadows;
 mod sleep;
 mod timing;
 use arena::Arena;
