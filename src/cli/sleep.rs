@@ -7,7 +7,8 @@ use cudapool::base::rundir::configured_from_env;
 use cudapool::report::pages::{ask_sleep, live};
 use std::time::Duration;
 
-/// How much longer than the drain timeout `--wait` waits for the answer (the copies).
+/// How much longer than the drain timeout `--wait` waits for the answer (the copies); it stops
+/// as soon as the process is gone.
 const COPY_WAIT: Duration = Duration::from_secs(600);
 
 pub fn sleep(

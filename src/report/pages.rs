@@ -303,7 +303,7 @@ pub fn ask_snapshot(
     path[..bytes.len()].copy_from_slice(bytes);
     write_at(&fd, &path, off_path)?;
     write_at(&fd, &(torch as u64).to_ne_bytes(), off_format)?;
-    ask(&fd, off_request, off_served, Some(timeout))?;
+    ask(pid, &fd, off_request, off_served, Some(timeout))?;
     let mut why = [0u8; REQUEST_ERROR];
     pio::read_exact_at(
         fd.as_raw_fd(),
@@ -321,9 +321,10 @@ pub fn ask_snapshot(
     Ok(())
 }
 
-/// Bumps the request word at `off_request` and, with a `timeout`, waits until the word at
-/// `off_served` names the request.
+/// Bumps the request word at `off_request` of process `pid`'s page and, with a `timeout`,
+/// waits until the word at `off_served` names the request, or the process is gone.
 fn ask(
+    pid: u32,
     fd: &OwnedFd,
     off_request: u64,
     off_served: u64,
@@ -343,6 +344,9 @@ fn ask(
     while read_u64(off_served)? < seq {
         if std::time::Instant::now() > deadline {
             return Err(format!("no answer within {} s", timeout.as_secs()));
+        }
+        if gone(pid) {
+            return Err(format!("process {pid} ended before it answered"));
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
@@ -381,6 +385,7 @@ pub fn ask_sleep(
         at(std::mem::offset_of!(Page, sleep_timeout_ms)),
     )?;
     ask(
+        pid,
         &fd,
         at(std::mem::offset_of!(Page, sleep_request)),
         at(std::mem::offset_of!(Page, sleep_served)),
@@ -397,6 +402,16 @@ pub fn ask_sleep(
     )?;
     let len = a.iter().position(|&b| b == 0).unwrap_or(a.len());
     Ok(Some(String::from_utf8_lossy(&a[..len]).into_owned()))
+}
+
+/// Whether no process `pid` exists any more (another user's counts as existing).
+fn gone(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return true;
+    };
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    let r = unsafe { libc::kill(pid, 0) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
 fn write_at(fd: &OwnedFd, b: &[u8], offset: u64) -> Result<(), String> {

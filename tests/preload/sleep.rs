@@ -380,3 +380,42 @@ fn a_context_reset_while_asleep_wakes_the_process_first() {
         assert_eq!(r.get("reset", "after_ok"), "1", "{what}");
     }
 }
+
+/// `cudapool sleep --wait PID` whose process ends before it answers (stopped, then killed)
+/// says so and exits 2 at once, instead of waiting out `--timeout` and the copies' allowance.
+#[test]
+fn a_sleep_waited_for_ends_when_the_process_does() {
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+    let (mut child, _out) = started("sleep_idle");
+    let pid = child.id();
+    // SAFETY: a child of this test; SIGSTOP only stops it.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
+    let mut asker = std::process::Command::new(&cli)
+        .args(["sleep", "--wait", "--timeout", "300ms", &pid.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    assert!(
+        asker.try_wait().unwrap().is_none(),
+        "still waiting for the copies"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = asker.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = asker.kill();
+            panic!("cudapool sleep --wait still waits 10 s after its process ended");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(asker.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("ended before it answered"), "{err}");
+}
