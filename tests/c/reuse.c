@@ -472,7 +472,55 @@ static int handover(const char *how) {
   return 0;
 }
 
+// Stitching near a limit, through the real driver path: six 32 MiB blocks under a 256 MiB
+// limit, the second and fourth freed, then a 64 MiB request. No free block holds it and less
+// than 1/8 of the limit would be left after a growth, so the growth maps the freed blocks'
+// handles a second time (32 of 2 MiB) instead of taking memory: the device's memory in use
+// stays, one cuMemSetAccess covers the whole run, and every live block keeps its bytes.
+static int stitch(void) {
+  const size_t mib = (size_t)1 << 20, n = 32 * mib;
+  size_t (*used)(int) = (size_t(*)(int))fake_fn("fakecu_used");
+  CUdeviceptr b[6];
+  unsigned char *h = malloc(2 * n);
+  for (int i = 0; i < 6; i++) {
+    CHECK(cu.MemAlloc(&b[i], n));
+    memset(h, 0x10 + i, n);
+    CHECK(cu.MemcpyHtoD(b[i], h, n));
+  }
+  CHECK(((CUresult(*)(void))sym("cuCtxSynchronize"))());
+  CHECK(cu.MemFree(b[1]));
+  CHECK(cu.MemFree(b[3]));
+  size_t before = used(dev);
+  long access = fake_calls("cuMemSetAccess"), maps = fake_calls("cuMemMap");
+  CUdeviceptr g;
+  CHECK(cu.MemAlloc(&g, 2 * n));
+  size_t after = used(dev);
+  long access_calls = fake_calls("cuMemSetAccess") - access;
+  long map_calls = fake_calls("cuMemMap") - maps;
+  memset(h, 0x5a, 2 * n);
+  CHECK(cu.MemcpyHtoD(g, h, 2 * n));
+  int ok = 1;
+  for (int i = 0; i < 6 && ok; i++) {
+    if (i == 1 || i == 3) continue;
+    CHECK(cu.MemcpyDtoH(h, b[i], n));
+    for (size_t k = 0; k < n && ok; k += 4096) ok = h[k] == 0x10 + i;
+  }
+  CHECK(cu.MemcpyDtoH(h, g, 2 * n));
+  for (size_t k = 0; k < 2 * n && ok; k += 4096) ok = h[k] == 0x5a;
+  free(h);
+  printf("stitch new_mib=%zu set_access=%ld maps=%ld intact=%d\n",
+         (after - before) / mib, access_calls, map_calls, ok);
+  for (int i = 0; i < 6; i++)
+    if (i != 1 && i != 3) CHECK(cu.MemFree(b[i]));
+  CHECK(cu.MemFree(g));
+  size_t (*reclaim)(int) = (size_t(*)(int))dlsym(RTLD_DEFAULT, "cudapool_reclaim");
+  if (reclaim) reclaim(dev);
+  printf("stitch_end used_mib=%zu\n", used(dev) / mib);
+  return 0;
+}
+
 int reuse_scenario(const char *name, int argc, char **argv) {
+  if (!strcmp(name, "stitch")) return stitch();
   if (!strcmp(name, "handover")) return handover(argc > 0 ? argv[0] : "other-stream");
   if (!strcmp(name, "ptds")) return ptds();
   if (!strcmp(name, "reuse")) return reuse();

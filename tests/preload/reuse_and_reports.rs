@@ -613,3 +613,26 @@ fn a_fenced_free_completes_in_the_history_when_its_fence_is_done() {
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("history fences: ok"), "{}", r.stdout);
 }
+
+/// Stitching through the real driver path (`DriverUpstream::stitch`, `Driver::vmm_stitch`): near
+/// a limit a growth maps the handles of two freed blocks a second time instead of taking memory;
+/// the device's memory in use does not grow, the whole run's access is set by one call, the new
+/// block and every live one keep their bytes, and a reclaim afterwards gives everything back.
+#[test]
+fn near_a_limit_a_growth_stitches_freed_handles_with_one_access_call() {
+    let r = ok(client(
+        "gpa",
+        &["stitch"],
+        &[
+            ("CUDAPOOL_SEGMENTS", "expandable"),
+            ("CUDAPOOL_MEMORY_LIMIT", "256MiB"),
+        ],
+    ));
+    let what = format!("{}{}", r.stdout, r.stderr);
+    let s = r.line("stitch");
+    assert_eq!(s["new_mib"], "0", "no new memory: {what}");
+    assert_eq!(s["maps"], "32", "32 handles of 2 MiB mapped again: {what}");
+    assert_eq!(s["set_access"], "1", "one access call for the run: {what}");
+    assert_eq!(s["intact"], "1", "{what}");
+    assert_eq!(r.get("stitch_end", "used_mib"), "0", "{what}");
+}
