@@ -54,10 +54,10 @@ enum Kind {
     InUse,
     /// Mapped and free: in the free set of its lane and size class (or parked).
     Free,
-    /// Free with nothing mapped: in `holes`.
+    /// Free with nothing mapped: in `arena.holes`.
     Hole,
     /// One handle whose memory was stitched elsewhere in the arena: mapped, but no block may use
-    /// it (in `shadows`).
+    /// it (in `arena.shadows`).
     Shadow,
 }
 
@@ -109,9 +109,9 @@ type FreeSets = [BTreeSet<(u64, DevPtr)>; 2];
 /// in the arena); two free blocks of the same lane and mapping are never neighbours in one
 /// segment (they are merged); `ready[small as usize]` holds exactly the free mapped [`READY`]
 /// blocks of small (large) segments (both but for the `parked` block) and `lanes[l]` those of
-/// lane `l` (no empty entry); `holes` holds exactly the free unmapped blocks and `shadows`
-/// the others; `cached` is the sum of the free mapped blocks' sizes, `reserved` of the classic
-/// segments' sizes and the arena's mapped bytes. The handles of `mem` tile exactly the arena's
+/// lane `l` (no empty entry); `arena.holes` holds exactly the free unmapped blocks, and
+/// `arena.shadows` the others; `cached` is the free mapped blocks' bytes, `reserved` the classic
+/// segments' sizes and the arena's mapped bytes. The handles of `arena.mem` tile the arena's
 /// mapped blocks, one entry per physical allocation mapped there (a block in use never lies
 /// over a shadow); the memory of a shadow is that of one handle. [`check`](Core::check)
 /// verifies every one of these.
