@@ -165,6 +165,31 @@ impl SplitCore {
         Some(a)
     }
 
+    /// The arena's range `a`, just reserved: one segment, one hole.
+    pub(super) fn open_arena(&mut self, a: Span) {
+        self.arena.range = Some(a);
+        self.segments.insert(a.base, Segment { size: a.span });
+        self.mark_free(
+            a.base,
+            Block {
+                segment: a.base,
+                size: a.span,
+                small: false,
+                kind: Kind::Hole,
+                lane: READY,
+                epoch: 0,
+            },
+        );
+    }
+
+    /// The arena's range `a`, given back: it was one hole, with nothing mapped.
+    pub(super) fn close_arena(&mut self, a: Span) {
+        self.unmark_free(a.base);
+        self.blocks.remove(&a.base);
+        self.segments.remove(&a.base);
+        self.arena.range = None;
+    }
+
     /// Maps memory into the arena so that a ready free block fits the rounded request `r`:
     /// at the hole that needs the fewest new chunks (counting the ready free block that ends
     /// where it starts), the lowest such; stitched handles first (see the module's notes), new

@@ -2,10 +2,9 @@
 //! what its memory does (a growth maps a hole, a stitch leaves a shadow, a release unmaps) and
 //! answers with a [`Change`]; [`SplitCore::apply`] alone splits the block it falls in, keeps
 //! `blocks`, the free sets, `cached` and the arena's `holes` and `shadows` in step, and merges
-//! the result with its free neighbours. The arena's range comes and goes here too
-//! ([`open_arena`](SplitCore::open_arena), [`close_arena`](SplitCore::close_arena)).
+//! the result with its free neighbours. The arena's range itself comes and goes in `arena.rs`
+//! (`open_arena`, `close_arena`: one hole, made or given back whole).
 
-use super::arena::Span;
 use super::*;
 
 /// The bytes `[at, at + len)`, inside one free block, hole or shadow of the arena, become `to`
@@ -68,30 +67,5 @@ impl SplitCore {
         } else {
             self.merge_and_free(c.at, block);
         }
-    }
-
-    /// The arena's range `a`, just reserved: one segment, one hole.
-    pub(super) fn open_arena(&mut self, a: Span) {
-        self.arena.range = Some(a);
-        self.segments.insert(a.base, Segment { size: a.span });
-        self.mark_free(
-            a.base,
-            Block {
-                segment: a.base,
-                size: a.span,
-                small: false,
-                kind: Kind::Hole,
-                lane: READY,
-                epoch: 0,
-            },
-        );
-    }
-
-    /// The arena's range `a`, given back: it was one hole, with nothing mapped.
-    pub(super) fn close_arena(&mut self, a: Span) {
-        self.unmark_free(a.base);
-        self.blocks.remove(&a.base);
-        self.segments.remove(&a.base);
-        self.arena.range = None;
     }
 }
