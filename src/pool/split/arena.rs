@@ -2,28 +2,27 @@
 //! large requests that grows by mapping memory where a request needs it and gives back the
 //! memory of its free blocks. The best fit over its blocks is `split`'s own; this file is how the
 //! range gets and loses memory:
-//! - a growth first *stitches* the handles (physical allocations) that lie whole inside ready
-//!   free blocks elsewhere in the arena: each is mapped a second time where the request grows,
-//!   and its first address becomes a *shadow* that no block may use, so the holes left between
-//!   live blocks serve the growth without an unmap, a copy or a wait (GMLake's stitching, over
-//!   expandable segments). A growth's handles are stitched in one upstream call that sets their
-//!   access once. Only then is new memory made. (*Lending* is another thing: a group member
-//!   giving its idle cache to another.)
-//! - stitched memory goes home when the block over it is free and ready, and comes back to the
-//!   stitched range when a request fits there again (`shadows.rs`; no driver call either way):
-//!   a job whose steps need the same stitched block every step stitches it once. Stitching the
-//!   same memory again every step cost BERT, ViT and T5 some twenty handles a step at about
-//!   1.1 ms a growth (p50; p99 2.5-4.8 ms, H200), ViT 18-30 % of its speed; so without homes
-//!   stitching ran only near a limit;
-//! - new memory comes in handles of at most 1/[`HANDLES_PER_REQUEST`] of the request (and
-//!   under a limit 1/[`HANDLES_PER_LIMIT`] of it), so that stitching finds whole handles in
-//!   free blocks and a reclaim stays fine, up to [`MAX_HANDLE`] (one handle costs tens of
-//!   microseconds however large it is, and a 4 GiB growth in 2 MiB handles took 80-90 ms on
-//!   an H100);
+//! - near a limit, a growth first *stitches* the handles (physical allocations) that lie whole
+//!   inside ready free blocks elsewhere in the arena: each is mapped a second time where the
+//!   request grows, and its first address becomes a *shadow* that no block may use, so the
+//!   holes left between live blocks serve the growth without an unmap, a copy or a wait
+//!   (GMLake's stitching, over expandable segments). A growth's handles are stitched in one
+//!   upstream call that sets their access once. Only then is new memory made. Without a
+//!   limit, or far from it (more than 1/[`STITCH_NEAR_LIMIT`] of it left after the growth),
+//!   nothing is stitched: jobs whose steps reshuffle memory (BERT, ViT, T5) stitch every step,
+//!   some twenty handles a growth at about 1.1 ms (p50; p99 2.5-4.8 ms, H200), and ViT ran
+//!   0.69-0.82 times PyTorch's speed with it against 0.82-1.00 without, for 0.3 % less memory
+//!   (BERT 4 % less). (*Lending* is another thing: a group member giving its idle cache to
+//!   another.)
+//! - before a growth, memory stitched away moves back where that makes a free block the request
+//!   fits ([`SplitCore::reclaim_shadows`], no driver call; the shadows live in `shadows.rs`);
+//! - new memory comes in handles as large as the growth allows (powers of two of the chunk up
+//!   to a cap: one handle costs tens of microseconds however large it is, and a 4 GiB growth in
+//!   2 MiB handles took 80-90 ms on an H100); under a limit smaller, so that stitching finds
+//!   whole handles in free blocks and a reclaim stays fine;
 //! - a release (after the device is idle) unmaps the shadows, then whole handles inside ready
 //!   free blocks.
 
-use super::changes::Change;
 use super::*;
 use crate::base::cu::CUDA_ERROR_NOT_SUPPORTED;
 
@@ -45,13 +44,16 @@ macro_rules! timed {
 /// The range reserved is this many times the device's memory: stitched memory leaves shadows
 /// that hold address space (not memory) until the next release.
 const SPAN_PER_MEMORY: u64 = 4;
+/// A growth stitches only when, after it, less than 1/`STITCH_NEAR_LIMIT` of the limit would be
+/// left: a loose limit costs no stitching.
+const STITCH_NEAR_LIMIT: u64 = 8;
 /// The largest handle a growth makes.
 pub const MAX_HANDLE: u64 = 256 * MIB;
-/// A handle is at most 1/`HANDLES_PER_REQUEST` of the request that grows the arena: stitching
-/// needs handles that lie whole inside the free blocks later requests leave. Replayed (`cudapool
-/// replay`, the traces of `benches/traces/`, stitching at every growth), peak reserved over peak
-/// allocated at most 1.005-1.020 with 2 MiB handles, 1.027 at 1/16, 1.050 at 1/4, 1.064 with
-/// 256 MiB handles.
+/// Under a limit, a handle is at most 1/`HANDLES_PER_REQUEST` of the request that grows the
+/// arena: stitching needs handles that lie whole inside the free blocks later requests leave. Replayed
+/// (`cudapool replay`, the traces of `benches/traces/`), peak reserved
+/// over peak allocated at most 1.005-1.020 with 2 MiB handles, 1.027 at 1/16, 1.050 at 1/4,
+/// 1.064 with 256 MiB handles for every growth.
 const HANDLES_PER_REQUEST: u64 = 16;
 /// Under a limit, a handle is at most 1/`HANDLES_PER_LIMIT` of it.
 const HANDLES_PER_LIMIT: u64 = 64;
@@ -73,8 +75,7 @@ impl Span {
 
 /// The expandable range of large requests, with everything that belongs to it: its address
 /// range, the bytes mapped with memory of their own, its holes and shadows, and the physical
-/// memory behind them. `SplitCore` holds one; what the arena does to its blocks goes through
-/// one function (`changes.rs`), which keeps `holes` and `shadows` in step with them.
+/// memory behind them. `SplitCore` holds one and keeps its blocks in step with it.
 ///
 /// Invariants: without a `range` everything else is empty (and `mapped` 0); `holes` holds
 /// exactly the arena's free blocks with nothing mapped, `shadows` exactly its shadow blocks
@@ -161,33 +162,20 @@ impl SplitCore {
         let span = round_up(span.max(chunk), chunk).saturating_mul(SPAN_PER_MEMORY);
         let base = vm.reserve(span, chunk).ok()?;
         let a = Span { base, span, chunk };
-        self.open_arena(a);
-        Some(a)
-    }
-
-    /// The arena's range `a`, just reserved: one segment, one hole.
-    pub(super) fn open_arena(&mut self, a: Span) {
         self.arena.range = Some(a);
-        self.segments.insert(a.base, Segment { size: a.span });
+        self.segments.insert(base, Segment { size: span });
         self.mark_free(
-            a.base,
+            base,
             Block {
-                segment: a.base,
-                size: a.span,
+                segment: base,
+                size: span,
                 small: false,
                 kind: Kind::Hole,
                 lane: READY,
                 epoch: 0,
             },
         );
-    }
-
-    /// The arena's range `a`, given back: it was one hole, with nothing mapped.
-    pub(super) fn close_arena(&mut self, a: Span) {
-        self.unmark_free(a.base);
-        self.blocks.remove(&a.base);
-        self.segments.remove(&a.base);
-        self.arena.range = None;
+        Some(a)
     }
 
     /// Maps memory into the arena so that a ready free block fits the rounded request `r`:
@@ -213,7 +201,13 @@ impl SplitCore {
             return self.grow_arena(r, up);
         };
         let room = self.arena.holes[&at];
-        let stitched = self.stitch_into(at, need, room, up);
+        // Stitching only near a limit (see the module's notes).
+        let near = |limit: u64| up.headroom() < need.saturating_add(limit / STITCH_NEAR_LIMIT);
+        let stitched = if up.limit().bytes().is_some_and(near) {
+            self.stitch_into(at, need, room, up)
+        } else {
+            0
+        };
         let made = timed!(
             self,
             map,
@@ -222,11 +216,28 @@ impl SplitCore {
         let need = need.max(stitched);
         let grown = if made.is_ok() { need } else { stitched };
         if grown > 0 {
-            self.apply(Change {
+            let hole = self.unmark_free(at);
+            self.blocks.remove(&at);
+            if hole.size > grown {
+                self.mark_free(
+                    at + grown,
+                    Block {
+                        size: hole.size - grown,
+                        ..hole
+                    },
+                );
+            }
+            self.merge_and_free(
                 at,
-                len: grown,
-                to: Kind::Free,
-            });
+                Block {
+                    segment: a.base,
+                    size: grown,
+                    small: false,
+                    kind: Kind::Free,
+                    lane: READY,
+                    epoch: 0,
+                },
+            );
         }
         made.map(|()| true)
     }
@@ -296,11 +307,7 @@ impl SplitCore {
         }
         let mut to = at;
         for &(h, len) in &picked[..stitched.min(picked.len())] {
-            self.apply(Change {
-                at: h,
-                len,
-                to: Kind::Shadow,
-            });
+            self.carve_shadow(h, len);
             self.arena.mem.moved(h, to);
             to += len;
         }
@@ -308,8 +315,9 @@ impl SplitCore {
     }
 
     /// Maps new memory at `[at, at + bytes)` for the rounded request `r`, in handles of
-    /// [`handle_sizes`] (at most 1/[`HANDLES_PER_REQUEST`] of `r`, 1/[`HANDLES_PER_LIMIT`] of
-    /// a limit and [`MAX_HANDLE`]), a call per run of one size; all or nothing.
+    /// [`handle_sizes`] (at most [`MAX_HANDLE`]; under a limit also 1/[`HANDLES_PER_REQUEST`]
+    /// of `r` and 1/[`HANDLES_PER_LIMIT`] of the limit), a call per run of one size; all or
+    /// nothing.
     fn map_handles(
         &mut self,
         at: DevPtr,
@@ -322,13 +330,13 @@ impl SplitCore {
             return Ok(());
         }
         let vm = up.virtual_memory().ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
-        let cap = (r / HANDLES_PER_REQUEST)
-            .min(
-                up.limit()
-                    .bytes()
-                    .map_or(u64::MAX, |l| l / HANDLES_PER_LIMIT),
-            )
-            .clamp(chunk, MAX_HANDLE);
+        let cap = match up.limit().bytes() {
+            // Nothing is stitched: handles as large as the growth allows.
+            None => MAX_HANDLE,
+            Some(limit) => (limit / HANDLES_PER_LIMIT)
+                .min(r / HANDLES_PER_REQUEST)
+                .clamp(chunk, MAX_HANDLE),
+        };
         let sizes = handle_sizes(bytes, chunk, cap);
         let mut runs: Vec<(DevPtr, u64, u64)> = Vec::new();
         let mut off = at;
@@ -358,8 +366,9 @@ impl SplitCore {
     }
 
     /// The handles lying whole inside each ready free block of the arena, as (start of the
-    /// first, bytes of all): handles tile the mapped memory, so those of one block are one run.
-    pub(super) fn arena_interiors(&self) -> Vec<(DevPtr, u64)> {
+    /// first, bytes of all, the block they lie in): handles tile the mapped memory, so those
+    /// of one block are one run.
+    pub(super) fn arena_interiors(&self) -> Vec<(DevPtr, u64, DevPtr)> {
         let Some(a) = self.arena.range else {
             return Vec::new();
         };
@@ -377,17 +386,23 @@ impl SplitCore {
                 let end = inside
                     .next_back()
                     .map_or(first + first_len, |(&h, &l)| h + l);
-                Some((first, end - first))
+                Some((first, end - first, p))
             })
             .collect()
     }
 
-    /// Unmaps the handles of `[at, at + len)`, whole handles inside one ready free arena
-    /// block, one at a time (a handle the upstream keeps stays mapped and free); what is left
-    /// of the block on either side stays free and mapped. Returns the bytes unmapped. Shadows
-    /// go first ([`unmap_shadows`](Self::unmap_shadows)): while one maps a handle, unmapping
-    /// the handle frees nothing.
-    pub(super) fn unmap_interior(&mut self, up: &dyn Upstream, at: DevPtr, len: u64) -> u64 {
+    /// Unmaps the handles of `[at, at + len)`, whole handles inside the ready free arena
+    /// block at `block`, one at a time (a handle the upstream keeps stays mapped and free);
+    /// what is left of the block on either side stays free and mapped. Returns the bytes
+    /// unmapped. Shadows go first ([`unmap_shadows`](Self::unmap_shadows)): while one maps
+    /// a handle, unmapping the handle frees nothing.
+    pub(super) fn unmap_interior(
+        &mut self,
+        up: &dyn Upstream,
+        at: DevPtr,
+        len: u64,
+        block: DevPtr,
+    ) -> u64 {
         let Some(vm) = up.virtual_memory() else {
             return 0;
         };
@@ -405,6 +420,7 @@ impl SplitCore {
             .keys()
             .filter_map(|&s| self.arena.mem.id(s))
             .collect();
+        let mut block = block;
         let mut done = 0;
         for (c, hl) in handles {
             if self
@@ -420,11 +436,37 @@ impl SplitCore {
                 continue;
             }
             self.arena.mem.unmapped(c);
-            self.apply(Change {
-                at: c,
-                len: hl,
-                to: Kind::Hole,
-            });
+            let b = self.unmark_free(block);
+            self.blocks.remove(&block);
+            if c > block {
+                self.mark_free(
+                    block,
+                    Block {
+                        size: c - block,
+                        ..b
+                    },
+                );
+            }
+            let end = block + b.size;
+            let after = c + hl;
+            if end > after {
+                self.mark_free(
+                    after,
+                    Block {
+                        size: end - after,
+                        ..b
+                    },
+                );
+            }
+            self.merge_and_free(
+                c,
+                Block {
+                    size: hl,
+                    kind: Kind::Hole,
+                    ..b
+                },
+            );
+            block = after;
             done += hl;
         }
         self.reserved -= done;
@@ -445,7 +487,10 @@ impl SplitCore {
             return;
         };
         vm.unreserve(a.base, a.span);
-        self.close_arena(a);
+        self.unmark_free(a.base);
+        self.blocks.remove(&a.base);
+        self.segments.remove(&a.base);
+        self.arena.range = None;
     }
 
     /// The arena's runs of mapped blocks, as segments.

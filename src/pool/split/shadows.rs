@@ -1,12 +1,8 @@
 //! The arena's shadows: the first addresses of handles stitched elsewhere (see `arena.rs`).
-//! A stitch carves one out of a ready free block; memory stitched away goes home as soon as
-//! the block over it is free and ready ([`SplitCore::send_home`]), and before a growth moves
-//! again where that makes a free block the request fits ([`SplitCore::reclaim_shadows`]):
-//! both addresses map it, so neither calls the driver, and a job whose steps need the same
-//! stitched block every step finds it again without stitching; a release after the device is
-//! idle unmaps them.
+//! A stitch carves one out of a ready free block; before a growth, memory stitched away moves
+//! back where that makes a free block the request fits (no driver call: both addresses map
+//! it); a release after the device is idle unmaps them.
 
-use super::changes::Change;
 use super::*;
 
 /// A run of arena blocks that could be one free block (see `reclaim_shadows`).
@@ -27,6 +23,48 @@ struct Moved {
 }
 
 impl SplitCore {
+    /// The handle at `[h, h + len)`, inside a ready free block, was stitched away: it becomes a
+    /// shadow (a block neither free nor mapped); what is left of the block stays free.
+    pub(super) fn carve_shadow(&mut self, h: DevPtr, len: u64) {
+        let (&start, _) = self
+            .blocks
+            .range(..=h)
+            .next_back()
+            .expect("a stitched handle lies in a block");
+        let b = self.unmark_free(start);
+        self.blocks.remove(&start);
+        if h > start {
+            self.mark_free(
+                start,
+                Block {
+                    size: h - start,
+                    ..b
+                },
+            );
+        }
+        let end = start + b.size;
+        if end > h + len {
+            self.mark_free(
+                h + len,
+                Block {
+                    size: end - h - len,
+                    ..b
+                },
+            );
+        }
+        self.blocks.insert(
+            h,
+            Block {
+                size: len,
+                kind: Kind::Shadow,
+                lane: READY,
+                epoch: 0,
+                ..b
+            },
+        );
+        self.arena.shadows.insert(h, len);
+    }
+
     /// Before a growth for the rounded request `r`: the first run of neighbouring arena blocks,
     /// each free and ready or a shadow whose memory lies free and ready where it is a handle
     /// now (outside the run), that holds `r`: its shadows' memory moves back (each handle
@@ -101,62 +139,25 @@ impl SplitCore {
             ..
         } in shadows
         {
-            // A shadow is a block (see `check`); looked up before anything changes.
-            if self.blocks.get(&s).map(|b| b.kind) != Some(Kind::Shadow) {
+            // Looked up before anything changes (a shadow is a block: see `check`).
+            let Some(sb) = self.blocks.get(&s).copied() else {
                 continue;
-            }
-            // The handle's place becomes the shadow, and the shadow free memory.
-            self.apply(Change {
-                at,
-                len,
-                to: Kind::Shadow,
-            });
+            };
+            self.carve_shadow(at, len);
             self.arena.mem.moved(at, s);
-            self.apply(Change {
-                at: s,
-                len,
-                to: Kind::Free,
-            });
+            self.arena.shadows.remove(&s);
+            self.blocks.remove(&s);
+            self.merge_and_free(
+                s,
+                Block {
+                    kind: Kind::Free,
+                    lane: READY,
+                    epoch: 0,
+                    ..sb
+                },
+            );
         }
         true
-    }
-
-    /// The block of `size` bytes just parked at `ptr` (see [`SplitCore::parked`]): if memory
-    /// stitched away lies in it, it is listed and merged instead, and the memory goes home.
-    pub(super) fn park_or_send_home(&mut self, ptr: DevPtr, size: u64) {
-        if self.arena.mem.away_in(ptr, size) {
-            self.unpark();
-            self.send_home(ptr);
-        }
-    }
-
-    /// Memory stitched away from the ready free block at `ptr` (or the one holding it) goes
-    /// home: each handle lying whole in it whose home is a shadow moves back there (no driver
-    /// call: both addresses map it), and its place here becomes the shadow. The requests that
-    /// took that memory before the stitch take it there again, and leave the stitched range
-    /// whole for the request it was stitched for (GMLake keeps its stitched blocks beside the
-    /// ones they join, for the same reason); without this, the stitched memory was taken for
-    /// other requests and the same stitch was made again every step.
-    pub(super) fn send_home(&mut self, ptr: DevPtr) {
-        let Some((&p, b)) = self.blocks.range(..=ptr).next_back() else {
-            return;
-        };
-        if !b.ready() || !self.arena.mem.away_in(p, b.size) {
-            return;
-        }
-        for (h, len, home) in self.arena.mem.homes_in(p, b.size) {
-            self.apply(Change {
-                at: h,
-                len,
-                to: Kind::Shadow,
-            });
-            self.arena.mem.moved(h, home);
-            self.apply(Change {
-                at: home,
-                len,
-                to: Kind::Free,
-            });
-        }
     }
 
     /// Unmaps every shadow (no device work may use one: a release after the device is idle);
@@ -170,18 +171,22 @@ impl SplitCore {
         for (p, len) in shadows {
             // Looked up before the driver is asked: nothing may fail between its unmap and
             // the records of it.
-            if self.blocks.get(&p).map(|b| b.kind) != Some(Kind::Shadow) {
+            let Some(b) = self.blocks.get(&p).copied() else {
                 continue;
-            }
+            };
             if vm.unmap_alias(p, len).is_err() {
                 continue;
             }
+            self.arena.shadows.remove(&p);
             self.arena.mem.shadow_unmapped(p);
-            self.apply(Change {
-                at: p,
-                len,
-                to: Kind::Hole,
-            });
+            self.blocks.remove(&p);
+            self.merge_and_free(
+                p,
+                Block {
+                    kind: Kind::Hole,
+                    ..b
+                },
+            );
         }
     }
 }
