@@ -7,7 +7,13 @@ apart. The cp row runs its ranks as one cudapool group (CUDAPOOL_GROUP) and prin
 group says: only processes that use the GPU are its members there (torchrun's agent is not).
 
 usage: python3 benches/gpu/ddp.py [--rows torch,torch-exp,cp,cp-pooled] [--rounds 2]
-           [--steps 60] [--lib target/release/libcudapool.so]
+           [--steps 60] [--lib target/release/libcudapool.so] [--history N]
+
+With --history N the cudapool rows keep their last N allocator events (CUDAPOOL_HISTORY) and
+each rank's snapshot (/tmp/ddp-snap-PID.pickle, PyTorch's format) holds them: `cudapool replay
+--pool split SNAPSHOT` then replays that rank's requests with every free reusable at once, and
+the difference to the live run's reserved peak is what waiting for fences cost (400000 events
+hold 75 steps of this job).
 """
 import argparse
 import ctypes
@@ -95,6 +101,7 @@ def worker(steps, warmup):
 
         segs = pickle.load(open(path, "rb"))["segments"]
         out["outside_pool"] = sum(g["total_size"] for g in segs if g.get("origin") != "pool")
+        out["snapshot"] = path
         try:
             out["group"] = cudapool.group_stats(dev)
         except cudapool.NotInGroup:
@@ -114,6 +121,7 @@ def main():
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=15)
     ap.add_argument("--lib", default=os.path.join(ROOT, "target", "release", "libcudapool.so"))
+    ap.add_argument("--history", type=int, default=0, help="CUDAPOOL_HISTORY for the cudapool rows")
     a = ap.parse_args()
     rows = a.rows.split(",")
     res = {r: [] for r in rows}
@@ -124,6 +132,8 @@ def main():
             env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("CUDAPOOL_")}
             for k, v in ROWS[row].items():
                 env[k] = os.path.abspath(a.lib) if v == "LIB" else v
+            if a.history > 0 and "LD_PRELOAD" in env:
+                env["CUDAPOOL_HISTORY"] = str(a.history)
             p = subprocess.Popen(["torchrun", "--standalone", "--nproc_per_node=2", os.path.abspath(__file__),
                                   "--worker", str(a.steps), str(a.warmup)],
                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -160,6 +170,10 @@ def main():
         members = [str(g["group"]["members"]) for g in sorted(last, key=lambda g: g["rank"]) if "group" in g]
         print(f"| {row} | {', '.join(f'{x:.3f}' for x in sps)} | {', '.join(ratio)} | {' / '.join(peaks)} | "
               f"{' / '.join(nccl)} | {' / '.join(members)} |")
+    snaps = [(row, g["rank"], g["snapshot"]) for row in rows for r in res[row][-1:] for g in r if "snapshot" in g]
+    if a.history > 0 and snaps:
+        print("\nsnapshots with history (replay each: cudapool replay --pool split FILE):")
+        print("\n".join(f"  {row} rank {rank}: {path}" for row, rank, path in snaps))
     if stat_lines:
         print("\ncudapool stat, while the cp row ran:")
         print("\n".join(stat_lines))
