@@ -23,6 +23,7 @@
 //! - a release (after the device is idle) unmaps the shadows, then whole handles inside ready
 //!   free blocks.
 
+use super::changes::Change;
 use super::*;
 use crate::base::cu::CUDA_ERROR_NOT_SUPPORTED;
 
@@ -75,7 +76,8 @@ impl Span {
 
 /// The expandable range of large requests, with everything that belongs to it: its address
 /// range, the bytes mapped with memory of their own, its holes and shadows, and the physical
-/// memory behind them. `SplitCore` holds one and keeps its blocks in step with it.
+/// memory behind them. `SplitCore` holds one; what the arena does to its blocks goes through
+/// one function (`changes.rs`), which keeps `holes` and `shadows` in step with them.
 ///
 /// Invariants: without a `range` everything else is empty (and `mapped` 0); `holes` holds
 /// exactly the arena's free blocks with nothing mapped, `shadows` exactly its shadow blocks
@@ -162,20 +164,33 @@ impl SplitCore {
         let span = round_up(span.max(chunk), chunk).saturating_mul(SPAN_PER_MEMORY);
         let base = vm.reserve(span, chunk).ok()?;
         let a = Span { base, span, chunk };
+        self.open_arena(a);
+        Some(a)
+    }
+
+    /// The arena's range `a`, just reserved: one segment, one hole.
+    pub(super) fn open_arena(&mut self, a: Span) {
         self.arena.range = Some(a);
-        self.segments.insert(base, Segment { size: span });
+        self.segments.insert(a.base, Segment { size: a.span });
         self.mark_free(
-            base,
+            a.base,
             Block {
-                segment: base,
-                size: span,
+                segment: a.base,
+                size: a.span,
                 small: false,
                 kind: Kind::Hole,
                 lane: READY,
                 epoch: 0,
             },
         );
-        Some(a)
+    }
+
+    /// The arena's range `a`, given back: it was one hole, with nothing mapped.
+    pub(super) fn close_arena(&mut self, a: Span) {
+        self.unmark_free(a.base);
+        self.blocks.remove(&a.base);
+        self.segments.remove(&a.base);
+        self.arena.range = None;
     }
 
     /// Maps memory into the arena so that a ready free block fits the rounded request `r`:
@@ -216,28 +231,11 @@ impl SplitCore {
         let need = need.max(stitched);
         let grown = if made.is_ok() { need } else { stitched };
         if grown > 0 {
-            let hole = self.unmark_free(at);
-            self.blocks.remove(&at);
-            if hole.size > grown {
-                self.mark_free(
-                    at + grown,
-                    Block {
-                        size: hole.size - grown,
-                        ..hole
-                    },
-                );
-            }
-            self.merge_and_free(
+            self.apply(Change {
                 at,
-                Block {
-                    segment: a.base,
-                    size: grown,
-                    small: false,
-                    kind: Kind::Free,
-                    lane: READY,
-                    epoch: 0,
-                },
-            );
+                len: grown,
+                to: Kind::Free,
+            });
         }
         made.map(|()| true)
     }
@@ -307,7 +305,11 @@ impl SplitCore {
         }
         let mut to = at;
         for &(h, len) in &picked[..stitched.min(picked.len())] {
-            self.carve_shadow(h, len);
+            self.apply(Change {
+                at: h,
+                len,
+                to: Kind::Shadow,
+            });
             self.arena.mem.moved(h, to);
             to += len;
         }
@@ -366,9 +368,8 @@ impl SplitCore {
     }
 
     /// The handles lying whole inside each ready free block of the arena, as (start of the
-    /// first, bytes of all, the block they lie in): handles tile the mapped memory, so those
-    /// of one block are one run.
-    pub(super) fn arena_interiors(&self) -> Vec<(DevPtr, u64, DevPtr)> {
+    /// first, bytes of all): handles tile the mapped memory, so those of one block are one run.
+    pub(super) fn arena_interiors(&self) -> Vec<(DevPtr, u64)> {
         let Some(a) = self.arena.range else {
             return Vec::new();
         };
@@ -386,23 +387,17 @@ impl SplitCore {
                 let end = inside
                     .next_back()
                     .map_or(first + first_len, |(&h, &l)| h + l);
-                Some((first, end - first, p))
+                Some((first, end - first))
             })
             .collect()
     }
 
-    /// Unmaps the handles of `[at, at + len)`, whole handles inside the ready free arena
-    /// block at `block`, one at a time (a handle the upstream keeps stays mapped and free);
-    /// what is left of the block on either side stays free and mapped. Returns the bytes
-    /// unmapped. Shadows go first ([`unmap_shadows`](Self::unmap_shadows)): while one maps
-    /// a handle, unmapping the handle frees nothing.
-    pub(super) fn unmap_interior(
-        &mut self,
-        up: &dyn Upstream,
-        at: DevPtr,
-        len: u64,
-        block: DevPtr,
-    ) -> u64 {
+    /// Unmaps the handles of `[at, at + len)`, whole handles inside one ready free arena
+    /// block, one at a time (a handle the upstream keeps stays mapped and free); what is left
+    /// of the block on either side stays free and mapped. Returns the bytes unmapped. Shadows
+    /// go first ([`unmap_shadows`](Self::unmap_shadows)): while one maps a handle, unmapping
+    /// the handle frees nothing.
+    pub(super) fn unmap_interior(&mut self, up: &dyn Upstream, at: DevPtr, len: u64) -> u64 {
         let Some(vm) = up.virtual_memory() else {
             return 0;
         };
@@ -420,7 +415,6 @@ impl SplitCore {
             .keys()
             .filter_map(|&s| self.arena.mem.id(s))
             .collect();
-        let mut block = block;
         let mut done = 0;
         for (c, hl) in handles {
             if self
@@ -436,37 +430,11 @@ impl SplitCore {
                 continue;
             }
             self.arena.mem.unmapped(c);
-            let b = self.unmark_free(block);
-            self.blocks.remove(&block);
-            if c > block {
-                self.mark_free(
-                    block,
-                    Block {
-                        size: c - block,
-                        ..b
-                    },
-                );
-            }
-            let end = block + b.size;
-            let after = c + hl;
-            if end > after {
-                self.mark_free(
-                    after,
-                    Block {
-                        size: end - after,
-                        ..b
-                    },
-                );
-            }
-            self.merge_and_free(
-                c,
-                Block {
-                    size: hl,
-                    kind: Kind::Hole,
-                    ..b
-                },
-            );
-            block = after;
+            self.apply(Change {
+                at: c,
+                len: hl,
+                to: Kind::Hole,
+            });
             done += hl;
         }
         self.reserved -= done;
@@ -487,10 +455,7 @@ impl SplitCore {
             return;
         };
         vm.unreserve(a.base, a.span);
-        self.unmark_free(a.base);
-        self.blocks.remove(&a.base);
-        self.segments.remove(&a.base);
-        self.arena.range = None;
+        self.close_arena(a);
     }
 
     /// The arena's runs of mapped blocks, as segments.

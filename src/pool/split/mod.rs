@@ -16,6 +16,7 @@ use crate::base::limit::Limit;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod arena;
+mod changes;
 mod check;
 mod memory;
 mod shadows;
@@ -626,11 +627,11 @@ impl Core for SplitCore {
         } else {
             Vec::new()
         };
-        whole.extend(interiors.iter().map(|&(at, len, _)| (at, len)));
+        whole.extend(interiors.iter().copied());
         let mut released = 0;
         for (s, size) in pick_releases(whole, need) {
-            if let Some(&(_, _, block)) = interiors.iter().find(|i| i.0 == s) {
-                released += self.unmap_interior(up, s, size, block);
+            if interiors.iter().any(|i| i.0 == s) {
+                released += self.unmap_interior(up, s, size);
                 continue;
             }
             if up.free(s, size).is_ok() {

@@ -3,6 +3,7 @@
 //! back where that makes a free block the request fits (no driver call: both addresses map
 //! it); a release after the device is idle unmaps them.
 
+use super::changes::Change;
 use super::*;
 
 /// A run of arena blocks that could be one free block (see `reclaim_shadows`).
@@ -23,48 +24,6 @@ struct Moved {
 }
 
 impl SplitCore {
-    /// The handle at `[h, h + len)`, inside a ready free block, was stitched away: it becomes a
-    /// shadow (a block neither free nor mapped); what is left of the block stays free.
-    pub(super) fn carve_shadow(&mut self, h: DevPtr, len: u64) {
-        let (&start, _) = self
-            .blocks
-            .range(..=h)
-            .next_back()
-            .expect("a stitched handle lies in a block");
-        let b = self.unmark_free(start);
-        self.blocks.remove(&start);
-        if h > start {
-            self.mark_free(
-                start,
-                Block {
-                    size: h - start,
-                    ..b
-                },
-            );
-        }
-        let end = start + b.size;
-        if end > h + len {
-            self.mark_free(
-                h + len,
-                Block {
-                    size: end - h - len,
-                    ..b
-                },
-            );
-        }
-        self.blocks.insert(
-            h,
-            Block {
-                size: len,
-                kind: Kind::Shadow,
-                lane: READY,
-                epoch: 0,
-                ..b
-            },
-        );
-        self.arena.shadows.insert(h, len);
-    }
-
     /// Before a growth for the rounded request `r`: the first run of neighbouring arena blocks,
     /// each free and ready or a shadow whose memory lies free and ready where it is a handle
     /// now (outside the run), that holds `r`: its shadows' memory moves back (each handle
@@ -139,23 +98,22 @@ impl SplitCore {
             ..
         } in shadows
         {
-            // Looked up before anything changes (a shadow is a block: see `check`).
-            let Some(sb) = self.blocks.get(&s).copied() else {
+            // A shadow is a block (see `check`); looked up before anything changes.
+            if self.blocks.get(&s).map(|b| b.kind) != Some(Kind::Shadow) {
                 continue;
-            };
-            self.carve_shadow(at, len);
+            }
+            // The handle's place becomes the shadow, and the shadow free memory.
+            self.apply(Change {
+                at,
+                len,
+                to: Kind::Shadow,
+            });
             self.arena.mem.moved(at, s);
-            self.arena.shadows.remove(&s);
-            self.blocks.remove(&s);
-            self.merge_and_free(
-                s,
-                Block {
-                    kind: Kind::Free,
-                    lane: READY,
-                    epoch: 0,
-                    ..sb
-                },
-            );
+            self.apply(Change {
+                at: s,
+                len,
+                to: Kind::Free,
+            });
         }
         true
     }
@@ -171,22 +129,18 @@ impl SplitCore {
         for (p, len) in shadows {
             // Looked up before the driver is asked: nothing may fail between its unmap and
             // the records of it.
-            let Some(b) = self.blocks.get(&p).copied() else {
+            if self.blocks.get(&p).map(|b| b.kind) != Some(Kind::Shadow) {
                 continue;
-            };
+            }
             if vm.unmap_alias(p, len).is_err() {
                 continue;
             }
-            self.arena.shadows.remove(&p);
             self.arena.mem.shadow_unmapped(p);
-            self.blocks.remove(&p);
-            self.merge_and_free(
-                p,
-                Block {
-                    kind: Kind::Hole,
-                    ..b
-                },
-            );
+            self.apply(Change {
+                at: p,
+                len,
+                to: Kind::Hole,
+            });
         }
     }
 }
