@@ -63,14 +63,21 @@ impl Reporting {
     /// Writes the figures of every device seen to the live page.
     pub fn publish(&self, view: &dyn View) {
         if let Some(p) = self.page(view) {
-            p.write(&figures(view));
+            p.write(|| figures(view));
         }
     }
 
     /// Writes them if they changed since they were last written (or a second went by).
     fn refresh(&self, view: &dyn View) {
         if let Some(p) = self.page.get().and_then(|p| p.as_ref()) {
-            p.refresh(&figures(view), PAGE_HEARTBEAT);
+            p.refresh(|| figures(view), PAGE_HEARTBEAT);
+        }
+    }
+
+    /// Writes them now, waiting for a write under way (see [`Publisher::write_now`]).
+    fn write_now(&self, view: &dyn View) {
+        if let Some(p) = self.page.get().and_then(|p| p.as_ref()) {
+            p.write_now(|| figures(view));
         }
     }
 
@@ -265,8 +272,10 @@ fn serve_sleep(req: page::SleepRequest) {
                 Err(r) => format!("refused {}", r.why),
             },
         };
+        // The figures of the state the answer names, stored before the answer: `stat` run
+        // right after `sleep --wait` shows them (a skipped or stale write would not).
         if let Some(shim) = crate::state::Shim::active() {
-            REPORTING.refresh(shim);
+            REPORTING.write_now(shim);
         }
         if let Some(page) = REPORTING.page.get().and_then(|p| p.as_ref()) {
             page.sleep_served(req.seq, &answer);

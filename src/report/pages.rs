@@ -462,7 +462,7 @@ mod tests {
             uuid: Some(uuid),
             stats: s,
         };
-        p.write(&[first.clone(), figures(3)]);
+        p.write(|| vec![first.clone(), figures(3)]);
         let (seen, skipped) = live(false, Some(&d));
         assert!(skipped.is_empty(), "{skipped:?}");
         assert_eq!(seen.len(), 1);
@@ -493,7 +493,7 @@ mod tests {
         let name = page_name(std::process::id(), 0);
         std::os::unix::fs::symlink(&victim, d.join(&name)).unwrap();
         let p = Publisher::create_in(dir, "split", None).expect("a page beside the link");
-        p.write(&[figures(0)]);
+        p.write(|| vec![figures(0)]);
         assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
         assert!(!std::fs::symlink_metadata(p.path())
             .unwrap()
@@ -507,7 +507,7 @@ mod tests {
         let (d, dir) = scratch("stale");
         std::fs::write(d.join(page_name(std::process::id(), 0)), b"old").unwrap();
         let p = Publisher::create_in(dir, "binned", None).expect("replaced");
-        p.write(&[figures(0)]);
+        p.write(|| vec![figures(0)]);
         assert_eq!(live(false, Some(&d)).0[0].pool, "binned");
         // A finished page of a pid that holds no lock: its process is gone.
         let bytes = std::fs::read(p.path()).unwrap();
@@ -536,7 +536,7 @@ mod tests {
             .set_len(1 << 30)
             .unwrap(); // sparse: costs no memory
         let p = Publisher::create_in(dir, "split", None).unwrap();
-        p.write(&[figures(0)]);
+        p.write(|| vec![figures(0)]);
         let bytes = std::fs::read(p.path()).unwrap();
         std::fs::write(d.join("page-3"), &bytes[..bytes.len() / 2]).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
@@ -566,7 +566,7 @@ mod tests {
     fn a_page_cut_while_read_is_an_error_never_a_signal() {
         let (d, dir) = scratch("cut");
         let p = Publisher::create_in(dir, "split", None).unwrap();
-        p.write(&[figures(0)]);
+        p.write(|| vec![figures(0)]);
         // A page in the making (no magic yet, no holder): young, so readers leave it be.
         let mut bytes = std::fs::read(p.path()).unwrap();
         bytes[..8].fill(0);
@@ -597,7 +597,7 @@ mod tests {
     fn the_reader_skips_files_of_another_user() {
         let (d, dir) = scratch("owner");
         let p = Publisher::create_in(dir, "split", None).unwrap();
-        p.write(&[figures(0)]);
+        p.write(|| vec![figures(0)]);
         let other = d.join("page-5");
         std::fs::copy(p.path(), &other).unwrap();
         if uid() != 0 {

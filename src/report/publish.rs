@@ -27,6 +27,7 @@ use crate::base::rundir_find;
 use crate::log_at;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 fn now_ns() -> u64 {
@@ -73,6 +74,9 @@ pub struct Publisher {
     header: Header,
     /// What was written last, when (ns since the epoch), and the page's sequence word.
     writing: Mutex<Written>,
+    /// The last ticket given out: a writer takes one before it reads its figures, so a higher
+    /// ticket's figures were read later.
+    tickets: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -81,10 +85,13 @@ struct Header {
     group: [u8; GROUP_NAME],
 }
 
+/// Invariant: `ticket` is the ticket of the figures in `devices`; a store with a lower ticket
+/// (figures read before these were) is dropped, never written over them.
 struct Written {
     devices: Vec<DeviceFigures>,
     at: u64,
     seq: u64,
+    ticket: u64,
 }
 
 /// Where a field lies in the page file.
@@ -196,7 +203,9 @@ impl Publisher {
                 devices: Vec::new(),
                 at: 0,
                 seq: 0,
+                ticket: 0,
             }),
+            tickets: AtomicU64::new(0),
         };
         if let Err(why) = p.lay_out(0) {
             p.dir.unlink(&p.name);
@@ -229,18 +238,33 @@ impl Publisher {
         self.dir.file(&self.name)
     }
 
-    /// Writes the figures of `devices`. Skips if another thread is writing right now, or in a
-    /// forked child (the page is the parent's).
-    pub fn write(&self, devices: &[DeviceFigures]) {
-        self.write_if(devices, |_, _| true);
+    /// Writes the figures `read` returns. Skips if another thread is writing right now, or in
+    /// a forked child (the page is the parent's).
+    pub fn write(&self, read: impl FnOnce() -> Vec<DeviceFigures>) {
+        self.write_if(read, |_, _, _| true, false);
     }
 
-    /// Writes `devices` if they differ from what was written last, or that is older than
+    /// Writes them, waiting for a write under way rather than skipping: after it returns, the
+    /// page shows figures read no earlier than this call (what a sleep's asker reads next is
+    /// the state its answer names).
+    pub fn write_now(&self, read: impl FnOnce() -> Vec<DeviceFigures>) {
+        self.write_if(read, |_, _, _| true, true);
+    }
+
+    /// Writes the figures if they differ from what was written last, or that is older than
     /// `heartbeat` (so an idle process's page stays fresh, and its `updated` age says it lives).
-    pub fn refresh(&self, devices: &[DeviceFigures], heartbeat: std::time::Duration) {
-        self.write_if(devices, |last, at| {
-            last != devices || now_ns().saturating_sub(at) >= heartbeat.as_nanos() as u64
-        });
+    pub fn refresh(
+        &self,
+        read: impl FnOnce() -> Vec<DeviceFigures>,
+        heartbeat: std::time::Duration,
+    ) {
+        self.write_if(
+            read,
+            |last, devices, at| {
+                last != devices || now_ns().saturating_sub(at) >= heartbeat.as_nanos() as u64
+            },
+            false,
+        );
     }
 
     /// Writes the whole page again if someone cut it, and makes it again if someone removed it
@@ -301,17 +325,33 @@ impl Publisher {
         }
     }
 
-    fn write_if(&self, devices: &[DeviceFigures], due: impl FnOnce(&[DeviceFigures], u64) -> bool) {
+    /// The one write path of the figures: takes a ticket, reads the figures, then stores them
+    /// under the lock unless figures read later were stored first (a thread that read before
+    /// a sleep ended and stores after its answer never shows the state before it).
+    fn write_if(
+        &self,
+        read: impl FnOnce() -> Vec<DeviceFigures>,
+        due: impl FnOnce(&[DeviceFigures], &[DeviceFigures], u64) -> bool,
+        wait: bool,
+    ) {
         if std::process::id() != self.owner {
             return;
         }
-        let Ok(mut w) = self.writing.try_lock() else {
-            return;
+        let ticket = self.tickets.fetch_add(1, Ordering::SeqCst) + 1;
+        let devices = read();
+        let mut w = if wait {
+            crate::base::sync::lock(&self.writing)
+        } else {
+            let Ok(w) = self.writing.try_lock() else {
+                return;
+            };
+            w
         };
-        if !due(&w.devices, w.at) {
+        if ticket < w.ticket || !due(&w.devices, &devices, w.at) {
             return;
         }
-        self.store(&mut w, devices);
+        w.ticket = ticket;
+        self.store(&mut w, &devices);
     }
 
     /// The seqlock's write: the word odd, the figures, the word even (three `pwrite`s: a
@@ -408,5 +448,71 @@ impl Publisher {
         if std::process::id() == self.owner {
             self.dir.unlink(&self.name);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::budget::DeviceStats;
+    use crate::report::pages::live;
+
+    fn page(name: &str) -> (std::path::PathBuf, Publisher) {
+        let d =
+            std::env::temp_dir().join(format!("cudapool-publish-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let (dir, _) = rundir_find::mine(Some(&d)).unwrap();
+        (d, Publisher::create_in(dir, "split", None).expect("a page"))
+    }
+
+    fn allocated(n: u64) -> Vec<DeviceFigures> {
+        let stats = DeviceStats {
+            allocated: n,
+            ..Default::default()
+        };
+        vec![DeviceFigures {
+            device: 0,
+            uuid: None,
+            stats,
+        }]
+    }
+
+    fn shown(d: &std::path::Path) -> u64 {
+        live(false, Some(d)).0[0].devices[0].stats.allocated
+    }
+
+    /// A writer that read its figures before another's were read, and stores after them,
+    /// is dropped: the page keeps the later figures.
+    #[test]
+    fn figures_read_earlier_never_replace_figures_read_later() {
+        let (d, p) = page("order");
+        p.write(|| {
+            // Read first (ticket 1); meanwhile the state changes and another thread writes.
+            let stale = allocated(1);
+            p.write_now(|| allocated(2));
+            stale
+        });
+        assert_eq!(shown(&d), 2);
+        p.write(|| allocated(3));
+        assert_eq!(shown(&d), 3, "a later write still lands");
+        p.remove();
+    }
+
+    /// `write_now` waits for a write under way instead of skipping, as `write` does.
+    #[test]
+    fn write_now_waits_for_a_write_under_way() {
+        let (d, p) = page("wait");
+        p.write(|| allocated(1));
+        std::thread::scope(|s| {
+            let held = crate::base::sync::lock(&p.writing);
+            let skipped = s.spawn(|| p.write(|| allocated(5)));
+            skipped.join().unwrap();
+            let waiting = s.spawn(|| p.write_now(|| allocated(7)));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            drop(held);
+            waiting.join().unwrap();
+        });
+        assert_eq!(shown(&d), 7);
+        p.remove();
     }
 }
