@@ -455,14 +455,13 @@ impl Publisher {
 mod tests {
     use super::*;
     use crate::limits::budget::DeviceStats;
-    use crate::report::pages::live;
 
-    fn page(name: &str) -> (std::path::PathBuf, Publisher) {
+    fn page(name: &str) -> Publisher {
         let d =
             std::env::temp_dir().join(format!("cudapool-publish-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         let (dir, _) = rundir_find::mine(Some(&d)).unwrap();
-        (d, Publisher::create_in(dir, "split", None).expect("a page"))
+        Publisher::create_in(dir, "split", None).expect("a page")
     }
 
     fn allocated(n: u64) -> Vec<DeviceFigures> {
@@ -477,31 +476,33 @@ mod tests {
         }]
     }
 
-    fn shown(d: &std::path::Path) -> u64 {
-        live(false, Some(d)).0[0].devices[0].stats.allocated
+    /// Device 0's `allocated` as the file holds it (the first of a slot's stats).
+    fn shown(p: &Publisher) -> u64 {
+        let stats = at!(devices) + std::mem::offset_of!(PageDevice, stats) as u64;
+        get_u64(&p.fd, stats).unwrap()
     }
 
     /// A writer that read its figures before another's were read, and stores after them,
     /// is dropped: the page keeps the later figures.
     #[test]
     fn figures_read_earlier_never_replace_figures_read_later() {
-        let (d, p) = page("order");
+        let p = page("order");
         p.write(|| {
             // Read first (ticket 1); meanwhile the state changes and another thread writes.
             let stale = allocated(1);
             p.write_now(|| allocated(2));
             stale
         });
-        assert_eq!(shown(&d), 2);
+        assert_eq!(shown(&p), 2);
         p.write(|| allocated(3));
-        assert_eq!(shown(&d), 3, "a later write still lands");
+        assert_eq!(shown(&p), 3, "a later write still lands");
         p.remove();
     }
 
     /// `write_now` waits for a write under way instead of skipping, as `write` does.
     #[test]
     fn write_now_waits_for_a_write_under_way() {
-        let (d, p) = page("wait");
+        let p = page("wait");
         p.write(|| allocated(1));
         std::thread::scope(|s| {
             let held = crate::base::sync::lock(&p.writing);
@@ -512,7 +513,7 @@ mod tests {
             drop(held);
             waiting.join().unwrap();
         });
-        assert_eq!(shown(&d), 7);
+        assert_eq!(shown(&p), 7);
         p.remove();
     }
 }
