@@ -603,6 +603,8 @@ int main(int argc, char **argv) {
   if (r >= 0) return r;
   r = sleep_scenario(scenario, argc - 3, argv + 3);
   if (r >= 0) return r;
+  r = trace_scenario(scenario, argc - 3, argv + 3);
+  if (r >= 0) return r;
   fprintf(stderr, "client: unknown scenario %s\n", scenario);
   return 2;
 }
