@@ -558,6 +558,7 @@ static __attribute__((noinline)) CUdeviceptr leaky_helper(size_t size) {
   return p;
 }
 #include "client_holding.c"
+#include "trace.c"
 
 int main(int argc, char **argv) {
   const char *slash = strrchr(argv[0], '/');

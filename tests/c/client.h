@@ -66,8 +66,6 @@ int lifetime_scenario(const char *name, int argc, char **argv);
 int capture_scenario(const char *name, int argc, char **argv);
 // The sleep and wake scenarios (sleep.c), the same way.
 int sleep_scenario(const char *name, int argc, char **argv);
-// A recorded trace played through the driver API (trace.c), the same way.
-int trace_scenario(const char *name, int argc, char **argv);
 // A kernel of the fake driver on `s` that runs `us` microseconds of device time and touches
 // [p, p + n) (reuse.c).
 void touch(void *s, CUdeviceptr p, size_t n, unsigned us);

@@ -12,28 +12,18 @@
 //
 //   client link trace FILE [STREAMS] [US] [TOUCH]
 // prints "trace ops=N frees=N streams=S ns_per_op=X races=R", then the shim's counters.
-#define _GNU_SOURCE
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+//
+// Part of client.c (included at its end, as client_holding.c is: every build of the client
+// has it without naming it).
 
-#include "client.h"
-
-#define LEGACY ((void *)1)
-#define NONBLOCKING 1
+#define TRACE_LEGACY ((void *)1)
+#define TRACE_NONBLOCKING 1
 
 struct op {
   char kind; // 'a' or 'f'
   long id;
   size_t size;
 };
-
-static double now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e9 + t.tv_nsec;
-}
 
 // The trace's operations; exits with 2 on a line it cannot read.
 static struct op *read_trace(const char *path, long *n_out, long *max_id) {
@@ -72,7 +62,7 @@ static struct op *read_trace(const char *path, long *n_out, long *max_id) {
   return ops;
 }
 
-int trace_scenario(const char *name, int argc, char **argv) {
+static int trace_scenario(const char *name, int argc, char **argv) {
   if (strcmp(name, "trace") != 0) return -1;
   if (argc < 1) {
     fprintf(stderr, "usage: client MODE trace FILE [STREAMS] [US] [TOUCH]\n");
@@ -85,8 +75,8 @@ int trace_scenario(const char *name, int argc, char **argv) {
   long n, max_id;
   struct op *ops = read_trace(argv[0], &n, &max_id);
   CUdeviceptr *ptr = calloc(max_id + 1, sizeof *ptr);
-  void *streams[8] = {LEGACY};
-  for (int i = 1; i < nstreams; i++) CHECK(cu.StreamCreate(&streams[i], NONBLOCKING));
+  void *streams[8] = {TRACE_LEGACY};
+  for (int i = 1; i < nstreams; i++) CHECK(cu.StreamCreate(&streams[i], TRACE_NONBLOCKING));
   long allocs = 0, frees = 0, timed = 0;
   double t0 = 0;
   for (long i = 0; i < n; i++) {

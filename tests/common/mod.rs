@@ -71,10 +71,9 @@ pub fn fixture() -> &'static Fixture {
         let lifetimes = src("tests/c/lifetimes.c");
         let capture = src("tests/c/capture.c");
         let sleep = src("tests/c/sleep.c");
-        let trace = src("tests/c/trace.c");
         let mut a = strict.to_vec();
         a.extend([
-            &inc, "-o", "client", &client, &reuse, &lifetimes, &capture, &sleep, &trace,
+            &inc, "-o", "client", &client, &reuse, &lifetimes, &capture, &sleep,
         ]);
         a.extend(["-ldl", "-lpthread"]);
         cc(&a, &dir);
@@ -89,7 +88,6 @@ pub fn fixture() -> &'static Fixture {
             &lifetimes,
             &capture,
             &sleep,
-            &trace,
         ]);
         a.extend(["-L.", "-lcuda", "-ldl", "-lpthread"]);
         cc(&a, &dir);
