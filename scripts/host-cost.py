@@ -5,31 +5,62 @@ lagging device, each allocation used by a kernel and freed with cuMemFree, under
 in turn; rounds interleaved; prints each library's median ns an operation (an allocation and
 its kernel's launch, or a free) over the trace's second half, with the spread, and the ratio to
 the first. Hooks, fences and the pool are all in it; the kernels touch nothing (no race
-detector), so the figure is the host's.
+detector), so the figure is the host's. With --callgrind, each library runs once under
+valgrind's callgrind instead and the instructions the library's hooks execute are printed (the
+same on every run and machine), beside the pool's reserved bytes and driver allocations at the
+end, which say that each build ran its own pool (valgrind cannot reserve the address space of a
+large arena: the fake device then has 8.5 GiB, enough for the traces of benches/traces).
 
 usage: python3 scripts/host-cost.py LIB [LIB ...] [--trace FILE] [--streams 1|2] [--rounds 11]
+           [--callgrind]
 
 Needs the test fixtures (`cargo test --release --test preload` builds target/tmp/preload).
 """
 import argparse
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 FIXTURES = os.path.join(ROOT, "target", "tmp", "preload")
 
 
-def one(lib, trace, streams):
-    env = dict(os.environ, FAKECU_TOTAL_MEM=str(64 << 30), FAKECU_DEVICES="1",
+def play(lib, trace, streams, wrapper=(), memory=64 << 30):
+    """One run of the trace scenario: its `trace` and `trace_end` lines as dicts."""
+    env = dict(os.environ, FAKECU_TOTAL_MEM=str(memory), FAKECU_DEVICES="1",
                LD_LIBRARY_PATH=FIXTURES, LD_PRELOAD=os.path.abspath(lib))
-    r = subprocess.run([os.path.join(FIXTURES, "client_linked"), "link", "trace", trace,
+    r = subprocess.run([*wrapper, os.path.join(FIXTURES, "client_linked"), "link", "trace", trace,
                         str(streams), "20", "0"], env=env, capture_output=True, text=True)
-    line = next((l for l in r.stdout.splitlines() if l.startswith("trace ")), None)
-    if r.returncode != 0 or line is None:
-        sys.exit(f"host-cost: {lib}: exit {r.returncode}\n{r.stdout}{r.stderr}")
-    return float(dict(kv.split("=") for kv in line.split()[1:])["ns_per_op"])
+    lines = {l.split()[0]: dict(kv.split("=", 1) for kv in l.split()[1:] if "=" in kv)
+             for l in r.stdout.splitlines() if l.startswith("trace")}
+    if r.returncode != 0 or "trace" not in lines:
+        sys.exit(f"host-cost: {lib}: exit {r.returncode}\n{r.stdout}{r.stderr[-2000:]}")
+    return lines
+
+
+def one(lib, trace, streams):
+    return float(play(lib, trace, streams)["trace"]["ns_per_op"])
+
+
+def counted(lib, trace, streams):
+    """The hooks' instructions under callgrind, and the pool's end figures."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "cg.out")
+        lines = play(lib, trace, streams, ("valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"),
+                     memory=17 << 29)
+        text = subprocess.run(["callgrind_annotate", "--inclusive=yes", out], capture_output=True,
+                              text=True).stdout
+    hook = 0
+    for l in text.splitlines():
+        m = re.match(r"^\s*([\d,]+) .*cudapool::abi::hooks::guard::hook\b", l)
+        if m:
+            hook = max(hook, int(m.group(1).replace(",", "")))
+    end = lines.get("trace_end", {})
+    return hook, int(end.get("reserved", 0)), int(end.get("driver_allocs", 0))
 
 
 def main():
@@ -38,12 +69,23 @@ def main():
     ap.add_argument("--trace", default=os.path.join(ROOT, "benches", "traces", "bert.cudapool.ops"))
     ap.add_argument("--streams", type=int, default=1, choices=[1, 2])
     ap.add_argument("--rounds", type=int, default=11)
+    ap.add_argument("--callgrind", action="store_true", help="count instructions instead of timing")
     a = ap.parse_args()
     if not os.path.exists(os.path.join(FIXTURES, "client_linked")):
         sys.exit("host-cost: no test client: run `cargo test --release --test preload` first")
     for lib in a.libs:
         if not os.path.isfile(lib):
             sys.exit(f"host-cost: {lib}: no such library")
+    if a.callgrind:
+        if not (shutil.which("valgrind") and shutil.which("callgrind_annotate")):
+            sys.exit("host-cost: --callgrind needs valgrind (apt-get install valgrind)")
+        rows = {lib: counted(lib, a.trace, a.streams) for lib in a.libs}
+        first = rows[a.libs[0]][0] or 1
+        print(f"{os.path.basename(a.trace)}, {a.streams} stream(s), callgrind: the hooks' instructions, "
+              "ratio to the first, reserved MiB and driver allocations at the end")
+        for lib, (hook, reserved, allocs) in rows.items():
+            print(f"  {hook:>13,}  {hook / first:.3f}  {reserved / 2**20:8.0f} MiB  {allocs:5}  {lib}")
+        return
     ns = {lib: [] for lib in a.libs}
     for r in range(a.rounds):
         order = a.libs[r % len(a.libs):] + a.libs[:r % len(a.libs)]
