@@ -71,7 +71,10 @@ static int trace_scenario(const char *name, int argc, char **argv) {
   int nstreams = argc > 1 ? atoi(argv[1]) : 1;
   unsigned us = argc > 2 ? (unsigned)atoi(argv[2]) : 5;
   int touches = argc > 3 ? atoi(argv[3]) : 1;
-  if (nstreams < 1 || nstreams > 8) nstreams = 1;
+  if (nstreams < 1 || nstreams > 8) {
+    fprintf(stderr, "client: trace: STREAMS is 1 to 8, not %s\n", argv[1]);
+    return 2;
+  }
   long n, max_id;
   struct op *ops = read_trace(argv[0], &n, &max_id);
   CUdeviceptr *ptr = calloc(max_id + 1, sizeof *ptr);
