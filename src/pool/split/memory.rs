@@ -4,7 +4,7 @@
 
 use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::cu::DevPtr;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The arena's physical memory.
 ///
@@ -12,12 +12,17 @@ use std::collections::BTreeMap;
 /// bytes; they tile the arena's mapped blocks exactly, which `SplitCore::check` verifies);
 /// `memory` the allocation behind each handle and each shadow (start -> id); `owner` where each
 /// allocation is a handle (id -> start): one handle per allocation, so a live block's memory is
-/// nobody else's. A shadow's allocation is a handle's of the same size.
+/// nobody else's. A shadow's allocation is a handle's of the same size. `home` holds each
+/// allocation's home (id -> start): where it was made, or where it was a handle when the
+/// shadow at its home was unmapped; `away` the handles not at their home, whose home is then
+/// a shadow of theirs (memory stitched away, which goes home once free: see `shadows.rs`).
 #[derive(Default)]
 pub(super) struct Memory {
     handles: BTreeMap<DevPtr, u64>,
     memory: HashMap<DevPtr, u64>,
     owner: HashMap<u64, DevPtr>,
+    home: HashMap<u64, DevPtr>,
+    away: BTreeSet<DevPtr>,
     next: u64,
 }
 
@@ -28,6 +33,7 @@ impl Memory {
         self.handles.insert(at, len);
         self.memory.insert(at, self.next);
         self.owner.insert(self.next, at);
+        self.home.insert(self.next, at);
     }
 
     /// The handle at `from` is mapped at `to` as well (a stitch, or memory moved back to a
@@ -42,19 +48,51 @@ impl Memory {
         self.handles.insert(to, len);
         self.memory.insert(to, id);
         self.owner.insert(id, to);
+        self.away.remove(&from);
+        if self.home.get(&id) != Some(&to) {
+            self.away.insert(to);
+        }
     }
 
     /// The handle at `at` was unmapped: its memory went back.
     pub(super) fn unmapped(&mut self, at: DevPtr) {
         self.handles.remove(&at);
+        self.away.remove(&at);
         if let Some(id) = self.memory.remove(&at) {
             self.owner.remove(&id);
+            self.home.remove(&id);
         }
     }
 
-    /// The shadow at `at` was unmapped (its memory stays, a handle elsewhere).
+    /// The shadow at `at` was unmapped (its memory stays, a handle elsewhere). If it was the
+    /// memory's home, the memory is home where it is now.
     pub(super) fn shadow_unmapped(&mut self, at: DevPtr) {
-        self.memory.remove(&at);
+        let Some(id) = self.memory.remove(&at) else {
+            return;
+        };
+        if let (Some(&h), Some(home)) = (self.owner.get(&id), self.home.get_mut(&id)) {
+            if *home == at {
+                *home = h;
+                self.away.remove(&h);
+            }
+        }
+    }
+
+    /// Whether a handle away from home lies in `[at, at + len)`.
+    pub(super) fn away_in(&self, at: DevPtr, len: u64) -> bool {
+        self.away.range(at..at + len).next().is_some()
+    }
+
+    /// The handles away from home lying whole in `[at, at + len)`, as (start, bytes, home).
+    pub(super) fn homes_in(&self, at: DevPtr, len: u64) -> Vec<(DevPtr, u64, DevPtr)> {
+        self.away
+            .range(at..at + len)
+            .filter_map(|&h| {
+                let bytes = *self.handles.get(&h)?;
+                let home = *self.home.get(&self.id(h)?)?;
+                (h + bytes <= at + len).then_some((h, bytes, home))
+            })
+            .collect()
     }
 
     /// The handles, by start: bytes.
@@ -95,6 +133,24 @@ impl Memory {
                     "shadow {s:#x}: its memory is no handle of {len} bytes"
                 ));
             }
+        }
+        for (&id, &home) in &self.home {
+            let Some(&h) = self.owner.get(&id) else {
+                return Err(format!("memory {id} has a home and no handle"));
+            };
+            let away_ok = if home == h {
+                !self.away.contains(&h)
+            } else {
+                self.away.contains(&h) && shadows.contains_key(&home) && self.id(home) == Some(id)
+            };
+            if !away_ok {
+                return Err(format!(
+                    "handle {h:#x}: home {home:#x} and the away set disagree"
+                ));
+            }
+        }
+        if self.home.len() != self.owner.len() || self.away.len() > self.handles.len() {
+            return Err("homes or away handles recorded for what is no handle".into());
         }
         if self.memory.len() != self.handles.len() + shadows.len() {
             return Err("memory recorded for what is neither a handle nor a shadow".into());

@@ -1,7 +1,10 @@
 //! The arena's shadows: the first addresses of handles stitched elsewhere (see `arena.rs`).
-//! A stitch carves one out of a ready free block; before a growth, memory stitched away moves
-//! back where that makes a free block the request fits (no driver call: both addresses map
-//! it); a release after the device is idle unmaps them.
+//! A stitch carves one out of a ready free block; memory stitched away goes home as soon as
+//! the block over it is free and ready ([`SplitCore::send_home`]), and before a growth moves
+//! again where that makes a free block the request fits ([`SplitCore::reclaim_shadows`]):
+//! both addresses map it, so neither calls the driver, and a job whose steps need the same
+//! stitched block every step finds it again without stitching; a release after the device is
+//! idle unmaps them.
 
 use super::changes::Change;
 use super::*;
@@ -116,6 +119,44 @@ impl SplitCore {
             });
         }
         true
+    }
+
+    /// The block of `size` bytes just parked at `ptr` (see [`SplitCore::parked`]): if memory
+    /// stitched away lies in it, it is listed and merged instead, and the memory goes home.
+    pub(super) fn settle(&mut self, ptr: DevPtr, size: u64) {
+        if self.arena.mem.away_in(ptr, size) {
+            self.unpark();
+            self.send_home(ptr);
+        }
+    }
+
+    /// Memory stitched away from the ready free block at `ptr` (or the one holding it) goes
+    /// home: each handle lying whole in it whose home is a shadow moves back there (no driver
+    /// call: both addresses map it), and its place here becomes the shadow. The requests that
+    /// took that memory before the stitch take it there again, and leave the stitched range
+    /// whole for the request it was stitched for (GMLake keeps its stitched blocks beside the
+    /// ones they join, for the same reason); without this, the stitched memory was taken for
+    /// other requests and the same stitch was made again every step.
+    pub(super) fn send_home(&mut self, ptr: DevPtr) {
+        let Some((&p, b)) = self.blocks.range(..=ptr).next_back() else {
+            return;
+        };
+        if !b.ready() || !self.arena.mem.away_in(p, b.size) {
+            return;
+        }
+        for (h, len, home) in self.arena.mem.homes_in(p, b.size) {
+            self.apply(Change {
+                at: h,
+                len,
+                to: Kind::Shadow,
+            });
+            self.arena.mem.moved(h, home);
+            self.apply(Change {
+                at: home,
+                len,
+                to: Kind::Free,
+            });
+        }
     }
 
     /// Unmaps every shadow (no device work may use one: a release after the device is idle);
