@@ -536,7 +536,7 @@ impl Core for SplitCore {
             let size = b.size;
             self.cached += size;
             self.parked = Some(ptr);
-            self.settle(ptr, size);
+            self.park_or_send_home(ptr, size);
             return;
         }
         let b = *b;

@@ -123,7 +123,7 @@ impl SplitCore {
 
     /// The block of `size` bytes just parked at `ptr` (see [`SplitCore::parked`]): if memory
     /// stitched away lies in it, it is listed and merged instead, and the memory goes home.
-    pub(super) fn settle(&mut self, ptr: DevPtr, size: u64) {
+    pub(super) fn park_or_send_home(&mut self, ptr: DevPtr, size: u64) {
         if self.arena.mem.away_in(ptr, size) {
             self.unpark();
             self.send_home(ptr);
