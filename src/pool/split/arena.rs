@@ -23,7 +23,7 @@
 //! - a release (after the device is idle) unmaps the shadows, then whole handles inside ready
 //!   free blocks.
 
-use super::changes::Change;
+use super::changes::{Change, Move};
 use super::*;
 use crate::base::cu::CUDA_ERROR_NOT_SUPPORTED;
 
@@ -97,11 +97,16 @@ impl Arena {
         self.range.is_some_and(|a| a.holds(ptr))
     }
 
-    /// Every mapping in the arena (start, bytes): handles and shadows.
+    /// Every mapping in the arena (start, bytes): handles and the aliases in shadows.
     pub(super) fn mappings(&self) -> Vec<(DevPtr, u64)> {
         let mut out: Vec<(DevPtr, u64)> =
             self.mem.handles().iter().map(|(&p, &l)| (p, l)).collect();
-        out.extend(self.shadows.iter().map(|(&p, &l)| (p, l)));
+        for (&p, &len) in &self.shadows {
+            match self.mem.aliases(p, len) {
+                Some(aliases) => out.extend(aliases.iter().map(|x| (x.at, x.bytes))),
+                None => out.push((p, len)),
+            }
+        }
         out.sort_unstable();
         out
     }
@@ -294,16 +299,13 @@ impl SplitCore {
         {
             self.timing.handles += stitched as u64;
         }
+        let mut moves = Vec::with_capacity(stitched);
         let mut to = at;
-        for &(h, len) in &picked[..stitched.min(picked.len())] {
-            self.apply(Change {
-                at: h,
-                len,
-                to: Kind::Shadow,
-            });
-            self.arena.mem.moved(h, to);
+        for &(from, len) in &picked[..stitched.min(picked.len())] {
+            moves.push(Move { from, to, len });
             to += len;
         }
+        self.move_memory(&moves, false);
         to - at
     }
 

@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 /// bytes; they tile the arena's mapped blocks exactly, which `SplitCore::check` verifies);
 /// `memory` the allocation behind each handle and each shadow (start -> id); `owner` where each
 /// allocation is a handle (id -> start): one handle per allocation, so a live block's memory is
-/// nobody else's. A shadow's allocation is a handle's of the same size. `home` holds each
+/// nobody else's. A shadow block is a run of *aliases*, each the allocation of a handle of its
+/// size mapped a second time (`memory` holds each alias's start). `home` holds each
 /// allocation's home (id -> start): where it was made, or where it was a handle when the
 /// shadow at its home was unmapped; `away` the handles not at their home, whose home is then
 /// a shadow of theirs (memory stitched away, which goes home once free: see `shadows.rs`).
@@ -64,7 +65,7 @@ impl Memory {
         }
     }
 
-    /// The shadow at `at` was unmapped (its memory stays, a handle elsewhere). If it was the
+    /// The alias at `at` was unmapped (its memory stays, a handle elsewhere). If it was the
     /// memory's home, the memory is home where it is now.
     pub(super) fn shadow_unmapped(&mut self, at: DevPtr) {
         let Some(id) = self.memory.remove(&at) else {
@@ -93,6 +94,26 @@ impl Memory {
                 (h + bytes <= at + len).then_some((h, bytes, home))
             })
             .collect()
+    }
+
+    /// The aliases that tile the shadow block `[at, at + len)`, in address order; `None` when
+    /// they do not tile it (an invariant broken: see [`Memory::check`]).
+    pub(super) fn aliases(&self, at: DevPtr, len: u64) -> Option<Vec<Alias>> {
+        let mut out = Vec::new();
+        let mut p = at;
+        while p < at + len {
+            let memory = self.id(p)?;
+            let handle = self.handle_of(memory).filter(|&h| h != p)?;
+            let bytes = *self.handles.get(&handle)?;
+            out.push(Alias {
+                at: p,
+                bytes,
+                memory,
+                handle,
+            });
+            p += bytes;
+        }
+        (p == at + len).then_some(out)
     }
 
     /// The handles, by start: bytes.
@@ -126,14 +147,21 @@ impl Memory {
                 self.handles.len()
             ));
         }
+        let mut aliases = 0;
         for (&s, &len) in shadows {
-            let handle = self.id(s).and_then(|id| self.handle_of(id));
-            if handle.is_none_or(|h| self.handles.get(&h) != Some(&len)) {
+            let Some(run) = self.aliases(s, len) else {
                 return Err(format!(
-                    "shadow {s:#x}: its memory is no handle of {len} bytes"
+                    "shadow {s:#x}: its {len} bytes are no run of aliases of handles"
                 ));
-            }
+            };
+            aliases += run.len();
         }
+        let in_shadow = |p: DevPtr| {
+            shadows
+                .range(..=p)
+                .next_back()
+                .is_some_and(|(&s, &len)| p < s + len)
+        };
         for (&id, &home) in &self.home {
             let Some(&h) = self.owner.get(&id) else {
                 return Err(format!("memory {id} has a home and no handle"));
@@ -141,7 +169,7 @@ impl Memory {
             let away_ok = if home == h {
                 !self.away.contains(&h)
             } else {
-                self.away.contains(&h) && shadows.contains_key(&home) && self.id(home) == Some(id)
+                self.away.contains(&h) && in_shadow(home) && self.id(home) == Some(id)
             };
             if !away_ok {
                 return Err(format!(
@@ -152,9 +180,19 @@ impl Memory {
         if self.home.len() != self.owner.len() || self.away.len() > self.handles.len() {
             return Err("homes or away handles recorded for what is no handle".into());
         }
-        if self.memory.len() != self.handles.len() + shadows.len() {
-            return Err("memory recorded for what is neither a handle nor a shadow".into());
+        if self.memory.len() != self.handles.len() + aliases {
+            return Err("memory recorded for what is neither a handle nor an alias".into());
         }
         Ok(())
     }
+}
+
+/// One alias in a shadow block: where it lies, its bytes, its memory, and where that memory is
+/// a handle.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Alias {
+    pub(super) at: DevPtr,
+    pub(super) bytes: u64,
+    pub(super) memory: u64,
+    pub(super) handle: DevPtr,
 }

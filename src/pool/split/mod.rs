@@ -56,8 +56,8 @@ enum Kind {
     Free,
     /// Free with nothing mapped: in `arena.holes`.
     Hole,
-    /// One handle whose memory was stitched elsewhere in the arena: mapped, but no block may use
-    /// it (in `arena.shadows`).
+    /// A run of aliases (handles' memory mapped here a second time): mapped, but no block may
+    /// use it (in `arena.shadows`; neighbouring shadows are one block).
     Shadow,
 }
 
