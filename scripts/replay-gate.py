@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
 """The replay gate: every allocation trace of benches/traces/ replayed by `cudapool replay` through split with expandable segments, the
 default, twice:
-- with no limit: never above the reserved peak PyTorch's allocator recorded on the same job (the
-  file's header, where it says), and at most DEFAULT_TARGET x its peak allocated (today's
-  figures: 1.003-1.025; 1.003-1.079 before stitched memory went home and stitching became the
-  default);
-- under a limit of 1.05 x its peak allocated: at most TARGET x its peak allocated, and no
-  request refused.
+- with no limit (nothing is stitched): never above the reserved peak PyTorch's allocator recorded on
+  the same job (the file's header, where it says), and at most DEFAULT_TARGET x its peak
+  allocated (today's figures: 1.003-1.079);
+- under a limit of 1.05 x its peak allocated (free memory stitched to growths): at most TARGET x its
+  peak allocated, and no request refused.
 Prints one line per trace and run, and a `test result:` line that scripts/test.sh counts.
 
     python3 scripts/replay-gate.py target/debug/cudapool [MORE_TRACE_FOLDERS...]
@@ -18,7 +17,7 @@ import subprocess
 import sys
 
 TARGET = 1.03
-DEFAULT_TARGET = 1.03
+DEFAULT_TARGET = 1.085
 LIMIT = 1.05
 
 

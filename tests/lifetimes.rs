@@ -142,13 +142,12 @@ fn faulty(which: &str, faults: &str, fired: usize) -> Vec<(&'static str, Run)> {
 }
 
 /// With expandable segments (the default; the suite's second run is classic), `split` maps its large blocks: the fault
-/// meant for a segment's allocation hits the mapping of the same block (24 MiB blocks in
-/// handles of 1/16 of the request, at least the 2 MiB chunk: the third block's first handle is
-/// the 25th), a segment's free the first chunk unmapped.
+/// meant for a segment's allocation hits the mapping of the same block (24 MiB blocks, 2 MiB
+/// chunks: the third block's first chunk is the 25th), a segment's free the first chunk unmapped.
 fn expandable_faults(pool: &str, faults: &str) -> String {
     let expandable = !std::env::var("CPTEST_SEGMENTS").is_ok_and(|m| m == "classic");
     match faults {
-        "cuMemAlloc_v2@3" if expandable && pool == "split" => "cuMemCreate@25".into(),
+        "cuMemAlloc_v2@3" if expandable && pool == "split" => "cuMemCreate@5".into(),
         "cuMemFree_v2@1" if expandable && pool == "split" => "cuMemUnmap@1".into(),
         other => other.into(),
     }

@@ -2,28 +2,28 @@
 //! large requests that grows by mapping memory where a request needs it and gives back the
 //! memory of its free blocks. The best fit over its blocks is `split`'s own; this file is how the
 //! range gets and loses memory:
-//! - a growth first *stitches* the handles (physical allocations) that lie whole inside ready
-//!   free blocks elsewhere in the arena: each is mapped a second time where the request grows,
-//!   and its first address becomes a *shadow* that no block may use, so the holes left between
-//!   live blocks serve the growth without an unmap, a copy or a wait (GMLake's stitching, over
-//!   expandable segments). A growth's handles are stitched in one upstream call that sets their
-//!   access once. Only then is new memory made. (*Lending* is another thing: a group member
-//!   giving its idle cache to another.)
-//! - stitched memory goes home when the block over it is free and ready, and comes back to the
-//!   stitched range when a request fits there again (`shadows.rs`; no driver call either way):
-//!   a job whose steps need the same stitched block every step stitches it once. Stitching the
-//!   same memory again every step cost BERT, ViT and T5 some twenty handles a step at about
-//!   1.1 ms a growth (p50; p99 2.5-4.8 ms, H200), ViT 18-30 % of its speed; so without homes
-//!   stitching ran only near a limit;
-//! - new memory comes in handles of at most 1/[`HANDLES_PER_REQUEST`] of the request (and
-//!   under a limit 1/[`HANDLES_PER_LIMIT`] of it), so that stitching finds whole handles in
-//!   free blocks and a reclaim stays fine, up to [`MAX_HANDLE`] (one handle costs tens of
-//!   microseconds however large it is, and a 4 GiB growth in 2 MiB handles took 80-90 ms on
-//!   an H100);
+//! - near a limit, a growth first *stitches* the handles (physical allocations) that lie whole
+//!   inside ready free blocks elsewhere in the arena: each is mapped a second time where the
+//!   request grows, and its first address becomes a *shadow* that no block may use, so the
+//!   holes left between live blocks serve the growth without an unmap, a copy or a wait
+//!   (GMLake's stitching, over expandable segments). A growth's handles are stitched in one
+//!   upstream call that sets their access once. Only then is new memory made. Without a
+//!   limit, or far from it (more than 1/[`STITCH_NEAR_LIMIT`] of it left after the growth),
+//!   nothing is stitched: jobs whose steps reshuffle memory (BERT, ViT, T5) stitch every step,
+//!   some twenty handles a growth at about 1.1 ms (p50; p99 2.5-4.8 ms, H200), and ViT ran
+//!   0.69-0.82 times PyTorch's speed with it against 0.82-1.00 without, for 0.3 % less memory
+//!   (BERT 4 % less). (*Lending* is another thing: a group member giving its idle cache to
+//!   another.)
+//! - before a growth, memory stitched away moves back where that makes a free block the request
+//!   fits ([`SplitCore::reclaim_shadows`], no driver call; the shadows live in `shadows.rs`);
+//! - new memory comes in handles as large as the growth allows (powers of two of the chunk up
+//!   to a cap: one handle costs tens of microseconds however large it is, and a 4 GiB growth in
+//!   2 MiB handles took 80-90 ms on an H100); under a limit smaller, so that stitching finds
+//!   whole handles in free blocks and a reclaim stays fine;
 //! - a release (after the device is idle) unmaps the shadows, then whole handles inside ready
 //!   free blocks.
 
-use super::changes::{Change, Move};
+use super::changes::Change;
 use super::*;
 use crate::base::cu::CUDA_ERROR_NOT_SUPPORTED;
 
@@ -45,13 +45,16 @@ macro_rules! timed {
 /// The range reserved is this many times the device's memory: stitched memory leaves shadows
 /// that hold address space (not memory) until the next release.
 const SPAN_PER_MEMORY: u64 = 4;
+/// A growth stitches only when, after it, less than 1/`STITCH_NEAR_LIMIT` of the limit would be
+/// left: a loose limit costs no stitching.
+const STITCH_NEAR_LIMIT: u64 = 8;
 /// The largest handle a growth makes.
 pub const MAX_HANDLE: u64 = 256 * MIB;
-/// A handle is at most 1/`HANDLES_PER_REQUEST` of the request that grows the arena: stitching
-/// needs handles that lie whole inside the free blocks later requests leave. Replayed (`cudapool
-/// replay`, the traces of `benches/traces/`, stitching at every growth), peak reserved over peak
-/// allocated at most 1.005-1.020 with 2 MiB handles, 1.027 at 1/16, 1.050 at 1/4, 1.064 with
-/// 256 MiB handles.
+/// Under a limit, a handle is at most 1/`HANDLES_PER_REQUEST` of the request that grows the
+/// arena: stitching needs handles that lie whole inside the free blocks later requests leave. Replayed
+/// (`cudapool replay`, the traces of `benches/traces/`), peak reserved
+/// over peak allocated at most 1.005-1.020 with 2 MiB handles, 1.027 at 1/16, 1.050 at 1/4,
+/// 1.064 with 256 MiB handles for every growth.
 const HANDLES_PER_REQUEST: u64 = 16;
 /// Under a limit, a handle is at most 1/`HANDLES_PER_LIMIT` of it.
 const HANDLES_PER_LIMIT: u64 = 64;
@@ -97,16 +100,11 @@ impl Arena {
         self.range.is_some_and(|a| a.holds(ptr))
     }
 
-    /// Every mapping in the arena (start, bytes): handles and the aliases in shadows.
+    /// Every mapping in the arena (start, bytes): handles and shadows.
     pub(super) fn mappings(&self) -> Vec<(DevPtr, u64)> {
         let mut out: Vec<(DevPtr, u64)> =
             self.mem.handles().iter().map(|(&p, &l)| (p, l)).collect();
-        for (&p, &len) in &self.shadows {
-            match self.mem.aliases(p, len) {
-                Some(aliases) => out.extend(aliases.iter().map(|x| (x.at, x.bytes))),
-                None => out.push((p, len)),
-            }
-        }
+        out.extend(self.shadows.iter().map(|(&p, &l)| (p, l)));
         out.sort_unstable();
         out
     }
@@ -218,7 +216,13 @@ impl SplitCore {
             return self.grow_arena(r, up);
         };
         let room = self.arena.holes[&at];
-        let stitched = self.stitch_into(at, need, room, up);
+        // Stitching only near a limit (see the module's notes).
+        let near = |limit: u64| up.headroom() < need.saturating_add(limit / STITCH_NEAR_LIMIT);
+        let stitched = if up.limit().bytes().is_some_and(near) {
+            self.stitch_into(at, need, room, up)
+        } else {
+            0
+        };
         let made = timed!(
             self,
             map,
@@ -299,19 +303,23 @@ impl SplitCore {
         {
             self.timing.handles += stitched as u64;
         }
-        let mut moves = Vec::with_capacity(stitched);
         let mut to = at;
-        for &(from, len) in &picked[..stitched.min(picked.len())] {
-            moves.push(Move { from, to, len });
+        for &(h, len) in &picked[..stitched.min(picked.len())] {
+            self.apply(Change {
+                at: h,
+                len,
+                to: Kind::Shadow,
+            });
+            self.arena.mem.moved(h, to);
             to += len;
         }
-        self.move_memory(&moves, false);
         to - at
     }
 
     /// Maps new memory at `[at, at + bytes)` for the rounded request `r`, in handles of
-    /// [`handle_sizes`] (at most 1/[`HANDLES_PER_REQUEST`] of `r`, 1/[`HANDLES_PER_LIMIT`] of
-    /// a limit and [`MAX_HANDLE`]), a call per run of one size; all or nothing.
+    /// [`handle_sizes`] (at most [`MAX_HANDLE`]; under a limit also 1/[`HANDLES_PER_REQUEST`]
+    /// of `r` and 1/[`HANDLES_PER_LIMIT`] of the limit), a call per run of one size; all or
+    /// nothing.
     fn map_handles(
         &mut self,
         at: DevPtr,
@@ -324,13 +332,13 @@ impl SplitCore {
             return Ok(());
         }
         let vm = up.virtual_memory().ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
-        let cap = (r / HANDLES_PER_REQUEST)
-            .min(
-                up.limit()
-                    .bytes()
-                    .map_or(u64::MAX, |l| l / HANDLES_PER_LIMIT),
-            )
-            .clamp(chunk, MAX_HANDLE);
+        let cap = match up.limit().bytes() {
+            // Nothing is stitched: handles as large as the growth allows.
+            None => MAX_HANDLE,
+            Some(limit) => (limit / HANDLES_PER_LIMIT)
+                .min(r / HANDLES_PER_REQUEST)
+                .clamp(chunk, MAX_HANDLE),
+        };
         let sizes = handle_sizes(bytes, chunk, cap);
         let mut runs: Vec<(DevPtr, u64, u64)> = Vec::new();
         let mut off = at;

@@ -77,25 +77,20 @@ impl SplitCore {
     }
 
     /// The free sets hold exactly the free mapped blocks of their lane and kind (the parked
-    /// one in none), the holes the free unmapped ones, the shadows the others; no two shadows
-    /// are neighbours.
+    /// one in none), the holes the free unmapped ones, the shadows the others.
     fn check_sets(&self) -> Result<(), String> {
         let mut ready: FreeSets = Default::default();
         let mut lanes: StdMap<Lane, FreeSets> = StdMap::new();
         let mut holes = BTreeMap::new();
         let mut shadows = BTreeMap::new();
-        let mut last_shadow_end = None;
         for (&p, b) in &self.blocks {
             match b.kind {
-                Kind::Shadow => {
-                    ensure(last_shadow_end != Some(p), || {
-                        format!("shadows meet at {p:#x} (they are one block)")
-                    })?;
-                    shadows.insert(p, b.size);
-                }
                 Kind::Hole => {
                     ensure(b.lane == READY, || format!("hole {p:#x} in a lane"))?;
                     holes.insert(p, b.size);
+                }
+                Kind::Shadow => {
+                    shadows.insert(p, b.size);
                 }
                 Kind::Free if self.parked == Some(p) => {
                     ensure(b.lane == READY, || format!("parked {p:#x} in a lane"))?;
@@ -108,7 +103,6 @@ impl SplitCore {
                 }
                 Kind::InUse => {}
             }
-            last_shadow_end = (b.kind == Kind::Shadow).then_some(p + b.size);
         }
         if let Some(p) = self.parked {
             ensure(

@@ -27,9 +27,10 @@ use arena::Arena;
 /// Requests up to this size are *small*: served from segments of [`SMALL_SEGMENT`].
 pub const SMALL_REQUEST: u64 = MIB;
 pub const SMALL_SEGMENT: u64 = 2 * MIB;
-/// Requests below this get segments holding several of them (up to [`MID_SEGMENT`]). 10 MiB, not
-/// PyTorch's 20: peak reserved / peak requested 1.243 -> 1.161 on `cargo bench --bench pool`'s
-/// synthetic training trace, 1.113 -> 1.124 on the recorded PyTorch trace.
+/// Requests below this get segments holding several of them (up to [`MID_SEGMENT`]). 10 MiB
+/// rather than PyTorch's 20: peak reserved / peak requested goes from 1.243 to 1.161 on the
+/// synthetic training trace of `cargo bench --bench pool`, for 1.113 -> 1.124 on the recorded
+/// PyTorch trace.
 pub const MID_REQUEST: u64 = 10 * MIB;
 pub const MID_SEGMENT: u64 = 10 * MIB;
 /// Free blocks at least this large are never split (fragmentation cap); they serve only
@@ -56,8 +57,8 @@ enum Kind {
     Free,
     /// Free with nothing mapped: in `arena.holes`.
     Hole,
-    /// A run of aliases (handles' memory mapped here a second time): mapped, but no block may
-    /// use it (in `arena.shadows`; neighbouring shadows are one block).
+    /// One handle whose memory was stitched elsewhere in the arena: mapped, but no block may use
+    /// it (in `arena.shadows`).
     Shadow,
 }
 
@@ -533,10 +534,8 @@ impl Core for SplitCore {
             b.kind = Kind::Free;
             b.lane = READY;
             b.epoch = 0;
-            let size = b.size;
-            self.cached += size;
+            self.cached += b.size;
             self.parked = Some(ptr);
-            self.park_or_send_home(ptr, size);
             return;
         }
         let b = *b;
@@ -560,7 +559,6 @@ impl Core for SplitCore {
                 ..b
             },
         );
-        self.send_home(start);
     }
 
     fn block_size(&self, ptr: DevPtr) -> u64 {
