@@ -12,7 +12,10 @@ end, which say that each build ran its own pool (valgrind cannot reserve the add
 large arena: the fake device then has 8.5 GiB, enough for the traces of benches/traces).
 
 usage: python3 scripts/host-cost.py LIB [LIB ...] [--trace FILE] [--streams 1|2] [--rounds 11]
-           [--callgrind]
+           [--callgrind [--after-warmup]]
+
+--after-warmup counts the trace's second half alone (the whole trace less its first half of
+lines, run apart): what a training job's steady steps cost, without the warm-up's growths.
 
 Needs the test fixtures (`cargo test --release --test preload` builds target/tmp/preload).
 """
@@ -46,6 +49,19 @@ def one(lib, trace, streams):
     return float(play(lib, trace, streams)["trace"]["ns_per_op"])
 
 
+def counted_after_warmup(lib, trace, streams):
+    """The hooks' instructions over the trace's second half (the whole trace's, less those of its
+    first half of lines alone), and the pool's end figures."""
+    with open(trace) as f:
+        lines = f.readlines()
+    with tempfile.NamedTemporaryFile("w", suffix=".ops") as half:
+        half.writelines(lines[:len(lines) // 2])
+        half.flush()
+        first = counted(lib, half.name, streams)[0]
+    whole, reserved, allocs = counted(lib, trace, streams)
+    return whole - first, reserved, allocs
+
+
 def counted(lib, trace, streams):
     """The hooks' instructions under callgrind, and the pool's end figures."""
     with tempfile.TemporaryDirectory() as d:
@@ -70,19 +86,25 @@ def main():
     ap.add_argument("--streams", type=int, default=1, choices=[1, 2])
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--callgrind", action="store_true", help="count instructions instead of timing")
+    ap.add_argument("--after-warmup", action="store_true",
+                    help="with --callgrind: the trace's second half only (two runs a library)")
     a = ap.parse_args()
     if not os.path.exists(os.path.join(FIXTURES, "client_linked")):
         sys.exit("host-cost: no test client: run `cargo test --release --test preload` first")
     for lib in a.libs:
         if not os.path.isfile(lib):
             sys.exit(f"host-cost: {lib}: no such library")
+    if a.after_warmup and not a.callgrind:
+        sys.exit("host-cost: --after-warmup counts instructions: add --callgrind")
     if a.callgrind:
         if not (shutil.which("valgrind") and shutil.which("callgrind_annotate")):
             sys.exit("host-cost: --callgrind needs valgrind (apt-get install valgrind)")
-        rows = {lib: counted(lib, a.trace, a.streams) for lib in a.libs}
+        count = counted_after_warmup if a.after_warmup else counted
+        rows = {lib: count(lib, a.trace, a.streams) for lib in a.libs}
         first = rows[a.libs[0]][0] or 1
-        print(f"{os.path.basename(a.trace)}, {a.streams} stream(s), callgrind: the hooks' instructions, "
-              "ratio to the first, reserved MiB and driver allocations at the end")
+        part = ", its second half" if a.after_warmup else ""
+        print(f"{os.path.basename(a.trace)}{part}, {a.streams} stream(s), callgrind: the hooks' "
+              "instructions, ratio to the first, reserved MiB and driver allocations at the end")
         for lib, (hook, reserved, allocs) in rows.items():
             print(f"  {hook:>13,}  {hook / first:.3f}  {reserved / 2**20:8.0f} MiB  {allocs:5}  {lib}")
         return

@@ -226,6 +226,64 @@ static int sleep_then(const char *waker) {
   return 0;
 }
 
+// "sleep_cost N MIB": N blocks of MIB MiB, each written, put to sleep and woken through the C
+// API three times; prints each round's milliseconds and the driver calls a sleep and a wake
+// made (copies, handles made, mapped, unmapped, released), so that builds compare without a GPU:
+// "sleep_cost round=R sleep_ms=S wake_ms=W copies_out=.. unmaps=.. releases=.. creates=..
+// maps=.. copies_in=.. intact=0|1".
+static double cost_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static long cost_calls(const char *const *names) {
+  long n = 0;
+  for (; *names; names++) n += fake_calls(*names);
+  return n;
+}
+
+static int sleep_cost(int argc, char **argv) {
+  get_sleep_api();
+  int n = argc > 0 ? atoi(argv[0]) : 0;
+  size_t mib = argc > 1 ? (size_t)atoll(argv[1]) : 0;
+  if (n < 1 || n > 1024 || mib < 1 || mib > 4096) {
+    fprintf(stderr, "client: sleep_cost N MIB: N in 1-1024, MIB in 1-4096\n");
+    return 2;
+  }
+  struct block *b = calloc((size_t)n, sizeof *b);
+  if (!b) return 3;
+  for (int i = 0; i < n; i++) {
+    b[i].size = mib * MIB;
+    b[i].seed = (unsigned char)(i + 7);
+    CHECK(cu.MemAlloc(&b[i].p, b[i].size));
+    fill(&b[i]);
+  }
+  static const char *const out[] = {"cuMemcpyDtoHAsync_v2", "cuMemcpyDtoH_v2", NULL};
+  static const char *const in[] = {"cuMemcpyHtoDAsync_v2", "cuMemcpyHtoD_v2", NULL};
+  static const char *const unmap[] = {"cuMemUnmap", NULL}, *const release[] = {"cuMemRelease", NULL};
+  static const char *const create[] = {"cuMemCreate", NULL}, *const map[] = {"cuMemMap", NULL};
+  for (int round = 0; round < 3; round++) {
+    long o0 = cost_calls(out), u0 = cost_calls(unmap), r0 = cost_calls(release);
+    double t0 = cost_ms();
+    int rc = sleep_fn(-1);
+    double t1 = cost_ms();
+    long o1 = cost_calls(out), u1 = cost_calls(unmap), r1 = cost_calls(release);
+    long c0 = cost_calls(create), m0 = cost_calls(map), i0 = cost_calls(in);
+    int wrc = wake_fn(-1);
+    double t2 = cost_ms();
+    int ok = rc == 0 && wrc == 0;
+    for (int i = 0; i < n; i++) ok &= intact(&b[i]);
+    printf("sleep_cost round=%d sleep_ms=%.2f wake_ms=%.2f copies_out=%ld unmaps=%ld releases=%ld "
+           "creates=%ld maps=%ld copies_in=%ld intact=%d\n",
+           round, t1 - t0, t2 - t1, o1 - o0, u1 - u0, r1 - r0, cost_calls(create) - c0,
+           cost_calls(map) - m0, cost_calls(in) - i0, ok);
+  }
+  for (int i = 0; i < n; i++) CHECK(cu.MemFree(b[i].p));
+  free(b);
+  return 0;
+}
+
 static int sleep_busy(void) {
   get_sleep_api();
   fill_all();
@@ -577,6 +635,7 @@ int sleep_scenario(const char *name, int argc, char **argv) {
   if (!strcmp(name, "sleep_wait")) return sleep_wait(argc, argv);
   if (!strcmp(name, "sleep")) return sleep_then(argc > 0 ? argv[0] : "copy");
   if (!strcmp(name, "sleep_busy")) return sleep_busy();
+  if (!strcmp(name, "sleep_cost")) return sleep_cost(argc, argv);
   if (!strcmp(name, "sleep_threads")) return sleep_threads();
   if (!strcmp(name, "sleep_free")) return sleep_free();
   if (!strcmp(name, "sleep_capture")) return sleep_capture();
