@@ -11,7 +11,10 @@
 // state).
 //
 //   client link trace FILE [STREAMS] [US] [TOUCH]
-// prints "trace ops=N frees=N streams=S ns_per_op=X races=R", then the shim's counters.
+// prints "trace ops=N frees=N streams=S ns_per_op=X races=R", the driver calls of the second
+// half ("trace_steady maps=N unmaps=N access=N creates=N event_syncs=N misses=N": the
+// virtual-memory work and the waits a steady step costs, and its allocations the cache did not
+// serve; misses=-1 without the shim), then the shim's counters.
 //
 // Part of client.c (included at its end, as client_holding.c is: every build of the client
 // has it without naming it).
@@ -62,6 +65,14 @@ static struct op *read_trace(const char *path, long *n_out, long *max_id) {
   return ops;
 }
 
+// The shim's allocations so far that its cache did not serve; -1 without the shim.
+static long cache_misses(void) {
+  int (*get)(int, struct stats *) = dlsym(RTLD_DEFAULT, "cudapool_get_stats");
+  struct stats s = {.struct_size = sizeof s};
+  if (!get || get(dev, &s) != 0) return -1;
+  return (long)(s.alloc_calls - s.cache_hits);
+}
+
 static int trace_scenario(const char *name, int argc, char **argv) {
   if (strcmp(name, "trace") != 0) return -1;
   if (argc < 1) {
@@ -80,10 +91,17 @@ static int trace_scenario(const char *name, int argc, char **argv) {
   CUdeviceptr *ptr = calloc(max_id + 1, sizeof *ptr);
   void *streams[8] = {TRACE_LEGACY};
   for (int i = 1; i < nstreams; i++) CHECK(cu.StreamCreate(&streams[i], TRACE_NONBLOCKING));
+  static const char *const steady[] = {"cuMemMap", "cuMemUnmap", "cuMemSetAccess", "cuMemCreate",
+                                       "cuEventSynchronize"};
+  long at_half[5] = {0}, misses_at_half = -1;
   long allocs = 0, frees = 0, timed = 0;
   double t0 = 0;
   for (long i = 0; i < n; i++) {
-    if (i == n / 2) t0 = now_ns(), timed = n - i;
+    if (i == n / 2) {
+      for (int c = 0; c < 5; c++) at_half[c] = fake_calls(steady[c]);
+      misses_at_half = cache_misses();
+      t0 = now_ns(), timed = n - i;
+    }
     struct op o = ops[i];
     if (o.kind == 'a') {
       if (ptr[o.id]) {
@@ -101,11 +119,16 @@ static int trace_scenario(const char *name, int argc, char **argv) {
     }
   }
   double ns = timed ? (now_ns() - t0) / timed : 0;
+  long in_half[5];
+  for (int c = 0; c < 5; c++) in_half[c] = fake_calls(steady[c]) - at_half[c];
+  long misses = misses_at_half < 0 ? -1 : cache_misses() - misses_at_half;
   // What the trace leaves allocated goes back, so the counters end at nothing held.
   for (long id = 0; id <= max_id; id++)
     if (ptr[id]) CHECK(cu.MemFree(ptr[id]));
   printf("trace ops=%ld frees=%ld streams=%d ns_per_op=%.1f races=%ld\n", allocs, frees, nstreams,
          ns, races());
+  printf("trace_steady maps=%ld unmaps=%ld access=%ld creates=%ld event_syncs=%ld misses=%ld\n",
+         in_half[0], in_half[1], in_half[2], in_half[3], in_half[4], misses);
   print_stats("trace_end");
   for (int i = 1; i < nstreams; i++) CHECK(cu.StreamDestroy(streams[i]));
   free(ops), free(ptr);
