@@ -245,8 +245,9 @@ fn a_recorded_trace_on_two_queues_through_the_whole_library_races_nothing() {
 /// over the second half of each recorded job (BERT and GPT-2, as PyTorch's cache and as cudapool
 /// saw them), every allocation is served from the cache and nothing is mapped, unmapped or made.
 /// A build whose freed memory moves between places each step, so that the next step's same
-/// request misses (the stitching build of issue 61, branch `stitch-next`: 10-20 misses a half),
-/// fails here: on a host-bound model that cost 3.6 % of a step.
+/// request misses, fails here: the stitching build of issue 61 with 2 MiB handles missed 20
+/// times over bert.torch's half and cost Llama 3.6 % of its step (docs/gpu/models/stitch-h200.md,
+/// run 8). Such a build changes this test together with a GPU A/B of its speed.
 #[test]
 fn a_recorded_jobs_steady_steps_all_hit_the_cache() {
     for name in ["bert.torch", "bert.cudapool", "gpt2.torch", "gpt2.cudapool"] {
