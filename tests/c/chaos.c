@@ -10,8 +10,11 @@
 //                                   answer is a false one: prints "race ooms=N" and exits 1 if
 //                                   N > 0.
 //   chaos churn SEED                allocates and frees random sizes (1 to 8 MiB) forever, up
-//                                   to 8 live, printing "alive n=STEPS" every 50 steps: a group
-//                                   member to be killed at any instant.
+//                                   to 8 live, printing "alive n=STEPS" every 50 steps, and
+//                                   after any step that ends 100 ms or more after the last
+//                                   line (a group at its limit answers after asking the others
+//                                   to lend, up to 200 ms a step): a group member to be killed
+//                                   at any instant, whose silence means one call that hangs.
 //   chaos once [hold]               one 1 MiB allocation: prints "once ok us=N", N the
 //                                   microseconds from the first driver call (set-up and a
 //                                   group's join included) to the allocation's answer; with
@@ -150,6 +153,8 @@ static int churn(int argc, char **argv) {
   CUdeviceptr live[8] = {0};
   size_t sizes[8] = {0};
   setvbuf(stdout, NULL, _IOLBF, 0);
+  struct timespec said, now;
+  clock_gettime(CLOCK_MONOTONIC, &said);
   for (long n = 1;; n++) {
     int k = (int)(next(&seed) % 8);
     if (live[k]) {
@@ -166,7 +171,12 @@ static int churn(int argc, char **argv) {
       fprintf(stderr, "chaos: alloc error %d\n", r);
       return 3;
     }
-    if (n % 50 == 0) printf("alive n=%ld\n", n);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long ms = (now.tv_sec - said.tv_sec) * 1000 + (now.tv_nsec - said.tv_nsec) / 1000000;
+    if (n % 50 == 0 || ms >= 100) {
+      printf("alive n=%ld\n", n);
+      said = now;
+    }
   }
 }
 
