@@ -170,14 +170,21 @@ struct stats {
   uint64_t hard_limit, soft_limit, requested, peak_requested;
 };
 
-void print_stats(const char *tag) {
+// The shim's answer for device `d` (its figures in *s), or SHIM_ABSENT when it is not preloaded.
+#define SHIM_ABSENT (-1000)
+static int shim_stats(int d, struct stats *s) {
   int (*get)(int, struct stats *) = dlsym(RTLD_DEFAULT, "cudapool_get_stats");
-  if (!get) {
+  *s = (struct stats){.struct_size = sizeof *s};
+  return get ? get(d, s) : SHIM_ABSENT;
+}
+
+void print_stats(const char *tag) {
+  struct stats s;
+  int r = shim_stats(dev, &s);
+  if (r == SHIM_ABSENT) {
     printf("%s shim=absent\n", tag);
     return;
   }
-  struct stats s = {.struct_size = sizeof s};
-  int r = get(dev, &s);
   printf("%s shim=present r=%d allocated=%llu peak=%llu reserved=%llu live=%llu segments=%llu "
          "alloc_calls=%llu free_calls=%llu driver_allocs=%llu driver_frees=%llu ooms=%llu "
          "limit=%llu retries=%llu cached=%llu hits=%llu requested=%llu peak_requested=%llu\n",
@@ -472,10 +479,8 @@ static int pairs(int argc, char **argv) {
 // in the new context's device (the shim knows the context without asking the driver: issue 14).
 // Prints "switch ok", or "switch WRONG" with the step.
 static uint64_t requested_on(int d) {
-  int (*get)(int, struct stats *) = dlsym(RTLD_DEFAULT, "cudapool_get_stats");
-  struct stats s = {.struct_size = sizeof s};
-  if (!get || get(d, &s) != 0) return 0;
-  return s.requested;
+  struct stats s;
+  return shim_stats(d, &s) == 0 ? s.requested : 0;
 }
 // Allocates `size` in the current context: the device it landed on (whose requested bytes grew
 // by `size`), or -1 - the error.

@@ -67,10 +67,8 @@ static struct op *read_trace(const char *path, long *n_out, long *max_id) {
 
 // The shim's allocations so far that its cache did not serve; -1 without the shim.
 static long cache_misses(void) {
-  int (*get)(int, struct stats *) = dlsym(RTLD_DEFAULT, "cudapool_get_stats");
-  struct stats s = {.struct_size = sizeof s};
-  if (!get || get(dev, &s) != 0) return -1;
-  return (long)(s.alloc_calls - s.cache_hits);
+  struct stats s;
+  return shim_stats(dev, &s) == 0 ? (long)(s.alloc_calls - s.cache_hits) : -1;
 }
 
 static int trace_scenario(const char *name, int argc, char **argv) {
@@ -93,12 +91,13 @@ static int trace_scenario(const char *name, int argc, char **argv) {
   for (int i = 1; i < nstreams; i++) CHECK(cu.StreamCreate(&streams[i], TRACE_NONBLOCKING));
   static const char *const steady[] = {"cuMemMap", "cuMemUnmap", "cuMemSetAccess", "cuMemCreate",
                                        "cuEventSynchronize"};
-  long at_half[5] = {0}, misses_at_half = -1;
+  enum { STEADY = sizeof steady / sizeof *steady };
+  long at_half[STEADY] = {0}, misses_at_half = -1;
   long allocs = 0, frees = 0, timed = 0;
   double t0 = 0;
   for (long i = 0; i < n; i++) {
     if (i == n / 2) {
-      for (int c = 0; c < 5; c++) at_half[c] = fake_calls(steady[c]);
+      for (int c = 0; c < STEADY; c++) at_half[c] = fake_calls(steady[c]);
       misses_at_half = cache_misses();
       t0 = now_ns(), timed = n - i;
     }
@@ -119,8 +118,8 @@ static int trace_scenario(const char *name, int argc, char **argv) {
     }
   }
   double ns = timed ? (now_ns() - t0) / timed : 0;
-  long in_half[5];
-  for (int c = 0; c < 5; c++) in_half[c] = fake_calls(steady[c]) - at_half[c];
+  long in_half[STEADY];
+  for (int c = 0; c < STEADY; c++) in_half[c] = fake_calls(steady[c]) - at_half[c];
   long misses = misses_at_half < 0 ? -1 : cache_misses() - misses_at_half;
   // What the trace leaves allocated goes back, so the counters end at nothing held.
   for (long id = 0; id <= max_id; id++)
