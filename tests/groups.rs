@@ -77,11 +77,29 @@ fn a_sleeping_members_idle_cache_is_lent_to_another() {
         t["ms"]
     );
     let group = b.line("group");
-    assert_eq!(
-        group["reserved"],
-        (48 * MIB).to_string(),
-        "A holds nothing now"
+    let reserved: u64 = group["reserved"].parse().unwrap();
+    assert!(
+        (48 * MIB..=64 * MIB).contains(&reserved),
+        "B's 48 MiB, and what A has not given back yet: {group:?}"
     );
+    // A gives its segments back one at a time, and B may fit (and print) before A's last one
+    // has gone (a loaded machine can hold A's lending thread between two): wait for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let text = stat();
+        let ours = text
+            .split("group ")
+            .find(|part| part.starts_with(&format!("{}:", g.0)))
+            .unwrap_or_else(|| panic!("stat shows the group: {text}"));
+        if ours.contains("reserved 48.00 MiB") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A holds nothing now, 10 s after B's allocation: {ours}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     assert_eq!(a.finish(), 0);
     assert_eq!(b.finish(), 0);
 }
