@@ -84,22 +84,12 @@ fn a_sleeping_members_idle_cache_is_lent_to_another() {
     );
     // A gives its segments back one at a time, and B may fit (and print) before A's last one
     // has gone (a loaded machine can hold A's lending thread between two): wait for it.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let text = stat();
-        let ours = text
-            .split("group ")
-            .find(|part| part.starts_with(&format!("{}:", g.0)))
-            .unwrap_or_else(|| panic!("stat shows the group: {text}"));
-        if ours.contains("reserved 48.00 MiB") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "A holds nothing now, 10 s after B's allocation: {ours}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let ours = format!("group {}:", g.0);
+    stat_until("A holds nothing now", |text| {
+        let part = text.split_once(&ours).map(|(_, rest)| rest);
+        let part = part.map(|rest| rest.split("\ngroup ").next().unwrap_or(rest));
+        part.is_some_and(|p| p.contains("reserved 48.00 MiB"))
+    });
     assert_eq!(a.finish(), 0);
     assert_eq!(b.finish(), 0);
 }

@@ -143,11 +143,9 @@ fn an_idle_member_is_put_to_sleep_before_another_is_refused_and_wakes_when_it_wo
     // A works again: its first copy waits for room until B lets go.
     a.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
     assert_eq!(a.line("before_check")["state"], "2");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !stat().contains("waking: waiting for 70.00 MiB of room (70.00 MiB on the host)") {
-        assert!(std::time::Instant::now() < deadline, "{}", stat());
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    stat_until("A waits for room, its 70 MiB on the host", |text| {
+        text.contains("waking: waiting for 70.00 MiB of room (70.00 MiB on the host)")
+    });
     assert_eq!(b.finish(), 0);
     a.line("intact=1"); // every block came back
     assert_eq!(a.finish(), 0);
@@ -240,11 +238,9 @@ fn a_member_killed_while_waking_leaves_nothing() {
     let mut b = Member::start(&["park", "12", &MB8.to_string()], &env_of(&env));
     b.line("parked"); // 96 MiB of 128: A's 70 do not fit
     a.stdin.as_mut().unwrap().write_all(b"try\n").unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !stat().contains("waking: waiting for 70.00 MiB of room") {
-        assert!(std::time::Instant::now() < deadline, "{}", stat());
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    stat_until("A waits for room", |text| {
+        text.contains("waking: waiting for 70.00 MiB of room")
+    });
     a.child.kill().unwrap(); // SIGKILL while waking
     a.child.wait().unwrap();
     let mut c = Member::start(&["take", &MB8.to_string()], &env_of(&env));

@@ -130,6 +130,23 @@ pub fn stat() -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `cudapool stat` again every 50 ms until `done` holds for what it prints (returned), for at
+/// most 10 s: what another process does meanwhile shows there when it has happened.
+pub fn stat_until(what: &str, done: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let text = stat();
+        if done(&text) {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}, within 10 s: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 pub fn in_group(g: &Group, limit: &str) -> Vec<(String, String)> {
     vec![
         ("CUDAPOOL_GROUP".into(), g.0.clone()),
