@@ -22,6 +22,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "above this much reserved memory, freed blocks go back to the driver",
     ),
     (
+        "CUDAPOOL_CACHE_IDLE",
+        "DURATION",
+        "cached memory nothing reuses for this long goes back to the driver (default 2s; 0: at once; never: kept until pressure); a free with no allocation following it lately goes back at once",
+    ),
+    (
         "CUDAPOOL_POOL",
         "split|binned|simple|none",
         "the pool kind (--pool); split is the default",

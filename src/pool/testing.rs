@@ -5,7 +5,7 @@ use super::handed::Held;
 use super::new_pool;
 use super::reuse::{Clock, FenceId, ReuseRule};
 use super::types::*;
-use crate::base::config::PoolKind;
+use crate::base::config::{CacheIdle, PoolKind};
 use crate::base::cu::CUDA_ERROR_OUT_OF_MEMORY;
 use crate::base::cu::{CUresult, DevPtr};
 use crate::base::limit::Limit;
@@ -26,6 +26,8 @@ pub struct FakeUpstream {
     vmm: Mutex<Vmem>,
     /// Handles stitched so far.
     pub stitches: std::sync::atomic::AtomicU64,
+    /// What [`Upstream::cache_idle`] says (default: never).
+    cache_idle: CacheIdle,
 }
 
 /// The fake's virtual memory: reserved ranges (start -> size), mappings (start -> (bytes, the
@@ -66,6 +68,14 @@ impl FakeUpstream {
             chunk: 0,
             vmm: Mutex::default(),
             stitches: 0.into(),
+            cache_idle: CacheIdle::Never,
+        }
+    }
+    /// The same, telling its pools to give back freed memory as `CUDAPOOL_CACHE_IDLE=idle`.
+    pub fn with_cache_idle(self, idle: CacheIdle) -> Self {
+        FakeUpstream {
+            cache_idle: idle,
+            ..self
         }
     }
     /// The same, offering virtual memory mapped in chunks of `chunk` bytes.
@@ -466,6 +476,9 @@ impl Upstream for FakeUpstream {
     }
     fn synchronize(&self) -> bool {
         true
+    }
+    fn cache_idle(&self) -> CacheIdle {
+        self.cache_idle
     }
 }
 

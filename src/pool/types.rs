@@ -2,7 +2,7 @@
 //! trait every kind implements, and the views a snapshot shows. No behaviour here.
 
 use super::handed::{Grant, Held};
-use crate::base::config::PoolKind;
+use crate::base::config::{CacheIdle, PoolKind};
 use crate::base::cu::{CUresult, DevPtr};
 use crate::base::limit::Limit;
 
@@ -32,6 +32,12 @@ pub trait Upstream {
     /// Whether the memory held is above the soft limit: freed blocks should go back now.
     fn over_soft_limit(&self) -> bool {
         false
+    }
+    /// How long freed memory may stay cached while nothing takes it again
+    /// (`CUDAPOOL_CACHE_IDLE`; see [`super::reuse::Demand`]). Never given back by itself unless
+    /// the upstream says so.
+    fn cache_idle(&self) -> CacheIdle {
+        CacheIdle::Never
     }
 
     /// The virtual memory this upstream offers, if any: then a pool may grow a range in place
@@ -221,6 +227,14 @@ pub trait Pool: Send + Sync {
     /// Gives every cached segment back to the upstream; returns the bytes released.
     fn reclaim(&self, up: &dyn Upstream) -> u64 {
         self.trim(up, u64::MAX)
+    }
+    /// Gives back cached memory that nothing took during the last window of
+    /// [`Upstream::cache_idle`] (all of it when the pool served no allocation in that window),
+    /// waiting for fences as [`trim`](Self::trim) does; called now and then by a thread of the
+    /// caller's, never on a program's call. Returns the bytes released.
+    fn release_unused(&self, up: &dyn Upstream) -> u64 {
+        let _ = up;
+        0
     }
     /// Gives back free segments that are ready now (no waiting for a fence, nor for the
     /// device) until at least `need` bytes went back; returns the bytes released. For lending

@@ -13,6 +13,7 @@ impl Shim {
     /// The pool of context `ctx` on `device`, made on first use.
     pub(crate) fn context_pool(&self, ctx: usize, device: CUdevice) -> Arc<ContextPool> {
         self.contexts.get_or_make(ctx, || {
+            self.start_idle_thread();
             let clock = ContextClock::made(self.driver, ctx, self.config.reuse);
             ContextPool {
                 device,

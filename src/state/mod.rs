@@ -8,7 +8,7 @@
 //! policy), [`ranges`] (what address queries answer about pooled blocks), [`ipc`] (legacy IPC
 //! of pooled blocks), [`counting`]
 //! (pass-through accounting), [`overhead`] (what the driver takes besides allocations: stack, heap, modules, contexts), [`default_pool`] (what the device's default pool answers), [`graphs`] (graph memory nodes), [`streams`] (streams and the work the
-//! hooks report), [`teardown`] (contexts that die, reclaim).
+//! hooks report), [`teardown`] (contexts that die, reclaim), [`cache_idle`] (giving back what nothing reuses).
 //!
 //! Data flow: `hooks` (raw pointers, C ABI) call the safe methods here; these find the calling
 //! thread's context and its pool, run the pool against an upstream that charges the device's
@@ -27,6 +27,7 @@
 //!   memory.
 
 pub mod budgets;
+mod cache_idle;
 pub mod clock;
 pub mod contexts;
 pub mod counted;

@@ -7,7 +7,7 @@ use super::contexts::ContextPool;
 use super::history::{Action, History};
 use super::{Live, Origin, Shim};
 use crate::base::config::LogLevel::Debug;
-use crate::base::config::PoolKind;
+use crate::base::config::{CacheIdle, PoolKind};
 use crate::base::cu::*;
 use crate::base::flags::own_calls;
 use crate::base::limit::Limit;
@@ -216,7 +216,8 @@ impl Shim {
                         size: live.handed,
                     };
                     // The thread's own cache first, where the pool would keep it anyway.
-                    let block = match mine.map(|m| m.keep(block, budget.over_soft_limit())) {
+                    let keep_nothing = budget.over_soft_limit() || self.config.cache_idle.at_once();
+                    let block = match mine.map(|m| m.keep(block, keep_nothing)) {
                         Some(Ok(())) => return Ok(()),
                         Some(Err(block)) => block,
                         None => block,
@@ -322,6 +323,7 @@ impl Shim {
             tools: self.tools_see_blocks(),
             history: self.history.on().then_some((&self.history, dev)),
             sleep: &self.sleep,
+            cache_idle: self.config.cache_idle,
         }
     }
 
@@ -345,6 +347,8 @@ pub struct DriverUpstream<'a> {
     history: Option<(&'a History, CUdevice)>,
     /// What is asleep: a release of asleep memory only drops its host copy.
     sleep: &'a super::sleep::Sleep,
+    /// `CUDAPOOL_CACHE_IDLE`.
+    cache_idle: CacheIdle,
 }
 
 impl Upstream for DriverUpstream<'_> {
@@ -392,6 +396,10 @@ impl Upstream for DriverUpstream<'_> {
 
     fn over_soft_limit(&self) -> bool {
         self.budget.over_soft_limit()
+    }
+
+    fn cache_idle(&self) -> CacheIdle {
+        self.cache_idle
     }
 
     /// A release of cudapool's own: refused while a graph capture is under way (the real

@@ -600,6 +600,7 @@ int main(int argc, char **argv) {
   if (!strcmp(scenario, "park")) return park(argc - 3, argv + 3);
   if (!strcmp(scenario, "take")) return take(argc - 3, argv + 3);
   if (!strcmp(scenario, "cache")) return cache(argc - 3, argv + 3);
+  if (!strcmp(scenario, "churn")) return churn(argc - 3, argv + 3);
   if (!strcmp(scenario, "timed")) return timed(argc - 3, argv + 3);
   int r = reuse_scenario(scenario, argc - 3, argv + 3);
   if (r >= 0) return r;

@@ -115,6 +115,29 @@ static int cache(int argc, char **argv) {
   return 0;
 }
 
+// churn N SIZE [WAIT_MS]: N rounds of an allocation of SIZE freed at once (a program that frees
+// and allocates again), prints "churned" with the stats; then, holding nothing, waits until
+// nothing is reserved (at most WAIT_MS, default 10000) and prints "rested" with the stats and
+// the milliseconds it waited ("waited_ms=").
+static int churn(int argc, char **argv) {
+  int n = argc > 0 ? atoi(argv[0]) : 20;
+  size_t size = argc > 1 ? strtoull(argv[1], NULL, 10) : (64 << 20);
+  long wait_ms = argc > 2 ? atol(argv[2]) : 10000;
+  for (int i = 0; i < n; i++) {
+    CUdeviceptr p;
+    CHECK(cu.MemAlloc(&p, size));
+    CHECK(cu.MemFree(p));
+  }
+  print_stats("churned");
+  double start = now_ns();
+  struct stats s;
+  while ((now_ns() - start) / 1e6 < wait_ms && shim_stats(dev, &s) == 0 && s.reserved > 0)
+    nanosleep(&(struct timespec){0, 20000000}, NULL);
+  printf("waited_ms=%.0f\n", (now_ns() - start) / 1e6);
+  print_stats("rested");
+  return 0;
+}
+
 // timed SIZE: one allocation, timed: "timed rc=R ms=T", then holds it until stdin closes.
 static int timed(int argc, char **argv) {
   size_t size = argc > 0 ? strtoull(argv[0], NULL, 10) : (8 << 20);

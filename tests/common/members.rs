@@ -67,6 +67,7 @@ impl Member {
                 cmd.env_remove(k);
             }
         }
+        super::cache_idle(&mut cmd);
         cmd.env("LD_LIBRARY_PATH", &f.dir)
             .env("LD_PRELOAD", &f.lib)
             .envs(env.iter().copied())

@@ -220,9 +220,18 @@ impl Run {
     }
 }
 
+/// The cache's mechanics (reuse, fences, lending, sleep) are tested with freed memory kept
+/// until pressure: every client runs under `CUDAPOOL_CACHE_IDLE=never` unless its test sets
+/// the variable (the tests of giving back do) or the runner's `CPTEST_CACHE_IDLE` names
+/// another value.
+pub fn cache_idle(cmd: &mut Command) {
+    let idle = std::env::var("CPTEST_CACHE_IDLE").unwrap_or_else(|_| "never".into());
+    cmd.env("CUDAPOOL_CACHE_IDLE", idle);
+}
+
 /// Runs `program args` with the fake driver on the library path, the shim preloaded when
 /// `shim` is set, and `env` on top of a clean `CUDAPOOL_*` environment (but for the
-/// `CUDAPOOL_SEGMENTS` the runner's `CPTEST_SEGMENTS` names).
+/// `CUDAPOOL_SEGMENTS` the runner's `CPTEST_SEGMENTS` names, and [`cache_idle`]).
 pub fn run_program(program: &Path, args: &[&str], shim: bool, env: &[(&str, &str)]) -> Run {
     let f = fixture();
     let mut cmd = Command::new(program);
@@ -237,6 +246,7 @@ pub fn run_program(program: &Path, args: &[&str], shim: bool, env: &[(&str, &str
     if let Ok(mode) = std::env::var("CPTEST_SEGMENTS") {
         cmd.env("CUDAPOOL_SEGMENTS", mode);
     }
+    cache_idle(&mut cmd);
     cmd.env("LD_LIBRARY_PATH", &f.dir);
     if shim {
         cmd.env("LD_PRELOAD", &f.lib);
@@ -341,6 +351,7 @@ pub fn chaos(args: &[&str], env: &[(&str, &str)]) -> Command {
             cmd.env_remove(k);
         }
     }
+    cache_idle(&mut cmd);
     cmd.env("LD_LIBRARY_PATH", &f.dir)
         .env("LD_PRELOAD", &f.lib)
         .envs(env.iter().copied());
@@ -423,6 +434,7 @@ pub fn script_env(cmd: &mut Command) -> &mut Command {
             cmd.env_remove(k);
         }
     }
+    cache_idle(cmd);
     cmd.env_remove("LD_PRELOAD")
         .env("LD_LIBRARY_PATH", &f.dir)
         .env("SHIM", &f.lib)

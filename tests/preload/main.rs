@@ -88,6 +88,7 @@ const MEMAPI_MODES: [&str; 3] = ["dlsym", "gpa", "gpa-ptsz"];
 mod capture;
 mod first_steps;
 mod frictions;
+mod give_back;
 mod ipc;
 mod newcomer_nvml_oom;
 mod overhead;

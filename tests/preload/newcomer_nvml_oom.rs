@@ -321,7 +321,16 @@ fn the_api_pages_worked_example_is_what_print_status_prints() {
         ],
         &f.dir,
     );
-    let r = run_program(&bin, &[], true, &[("CUDAPOOL_SEGMENTS", "expandable")]);
+    // cudapool's defaults (an empty value is unset).
+    let r = run_program(
+        &bin,
+        &[],
+        true,
+        &[
+            ("CUDAPOOL_SEGMENTS", "expandable"),
+            ("CUDAPOOL_CACHE_IDLE", ""),
+        ],
+    );
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     let mask = |l: &str| match l.find(", pid ") {
         Some(i) => format!("{}, pid N)", &l[..i]),
@@ -365,8 +374,12 @@ fn the_readmes_worked_example_is_what_the_demo_prints() {
             f.dir.join("client").to_str().unwrap(),
         ],
         false,
-        // The demo runs cudapool's default (the suite's second run would make it classic).
-        &[("CUDAPOOL_SEGMENTS", "expandable")],
+        // The demo runs cudapool's defaults (the suite's second run would make its segments
+        // classic; an empty value is unset).
+        &[
+            ("CUDAPOOL_SEGMENTS", "expandable"),
+            ("CUDAPOOL_CACHE_IDLE", ""),
+        ],
     );
     let mask = |l: &str| match l.find(", pid ") {
         Some(i) => format!("{}, pid N)", &l[..i]),

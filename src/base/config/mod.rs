@@ -9,8 +9,10 @@
 //! [`names::unknown`]: the library says each once when it becomes active, `cudapool run`
 //! refuses before it starts the program.
 
+mod cache_idle;
 pub mod names;
 mod sleep;
+pub use cache_idle::CacheIdle;
 pub use sleep::{parse_duration, SleepSettings, DURATION_FORMS};
 
 use std::fmt;
@@ -200,6 +202,8 @@ pub struct Config {
     pub group_fixed: bool,
     /// `CUDAPOOL_WAKE_TIMEOUT`, `CUDAPOOL_SLEEP_IDLE`, `CUDAPOOL_MEMORY_REQUEST`.
     pub sleep: SleepSettings,
+    /// `CUDAPOOL_CACHE_IDLE`: how long cached memory nothing reuses stays cached.
+    pub cache_idle: CacheIdle,
 }
 
 /// The characters a group name may use (`CUDAPOOL_GROUP`), and its longest length.
@@ -328,6 +332,7 @@ impl Default for Config {
             job_notes: Vec::new(),
             group_dir: None,
             group_fixed: false,
+            cache_idle: CacheIdle::DEFAULT,
         }
     }
 }
@@ -467,6 +472,10 @@ impl Config {
             };
         }
         c.sleep = SleepSettings::from_lookup(&get)?;
+        if let Some(v) = get("CUDAPOOL_CACHE_IDLE") {
+            c.cache_idle = CacheIdle::parse(&v)
+                .map_err(|why| bad("CUDAPOOL_CACHE_IDLE", &v, &why, CacheIdle::ACCEPTED))?;
+        }
         if let Some(v) = get("CUDAPOOL_GROUP_LIMIT") {
             c.group_limit = parse_device_limits(&v)
                 .map_err(|why| bad("CUDAPOOL_GROUP_LIMIT", &v, &why, SIZE_FORMS))?;

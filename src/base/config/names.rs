@@ -22,6 +22,7 @@ pub const KNOWN: &[&str] = &[
     "CUDAPOOL_WAKE_TIMEOUT",
     "CUDAPOOL_SLEEP_IDLE",
     "CUDAPOOL_MEMORY_REQUEST",
+    "CUDAPOOL_CACHE_IDLE",
     // A debug setting (README): driver calls made to fail.
     "CUDAPOOL_FAULTS",
     // `cudapool run`: where the library is, when not beside the command.

@@ -91,15 +91,15 @@ pub(super) fn magazines_serve(size: u64, rule: impl FnOnce() -> ReuseRule) -> bo
 }
 
 /// Whether a free of a block asked as `asked` bytes may go to its thread's magazine under
-/// `rule` (`over_soft_limit`: the upstream is above its soft limit); each asked only when
+/// `rule` (`keeps_nothing`: the upstream is above its soft limit, or caches nothing); each asked only when
 /// the answer still depends on it.
 #[inline]
 pub(super) fn magazines_keep(
     asked: u64,
     rule: impl FnOnce() -> ReuseRule,
-    over_soft_limit: impl FnOnce() -> bool,
+    keeps_nothing: impl FnOnce() -> bool,
 ) -> bool {
-    asked <= MAGAZINE_BLOCK && !over_soft_limit() && rule() != ReuseRule::Fenced
+    asked <= MAGAZINE_BLOCK && !keeps_nothing() && rule() != ReuseRule::Fenced
 }
 
 /// The calling thread's magazine in one pool, held where the caller keeps its per-thread state

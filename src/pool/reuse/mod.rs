@@ -52,8 +52,10 @@ use std::time::{Duration, Instant};
 
 mod check;
 mod clock;
+mod demand;
 mod magazines;
 pub use clock::{Clock, FenceId, ImmediateClock, ReuseRule};
+use demand::{Demand, Unused, MIN_UNUSED};
 pub use magazines::ThreadCache;
 use magazines::*;
 
@@ -101,7 +103,8 @@ struct Sealed {
 /// completed fence behind them (freed under one queue, or handed over): a check that the
 /// device is idle made before such a block arrived says nothing about it. Once `forgotten`
 /// (the context died), the pool holds nothing and takes nothing: a free that raced with the
-/// teardown is dropped, an allocation refused.
+/// teardown is dropped, an allocation refused. `demand` sees every allocation and free past the
+/// magazines.
 struct State {
     core: Box<dyn Core>,
     pending: Vec<Waiting>,
@@ -114,6 +117,7 @@ struct State {
     held_back: u64,
     unproven: u64,
     forgotten: bool,
+    demand: Demand,
 }
 
 /// A caching pool: a [`Core`] behind one lock, with reuse made safe by a [`Clock`], and a
@@ -144,6 +148,7 @@ impl CachingPool {
                 held_back: 0,
                 unproven: 0,
                 forgotten: false,
+                demand: Demand::default(),
             }),
         }
     }
@@ -378,6 +383,8 @@ impl CachingPool {
         if st.forgotten {
             return Err(CUDA_ERROR_INVALID_CONTEXT);
         }
+        let cached = st.core.cached() + st.held_back;
+        st.demand.on_alloc(size, cached, up.cache_idle());
         if release_first {
             self.drain_magazines(&mut st, true);
             self.collect(&mut st);
@@ -439,7 +446,9 @@ impl CachingPool {
     ) -> Result<(), CUresult> {
         let rule = self.clock.rule();
         // Fast path: into this thread's magazine, without the pool's lock unless it spills.
-        if magazines_keep(block.asked, || rule, || up.over_soft_limit()) {
+        // Above the soft limit, or with `CUDAPOOL_CACHE_IDLE=0`, nothing stays in a magazine.
+        let keeps_nothing = || up.over_soft_limit() || up.cache_idle().at_once();
+        if magazines_keep(block.asked, || rule, keeps_nothing) {
             let spilled = self.with_magazine(|m| m.push(block));
             match spilled {
                 Some(spill) if spill.is_empty() => return Ok(()),
@@ -461,6 +470,14 @@ impl CachingPool {
             return Ok(()); // the block died with its context
         }
         self.give_back(&mut st, block.ptr, rule, on);
+        if !st.demand.keeps_free(up.cache_idle(), on.is_some()) {
+            // The program does not take freed memory again lately: it goes back to the
+            // driver now, after the wait the driver's own free would have made (for the
+            // fences of this and earlier frees, and the device idle for mapped memory).
+            drop(st);
+            self.trim(up, u64::MAX);
+            return Ok(());
+        }
         if up.over_soft_limit() {
             // Above the soft limit: whatever is safe to give back goes back now.
             self.seal(&mut st);
@@ -552,7 +569,25 @@ impl Pool for CachingPool {
         }
         self.collect_waited(&mut st, &fences);
         let idle = idle && st.unproven == mark;
-        st.core.release_free_segments(up, need, idle)
+        let released = st.core.release_free_segments(up, need, idle);
+        let cached = st.core.cached() + st.held_back;
+        st.demand.released(cached);
+        released
+    }
+
+    fn release_unused(&self, up: &dyn Upstream) -> u64 {
+        let Some(window) = up.cache_idle().window() else {
+            return 0;
+        };
+        let mut st = self.lock();
+        let cached = st.core.cached() + st.held_back;
+        let unused = st.demand.window_end(cached, window, Instant::now());
+        drop(st);
+        match unused {
+            Some(Unused::All) if self.cached_bytes() > 0 => self.trim(up, u64::MAX),
+            Some(Unused::Bytes(b)) if b >= MIN_UNUSED => self.trim(up, b),
+            _ => 0,
+        }
     }
 
     fn sleep(

@@ -1,0 +1,62 @@
+//! Giving back what the program gives back (`CUDAPOOL_CACHE_IDLE`, docs/design.md): with
+//! cudapool's defaults, memory a program frees with no allocation following is back with the
+//! driver when the free returns; a loop that frees and allocates again keeps its block cached;
+//! what nothing reuses goes back once the process has been idle a window.
+
+use super::common::members::Member;
+use super::common::*;
+
+const MB64: u64 = 64 << 20;
+
+#[test]
+fn memory_a_program_gives_back_is_the_drivers_again_when_the_free_returns() {
+    // cudapool's default (an empty value is unset): four blocks freed one after another.
+    let mut m = Member::start(
+        &["cache", "4", &MB64.to_string()],
+        &[("CUDAPOOL_CACHE_IDLE", "")],
+    );
+    let c = m.line("cached");
+    assert_eq!(c["reserved"], "0", "{c:?}");
+    assert_eq!(c["cached"], "0", "{c:?}");
+    assert_eq!(c["driver_frees"], c["driver_allocs"], "{c:?}");
+    assert_eq!(m.finish(), 0);
+    // Kept until pressure, as before this setting.
+    let mut m = Member::start(
+        &["cache", "4", &MB64.to_string()],
+        &[("CUDAPOOL_CACHE_IDLE", "never")],
+    );
+    assert_eq!(m.num("cached", "reserved"), 4 * MB64);
+    assert_eq!(m.finish(), 0);
+}
+
+#[test]
+fn a_loop_keeps_its_block_and_an_idle_process_gives_it_back_after_a_window() {
+    let r = ok(client(
+        "dlsym",
+        &["churn", "50", &MB64.to_string(), "10000"],
+        &[("CUDAPOOL_CACHE_IDLE", "200ms")],
+    ));
+    let c = r.line("churned");
+    // The first rounds find the cache cold and go back; then the block stays.
+    let allocs: u64 = c["driver_allocs"].parse().unwrap();
+    assert!(allocs <= 10, "{}", r.stdout);
+    assert_eq!(c["reserved"], MB64.to_string(), "{}", r.stdout);
+    assert!(c["hits"].parse::<u64>().unwrap() >= 40, "{}", r.stdout);
+    // Idle, it goes back within a window and a tick of the idle thread (the client waits up
+    // to 10 s: a loaded machine may be slow, but never that slow).
+    let a = r.line("rested");
+    assert_eq!(a["reserved"], "0", "{}", r.stdout);
+    assert_eq!(a["driver_frees"], a["driver_allocs"], "{}", r.stdout);
+    // Never: the block stays.
+    let r = ok(client(
+        "dlsym",
+        &["churn", "50", &MB64.to_string(), "300"],
+        &[("CUDAPOOL_CACHE_IDLE", "never")],
+    ));
+    assert_eq!(
+        r.line("rested")["reserved"],
+        MB64.to_string(),
+        "{}",
+        r.stdout
+    );
+}
