@@ -23,6 +23,13 @@ done
 nvidia-smi -L >/dev/null 2>&1 || { echo "gpu-check: nvidia-smi finds no GPU: nothing to check" >&2; exit 2; }
 [ -f target/release/libcudapool.so ] || { echo "gpu-check: no target/release/libcudapool.so: run cargo build --release first" >&2; exit 2; }
 OUT=${OUT:-/tmp/cudapool-gpu-check}
+# GPU_TIER=quick: the checks every change of the library passes (build, races, the hand-over,
+# graphs, capture, giving back, sleep of 4 GiB); full (the default): everything.
+TIER=${GPU_TIER:-full}
+case $TIER in quick | full) ;; *) echo "gpu-check: GPU_TIER is quick or full, not $TIER" >&2; exit 2 ;; esac
+full() { [ "$TIER" = full ]; }
+SLEEP_GIB=20
+full || SLEEP_GIB=4
 mkdir -p "$OUT"
 LIB=$PWD/target/release/libcudapool.so
 W=$(mktemp -d)
@@ -87,9 +94,9 @@ for m in ("torch", "cupy", "jax", "numba"):
 PY
 
 # NVIDIA's samples run beside the rest (their own process, their rows merged at the end): the
-# suite then fits in about half the time.
+# suite then fits in about half the time. The quick tier leaves them out.
 SAMPLES_PID=
-if [ -z "${SKIP_SAMPLES:-}" ] && [ -d .samples/src/Samples ]; then
+if full && [ -z "${SKIP_SAMPLES:-}" ] && [ -d .samples/src/Samples ]; then
   : > "$W/samples.results"
   RESULTS="$W/samples.results" OUT="$OUT" LIB="$LIB" bash tests/gpu/samples.sh > "$W/samples.log" 2>&1 &
   SAMPLES_PID=$!
@@ -146,6 +153,7 @@ for mode in blocking nonblocking threads handoff; do
   done
 done
 
+if full; then
 echo "=== every allocation API against a 1 GiB limit, seen by nvidia-smi"
 watched "$W/idle.out" "$W/limit_apis" idle
 OVH_C=$PEAK
@@ -160,6 +168,9 @@ done
 watched "$W/api.out" "$W/limit_apis" async 128 12
 echo "(without the shim, cudaMallocAsync takes $(field granted_mib "$W/api.out") MiB: peak $PEAK MiB)"
 
+fi # quick tier
+
+if full; then
 echo "=== two processes sharing the GPU with different limits"
 (watched "$W/two1.out" shim env CUDAPOOL_MEMORY_LIMIT=1GiB "$W/limit_apis" malloc; echo "$PEAK" > "$W/two1.peak") &
 t1=$!
@@ -195,6 +206,9 @@ framework() {
     "$fw at a 2 GiB limit ($*)" "granted ${g:-?} MiB, error $e; nvidia-smi peak $PEAK MiB <= 2048 + overhead $ovh"
 }
 
+fi # quick tier
+
+if full; then
 echo "=== PyTorch"
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 $T python3 tests/gpu/train_small.py > "$W/train.plain" 2>&1
 shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 tests/gpu/train_small.py > "$W/train.shim" 2>&1
@@ -204,6 +218,9 @@ framework torch 'OutOfMemoryError|AcceleratorError.*out of memory' PYTORCH_NO_CU
 framework torch 'OutOfMemoryError' PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
 framework torch 'OutOfMemoryError' PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
+fi # quick tier
+
+if full; then
 echo "=== CuPy, JAX, Numba"
 framework cupy 'OutOfMemoryError|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY' CUPY_DUMMY=1
 # XLA's autotuner times kernels and may pick another GEMM algorithm from run to run (last-digit
@@ -212,6 +229,9 @@ framework jax 'RESOURCE_EXHAUSTED|Out of memory|out of memory' XLA_PYTHON_CLIENT
   "XLA_FLAGS=--xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true"
 framework numba 'CUDA_ERROR_OUT_OF_MEMORY|OUT_OF_MEMORY' NUMBA_DUMMY=1
 
+fi # quick tier
+
+if full; then
 echo "=== address queries and IPC of pooled blocks"
 # A block is the program's allocation: sized from cuMemGetAddressRange, a memset of all of it
 # works and leaves the neighbour block alone. Memory cudapool never handed out (pinned host
@@ -236,6 +256,9 @@ while IFS='|' read -r verdict what detail; do
 done < <(grep -E '^(PASS|FAIL) \|' "$W/ipc.txt")
 [ "$(grep -cE '^(PASS|FAIL) \|' "$W/ipc.txt")" = 4 ] || result FAIL "IPC checks ran" "$(tail -3 "$W/ipc.txt")"
 
+fi # quick tier
+
+if full; then
 echo "=== numba-cuda's own driver and IPC tests, with and without cudapool"
 # A real client's test suite as a regression gate: any test that passes without cudapool and
 # does not pass with it is a failure. Its test-only dependencies (filecheck, cffi) travel as
@@ -278,6 +301,9 @@ if ls dist/cudapool-*.whl > /dev/null 2>&1; then
     "PyTorch training under the pip-installed cudapool, losses identical" "$(tail -1 "$W/train.wheel")"
 fi
 
+fi # quick tier
+
+if full; then
 echo "=== PyTorch's memory viewer reads a cudapool snapshot"
 shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDAPOOL_HISTORY=100000 CUDAPOOL_TRACK=2 \
   python3 tests/gpu/torch_snapshot.py "$OUT" > "$W/viz.out" 2>&1
@@ -307,6 +333,9 @@ if [ "$NGPU" -ge 2 ]; then
     "$(grep '^rank' "$W/nccl_capture.out" | tr '\n' ';')"
 fi
 
+fi # quick tier
+
+if full; then
 echo "=== cudapool exporter: a PyTorch run scraped while it trains"
 if [ -x target/release/cudapool ]; then
   $T python3 tests/gpu/exporter_check.py "$PWD/target/release/cudapool" "$LIB" > "$W/exporter.out" 2>&1
@@ -317,6 +346,9 @@ else
   result FAIL "exporter" "carry target/release/cudapool too"
 fi
 
+fi # quick tier
+
+if full; then
 echo "=== NVML under cudapool: nvidia-smi and pynvml see the budget (tests/gpu/nvml_check.sh)"
 if [ -x target/release/cudapool ]; then
   $T bash tests/gpu/nvml_check.sh > "$W/nvml.out" 2>&1
@@ -328,6 +360,9 @@ else
   result FAIL "NVML" "carry target/release/cudapool too"
 fi
 
+fi # quick tier
+
+if full; then
 echo "=== the moment of OOM with PyTorch (tests/gpu/oom_check.py)"
 $T python3 tests/gpu/oom_check.py "$LIB" "$W/oom" > "$W/oom.out" 2>&1
 cat "$W/oom.out"
@@ -335,6 +370,8 @@ while read -r verdict what; do
   result "$verdict" "OOM: $what" ""
 done < <(grep -E '^(PASS|FAIL) ' "$W/oom.out" | sed 's/ \[.*//')
 cp "$W"/oom/oom_segment_plot.html "$OUT/" 2>/dev/null
+
+fi # quick tier
 
 echo "=== graph memory nodes under a limit (tests/gpu/graph_check.sh)"
 $T bash tests/gpu/graph_check.sh "$LIB" "$W/graphs" > "$W/graphs.out" 2>&1
@@ -372,14 +409,26 @@ while IFS='|' read -r verdict what detail; do
 done < <(grep -E '^(PASS|FAIL) \|' "$W/capture.out")
 grep -q '^capture check: ' "$W/capture.out" || result FAIL "capture check ran" "$(tail -3 "$W/capture.out")"
 
+if full; then
 echo "=== a group of two PyTorch processes under one limit; one killed, the other grows"
 $T python3 tests/gpu/group_check.py "$LIB" > "$W/group.out" 2>&1
 cat "$W/group.out"
 check "grep -q 'group check ok' '$W/group.out'" "two processes in one group: nvidia-smi within the group limit, a killed member's share back" \
   "$(grep -A2 '^| group limit' "$W/group.out" | tail -1)"
 
-echo "=== sleep and wake: 20 GiB to the host and back, PyTorch in each mode, cudapool sleep PID (tests/gpu/sleep/sleep_check.sh)"
-timeout 600 bash tests/gpu/sleep/sleep_check.sh "$LIB" "$W/sleep" 20 > "$W/sleep.out" 2>&1
+fi # quick tier
+
+echo "=== giving back what the program gives back, seen by nvidia-smi (tests/gpu/give_back.py)"
+$T python3 tests/gpu/give_back.py "$LIB" > "$W/give_back.out" 2>&1
+cat "$W/give_back.out"
+cp "$W/give_back.out" "$OUT/give-back.txt"
+while IFS='|' read -r verdict what detail; do
+  result "$(echo $verdict)" "$(echo $what)" "$(echo $detail)"
+done < <(grep -E '^(PASS|FAIL) \|' "$W/give_back.out")
+grep -qE '^(PASS|FAIL) \|' "$W/give_back.out" || result FAIL "give-back check ran" "$(tail -3 "$W/give_back.out")"
+
+echo "=== sleep and wake: $SLEEP_GIB GiB to the host and back, PyTorch in each mode, cudapool sleep PID (tests/gpu/sleep/sleep_check.sh)"
+timeout 600 bash tests/gpu/sleep/sleep_check.sh "$LIB" "$W/sleep" "$SLEEP_GIB" > "$W/sleep.out" 2>&1
 cat "$W/sleep.out"
 cp "$W/sleep.out" "$OUT/sleep-check.txt"
 while read -r verdict rest; do
@@ -388,7 +437,9 @@ done < <(grep -E '^(PASS|FAIL) ' "$W/sleep.out")
 grep -q '^PASS' "$W/sleep.out" || result FAIL "sleep check ran" "$(tail -3 "$W/sleep.out")"
 
 echo "=== NVIDIA's CUDA samples, with and without cudapool (tests/gpu/samples.sh, run beside the rest)"
-if [ -n "${SKIP_SAMPLES:-}" ]; then
+if ! full; then
+  echo "not in the quick tier"
+elif [ -n "${SKIP_SAMPLES:-}" ]; then
   echo "skipped (SKIP_SAMPLES is set; run tests/gpu/samples.sh on its own)"
 elif [ -n "$SAMPLES_PID" ]; then
   wait "$SAMPLES_PID"
@@ -411,7 +462,7 @@ echo "$passed passed, $failed failed"
 commit=${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 {
   echo "commit $commit"
-  echo "# scripts/gpu-check.sh$([ -n "${SKIP_SAMPLES:-}" ] && echo ' (SKIP_SAMPLES=1)'), $(date -u +%Y-%m-%d), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | sed 's/, / driver /')$([ "$NGPU" -ge 2 ] && echo " x$NGPU"), $((SECONDS - START)) s"
+  echo "# scripts/gpu-check.sh, $TIER tier$([ -n "${SKIP_SAMPLES:-}" ] && echo ' (SKIP_SAMPLES=1)'), $(date -u +%Y-%m-%d), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | sed 's/, / driver /')$([ "$NGPU" -ge 2 ] && echo " x$NGPU"), $((SECONDS - START)) s"
   cat "$RESULTS"
   echo "$passed passed, $failed failed"
 } > "$OUT/check.txt"

@@ -1,0 +1,137 @@
+"""Giving back what the program gives back (docs/design.md, Giving back), seen from another
+process: each scenario runs without cudapool, under cudapool's defaults and under
+CUDAPOOL_CACHE_IDLE=never, and nvidia-smi (a process of its own) reads the scenario's GPU
+memory at each step. Prints one row per step and a PASS/FAIL line per check.
+
+  python3 tests/gpu/give_back.py LIB
+
+Scenarios (a child process each; it says a step, then waits for the parent to read):
+  torch-on   PyTorch's cache on: a 1 GiB tensor; del + torch.cuda.empty_cache(); a new 512 MiB
+  torch-off  PYTORCH_NO_CUDA_MEMORY_CACHING=1: 300 steps of tensors made and freed (256 MiB
+             stay live), then idle for 4 s
+  cupy       CuPy's pool: a 1 GiB array; del + free_all_blocks()
+"""
+import os
+import subprocess
+import sys
+import time
+
+LIB = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else None
+MIB = 1 << 20
+
+CHILD = r'''
+import os, sys
+def step(name, free=None):
+    extra = "" if free is None else " free=%d" % free
+    print("step %s%s" % (name, extra), flush=True)
+    sys.stdin.readline()
+what = sys.argv[1]
+if what.startswith("torch"):
+    import torch
+    torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+    info = lambda: torch.cuda.mem_get_info()[0]
+    step("start", info())
+    if what == "torch-on":
+        x = torch.empty(1 << 30, dtype=torch.int8, device="cuda"); torch.cuda.synchronize()
+        step("holding 1 GiB", info())
+        del x; torch.cuda.empty_cache()
+        step("after empty_cache", info())
+        y = torch.empty(512 << 20, dtype=torch.int8, device="cuda"); torch.cuda.synchronize()
+        step("a new 512 MiB", info())
+    else:
+        keep = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+        for i in range(300):
+            t = [torch.empty((1 + (i * 7 + k) % 13) << 20, dtype=torch.int8, device="cuda") for k in range(8)]
+            s = sum(float(a.sum()) for a in t[:1])
+            del t
+        torch.cuda.synchronize()
+        step("churned, 256 MiB live", info())
+        import time; time.sleep(4)
+        step("idle 4 s", info())
+else:
+    import cupy
+    a = cupy.empty(1 << 30, dtype=cupy.int8); cupy.cuda.runtime.deviceSynchronize()
+    step("holding 1 GiB", cupy.cuda.runtime.memGetInfo()[0])
+    del a; cupy.get_default_memory_pool().free_all_blocks()
+    step("after free_all_blocks", cupy.cuda.runtime.memGetInfo()[0])
+'''
+
+
+def smi(pid):
+    """(this process's MiB, the device's free MiB), read by nvidia-smi."""
+    apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                           "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout
+    mine = sum(int(u) for p, u in (l.split(", ") for l in apps.strip().splitlines() if l) if int(p) == pid)
+    free = int(subprocess.run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits",
+                               "-i", "0"], capture_output=True, text=True).stdout.split()[0])
+    return mine, free
+
+
+def run(scenario, env):
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    e.update(env)
+    if scenario == "torch-off":
+        e["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+    p = subprocess.Popen([sys.executable, "-c", CHILD, scenario], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, env=e)
+    rows = []
+    for line in p.stdout:
+        if not line.startswith("step "):
+            continue
+        parts = line.split()
+        free_api = int(parts[-1].split("=")[1]) // MIB
+        name = " ".join(parts[1:-1])
+        mine, free_smi = smi(p.pid)
+        rows.append((name, mine, free_api, free_smi))
+        p.stdin.write("\n")
+        p.stdin.flush()
+    p.wait()
+    return rows
+
+
+def main():
+    sides = [("without", {})]
+    if LIB:
+        sides += [("default", {"LD_PRELOAD": LIB}),
+                  ("never", {"LD_PRELOAD": LIB, "CUDAPOOL_CACHE_IDLE": "never"})]
+    ok = True
+    for scenario in ["torch-on", "torch-off", "cupy"]:
+        got = {side: run(scenario, env) for side, env in sides}
+        print(f"--- {scenario}: the process's MiB by nvidia-smi (cuMemGetInfo free - nvidia-smi free, MiB)")
+        print("step | " + " | ".join(s for s, _ in sides))
+        base = got["without"]
+        for i, (name, *_r) in enumerate(base):
+            cells = []
+            for side, _ in sides:
+                if i < len(got[side]):
+                    _, mine, fa, fs = got[side][i]
+                    cells.append(f"{mine} ({fa - fs:+d})")
+                else:
+                    cells.append("-")
+            print(f"{name} | " + " | ".join(cells))
+        if not LIB:
+            continue
+        d = got["default"]
+        if len(d) != len(base):
+            print(f"FAIL | give-back {scenario} | the scenario ended early under cudapool")
+            ok = False
+            continue
+        # The steps after a program gave memory back: within one granule (2 MiB) of the
+        # figure without cudapool; what the process is told is free agrees with nvidia-smi
+        # as it does without cudapool (2 MiB).
+        for i, (name, mine, fa, fs) in enumerate(d):
+            if not ("after" in name or "idle" in name or "new" in name):
+                continue
+            extra = mine - base[i][1]
+            skew = (fa - fs) - (base[i][2] - base[i][3])
+            good = extra <= 2 and abs(skew) <= 2
+            ok &= good
+            print(f"{'PASS' if good else 'FAIL'} | give-back {scenario}, {name} | "
+                  f"{mine} MiB against {base[i][1]} without cudapool ({extra:+d}); "
+                  f"cuMemGetInfo agrees with nvidia-smi to {skew:+d} MiB of the figure without cudapool")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
