@@ -139,11 +139,13 @@ done
 echo "=== the hand-over: with two queues busy, a fenced block is reused in stream order, no host wait"
 # The debug log names each fence handed over and each queue's wait for it; the race must also
 # stay intact. One-queue modes (legacy, late, switch, return) reuse without a fence: not here.
+# The programs free a few blocks once: kept until pressure (CUDAPOOL_CACHE_IDLE=never), so that
+# their reuse, not a release, is what runs.
 for mode in blocking nonblocking threads handoff; do
   bin="$W/race"
   case $mode in threads | handoff) bin="$W/race_ptds" ;; esac
   for seg in classic expandable; do
-    shim env CUDAPOOL_POOL=split CUDAPOOL_SEGMENTS=$seg CUDAPOOL_LOG=debug "$bin" $mode > "$W/race.out" 2>&1
+    shim env CUDAPOOL_POOL=split CUDAPOOL_SEGMENTS=$seg CUDAPOOL_LOG=debug CUDAPOOL_CACHE_IDLE=never "$bin" $mode > "$W/race.out" 2>&1
     rc=$?
     handed=$(grep -c 'handed over' "$W/race.out")
     device=$(grep -c 'handed-over fence (on the device)' "$W/race.out")

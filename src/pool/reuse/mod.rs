@@ -470,7 +470,10 @@ impl CachingPool {
             return Ok(()); // the block died with its context
         }
         self.give_back(&mut st, block.ptr, rule, on);
-        if !st.demand.keeps_free(up.cache_idle(), on.is_some()) {
+        // A free made during a capture may be named by the graph being captured: it stays,
+        // like a stream-ordered free, until a window without allocations ends.
+        let ordered = on.is_some() || crate::base::flags::capturing_somewhere();
+        if !st.demand.keeps_free(up.cache_idle(), ordered) {
             // The program does not take freed memory again lately: it goes back to the
             // driver now, after the wait the driver's own free would have made (for the
             // fences of this and earlier frees, and the device idle for mapped memory).
