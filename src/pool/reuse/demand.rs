@@ -108,10 +108,6 @@ impl Demand {
     }
 }
 
-/// Cached memory nothing took during a window that is worth a release (one granule of mapped
-/// memory): less stays until the pool serves no allocation for a whole window.
-pub(super) const MIN_UNUSED: u64 = 2 << 20;
-
 #[cfg(test)]
 mod tests {
     use super::*;

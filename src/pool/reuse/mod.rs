@@ -42,7 +42,7 @@
 use super::core::{Core, Forgotten, Lane, READY};
 use super::handed::{Grant, Held, Taken};
 use super::types::{BlockSpan, BlockState, Mapped, Pool, SegmentView, StreamKey, Upstream};
-use crate::base::config::PoolKind;
+use crate::base::config::{CacheIdle, PoolKind};
 use crate::base::cu::{CUresult, DevPtr, CUDA_ERROR_INVALID_CONTEXT};
 use crate::base::sync::lock;
 use std::collections::VecDeque;
@@ -55,7 +55,7 @@ mod clock;
 mod demand;
 mod magazines;
 pub use clock::{Clock, FenceId, ImmediateClock, ReuseRule};
-use demand::{Demand, Unused, MIN_UNUSED};
+use demand::{Demand, Unused};
 pub use magazines::ThreadCache;
 use magazines::*;
 
@@ -470,9 +470,12 @@ impl CachingPool {
             return Ok(()); // the block died with its context
         }
         self.give_back(&mut st, block.ptr, rule, on);
-        // A free made during a capture may be named by the graph being captured: it stays,
-        // like a stream-ordered free, until a window without allocations ends.
-        let ordered = on.is_some() || crate::base::flags::capturing_somewhere();
+        // A process that captured a graph keeps its freed memory until pressure (the graph
+        // may name a freed block at each replay); a stream-ordered free waits for the window.
+        if crate::base::flags::ever_captured() {
+            st.demand.keeps_free(CacheIdle::Never, true);
+        }
+        let ordered = on.is_some() || crate::base::flags::ever_captured();
         if !st.demand.keeps_free(up.cache_idle(), ordered) {
             // The program does not take freed memory again lately: it goes back to the
             // driver now, after the wait the driver's own free would have made (for the
@@ -582,13 +585,18 @@ impl Pool for CachingPool {
         let Some(window) = up.cache_idle().window() else {
             return 0;
         };
+        if crate::base::flags::ever_captured() {
+            return 0;
+        }
         let mut st = self.lock();
         let cached = st.core.cached() + st.held_back;
         let unused = st.demand.window_end(cached, window, Instant::now());
         drop(st);
         match unused {
             Some(Unused::All) if self.cached_bytes() > 0 => self.trim(up, u64::MAX),
-            Some(Unused::Bytes(b)) if b >= MIN_UNUSED => self.trim(up, b),
+            // What a busy pool held unused through a window (its low-water mark) stays: given
+            // back, BERT's steps took it from the driver again every window (0.855 of the
+            // release's speed on an H200, docs/design.md).
             _ => 0,
         }
     }

@@ -89,7 +89,7 @@ fn a_stream_ordered_free_stays_until_its_window_ends() {
 }
 
 #[test]
-fn what_nothing_took_during_a_window_goes_back_at_its_end() {
+fn a_window_with_no_allocation_gives_everything_back_a_busy_one_nothing() {
     let window = Duration::from_millis(40);
     for (what, p, up) in pools() {
         let up = up.with_cache_idle(CacheIdle::After(window));
@@ -108,14 +108,13 @@ fn what_nothing_took_during_a_window_goes_back_at_its_end() {
             let g = p.alloc(64 * MIB, &up).unwrap();
             p.free(g.held(64 * MIB), &up).unwrap();
         }
-        // At least the two blocks nothing took (an arena's free run goes whole: its three
-        // blocks have coalesced into one).
-        let released = p.release_unused(&up);
-        assert!(released >= 128 * MIB, "{what}: {released} released");
-        assert_eq!(up.outstanding().1, 192 * MIB - released, "{what}");
+        // A busy pool keeps what it held (giving back its low-water mark made BERT's steps
+        // take memory from the driver again every window).
+        assert_eq!(p.release_unused(&up), 0, "{what}: busy");
+        assert_eq!(up.outstanding().1, 192 * MIB, "{what}");
         // A window with no allocation at all: everything goes.
         std::thread::sleep(window);
-        assert_eq!(p.release_unused(&up), 192 * MIB - released, "{what}: idle");
+        assert_eq!(p.release_unused(&up), 192 * MIB, "{what}: idle");
         assert_eq!(up.outstanding().1, 0, "{what}");
         p.check().unwrap();
     }
