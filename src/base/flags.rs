@@ -34,7 +34,7 @@ const BEGIN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 /// that blocks in the driver (a host wait), which the driver admitted before the capture.
 /// [`capture_ended`] undoes it, also when the begin failed.
 pub fn capture_beginning() {
-    CAPTURED.store(true, SeqCst);
+    let _ = HERE.try_with(|n| n.set(n.get() + 1));
     CAPTURES.fetch_add(1, SeqCst);
     let start = std::time::Instant::now();
     while OWN_CALLS.load(SeqCst) > 0 && start.elapsed() < BEGIN_PATIENCE {
@@ -43,17 +43,19 @@ pub fn capture_beginning() {
 }
 
 pub fn capture_ended() {
+    let _ = HERE.try_with(|n| n.set(n.get().saturating_sub(1)));
     let _ = CAPTURES.fetch_update(SeqCst, SeqCst, |n| Some((n - 1).max(0)));
 }
 
-/// Set at the first capture of the process, never cleared.
-static CAPTURED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+thread_local! {
+    /// Captures the calling thread began and has not ended.
+    static HERE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
 
-/// Whether the process has ever begun a graph capture. A graph may name blocks freed during or
-/// after its capture and still use them at each replay: cudapool then gives freed memory back
-/// only under pressure, never by its idle rules (docs/design.md, Giving back).
-pub fn ever_captured() -> bool {
-    CAPTURED.load(std::sync::atomic::Ordering::Relaxed)
+/// Whether the calling thread began a graph capture it has not ended (a block it frees now
+/// may be named by the graph: `state::pooled` keeps it for the graph).
+pub fn capturing_here() -> bool {
+    HERE.try_with(|n| n.get() > 0).unwrap_or(false)
 }
 
 /// Whether a graph capture is under way anywhere in the process.

@@ -199,6 +199,14 @@ impl Shim {
         let budget = self.budget(live.device);
         let ops = budget.on_free(live.bytes(), Some(live.holder));
         let result = match live.origin {
+            // A block the capturing thread frees while its capture is under way may be named by
+            // the graph at every replay (PyTorch with its cache off frees a capture's
+            // temporaries inside it): it stays the graph's, in use in the pool, never reused
+            // nor given back (docs/design.md, Giving back).
+            Origin::Pool if crate::base::flags::capturing_here() => {
+                log_at!(Debug, "free {ptr:#x} during a capture: kept for the graph");
+                CUDA_SUCCESS
+            }
             Origin::Pool => {
                 if self.tools_see_blocks() {
                     nvtx::block_released(ptr);

@@ -158,8 +158,40 @@ static int capture_breaks(void) {
   return 0;
 }
 
+// A capture's temporary: the capturing thread allocates a block, captures work on it and frees
+// it before the capture ends (PyTorch with its cache off does this); the graph names the block
+// at every replay, so cudapool must neither reuse it nor give it back. Prints the stats as
+// "during" (after the capture), "after" (an idle wait) and "reclaimed" (after cudapool_reclaim),
+// then "kept reused=" for a new allocation of the same size.
+static int capture_free(void) {
+  void *s;
+  CHECK(cu.StreamCreate(&s, 0));
+  CUdeviceptr warm, tmp, b;
+  CHECK(cu.MemAlloc(&warm, 64 * MIB));
+  CHECK(cu.BeginCapture(s, RELAXED));
+  CHECK(cu.MemAlloc(&tmp, 64 * MIB));
+  touch(s, tmp, 4096, 1);
+  CHECK(cu.MemFree(tmp));
+  void *graph = NULL;
+  CHECK(cu.EndCapture(s, &graph));
+  print_stats("during");
+  // Past an idle window of CUDAPOOL_CACHE_IDLE (the test sets 100ms).
+  nanosleep(&(struct timespec){0, 500000000}, NULL);
+  print_stats("after");
+  // A reclaim gives back everything cached, waiting for its fences.
+  size_t (*reclaim)(int) = (size_t(*)(int))dlsym(RTLD_DEFAULT, "cudapool_reclaim");
+  if (reclaim) reclaim(-1);
+  print_stats("reclaimed");
+  CHECK(cu.MemAlloc(&b, 64 * MIB));
+  printf("kept reused=%d\n", b == tmp);
+  CHECK(cu.MemFree(b));
+  CHECK(cu.MemFree(warm));
+  return 0;
+}
+
 int capture_scenario(const char *name, int argc, char **argv) {
   if (!strcmp(name, "capture")) return capture(argc, argv);
   if (!strcmp(name, "capture_breaks")) return capture_breaks();
+  if (!strcmp(name, "capture_free")) return capture_free();
   return -1;
 }

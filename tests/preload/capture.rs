@@ -76,3 +76,27 @@ fn a_program_that_breaks_its_own_capture_gets_the_drivers_error_unchanged() {
         );
     }
 }
+
+/// A capture's temporary (allocated and freed by the capturing thread inside the capture, as
+/// PyTorch with its cache off does) is named by the graph at every replay: it is neither reused
+/// nor given back, whatever `CUDAPOOL_CACHE_IDLE` says (on an H200, giving it back made the
+/// graph's replay fail with an illegal address).
+#[test]
+fn a_block_freed_inside_its_capture_stays_the_graphs() {
+    for pool in CACHING {
+        for idle in ["100ms", "0", "never"] {
+            let r = ok(client(
+                "gpa",
+                &["capture_free"],
+                &[("CUDAPOOL_POOL", pool), ("CUDAPOOL_CACHE_IDLE", idle)],
+            ));
+            let k = r.line("kept");
+            let what = format!("{pool}, CUDAPOOL_CACHE_IDLE={idle}: {}", r.stdout);
+            assert_eq!(k["reused"], "0", "{what}");
+            for tag in ["during", "after", "reclaimed"] {
+                let reserved: u64 = r.line(tag)["reserved"].parse().unwrap();
+                assert!(reserved >= 128 << 20, "{tag}: {what}");
+            }
+        }
+    }
+}

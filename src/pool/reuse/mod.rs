@@ -42,7 +42,7 @@
 use super::core::{Core, Forgotten, Lane, READY};
 use super::handed::{Grant, Held, Taken};
 use super::types::{BlockSpan, BlockState, Mapped, Pool, SegmentView, StreamKey, Upstream};
-use crate::base::config::{CacheIdle, PoolKind};
+use crate::base::config::PoolKind;
 use crate::base::cu::{CUresult, DevPtr, CUDA_ERROR_INVALID_CONTEXT};
 use crate::base::sync::lock;
 use std::collections::VecDeque;
@@ -470,13 +470,7 @@ impl CachingPool {
             return Ok(()); // the block died with its context
         }
         self.give_back(&mut st, block.ptr, rule, on);
-        // A process that captured a graph keeps its freed memory until pressure (the graph
-        // may name a freed block at each replay); a stream-ordered free waits for the window.
-        if crate::base::flags::ever_captured() {
-            st.demand.keeps_free(CacheIdle::Never, true);
-        }
-        let ordered = on.is_some() || crate::base::flags::ever_captured();
-        if !st.demand.keeps_free(up.cache_idle(), ordered) {
+        if !st.demand.keeps_free(up.cache_idle(), on.is_some()) {
             // The program does not take freed memory again lately: it goes back to the
             // driver now, after the wait the driver's own free would have made (for the
             // fences of this and earlier frees, and the device idle for mapped memory).
@@ -585,9 +579,6 @@ impl Pool for CachingPool {
         let Some(window) = up.cache_idle().window() else {
             return 0;
         };
-        if crate::base::flags::ever_captured() {
-            return 0;
-        }
         let mut st = self.lock();
         let cached = st.core.cached() + st.held_back;
         let unused = st.demand.window_end(cached, window, Instant::now());
