@@ -420,8 +420,8 @@ check "grep -q 'group check ok' '$W/group.out'" "two processes in one group: nvi
 
 fi # quick tier
 
-echo "=== giving back what the program gives back, seen by nvidia-smi (tests/gpu/give_back.py)"
-$T python3 tests/gpu/give_back.py "$LIB" > "$W/give_back.out" 2>&1
+echo "=== giving back what the program gives back, seen by nvidia-smi (tests/gpu/give_back/check.py)"
+$T python3 tests/gpu/give_back/check.py "$LIB" > "$W/give_back.out" 2>&1
 cat "$W/give_back.out"
 cp "$W/give_back.out" "$OUT/give-back.txt"
 while IFS='|' read -r verdict what detail; do

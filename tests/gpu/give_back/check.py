@@ -3,7 +3,7 @@ process: each scenario runs without cudapool, under cudapool's defaults and unde
 CUDAPOOL_CACHE_IDLE=never, and nvidia-smi (a process of its own) reads the scenario's GPU
 memory at each step. Prints one row per step and a PASS/FAIL line per check.
 
-  python3 tests/gpu/give_back.py LIB
+  python3 tests/gpu/give_back/check.py LIB
 
 Scenarios (a child process each; it says a step, then waits for the parent to read):
   torch-on   PyTorch's cache on: a 1 GiB tensor; del + torch.cuda.empty_cache(); a new 512 MiB
