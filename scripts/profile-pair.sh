@@ -13,7 +13,7 @@ D=target/tmp/preload
 [ -x "$D/client_linked" ] || { echo "profile-pair: run cargo test first (it builds $D)" >&2; exit 1; }
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-(cd "$D" && LD_LIBRARY_PATH=. LD_PRELOAD="$PWD/../../release/libcudapool.so" \
+(cd "$D" && LD_LIBRARY_PATH=. LD_PRELOAD="${PAIR_LIB:-$PWD/../../release/libcudapool.so}" \
   valgrind --tool=callgrind --callgrind-out-file="$out" ./client_linked link pairs 4096 "$N" >/dev/null 2>&1)
 callgrind_annotate --inclusive=yes "$out" 2>/dev/null | awk -v n="$N" '
   # Each line is FILE:FUNCTION [OBJECT]; inlined code shows a function under several files,

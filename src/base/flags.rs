@@ -35,6 +35,7 @@ const BEGIN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 /// [`capture_ended`] undoes it, also when the begin failed.
 pub fn capture_beginning() {
     let _ = HERE.try_with(|n| n.set(n.get() + 1));
+    let _ = SERIAL.try_with(|n| n.set(n.get() + 1));
     CAPTURES.fetch_add(1, SeqCst);
     let start = std::time::Instant::now();
     while OWN_CALLS.load(SeqCst) > 0 && start.elapsed() < BEGIN_PATIENCE {
@@ -50,11 +51,27 @@ pub fn capture_ended() {
 thread_local! {
     /// Captures the calling thread began and has not ended.
     static HERE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// Captures the calling thread began, ever: names the one under way.
+    static SERIAL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The number of the calling thread's latest capture (its captures counted from 1).
+pub fn capture_serial() -> u64 {
+    SERIAL.try_with(|n| n.get()).unwrap_or(0)
 }
 
 /// Whether the calling thread began a graph capture it has not ended (a block it frees now
 /// may be named by the graph: `state::pooled` keeps it for the graph).
+#[inline]
 pub fn capturing_here() -> bool {
+    // One load when no capture is under way anywhere (the free's hot path): the thread-local
+    // is read out of line, so its address is not computed on every free.
+    capturing_somewhere() && began_here()
+}
+
+#[cold]
+#[inline(never)]
+fn began_here() -> bool {
     HERE.try_with(|n| n.get() > 0).unwrap_or(false)
 }
 

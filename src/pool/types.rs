@@ -228,14 +228,6 @@ pub trait Pool: Send + Sync {
     fn reclaim(&self, up: &dyn Upstream) -> u64 {
         self.trim(up, u64::MAX)
     }
-    /// Gives back cached memory that nothing took during the last window of
-    /// [`Upstream::cache_idle`] (all of it when the pool served no allocation in that window),
-    /// waiting for fences as [`trim`](Self::trim) does; called now and then by a thread of the
-    /// caller's, never on a program's call. Returns the bytes released.
-    fn release_unused(&self, up: &dyn Upstream) -> u64 {
-        let _ = up;
-        0
-    }
     /// Gives back free segments that are ready now (no waiting for a fence, nor for the
     /// device) until at least `need` bytes went back; returns the bytes released. For lending
     /// idle cache to another process of a group.

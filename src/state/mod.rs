@@ -28,6 +28,7 @@
 
 pub mod budgets;
 mod cache_idle;
+mod captured;
 pub mod clock;
 pub mod contexts;
 pub mod counted;

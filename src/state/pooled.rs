@@ -24,7 +24,19 @@ impl Shim {
     /// `cuMemAlloc`: a pooled block of `size` (> 0) bytes in the current context.
     pub fn mem_alloc(&self, size: u64) -> Result<DevPtr, CUresult> {
         super::sleep::wake_for_alloc()?;
+        if crate::base::flags::capturing_here() {
+            return self.alloc_in_capture(size);
+        }
         self.with_current_pool(|ctx, cp, mine| self.alloc_in(ctx, cp, mine, size, None))?
+    }
+
+    /// `cuMemAlloc` inside the calling thread's own capture: first what the capture freed.
+    #[cold]
+    fn alloc_in_capture(&self, size: u64) -> Result<DevPtr, CUresult> {
+        self.with_current_pool(|ctx, cp, mine| match self.reuse_for_graph(ctx, size) {
+            Some(p) => Ok(p),
+            None => self.alloc_in(ctx, cp, mine, size, None),
+        })?
     }
 
     /// `cuMemAllocAsync` of `size` (> 0) bytes on `stream` (as the program passed it; `ptsz`
@@ -200,11 +212,9 @@ impl Shim {
         let ops = budget.on_free(live.bytes(), Some(live.holder));
         let result = match live.origin {
             // A block the capturing thread frees while its capture is under way may be named by
-            // the graph at every replay (PyTorch with its cache off frees a capture's
-            // temporaries inside it): it stays the graph's, in use in the pool, never reused
-            // nor given back (docs/design.md, Giving back).
+            // the graph at every replay: it stays the graph's (`captured`).
             Origin::Pool if crate::base::flags::capturing_here() => {
-                log_at!(Debug, "free {ptr:#x} during a capture: kept for the graph");
+                self.keep_for_graph(ptr, live);
                 CUDA_SUCCESS
             }
             Origin::Pool => {
@@ -217,6 +227,9 @@ impl Shim {
                     .map(|(s, ptsz)| clock::resolve(s, ptsz))
                     .filter(|&s| !clock::capturing(self.driver, s))
                     .map(clock::key);
+                // Above the soft limit, or with CUDAPOOL_CACHE_IDLE=0, nothing stays in a
+                // thread's cache.
+                let keep_nothing = budget.over_soft_limit() || self.config.cache_idle.at_once();
                 let freed = self.with_pool_of(live.ctx, |cp, mine| {
                     let block = Held {
                         ptr,
@@ -224,7 +237,6 @@ impl Shim {
                         size: live.handed,
                     };
                     // The thread's own cache first, where the pool would keep it anyway.
-                    let keep_nothing = budget.over_soft_limit() || self.config.cache_idle.at_once();
                     let block = match mine.map(|m| m.keep(block, keep_nothing)) {
                         Some(Ok(())) => return Ok(()),
                         Some(Err(block)) => block,
@@ -331,7 +343,7 @@ impl Shim {
             tools: self.tools_see_blocks(),
             history: self.history.on().then_some((&self.history, dev)),
             sleep: &self.sleep,
-            cache_idle: self.config.cache_idle,
+            cache_idle: &self.config.cache_idle,
         }
     }
 
@@ -356,7 +368,7 @@ pub struct DriverUpstream<'a> {
     /// What is asleep: a release of asleep memory only drops its host copy.
     sleep: &'a super::sleep::Sleep,
     /// `CUDAPOOL_CACHE_IDLE`.
-    cache_idle: CacheIdle,
+    cache_idle: &'a CacheIdle,
 }
 
 impl Upstream for DriverUpstream<'_> {
@@ -407,7 +419,7 @@ impl Upstream for DriverUpstream<'_> {
     }
 
     fn cache_idle(&self) -> CacheIdle {
-        self.cache_idle
+        *self.cache_idle
     }
 
     /// A release of cudapool's own: refused while a graph capture is under way (the real

@@ -588,6 +588,11 @@ impl DeviceBudget {
             .store(self.reserved.load(Relaxed), Relaxed);
     }
 
+    /// Allocation calls so far, every thread's (a sum over the threads' lines).
+    pub fn alloc_calls(&self) -> u64 {
+        self.lines.sum(ALLOCS)
+    }
+
     /// The counters now; `cached` is supplied by the pools of this device.
     pub fn stats(&self, cached: u64) -> DeviceStats {
         let allocated = self.allocated();

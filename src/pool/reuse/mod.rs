@@ -55,7 +55,7 @@ mod clock;
 mod demand;
 mod magazines;
 pub use clock::{Clock, FenceId, ImmediateClock, ReuseRule};
-use demand::{Demand, Unused};
+use demand::Demand;
 pub use magazines::ThreadCache;
 use magazines::*;
 
@@ -383,8 +383,7 @@ impl CachingPool {
         if st.forgotten {
             return Err(CUDA_ERROR_INVALID_CONTEXT);
         }
-        let cached = st.core.cached() + st.held_back;
-        st.demand.on_alloc(size, cached, up.cache_idle());
+        st.demand.on_alloc(up.cache_idle());
         if release_first {
             self.drain_magazines(&mut st, true);
             self.collect(&mut st);
@@ -569,27 +568,7 @@ impl Pool for CachingPool {
         }
         self.collect_waited(&mut st, &fences);
         let idle = idle && st.unproven == mark;
-        let released = st.core.release_free_segments(up, need, idle);
-        let cached = st.core.cached() + st.held_back;
-        st.demand.released(cached);
-        released
-    }
-
-    fn release_unused(&self, up: &dyn Upstream) -> u64 {
-        let Some(window) = up.cache_idle().window() else {
-            return 0;
-        };
-        let mut st = self.lock();
-        let cached = st.core.cached() + st.held_back;
-        let unused = st.demand.window_end(cached, window, Instant::now());
-        drop(st);
-        match unused {
-            Some(Unused::All) if self.cached_bytes() > 0 => self.trim(up, u64::MAX),
-            // What a busy pool held unused through a window (its low-water mark) stays: given
-            // back, BERT's steps took it from the driver again every window (0.855 of the
-            // release's speed on an H200, docs/design.md).
-            _ => 0,
-        }
+        st.core.release_free_segments(up, need, idle)
     }
 
     fn sleep(

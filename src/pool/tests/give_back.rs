@@ -1,6 +1,6 @@
 //! Giving back what the program gives back (`CUDAPOOL_CACHE_IDLE`, docs/design.md): a free
 //! that finds the cache cold goes back to the upstream at once, a free-and-allocate loop keeps
-//! its memory cached, and what nothing took during a window goes back at its end.
+//! its memory cached. (An idle process's cache: `state::cache_idle` and the preload tests.)
 
 use super::*;
 use crate::base::config::CacheIdle;
@@ -71,9 +71,8 @@ fn never_keeps_every_free_and_zero_keeps_none() {
 }
 
 #[test]
-fn a_stream_ordered_free_stays_until_its_window_ends() {
-    let up = FakeUpstream::unlimited(1 << 40)
-        .with_cache_idle(CacheIdle::After(Duration::from_millis(30)));
+fn a_stream_ordered_free_stays_cached() {
+    let up = FakeUpstream::unlimited(1 << 40).with_cache_idle(MINUTE);
     let (p, _) = pool(PoolKind::Split, ReuseRule::Fenced);
     let g = p.alloc_on(64 * MIB, 7, &up).unwrap();
     p.free_on(g.held(64 * MIB), 7, &up).unwrap();
@@ -82,40 +81,6 @@ fn a_stream_ordered_free_stays_until_its_window_ends() {
         64 * MIB,
         "an ordered free never waits for the device"
     );
-    assert_eq!(p.release_unused(&up), 0, "the first tick begins a window");
-    std::thread::sleep(Duration::from_millis(40));
-    assert_eq!(p.release_unused(&up), 64 * MIB);
+    assert_eq!(p.reclaim(&up), 64 * MIB, "the idle thread's reclaim");
     assert_eq!(up.outstanding().1, 0);
-}
-
-#[test]
-fn a_window_with_no_allocation_gives_everything_back_a_busy_one_nothing() {
-    let window = Duration::from_millis(40);
-    for (what, p, up) in pools() {
-        let up = up.with_cache_idle(CacheIdle::After(window));
-        // Warm: a loop of three blocks, then all three cached.
-        for _ in 0..5 {
-            let g: Vec<_> = (0..3).map(|_| p.alloc(64 * MIB, &up).unwrap()).collect();
-            for g in g {
-                p.free(g.held(64 * MIB), &up).unwrap();
-            }
-        }
-        assert_eq!(up.outstanding().1, 192 * MIB, "{what}: warm, all cached");
-        p.release_unused(&up);
-        // During the window one block at a time is used: two are never taken.
-        let end = std::time::Instant::now() + window;
-        while std::time::Instant::now() < end {
-            let g = p.alloc(64 * MIB, &up).unwrap();
-            p.free(g.held(64 * MIB), &up).unwrap();
-        }
-        // A busy pool keeps what it held (giving back its low-water mark made BERT's steps
-        // take memory from the driver again every window).
-        assert_eq!(p.release_unused(&up), 0, "{what}: busy");
-        assert_eq!(up.outstanding().1, 192 * MIB, "{what}");
-        // A window with no allocation at all: everything goes.
-        std::thread::sleep(window);
-        assert_eq!(p.release_unused(&up), 192 * MIB, "{what}: idle");
-        assert_eq!(up.outstanding().1, 0, "{what}");
-        p.check().unwrap();
-    }
 }
