@@ -24,7 +24,8 @@ nvidia-smi -L >/dev/null 2>&1 || { echo "gpu-check: nvidia-smi finds no GPU: not
 [ -f target/release/libcudapool.so ] || { echo "gpu-check: no target/release/libcudapool.so: run cargo build --release first" >&2; exit 2; }
 OUT=${OUT:-/tmp/cudapool-gpu-check}
 # GPU_TIER=quick: the checks every change of the library passes (build, races, the hand-over,
-# graphs, capture, giving back, sleep of 4 GiB); full (the default): everything.
+# graphs, capture, giving back, the peers' memory tests, sleep of 4 GiB); full (the default):
+# everything. The peers' tests need .peers (scripts/fetch-peer-tests.sh).
 TIER=${GPU_TIER:-full}
 case $TIER in quick | full) ;; *) echo "gpu-check: GPU_TIER is quick or full, not $TIER" >&2; exit 2 ;; esac
 full() { [ "$TIER" = full ]; }
@@ -428,6 +429,14 @@ while IFS='|' read -r verdict what detail; do
   result "$(echo $verdict)" "$(echo $what)" "$(echo $detail)"
 done < <(grep -E '^(PASS|FAIL) \|' "$W/give_back.out")
 grep -qE '^(PASS|FAIL) \|' "$W/give_back.out" || result FAIL "give-back check ran" "$(tail -3 "$W/give_back.out")"
+
+echo "=== the peers' own memory tests: PyTorch's test_cuda.py, CuPy's test_memory.py, with and without cudapool (tests/gpu/peers/peers.sh)"
+bash tests/gpu/peers/peers.sh "$LIB" "$W/peers" > "$W/peers.out" 2>&1
+cat "$W/peers.out"
+while IFS='|' read -r verdict what detail; do
+  result "$(echo $verdict)" "$(echo $what)" "$(echo $detail)"
+done < <(grep -E '^(PASS|FAIL) \|' "$W/peers.out")
+grep -qE '^(PASS|FAIL) \|' "$W/peers.out" || result FAIL "peers' memory tests ran" "$(tail -3 "$W/peers.out")"
 
 echo "=== sleep and wake: $SLEEP_GIB GiB to the host and back, PyTorch in each mode, cudapool sleep PID (tests/gpu/sleep/sleep_check.sh)"
 timeout 600 bash tests/gpu/sleep/sleep_check.sh "$LIB" "$W/sleep" "$SLEEP_GIB" > "$W/sleep.out" 2>&1
