@@ -488,3 +488,68 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("a free port")
 }
+
+/// What another uid must run or read, staged where it can reach it: a new folder under
+/// `/var/tmp` (made by `mkdtemp`, so no one could plant it beforehand; mode 0755, root's to
+/// write) holding the fixture's programs and fake driver, the library as `libcudapool.so` and the
+/// command as `cudapool`, each a hard link (a copy across file systems). A checkout in a folder
+/// only its owner may enter (`mkdir -m 700`, root's home) is out of another uid's reach, so
+/// every cross-user test runs what it hands to another uid from here. Removed on drop.
+pub struct Staged {
+    pub dir: PathBuf,
+}
+
+impl Staged {
+    pub fn new() -> Staged {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mut template = *b"/var/tmp/cudapool-stage-XXXXXX\0";
+        // SAFETY: mkdtemp rewrites the X's of our NUL-terminated buffer in place.
+        let made = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
+        assert!(
+            !made.is_null(),
+            "mkdtemp: {}",
+            std::io::Error::last_os_error()
+        );
+        let dir = PathBuf::from(std::str::from_utf8(&template[..template.len() - 1]).unwrap());
+        let staged = Staged { dir };
+        std::fs::set_permissions(&staged.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let f = fixture();
+        let place = |from: &Path, name: &std::ffi::OsStr| {
+            let to = staged.dir.join(name);
+            if std::fs::hard_link(from, &to).is_err() {
+                std::fs::copy(from, &to).unwrap();
+            }
+        };
+        for e in std::fs::read_dir(&f.dir).unwrap().flatten() {
+            let (path, kind) = (e.path(), e.file_type().unwrap());
+            if kind.is_symlink() {
+                let target = std::fs::read_link(&path).unwrap();
+                std::os::unix::fs::symlink(target, staged.dir.join(e.file_name())).unwrap();
+            } else if kind.is_file() {
+                place(&path, &e.file_name());
+            }
+        }
+        place(&f.lib, "libcudapool.so".as_ref());
+        place(
+            Path::new(env!("CARGO_BIN_EXE_cudapool")),
+            "cudapool".as_ref(),
+        );
+        staged
+    }
+
+    /// Points `cmd` (made by [`script_env`]) at the staged copies: its folder, `SHIM`, `CHAOS`,
+    /// `CLI` and the library path.
+    pub fn apply<'a>(&self, cmd: &'a mut Command) -> &'a mut Command {
+        cmd.current_dir(&self.dir)
+            .env("LD_LIBRARY_PATH", &self.dir)
+            .env("SHIM", self.dir.join("libcudapool.so"))
+            .env("CHAOS", self.dir.join("chaos"))
+            .env("CLI", self.dir.join("cudapool"))
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
