@@ -43,7 +43,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ),
     (
         "CUDAPOOL_REPORT",
-        "1|stderr|FILE",
+        "1|yes|stderr|0|no|FILE",
         "print the memory status at exit (--report)",
     ),
     (

@@ -379,7 +379,14 @@ impl Config {
             c.disable = match v.trim() {
                 "1" | "true" | "yes" | "on" => true,
                 "0" | "false" | "no" | "off" => false,
-                _ => return Err(bad("CUDAPOOL_DISABLE", &v, "not a switch", "1 or 0")),
+                _ => {
+                    return Err(bad(
+                        "CUDAPOOL_DISABLE",
+                        &v,
+                        "not a switch",
+                        "1, true, yes or on; 0, false, no or off",
+                    ))
+                }
             };
         }
         if let Some(v) = get("CUDAPOOL_POOL") {
@@ -409,9 +416,10 @@ impl Config {
             };
         }
         if let Some(v) = get("CUDAPOOL_REPORT") {
+            // Switch words are switches, as for CUDAPOOL_DISABLE; anything else names a file.
             c.report = match v.trim() {
-                "0" => None,
-                "1" | "stderr" => Some(ReportTarget::Stderr),
+                "0" | "false" | "no" | "off" => None,
+                "1" | "true" | "yes" | "on" | "stderr" => Some(ReportTarget::Stderr),
                 path => Some(ReportTarget::File(absolute(path))),
             };
         }

@@ -184,6 +184,25 @@ fn environment_defaults_and_values() {
         cfg(&[("CUDAPOOL_REPORT", "/tmp/r.txt")]).unwrap().report,
         Some(ReportTarget::File("/tmp/r.txt".into()))
     );
+    // Switch words are switches, not file names (issue 75, item 5).
+    for on in ["1", "yes", "true", "on", "stderr"] {
+        let r = cfg(&[("CUDAPOOL_REPORT", on)]).unwrap().report;
+        assert_eq!(r, Some(ReportTarget::Stderr), "{on}");
+    }
+    for off in ["0", "no", "false", "off"] {
+        assert_eq!(
+            cfg(&[("CUDAPOOL_REPORT", off)]).unwrap().report,
+            None,
+            "{off}"
+        );
+    }
+    let e = cfg(&[("CUDAPOOL_DISABLE", "maybe")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("true, yes or on") && e.contains("false, no or off"),
+        "{e}"
+    );
     // An empty value is the same as unset.
     assert_eq!(
         cfg(&[("CUDAPOOL_MEMORY_LIMIT", " ")]).unwrap(),
