@@ -423,20 +423,12 @@ fi # quick tier
 
 echo "=== giving back what the program gives back, seen by nvidia-smi (tests/gpu/give_back/check.py)"
 $T python3 tests/gpu/give_back/check.py "$LIB" > "$W/give_back.out" 2>&1
-cat "$W/give_back.out"
 cp "$W/give_back.out" "$OUT/give-back.txt"
-while IFS='|' read -r verdict what detail; do
-  result "$(echo $verdict)" "$(echo $what)" "$(echo $detail)"
-done < <(grep -E '^(PASS|FAIL) \|' "$W/give_back.out")
-grep -qE '^(PASS|FAIL) \|' "$W/give_back.out" || result FAIL "give-back check ran" "$(tail -3 "$W/give_back.out")"
+rows "give-back check" "$W/give_back.out"
 
 echo "=== the peers' own memory tests: PyTorch's test_cuda.py, CuPy's test_memory.py, with and without cudapool (tests/gpu/peers/peers.sh)"
 bash tests/gpu/peers/peers.sh "$LIB" "$W/peers" > "$W/peers.out" 2>&1
-cat "$W/peers.out"
-while IFS='|' read -r verdict what detail; do
-  result "$(echo $verdict)" "$(echo $what)" "$(echo $detail)"
-done < <(grep -E '^(PASS|FAIL) \|' "$W/peers.out")
-grep -qE '^(PASS|FAIL) \|' "$W/peers.out" || result FAIL "peers' memory tests ran" "$(tail -3 "$W/peers.out")"
+rows "peers' memory tests" "$W/peers.out"
 
 echo "=== sleep and wake: $SLEEP_GIB GiB to the host and back, PyTorch in each mode, cudapool sleep PID (tests/gpu/sleep/sleep_check.sh)"
 timeout 600 bash tests/gpu/sleep/sleep_check.sh "$LIB" "$W/sleep" "$SLEEP_GIB" > "$W/sleep.out" 2>&1

@@ -50,20 +50,11 @@ impl Drop for Cluster {
 /// could plant beforehand: mkdtemp), holding copies of what the jobs run: `deploy/slurm/`,
 /// the command with its library (`bin/`), the chaos client and the fake driver (`fake/`).
 fn stage() -> PathBuf {
-    let mut template = *b"/tmp/cudapool-slurm-XXXXXX\0";
-    // SAFETY: mkdtemp rewrites the X's of our NUL-terminated buffer in place.
-    let made = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
-    assert!(
-        !made.is_null(),
-        "mkdtemp: {}",
-        std::io::Error::last_os_error()
-    );
-    let stage = PathBuf::from(std::str::from_utf8(&template[..template.len() - 1]).unwrap());
+    let stage = open_temp_dir("/tmp/cudapool-slurm-");
     use std::os::unix::fs::PermissionsExt as _;
     let open = |p: &Path| {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
     };
-    open(&stage);
     let copy = |from: &Path, to: &str| {
         let folder = stage.join(to);
         std::fs::create_dir_all(&folder).unwrap();

@@ -489,6 +489,23 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// A new folder `PREFIX` + six random characters, made by `mkdtemp` (so no one could plant it
+/// beforehand), that everyone may read and only its owner write (0755).
+pub fn open_temp_dir(prefix: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut template = format!("{prefix}XXXXXX\0").into_bytes();
+    // SAFETY: mkdtemp rewrites the X's of our NUL-terminated buffer in place.
+    let made = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
+    assert!(
+        !made.is_null(),
+        "mkdtemp: {}",
+        std::io::Error::last_os_error()
+    );
+    let dir = PathBuf::from(std::str::from_utf8(&template[..template.len() - 1]).unwrap());
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
 /// What another uid must run or read, staged where it can reach it: a new folder under
 /// `/var/tmp` (made by `mkdtemp`, so no one could plant it beforehand; mode 0755, root's to
 /// write) holding the fixture's programs and fake driver, the library as `libcudapool.so` and the
@@ -501,18 +518,9 @@ pub struct Staged {
 
 impl Staged {
     pub fn new() -> Staged {
-        use std::os::unix::fs::PermissionsExt as _;
-        let mut template = *b"/var/tmp/cudapool-stage-XXXXXX\0";
-        // SAFETY: mkdtemp rewrites the X's of our NUL-terminated buffer in place.
-        let made = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
-        assert!(
-            !made.is_null(),
-            "mkdtemp: {}",
-            std::io::Error::last_os_error()
-        );
-        let dir = PathBuf::from(std::str::from_utf8(&template[..template.len() - 1]).unwrap());
-        let staged = Staged { dir };
-        std::fs::set_permissions(&staged.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let staged = Staged {
+            dir: open_temp_dir("/var/tmp/cudapool-stage-"),
+        };
         let f = fixture();
         let place = |from: &Path, name: &std::ffi::OsStr| {
             let to = staged.dir.join(name);

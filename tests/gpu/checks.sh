@@ -10,3 +10,12 @@ result() { # PASS|FAIL, what, detail
 check() { # condition (a shell test), what, detail
   if eval "$1"; then result PASS "$2" "$3"; else result FAIL "$2" "$3"; fi
 }
+
+rows() { # what, file: the "PASS | what | detail" rows a checker printed to the file join the
+  # table (the file is shown first); a file with no row at all is a failure of "what ran".
+  cat "$2"
+  while IFS='|' read -r verdict what detail; do
+    result "$(echo $verdict)" "$(echo $what)" "$(echo $detail)"
+  done < <(grep -E '^(PASS|FAIL) \|' "$2")
+  grep -qE '^(PASS|FAIL) \|' "$2" || result FAIL "$1 ran" "$(tail -3 "$2")"
+}
