@@ -92,17 +92,8 @@ impl Shim {
             if !activity.quiet(dev, calls, window, now) || self.cached_bytes(dev) == 0 {
                 continue;
             }
-            let mut released = 0;
-            for (ctx, cp) in self.contexts.on_device(dev) {
-                // Its memory goes back through its context, only while it lives (see `clock`).
-                let Some(_alive) = cp.clock.enter() else {
-                    continue;
-                };
-                let up = self.upstream(dev);
-                released += self.in_context(ctx, || cp.pool.reclaim(&up));
-            }
+            let released = self.reclaim_pools(dev, "idle release");
             if released > 0 {
-                self.event(dev, "idle release", released);
                 self.observe(dev);
             }
             total += released;

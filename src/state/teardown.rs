@@ -23,6 +23,13 @@ impl Shim {
     /// Gives back the cached memory of every context on `device` (-1: every device), each with
     /// its context pushed while its pool waits for fences and frees (the C API's reclaim).
     pub fn reclaim_device(&self, device: CUdevice) -> u64 {
+        self.reclaim_pools(device, "reclaim") + self.trim_graph_memory(device)
+    }
+
+    /// Gives back the cached memory of every context's pool on `device` (-1: every device),
+    /// each with its context pushed while its pool waits for fences and frees; each release is
+    /// told to the observer as `event`. Returns the bytes released.
+    pub(crate) fn reclaim_pools(&self, device: CUdevice, event: &'static str) -> u64 {
         self.contexts
             .on_device(device)
             .into_iter()
@@ -34,11 +41,10 @@ impl Shim {
                 };
                 let up = self.upstream(cp.device);
                 let released = self.in_context(ctx, || cp.pool.reclaim(&up));
-                self.event(cp.device, "reclaim", released);
+                self.event(cp.device, event, released);
                 released
             })
-            .sum::<u64>()
-            + self.trim_graph_memory(device)
+            .sum()
     }
 
     /// Runs `end`, the program's call that may destroy the context `ctx` (`cuCtxDestroy`, a
