@@ -85,13 +85,16 @@ size_t cudapool_reclaim(int device);
  * first, transparently. What stays on the device: classic segments (small requests' segments,
  * CUDAPOOL_SEGMENTS=classic, the binned and simple pools), memory exported to another process,
  * contexts, modules and graph memory. Returns 0; 1 a bad device; 3 cudapool not active; 600
- * (CUDA_ERROR_NOT_READY) work did not drain; 2 no host memory for the copy (the process stays
- * awake, a line says why). */
+ * (CUDA_ERROR_NOT_READY) work did not drain within 30 s (a kernel that never ends included: the
+ * sleep is given up and the program's calls go on); 2 no host memory for the copy: the kernel
+ * would not give it, or it would not fit under the process's memory cgroup or the node's
+ * available memory (the process stays awake, a line says why). */
 int cudapool_sleep(int device);
 
 /* Wakes the calling process (every device) and returns once its memory is back at the same
  * addresses: 0; 2 when no room came within CUDAPOOL_WAKE_TIMEOUT (the contents stay on the host
- * for the next try); 3 cudapool not active. Waking an awake process does nothing. */
+ * for the next try); 1 a device the machine does not have; 3 cudapool not active. Any device
+ * (or -1) wakes every device's memory. Waking an awake process does nothing. */
 int cudapool_wake(int device);
 
 /* Sets both peaks of `device` (-1: every device used) to the current values. Returns 0, 1, 3. */

@@ -275,15 +275,15 @@ pub extern "C" fn cudapool_sleep(device: c_int) -> c_int {
 }
 
 /// Wakes the process and returns when its memory is back (0), or 2 when no room came within
-/// `CUDAPOOL_WAKE_TIMEOUT` (the contents stay on the host), 3 not active. `device` is taken
-/// as -1: a wake brings back every device's memory.
+/// `CUDAPOOL_WAKE_TIMEOUT` (the contents stay on the host), 3 not active, 1 for a device the
+/// machine does not have. Any device (or -1) wakes every device's memory.
 #[no_mangle]
 pub extern "C" fn cudapool_wake(device: c_int) -> c_int {
     boundary(CUDA_ERROR_UNKNOWN as c_int, || {
         let Some(shim) = Shim::active() else {
             return CUDA_ERROR_NOT_INITIALIZED as c_int;
         };
-        if !valid_device(device) {
+        if !valid_device(device) || !has_device(shim, device) {
             return CUDA_ERROR_INVALID_VALUE as c_int;
         }
         match shim.wake() {

@@ -9,6 +9,7 @@ pub mod cu;
 pub mod fds;
 pub mod flags;
 pub mod frames;
+pub mod host_room;
 pub mod in_flight;
 pub mod job;
 pub mod limit;

@@ -27,6 +27,10 @@ use std::time::{Duration, Instant};
 pub const MAX_SQUATS: usize = 64;
 /// How long a survey of `/dev/shm` may take.
 pub const SURVEY_TIME: Duration = Duration::from_millis(800);
+/// How long a survey may take to open the directories its read found, after the read: a read
+/// that used all of [`SURVEY_TIME`] on a flood still opens what it found (and what earlier
+/// surveys found).
+pub const OPEN_TIME: Duration = Duration::from_millis(400);
 
 /// Whose directory a name in `/dev/shm` would be: `cudapool-<uid>` (the default: `true`) or
 /// `cudapool-<uid>.<suffix>` (a walk-around name: 1 to 32 letters and digits).
@@ -341,19 +345,28 @@ pub fn survey_on(all_users: bool, configured: Option<&Path>, cursor: &mut Cursor
     if let Some(p) = configured {
         out.dirs = configured_dirs(p, all_users, me);
     } else {
-        let deadline = Instant::now() + SURVEY_TIME;
         let only = (!all_users).then_some(me);
-        let (mut by_uid, cut) = candidates(Path::new(SHM), only, deadline, cursor);
+        // This user's own default name is opened by name, before the folder is read: no
+        // flood, nor the time its reading takes, can hide it.
+        if let Some(me) = only {
+            if let Found::Usable(d) = open_dir(&default_path(me), me) {
+                out.dirs.push(d);
+            }
+        }
+        let read_by = Instant::now() + SURVEY_TIME;
+        let (mut by_uid, cut) = candidates(Path::new(SHM), only, read_by, cursor);
         if cut {
             out.cut.push(CUT_READ);
         }
-        // This user's own default name is opened by name: no flood can hide it.
         if let Some(me) = only {
-            let paths = by_uid.entry(me).or_default();
-            if !paths.contains(&default_path(me)) {
-                paths.insert(0, default_path(me));
-            }
+            by_uid
+                .entry(me)
+                .or_default()
+                .retain(|p| p != &default_path(me));
         }
+        // The opens have a time of their own: a read cut at its deadline still opens what it
+        // (and the passes before it) found.
+        let deadline = Instant::now() + OPEN_TIME;
         // A round at a time across the uids the names give.
         let mut round = 0;
         let mut used: BTreeMap<u32, PathBuf> = BTreeMap::new();
@@ -405,6 +418,67 @@ pub fn survey_on(all_users: bool, configured: Option<&Path>, cursor: &mut Cursor
     out.dirs
         .extend(super::rundir::job_dirs(jobs, (!all_users).then_some(me)));
     out.dirs.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+/// The directories process `pid`'s page would be in if it is a cudapool process, found by name
+/// (no folder is read, so no flood hides them): `configured`'s (as [`survey_on`] reads it), else
+/// the default directory of the user the kernel says owns the process (`/proc/PID`) and the
+/// directories of the pages it holds open ([`held_page_dirs`]: a walk-around one), then the
+/// jobs' folders of root holding that user's ledgers. Empty for another user's process unless
+/// `all_users` (root).
+pub fn for_pid(pid: u32, configured: Option<&Path>, all_users: bool) -> Vec<RunDir> {
+    use std::os::unix::fs::MetadataExt as _;
+    let me = uid();
+    let Ok(owner) = std::fs::metadata(format!("/proc/{pid}")).map(|m| m.uid()) else {
+        return Vec::new();
+    };
+    if owner != me && !all_users {
+        return Vec::new();
+    }
+    let mut out = match configured {
+        Some(p) => configured_dirs(p, all_users, me),
+        None => {
+            let default = default_path(owner);
+            let held = held_page_dirs(pid).into_iter().filter(|p| p != &default);
+            let paths: Vec<PathBuf> = std::iter::once(default.clone()).chain(held).collect();
+            (paths.iter())
+                .filter_map(|p| match open_dir(p, owner) {
+                    Found::Usable(d) => Some(d),
+                    _ => None,
+                })
+                .collect()
+        }
+    };
+    let jobs = Path::new(super::job::JOBS_DIR);
+    out.extend(super::rundir::job_dirs(jobs, Some(owner)));
+    out
+}
+
+/// The directories of the page files process `pid` holds open (its page, which carries its
+/// liveness lock), as the kernel names them in `/proc/PID/fd` (which the process's user and
+/// root may read): a walk-around directory is found without reading `/dev/shm`. Each is still
+/// checked by its opener as any other.
+fn held_page_dirs(pid: u32) -> Vec<PathBuf> {
+    /// The most descriptors looked at.
+    const MOST: usize = 1 << 16;
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = Vec::new();
+    for fd in fds.take(MOST).flatten() {
+        let Ok(target) = std::fs::read_link(fd.path()) else {
+            continue;
+        };
+        let page =
+            (target.file_name().and_then(|n| n.to_str())).is_some_and(|n| n.starts_with("page-"));
+        match target.parent() {
+            Some(dir) if page && target.is_absolute() && !out.iter().any(|o| o == dir) => {
+                out.push(dir.to_path_buf())
+            }
+            _ => {}
+        }
+    }
     out
 }
 

@@ -1,10 +1,11 @@
 //! `cudapool sleep PID... [--group NAME] [--wait] [--timeout DURATION]` and `cudapool wake
 //! ...`: a running cudapool process (this user's; any process for root) puts its device memory
 //! to sleep, or wakes it. The request goes through the process's live page
-//! (`cudapool::report::pages::ask_sleep`); the process runs it on a thread of its own.
+//! (`cudapool::report::asks::ask_sleep`); the process runs it on a thread of its own.
 
 use cudapool::base::rundir::configured_from_env;
-use cudapool::report::pages::{ask_sleep, live};
+use cudapool::report::asks::{ask_sleep, SleepAnswer};
+use cudapool::report::pages::live;
 use std::time::Duration;
 
 /// How much longer than the drain timeout `--wait` waits for the answer (the copies); it stops
@@ -51,13 +52,20 @@ pub fn sleep(
         );
         match answer {
             Ok(None) => super::out::outln(&format!("{pid}: asked to {verb}")),
-            Ok(Some(a)) => match a.strip_prefix("moved ") {
-                Some(figures) => super::out::outln(&format!("{pid}: {}", said(figures, wake))),
-                None => failed.push(format!(
-                    "{pid}: {}",
-                    a.strip_prefix("refused ").unwrap_or(&a)
-                )),
-            },
+            Ok(Some(SleepAnswer::Moved {
+                device,
+                copied,
+                seconds,
+            })) => super::out::outln(&format!(
+                "{pid}: {}",
+                said(device, copied, seconds, wake)
+            )),
+            Ok(Some(SleepAnswer::Refused { code, why })) => {
+                failed.push(format!("{pid}: {}", why.unwrap_or_else(|| refusal(code, wake))))
+            }
+            Ok(Some(SleepAnswer::Unreadable)) => failed.push(format!(
+                "{pid}: its answer is not one cudapool writes (its page was changed by another hand)"
+            )),
             Err(e) if e.starts_with("no cudapool process") && !root => {
                 failed.push(super::stat::no_process(pid))
             }
@@ -71,15 +79,23 @@ pub fn sleep(
     }
 }
 
-/// `DEVICE_BYTES COPIED SECONDS` as a line: bytes moved, seconds and GB/s.
-fn said(figures: &str, wake: bool) -> String {
-    let f: Vec<f64> = figures
-        .split_whitespace()
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    let [device, copied, seconds] = f[..] else {
-        return figures.to_string();
-    };
+/// What a refusal's code means, in cudapool's own words: what is printed of another user's
+/// process (whose page that user can write), never its text.
+fn refusal(code: u32, wake: bool) -> String {
+    use cudapool::base::cu::*;
+    match code {
+        CUDA_ERROR_NOT_READY => "device work did not drain in time (a graph capture under way, or a call that never returns); the process stays awake".into(),
+        CUDA_ERROR_OUT_OF_MEMORY if wake => "no room came within its CUDAPOOL_WAKE_TIMEOUT; the contents stay on the host".into(),
+        CUDA_ERROR_OUT_OF_MEMORY => "not enough host memory for the copy; the process stays awake".into(),
+        CUDA_ERROR_NOT_INITIALIZED => "cudapool is not active in that process".into(),
+        CUDA_ERROR_OPERATING_SYSTEM => "the process could not start a thread for it".into(),
+        c => format!("refused (error {c}); the process's log says why"),
+    }
+}
+
+/// Bytes moved, seconds and GB/s, as a line.
+fn said(device: u64, copied: u64, seconds: f64, wake: bool) -> String {
+    let (device, copied) = (device as f64, copied as f64);
     let rate = if seconds > 0.0 {
         format!("{:.1} GB/s", copied / seconds / 1e9)
     } else {

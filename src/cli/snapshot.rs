@@ -5,7 +5,8 @@
 //! then renamed over FILE once FILE is checked as every output file is (`outfile`).
 
 use cudapool::base::rundir::configured_from_env;
-use cudapool::report::pages::{ask_snapshot, exists};
+use cudapool::report::asks::ask_snapshot;
+use cudapool::report::pages::exists;
 use std::path::PathBuf;
 use std::time::Duration;
 

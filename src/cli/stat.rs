@@ -6,7 +6,7 @@ use cudapool::base::rundir::configured_from_env;
 use cudapool::base::rundir_find::squats;
 use cudapool::report::fmt_bytes;
 use cudapool::report::page::fmt_uuid;
-use cudapool::report::pages::{live, Snapshot};
+use cudapool::report::pages::{live, printable, read_pid, Snapshot};
 
 /// The GPU as `stat` names it: the short form of its UUID (as `nvidia-smi -L` starts it), the
 /// whole one under `--wide`.
@@ -39,7 +39,9 @@ fn render(s: &Snapshot, wide: bool) -> String {
     let comm = std::fs::read_to_string(format!("/proc/{}/comm", s.pid))
         .ok()
         .filter(|_| s.pid != 0)
-        .map_or(String::new(), |c| format!(" ({})", c.trim_end()));
+        .map_or(String::new(), |c| {
+            format!(" ({})", printable(c.trim_end().as_bytes()))
+        });
     let mut out = format!(
         "pid {pid}{comm}  pool {}{group}  updated {age:.1} s ago\n",
         s.pool
@@ -112,13 +114,21 @@ pub fn no_process(pid: u32) -> String {
 /// The text for `pids` (every cudapool process of this user when empty); `Err` if a pid was
 /// asked for that publishes nothing. With `verbose`, a note for each file skipped and why.
 pub fn stat_text(pids: &[u32], verbose: bool, wide: bool) -> Result<String, String> {
-    let (all, skipped) = live(false, configured_from_env().as_deref());
+    let configured = configured_from_env();
+    let (mut all, skipped) = live(false, configured.as_deref());
     let mut out = String::new();
     for &pid in pids {
-        if !all.iter().any(|s| s.pid == pid) {
-            return Err(no_process(pid));
+        if all.iter().any(|s| s.pid == pid) {
+            continue;
+        }
+        // Not among what the read reached: looked up by its name, whatever the folders hold.
+        match read_pid(pid, configured.as_deref(), false) {
+            Ok(Some(s)) => all.push(s),
+            Ok(None) => return Err(no_process(pid)),
+            Err(e) => return Err(format!("process {pid}: its page could not be read: {e}")),
         }
     }
+    let late = skipped.iter().filter(|s| s.late).count();
     let mut n = 0;
     for s in &all {
         if !pids.is_empty() && !pids.contains(&s.pid) {
@@ -131,6 +141,14 @@ pub fn stat_text(pids: &[u32], verbose: bool, wide: bool) -> Result<String, Stri
         for s in &skipped {
             out.push_str(&format!("(skipped {}: {})\n", s.path.display(), s.why));
         }
+    }
+    if n == 0 && late > 0 {
+        // Never "no process" when the read did not finish: it may have missed them.
+        return Err(format!(
+            "{out}could not finish reading in time ({late} {} not reached: a flood of files where the pages live, or a loaded machine); run again{}",
+            if late == 1 { "place" } else { "places" },
+            if verbose { "" } else { " (stat -v lists what was skipped)" }
+        ));
     }
     if n == 0 {
         out.push_str("no cudapool process is running for this user\n");

@@ -4,9 +4,11 @@
 //! ([`trace`], `CUDAPOOL_TRACE`) and the live page ([`publish`], `cudapool stat`), and writes
 //! the exit report. It reads the state through `state::View` only; the state never names it.
 
+pub mod asks;
 pub mod page;
 pub mod pages;
 pub mod publish;
+mod serve_sleep;
 pub mod torch;
 pub mod trace;
 
@@ -221,7 +223,7 @@ fn start_page_thread() {
             REPORTING.refresh(shim);
         }
         if let Some(req) = page.pending_sleep() {
-            serve_sleep(req);
+            serve_sleep::serve_sleep(req);
         }
         let Some(req) = page.pending_request() else {
             continue;
@@ -244,51 +246,6 @@ fn start_page_thread() {
         .spawn(watch);
     if let Err(e) = spawned {
         crate::base::log::line(&format!("no page thread (no snapshots from outside): {e}"));
-    }
-}
-
-/// The last sleep or wake asked through the page that was taken: each runs once.
-static SLEEP_TAKEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Runs a sleep or wake asked through the page (`cudapool sleep|wake PID`) on a thread of its
-/// own, so that the page keeps showing the state as it goes, and answers it there.
-fn serve_sleep(req: page::SleepRequest) {
-    use std::sync::atomic::Ordering::Relaxed;
-    if SLEEP_TAKEN.swap(req.seq, Relaxed) == req.seq {
-        return;
-    }
-    let run = move || {
-        let moved = |m: crate::state::sleep::Moved| {
-            format!("moved {} {} {:.6}", m.device_bytes, m.copied, m.seconds)
-        };
-        let answer = match crate::state::Shim::active() {
-            None => "refused cudapool is not active in this process".to_string(),
-            Some(shim) if req.wake => match shim.wake() {
-                Ok(m) => moved(m),
-                Err(_) => "refused no room came within CUDAPOOL_WAKE_TIMEOUT; the contents stay on the host".into(),
-            },
-            Some(shim) => match shim.sleep(-1, req.timeout) {
-                Ok(m) => moved(m),
-                Err(r) => format!("refused {}", r.why),
-            },
-        };
-        // The figures of the state the answer names, stored before the answer: `stat` run
-        // right after `sleep --wait` shows them (a skipped or stale write would not).
-        if let Some(shim) = crate::state::Shim::active() {
-            REPORTING.write_now(shim);
-        }
-        if let Some(page) = REPORTING.page.get().and_then(|p| p.as_ref()) {
-            page.sleep_served(req.seq, &answer);
-        }
-    };
-    let spawned = std::thread::Builder::new()
-        .name("cudapool-sleep".into())
-        .stack_size(256 << 10)
-        .spawn(run);
-    if let Err(e) = spawned {
-        if let Some(page) = REPORTING.page.get().and_then(|p| p.as_ref()) {
-            page.sleep_served(req.seq, &format!("refused no thread for it: {e}"));
-        }
     }
 }
 

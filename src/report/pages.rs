@@ -6,16 +6,13 @@
 //! never a signal). The pid a page stands for is the kernel's (the holder of the page's lock),
 //! not the page's own claim; how many pages one user's directory may cost a read is bounded.
 
-use super::page::{
-    array_to_stats, DeviceFigures, Page, LAYOUT_VERSION, MAGIC, REQUEST_ERROR, REQUEST_PATH,
-};
-use super::publish::pid_of_name;
+use super::page::{array_to_stats, DeviceFigures, Page, LAYOUT_VERSION, MAGIC};
+use super::publish::{page_name, pid_of_name, PAGE_NAMES};
 use crate::base::patience::{wait_until, Patience, PER_FILE, READ_TIME};
 use crate::base::pio;
 use crate::base::rundir::{self, RunDir};
 use crate::base::rundir_find;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -51,7 +48,7 @@ pub struct Skipped {
     pub late: bool,
 }
 
-fn uid() -> u32 {
+pub(super) fn uid() -> u32 {
     // SAFETY: getuid has no preconditions.
     unsafe { libc::getuid() }
 }
@@ -61,9 +58,32 @@ fn uid() -> u32 {
 /// name, read within [`READ_TIME`]. A page of this user whose process is gone is removed;
 /// nothing of another user is ever touched.
 pub fn live(all_users: bool, configured: Option<&Path>) -> (Vec<Snapshot>, Vec<Skipped>) {
-    let dirs = rundir_find::readable(all_users, configured);
-    let mut patience = Patience::new(READ_TIME, owners(&dirs));
-    live_in(&dirs, &mut patience)
+    let survey = rundir_find::survey_on(all_users, configured, &mut Default::default());
+    let mut patience = Patience::new(READ_TIME, owners(&survey.dirs));
+    let (seen, mut skipped) = live_in(&survey.dirs, &mut patience);
+    // A survey cut short (a flood of names where the directories live) may have missed some.
+    for cut in survey.cut {
+        skipped.push(Skipped {
+            path: PathBuf::from(rundir::SHM),
+            why: format!("not every directory was reached in time ({cut}): run again"),
+            late: true,
+        });
+    }
+    (seen, skipped)
+}
+
+/// The page of live process `pid` (this user's; any user's with `all_users`), found by its
+/// name where its user keeps pages, whatever else the folders hold: `Ok(None)` when it has
+/// none.
+pub fn read_pid(
+    pid: u32,
+    configured: Option<&Path>,
+    all_users: bool,
+) -> Result<Option<Snapshot>, String> {
+    let Some((dir, name)) = find_as(pid, configured, all_users) else {
+        return Ok(None);
+    };
+    read_in(&dir, &name, READ_TIME)
 }
 
 /// How many users the directories belong to (each gets a share of a read's time).
@@ -144,7 +164,11 @@ fn remove_if_same(dir: &RunDir, name: &str, st: &libc::stat) {
 }
 
 /// Opens a page, checked: a regular file of the directory's owner, exactly one page long.
-fn open_page(dir: &RunDir, name: &str, mode: libc::c_int) -> Result<(OwnedFd, libc::stat), String> {
+pub(super) fn open_page(
+    dir: &RunDir,
+    name: &str,
+    mode: libc::c_int,
+) -> Result<(OwnedFd, libc::stat), String> {
     let (fd, st) = rundir::open_found(dir, name, mode)?;
     let size = std::mem::size_of::<Page>();
     if st.st_size as u64 != size as u64 {
@@ -155,7 +179,7 @@ fn open_page(dir: &RunDir, name: &str, mode: libc::c_int) -> Result<(OwnedFd, li
 
 /// Copies the page behind `fd` (consistently, through the seqlock), waiting at most `wait`
 /// while its writer is writing: never more than a page at a time.
-fn read_fd(fd: &OwnedFd, wait: Duration) -> Result<Snapshot, String> {
+pub(super) fn read_fd(fd: &OwnedFd, wait: Duration) -> Result<Snapshot, String> {
     let size = std::mem::size_of::<Page>();
     let mut first = vec![0u8; size];
     let mut again = vec![0u8; size];
@@ -198,11 +222,7 @@ fn read_fd(fd: &OwnedFd, wait: Duration) -> Result<Snapshot, String> {
     let Some(page) = page.filter(|_| whole) else {
         return Err(format!("being written (waited {} ms)", wait.as_millis()));
     };
-    let text = |b: &[u8]| {
-        String::from_utf8_lossy(b)
-            .trim_end_matches('\0')
-            .to_string()
-    };
+    let text = |b: &[u8]| printable(b.split(|&c| c == 0).next().unwrap_or(&[]));
     let devices = page
         .devices
         .iter()
@@ -244,12 +264,29 @@ fn split(path: &Path) -> Result<(&Path, &str), String> {
 }
 
 /// Finds the page of this user's live process `pid` (as the kernel names it).
-fn find(pid: u32, configured: Option<&Path>) -> Option<(RunDir, String)> {
+pub(super) fn find(pid: u32, configured: Option<&Path>) -> Option<(RunDir, String)> {
     find_as(pid, configured, false)
 }
 
 /// [`find`], in every user's directory with `all_users` (root's).
-fn find_as(pid: u32, configured: Option<&Path>, all_users: bool) -> Option<(RunDir, String)> {
+pub(super) fn find_as(
+    pid: u32,
+    configured: Option<&Path>,
+    all_users: bool,
+) -> Option<(RunDir, String)> {
+    // By name first, where the process's user keeps its pages: whatever else a folder holds.
+    for dir in rundir_find::for_pid(pid, configured, all_users) {
+        for k in 0..PAGE_NAMES {
+            let name = page_name(pid, k);
+            let Ok((fd, _)) = open_page(&dir, &name, libc::O_RDONLY) else {
+                continue;
+            };
+            if rundir::lock_holder(fd.as_raw_fd()) == Some(pid) {
+                return Some((dir, name));
+            }
+        }
+    }
+    // A walk-around directory, or a page named in another pid namespace: every name read.
     for dir in rundir_find::readable(all_users, configured) {
         for name in dir.names(MAX_PAGES_PER_DIR) {
             if pid_of_name(&name).is_none() {
@@ -272,158 +309,26 @@ pub fn exists(pid: u32, configured: Option<&Path>) -> bool {
     find(pid, configured).is_some()
 }
 
-/// Asks this user's process `pid` to write a snapshot to `target` (absolute; created new by
-/// the process) and waits for it, at most `timeout`. The request is written into the page with
-/// `pwrite` (never through a mapping). The process answers from its snapshot thread within
-/// about 50 ms.
-pub fn ask_snapshot(
-    pid: u32,
-    configured: Option<&Path>,
-    target: &Path,
-    torch: bool,
-    timeout: std::time::Duration,
-) -> Result<(), String> {
-    let bytes = target.as_os_str().as_bytes();
-    if !target.is_absolute() || bytes.len() >= REQUEST_PATH || bytes.contains(&0) {
-        return Err(format!(
-            "{}: not an absolute path of fewer than {REQUEST_PATH} bytes",
-            target.display()
-        ));
-    }
-    let (dir, name) =
-        find(pid, configured).ok_or(format!("no cudapool process {pid} of this user"))?;
-    let (fd, _) = open_page(&dir, &name, libc::O_RDWR)?;
-    read_fd(&fd, PER_FILE)?;
-    let at = |field: usize| field as u64;
-    let off_path = at(std::mem::offset_of!(Page, snap_path));
-    let off_format = at(std::mem::offset_of!(Page, snap_format));
-    let off_request = at(std::mem::offset_of!(Page, snap_request));
-    let off_served = at(std::mem::offset_of!(Page, snap_served));
-    let mut path = [0u8; REQUEST_PATH];
-    path[..bytes.len()].copy_from_slice(bytes);
-    write_at(&fd, &path, off_path)?;
-    write_at(&fd, &(torch as u64).to_ne_bytes(), off_format)?;
-    ask(pid, &fd, off_request, off_served, Some(timeout))?;
-    let mut why = [0u8; REQUEST_ERROR];
-    pio::read_exact_at(
-        fd.as_raw_fd(),
-        &mut why,
-        std::mem::offset_of!(Page, snap_error) as u64,
-    )?;
-    let len = why.iter().position(|&b| b == 0).unwrap_or(why.len());
-    if len > 0 {
-        return Err(format!(
-            "it could not write {}: {}",
-            target.display(),
-            String::from_utf8_lossy(&why[..len])
-        ));
-    }
-    Ok(())
-}
-
-/// Bumps the request word at `off_request` of process `pid`'s page and, with a `timeout`,
-/// waits until the word at `off_served` names the request, or the process is gone.
-fn ask(
-    pid: u32,
-    fd: &OwnedFd,
-    off_request: u64,
-    off_served: u64,
-    timeout: Option<std::time::Duration>,
-) -> Result<(), String> {
-    let read_u64 = |off: u64| -> Result<u64, String> {
-        let mut b = [0u8; 8];
-        pio::read_exact_at(fd.as_raw_fd(), &mut b, off)?;
-        Ok(u64::from_ne_bytes(b))
-    };
-    let seq = read_u64(off_request)?.wrapping_add(1);
-    write_at(fd, &seq.to_ne_bytes(), off_request)?;
-    let Some(timeout) = timeout else {
-        return Ok(());
-    };
-    let deadline = std::time::Instant::now() + timeout;
-    while read_u64(off_served)? < seq {
-        if std::time::Instant::now() > deadline {
-            return Err(format!("no answer within {} s", timeout.as_secs()));
-        }
-        if gone(pid) {
-            return Err(format!("process {pid} ended before it answered"));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    Ok(())
-}
-
-/// Asks process `pid` (this user's; any user's for root) to sleep (`wake`: to wake), a sleep
-/// waiting at most `drain` for its device work. With `wait`, waits at most that long for the
-/// answer and returns it (`moved DEVICE COPIED SECONDS` or `refused WHY`); else returns `None`
-/// once the request is written.
-pub fn ask_sleep(
-    pid: u32,
-    configured: Option<&Path>,
-    wake: bool,
-    drain: std::time::Duration,
-    wait: Option<std::time::Duration>,
-) -> Result<Option<String>, String> {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let (dir, name) = find_as(pid, configured, root).ok_or(if root {
-        format!("no cudapool process {pid}")
-    } else {
-        format!("no cudapool process {pid} of this user")
-    })?;
-    let (fd, _) = open_page(&dir, &name, libc::O_RDWR)?;
-    read_fd(&fd, PER_FILE)?;
-    let at = |field: usize| field as u64;
-    write_at(
-        &fd,
-        &(if wake { 2u64 } else { 1 }).to_ne_bytes(),
-        at(std::mem::offset_of!(Page, sleep_what)),
-    )?;
-    write_at(
-        &fd,
-        &(drain.as_millis() as u64).to_ne_bytes(),
-        at(std::mem::offset_of!(Page, sleep_timeout_ms)),
-    )?;
-    ask(
-        pid,
-        &fd,
-        at(std::mem::offset_of!(Page, sleep_request)),
-        at(std::mem::offset_of!(Page, sleep_served)),
-        wait,
-    )?;
-    if wait.is_none() {
-        return Ok(None);
-    }
-    let mut a = [0u8; REQUEST_ERROR];
-    pio::read_exact_at(
-        fd.as_raw_fd(),
-        &mut a,
-        at(std::mem::offset_of!(Page, sleep_answer)),
-    )?;
-    let len = a.iter().position(|&b| b == 0).unwrap_or(a.len());
-    Ok(Some(String::from_utf8_lossy(&a[..len]).into_owned()))
-}
-
-/// Whether no process `pid` exists any more (another user's counts as existing).
-fn gone(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return true;
-    };
-    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
-    let r = unsafe { libc::kill(pid, 0) };
-    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-}
-
-fn write_at(fd: &OwnedFd, b: &[u8], offset: u64) -> Result<(), String> {
-    pio::write_all_at(fd.as_raw_fd(), b, offset)
-        .map_err(|e| format!("cannot write the request: {e}"))
+/// Text a page holds, as a reader may print it: every byte outside printable ASCII becomes
+/// `?`, so nothing the page's owner wrote can move a terminal's cursor, colour it or begin a
+/// line of its own.
+pub fn printable(b: &[u8]) -> String {
+    b.iter()
+        .map(|&c| {
+            if (0x20..0x7f).contains(&c) {
+                c as char
+            } else {
+                '?'
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::limits::budget::DeviceStats;
-    use crate::report::publish::{page_name, Publisher};
+    use crate::report::publish::Publisher;
     use std::ffi::CString;
 
     /// A fresh runtime directory for one test.

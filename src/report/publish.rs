@@ -36,6 +36,9 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// How many names a process tries for its page (`page_name`'s `k`).
+pub const PAGE_NAMES: usize = 4;
+
 /// The page's name for process `pid` (`.k` when another process of that pid, in another pid
 /// namespace, holds the plain name).
 pub fn page_name(pid: u32, k: usize) -> String {
@@ -154,7 +157,7 @@ impl Publisher {
         let pid = std::process::id();
         let excl = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR;
         let mut made = None;
-        'names: for k in 0..4 {
+        'names: for k in 0..PAGE_NAMES {
             let name = page_name(pid, k);
             for _ in 0..2 {
                 match dir.open(&name, excl) {

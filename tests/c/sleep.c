@@ -23,6 +23,8 @@
 //                    uses and 32 MiB more, and asks for a sleep: no host memory for the copy
 //   capture_hold     fills its blocks, begins a capture, prints "ready", and ends the capture
 //                    at a line on stdin (the sleep asked meanwhile from outside cannot drain)
+//   hang_hold        a kernel that never ends, then as sleep_idle (the memset it makes at the
+//                    line is timed); see hang_hold below
 //   sleep_idle       fills its blocks, prints "ready", waits for a line on stdin (meanwhile
 //                    `cudapool sleep|wake PID` acts from outside), then checks its data
 //   sleep_reset      a primary context reset while asleep wakes the process first
@@ -469,6 +471,7 @@ static int sleep_wait(int argc, char **argv) {
 static int sleep_no_host(void) {
   get_sleep_api();
   fill_all();
+  printf("bad_device sleep=%d wake=%d\n", sleep_fn(7), wake_fn(7));
   long pages = 0;
   FILE *f = fopen("/proc/self/statm", "r");
   if (!f || fscanf(f, "%ld", &pages) != 1) return 6;
@@ -497,6 +500,30 @@ static int capture_hold(void) {
   if (!fgets(line, sizeof line, stdin)) return 5;
   printf("capture_rc=%d\n", cu.EndCapture(s, &g));
   print_sleep("after");
+  printf("intact=%d\n", all_intact());
+  free_all();
+  return 0;
+}
+
+// "hang_hold": fills its blocks, launches a kernel that never ends (the fake driver's
+// FAKECU_HANG: cuCtxSynchronize waits for it until fakecu_end_hangs), prints "ready"; at a line
+// on stdin, times a memset of its own (a call a stuck sleep would hold at the hooks), ends the
+// kernel, and checks its data.
+static int hang_hold(void) {
+  fill_all();
+  void *s;
+  CHECK(cu.StreamCreate(&s, 1));
+  CHECK(cu.LaunchKernel((void *)0x403, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
+  printf("ready\n");
+  fflush(stdout);
+  char line[64];
+  if (!fgets(line, sizeof line, stdin)) return 5;
+  double t = cost_ms();
+  CUresult rc = cu.MemsetD8(blocks[0].p, 7, 1);
+  printf("memset rc=%d ms=%.0f\n", rc, cost_ms() - t);
+  ((void (*)(void))fake_fn("fakecu_end_hangs"))();
+  fill(&blocks[0]);
+  print_sleep("before_check");
   printf("intact=%d\n", all_intact());
   free_all();
   return 0;
@@ -630,6 +657,7 @@ int sleep_scenario(const char *name, int argc, char **argv) {
   if (!strcmp(name, "sleep_reset")) return sleep_reset();
   if (!strcmp(name, "sleep_vmm")) return sleep_vmm(argc > 0 ? argv[0] : "copy");
   if (!strcmp(name, "sleep_idle")) return sleep_idle();
+  if (!strcmp(name, "hang_hold")) return hang_hold();
   if (!strcmp(name, "capture_hold")) return capture_hold();
   if (!strcmp(name, "sleep_no_host")) return sleep_no_host();
   if (!strcmp(name, "sleep_wait")) return sleep_wait(argc, argv);

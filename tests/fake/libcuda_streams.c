@@ -49,6 +49,17 @@ enum { CAPTURE_GLOBAL = 0, CAPTURE_THREAD_LOCAL = 1, CAPTURE_RELAXED = 2 };
 #define EVENT_HOLDS 64
 #define FAKECU_HOLD ((void *)0x401)
 #define FAKECU_TOUCH ((void *)0x402)
+// A kernel that never ends (an endless loop on a GPU): cuCtxSynchronize waits for it, for ever,
+// until the test ends it (fakecu_end_hangs); nothing else waits for it.
+#define FAKECU_HANG ((void *)0x403)
+static int hangs;
+static pthread_cond_t hang_ended = PTHREAD_COND_INITIALIZER;
+void fakecu_end_hangs(void) {
+  pthread_mutex_lock(&mu);
+  hangs = 0;
+  pthread_cond_broadcast(&hang_ended);
+  pthread_mutex_unlock(&mu);
+}
 
 struct fake_stream {
   int live;
@@ -316,6 +327,12 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *
 static CUresult hold_on(void *stream);
 static CUresult launch(void *f, unsigned gx, void *s, void **params, int ptsz) {
   if (f == FAKECU_HOLD) return hold_on(ptsz && !s ? (void *)2 : s);
+  if (f == FAKECU_HANG) {
+    pthread_mutex_lock(&mu);
+    hangs++;
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
+  }
   unsigned long long lo = 0;
   size_t bytes = 0;
   if (f == FAKECU_TOUCH && params && params[0] && params[1]) {
@@ -585,6 +602,7 @@ CUresult cuCtxSynchronize(void) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
+  while (hangs) pthread_cond_wait(&hang_ended, &mu);
   dev_now = max2(dev_now, all_end());
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;

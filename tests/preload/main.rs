@@ -95,5 +95,6 @@ mod overhead;
 mod replay;
 mod reuse_and_reports;
 mod sleep;
+mod sleep_attacks;
 mod stats_and_apis;
 mod ways_in_and_limits;

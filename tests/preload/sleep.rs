@@ -8,7 +8,7 @@ const EXPANDABLE: (&str, &str) = ("CUDAPOOL_SEGMENTS", "expandable");
 
 /// The client running `scenario` under the shim with expandable segments, its stdin and stdout
 /// piped, once it said "ready"; its stdout from there on.
-fn started(
+pub(super) fn started(
     scenario: &str,
 ) -> (
     std::process::Child,
@@ -291,6 +291,10 @@ fn the_python_package_puts_the_process_to_sleep_and_wakes_it() {
 #[test]
 fn a_sleep_without_host_memory_leaves_the_process_awake_and_names_the_bytes() {
     let r = ok(client("gpa", &["sleep_no_host"], &[EXPANDABLE]));
+    // Issue 74, item 7: a device the machine does not have (the fake has one) is an error for
+    // a wake as for a sleep.
+    let bad = r.line("bad_device");
+    assert_eq!((bad["sleep"].as_str(), bad["wake"].as_str()), ("1", "1"));
     assert_eq!(r.get("slept", "rc"), "2", "{}{}", r.stdout, r.stderr);
     assert!(
         r.stderr

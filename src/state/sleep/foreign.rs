@@ -165,6 +165,7 @@ impl Shim {
             .flat_map(|(p, _)| &p.maps)
             .map(|(_, m)| m.bytes)
             .sum();
+        super::host_room_for(total).inspect_err(|_| *short = true)?;
         let mut hosts = Vec::with_capacity(going.len());
         for (plan, _) in &going {
             let bytes = plan.maps.iter().map(|(_, m)| m.bytes).sum();

@@ -3,7 +3,7 @@
 //! asked for, which happens only if the process is idle and above its request.
 
 use super::{Shim, DRAIN_TIMEOUT};
-use crate::base::config::LogLevel::Info;
+use crate::base::config::LogLevel::{Info, Warn};
 use crate::base::log::fmt_bytes;
 use crate::base::sync::lock;
 use crate::log_at;
@@ -70,7 +70,15 @@ impl Shim {
                 );
                 m.device_bytes
             }
-            Err(_) => 0,
+            Err(refused) => {
+                // The member that asked goes on to the next idle one, or to its OOM line.
+                log_at!(
+                    Warn,
+                    "asked to sleep for another member of the group, and cannot: {}",
+                    refused.why
+                );
+                0
+            }
         }
     }
 }

@@ -113,6 +113,9 @@ pub struct Refused {
     pub why: String,
 }
 
+/// Set while a sleep's wait for the device (`Shim::drain`) has not returned.
+static DRAINING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// How long a sleep waits for device work to drain by default.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -176,16 +179,20 @@ impl Shim {
         let mut moved = Moved::default();
         // Host memory was short (the C API's CUDA_ERROR_OUT_OF_MEMORY).
         let mut short = false;
+        // The device's work did not finish in time (CUDA_ERROR_NOT_READY).
+        let mut late = false;
         let mut result = Ok(());
         for (ctx, cp) in self.contexts.on_device(device) {
             let Some(_alive) = cp.clock.enter() else {
                 continue;
             };
+            if let Err(why) = self.drain(ctx, deadline, timeout) {
+                late = true;
+                result = Err(why);
+                break;
+            }
             let up = self.upstream(cp.device);
             result = self.in_context(ctx, || {
-                self.driver
-                    .synchronize()
-                    .map_err(|e| format!("the device's work failed (error {e})"))?;
                 cp.pool.sleep(&up, &mut |all| {
                     self.save(ctx, cp.device, all, &up, &mut moved, &mut short)
                 })
@@ -210,6 +217,8 @@ impl Shim {
             });
             let code = if short {
                 CUDA_ERROR_OUT_OF_MEMORY
+            } else if late {
+                CUDA_ERROR_NOT_READY
             } else {
                 CUDA_ERROR_UNKNOWN
             };
@@ -239,6 +248,44 @@ impl Shim {
         Ok(moved)
     }
 
+    /// Waits until the device work of context `ctx` has finished, at most until `deadline`
+    /// (100 ms at least). `cuCtxSynchronize` has no timeout, so it runs on a thread of its
+    /// own: a kernel that never ends keeps that thread, not the sleep, which is given up (the
+    /// program's calls, waiting at the hooks meanwhile, go on). While that thread waits, a
+    /// sleep is refused at once.
+    fn drain(&self, ctx: usize, deadline: Instant, timeout: Duration) -> Result<(), String> {
+        if DRAINING.swap(true, AcqRel) {
+            return Err(
+                "the device work an earlier sleep waited for has not finished (a kernel that does not end?)"
+                    .into(),
+            );
+        }
+        let driver = self.driver;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiting = std::thread::Builder::new()
+            .name("cudapool-drain".into())
+            .stack_size(64 << 10)
+            .spawn(move || {
+                let r = driver.in_context(ctx, || driver.synchronize());
+                DRAINING.store(false, Release);
+                let _ = tx.send(r);
+            });
+        if let Err(e) = waiting {
+            DRAINING.store(false, Release);
+            return Err(format!("no thread to wait for the device: {e}"));
+        }
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(100));
+        match rx.recv_timeout(left) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("the device's work failed (error {e})")),
+            Err(_) => Err(format!(
+                "device work did not finish within {timeout:?} (a kernel that does not end?); the sleep is given up"
+            )),
+        }
+    }
+
     /// Keeps the live parts of every mapping of `all` on the host, in one host copy each, moved
     /// together ([`copy::move_parts`]), then unmaps them. A handle another process imported
     /// stays (its memory is shared, and would not come back the same).
@@ -260,6 +307,7 @@ impl Shim {
             .collect();
         drop(asleep);
         let live: u64 = going.iter().flat_map(|m| &m.live).map(|&(_, n)| n).sum();
+        host_room_for(live).inspect_err(|_| *short = true)?;
         let mut hosts = Vec::with_capacity(going.len());
         for m in &going {
             let need: u64 = m.live.iter().map(|&(_, n)| n).sum();
@@ -478,6 +526,27 @@ impl Shim {
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(())
+    }
+}
+
+/// Host memory kept free beside a sleep's copy, for the rest of the process's life.
+const HOST_MARGIN: u64 = 64 << 20;
+
+/// Whether `bytes` more of host memory can be had without the kernel killing the process to
+/// get them (a memory cgroup's limit, the node's available memory: `base::host_room`), with
+/// [`HOST_MARGIN`] to spare. `Err` says what stands in the way.
+pub(super) fn host_room_for(bytes: u64) -> Result<(), String> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    match crate::base::host_room::now() {
+        Some(room) if bytes.saturating_add(HOST_MARGIN) > room.bytes => Err(format!(
+            "the copy needs {} of host memory and {} leaves {}",
+            fmt_bytes(bytes),
+            room.by,
+            fmt_bytes(room.bytes)
+        )),
+        _ => Ok(()),
     }
 }
 
