@@ -29,5 +29,5 @@ else
   echo "no GPU found: the sample runs against the fake driver (host memory, 1 GiB per device)"
 fi
 limit=${LIMIT:-512MiB}
-echo "\$ cudapool run --limit $limit --report -- sample"
+echo "\$ cudapool run --limit $limit --report -- $work/sample"
 exec target/release/cudapool run --limit "$limit" --report -- "$work/sample"

@@ -25,12 +25,17 @@ nvidia-smi -L >/dev/null 2>&1 || { echo "gpu-check: nvidia-smi finds no GPU: not
 OUT=${OUT:-/tmp/cudapool-gpu-check}
 # GPU_TIER=quick: the checks every change of the library passes (build, races, the hand-over,
 # graphs, capture, giving back, the peers' memory tests, sleep of 4 GiB); full (the default):
-# everything. The peers' tests need .peers (scripts/fetch-peer-tests.sh).
+# everything; rest: everything the quick tier leaves out (sleep of 20 GiB included), so that
+# the full suite runs as two halves (quick, then rest: on two GPUs at once, or one after the
+# other where one run has a time limit). The peers' tests need .peers
+# (scripts/fetch-peer-tests.sh).
 TIER=${GPU_TIER:-full}
-case $TIER in quick | full) ;; *) echo "gpu-check: GPU_TIER is quick or full, not $TIER" >&2; exit 2 ;; esac
-full() { [ "$TIER" = full ]; }
+case $TIER in quick | rest | full) ;; *) echo "gpu-check: GPU_TIER is quick, rest or full, not $TIER" >&2; exit 2 ;; esac
+# The sections only the full suite runs, and those of the quick tier.
+full() { [ "$TIER" != quick ]; }
+quick_rows() { [ "$TIER" != rest ]; }
 SLEEP_GIB=20
-full || SLEEP_GIB=4
+[ "$TIER" = quick ] && SLEEP_GIB=4
 mkdir -p "$OUT"
 LIB=$PWD/target/release/libcudapool.so
 W=$(mktemp -d)
@@ -43,6 +48,8 @@ START=$SECONDS
 shim() { env LD_PRELOAD="$LIB" $T "$@"; }
 # Every program runs under a time limit: a hang is a failure, not the end of the suite.
 T="timeout 120"
+# A section's title, with the seconds since the start (where the suite's time goes).
+section() { echo "=== [$((SECONDS - START)) s] $*"; }
 field() { # key, file: the value of key=... in the file's first line holding it
   sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" "$2" | head -1
 }
@@ -81,7 +88,7 @@ watched() {
   HELD=$(echo "$recent" | awk '{ m = 0; for (i = 1; i <= NF; i++) if ($i > m) m = $i; print m }')
 }
 
-echo "=== device"
+section "device"
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
 NGPU=$(nvidia-smi -L | wc -l)
 nvcc --version | tail -1
@@ -103,7 +110,7 @@ if full && [ -z "${SKIP_SAMPLES:-}" ] && [ -d .samples/src/Samples ]; then
   SAMPLES_PID=$!
 fi
 
-echo "=== build"
+section "build"
 # (Waits name their jobs: a bare `wait` would also wait for the log's tee.)
 jobs_=()
 nvcc -O2 -cudart static -o "$W/rt_static" tests/gpu/programs/rt_alloc.cu & jobs_+=($!)
@@ -117,7 +124,8 @@ if [ "$NGPU" -ge 2 ]; then nvcc -O2 -std=c++17 -o "$W/multi" tests/gpu/programs/
 wait "${jobs_[@]}"
 ls "$W"
 
-echo "=== CUDA runtime programs (static and shared cudart)"
+if quick_rows; then
+section "CUDA runtime programs (static and shared cudart)"
 for v in static shared; do
   shim "$W/rt_$v" > "$W/rt.out" 2>&1
   check "[ $? = 0 ] && grep -q 'checksum ok' '$W/rt.out'" "runtime program, $v cudart, no limit" "$(grep checksum "$W/rt.out")"
@@ -127,7 +135,7 @@ for v in static shared; do
     "runtime program, $v cudart, 1 GiB limit" "cudaMemGetInfo total=${total} MiB; $(grep '2 GiB' "$W/rt.out")"
 done
 
-echo "=== stream race tests: a kernel still reads a freed block while it is reused"
+section "stream race tests: a kernel still reads a freed block while it is reused"
 for mode in legacy blocking nonblocking threads late handoff switch return; do
   bin="$W/race"
   case $mode in threads | handoff) bin="$W/race_ptds" ;; esac
@@ -137,7 +145,7 @@ for mode in legacy blocking nonblocking threads late handoff switch return; do
   done
 done
 
-echo "=== the hand-over: with two queues busy, a fenced block is reused in stream order, no host wait"
+section "the hand-over: with two queues busy, a fenced block is reused in stream order, no host wait"
 # The debug log names each fence handed over and each queue's wait for it; the race must also
 # stay intact. One-queue modes (legacy, late, switch, return) reuse without a fence: not here.
 # The programs free a few blocks once: kept until pressure (CUDAPOOL_CACHE_IDLE=never), so that
@@ -156,8 +164,10 @@ for mode in blocking nonblocking threads handoff; do
   done
 done
 
+fi # the quick tier
+
 if full; then
-echo "=== every allocation API against a 1 GiB limit, seen by nvidia-smi"
+section "every allocation API against a 1 GiB limit, seen by nvidia-smi"
 watched "$W/idle.out" "$W/limit_apis" idle
 OVH_C=$PEAK
 echo "CUDA program overhead (no shim, nothing allocated): $OVH_C MiB"
@@ -171,10 +181,10 @@ done
 watched "$W/api.out" "$W/limit_apis" async 128 12
 echo "(without the shim, cudaMallocAsync takes $(field granted_mib "$W/api.out") MiB: peak $PEAK MiB)"
 
-fi # quick tier
+fi # the full suite
 
 if full; then
-echo "=== two processes sharing the GPU with different limits"
+section "two processes sharing the GPU with different limits"
 (watched "$W/two1.out" shim env CUDAPOOL_MEMORY_LIMIT=1GiB "$W/limit_apis" malloc; echo "$PEAK" > "$W/two1.peak") &
 t1=$!
 (watched "$W/two2.out" shim env CUDAPOOL_MEMORY_LIMIT=3GiB "$W/limit_apis" malloc; echo "$PEAK" > "$W/two2.peak") &
@@ -209,10 +219,10 @@ framework() {
     "$fw at a 2 GiB limit ($*)" "granted ${g:-?} MiB, error $e; nvidia-smi peak $PEAK MiB <= 2048 + overhead $ovh"
 }
 
-fi # quick tier
+fi # the full suite
 
 if full; then
-echo "=== PyTorch"
+section "PyTorch"
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 $T python3 tests/gpu/train_small.py > "$W/train.plain" 2>&1
 shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 tests/gpu/train_small.py > "$W/train.shim" 2>&1
 check "grep -q 'step 7' '$W/train.plain' && cmp -s '$W/train.plain' '$W/train.shim'" \
@@ -221,10 +231,10 @@ framework torch 'OutOfMemoryError|AcceleratorError.*out of memory' PYTORCH_NO_CU
 framework torch 'OutOfMemoryError' PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
 framework torch 'OutOfMemoryError' PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
-fi # quick tier
+fi # the full suite
 
 if full; then
-echo "=== CuPy, JAX, Numba"
+section "CuPy, JAX, Numba"
 framework cupy 'OutOfMemoryError|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY' CUPY_DUMMY=1
 # XLA's autotuner times kernels and may pick another GEMM algorithm from run to run (last-digit
 # differences in the loss with or without the shim): deterministic for the comparison.
@@ -232,10 +242,10 @@ framework jax 'RESOURCE_EXHAUSTED|Out of memory|out of memory' XLA_PYTHON_CLIENT
   "XLA_FLAGS=--xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true"
 framework numba 'CUDA_ERROR_OUT_OF_MEMORY|OUT_OF_MEMORY' NUMBA_DUMMY=1
 
-fi # quick tier
+fi # the full suite
 
 if full; then
-echo "=== address queries and IPC of pooled blocks"
+section "address queries and IPC of pooled blocks"
 # A block is the program's allocation: sized from cuMemGetAddressRange, a memset of all of it
 # works and leaves the neighbour block alone. Memory cudapool never handed out (pinned host
 # memory mapped for the device) gets exactly the driver's answers.
@@ -259,10 +269,10 @@ while IFS='|' read -r verdict what detail; do
 done < <(grep -E '^(PASS|FAIL) \|' "$W/ipc.txt")
 [ "$(grep -cE '^(PASS|FAIL) \|' "$W/ipc.txt")" = 4 ] || result FAIL "IPC checks ran" "$(tail -3 "$W/ipc.txt")"
 
-fi # quick tier
+fi # the full suite
 
 if full; then
-echo "=== numba-cuda's own driver and IPC tests, with and without cudapool"
+section "numba-cuda's own driver and IPC tests, with and without cudapool"
 # A real client's test suite as a regression gate: any test that passes without cudapool and
 # does not pass with it is a failure. Its test-only dependencies (filecheck, cffi) travel as
 # wheels in .whl (see the README's GPU suite section); without them the import errors are the
@@ -304,10 +314,10 @@ if ls dist/cudapool-*.whl > /dev/null 2>&1; then
     "PyTorch training under the pip-installed cudapool, losses identical" "$(tail -1 "$W/train.wheel")"
 fi
 
-fi # quick tier
+fi # the full suite
 
 if full; then
-echo "=== PyTorch's memory viewer reads a cudapool snapshot"
+section "PyTorch's memory viewer reads a cudapool snapshot"
 shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDAPOOL_HISTORY=100000 CUDAPOOL_TRACK=2 \
   python3 tests/gpu/torch_snapshot.py "$OUT" > "$W/viz.out" 2>&1
 cat "$W/viz.out"
@@ -336,10 +346,10 @@ if [ "$NGPU" -ge 2 ]; then
     "$(grep '^rank' "$W/nccl_capture.out" | tr '\n' ';')"
 fi
 
-fi # quick tier
+fi # the full suite
 
 if full; then
-echo "=== cudapool exporter: a PyTorch run scraped while it trains"
+section "cudapool exporter: a PyTorch run scraped while it trains"
 if [ -x target/release/cudapool ]; then
   $T python3 tests/gpu/exporter_check.py "$PWD/target/release/cudapool" "$LIB" > "$W/exporter.out" 2>&1
   cat "$W/exporter.out"
@@ -349,10 +359,10 @@ else
   result FAIL "exporter" "carry target/release/cudapool too"
 fi
 
-fi # quick tier
+fi # the full suite
 
 if full; then
-echo "=== NVML under cudapool: nvidia-smi and pynvml see the budget (tests/gpu/nvml_check.sh)"
+section "NVML under cudapool: nvidia-smi and pynvml see the budget (tests/gpu/nvml_check.sh)"
 if [ -x target/release/cudapool ]; then
   $T bash tests/gpu/nvml_check.sh > "$W/nvml.out" 2>&1
   cat "$W/nvml.out"
@@ -363,10 +373,10 @@ else
   result FAIL "NVML" "carry target/release/cudapool too"
 fi
 
-fi # quick tier
+fi # the full suite
 
 if full; then
-echo "=== the moment of OOM with PyTorch (tests/gpu/oom_check.py)"
+section "the moment of OOM with PyTorch (tests/gpu/oom_check.py)"
 $T python3 tests/gpu/oom_check.py "$LIB" "$W/oom" > "$W/oom.out" 2>&1
 cat "$W/oom.out"
 while read -r verdict what; do
@@ -374,16 +384,17 @@ while read -r verdict what; do
 done < <(grep -E '^(PASS|FAIL) ' "$W/oom.out" | sed 's/ \[.*//')
 cp "$W"/oom/oom_segment_plot.html "$OUT/" 2>/dev/null
 
-fi # quick tier
+fi # the full suite
 
-echo "=== graph memory nodes under a limit (tests/gpu/graph_check.sh)"
+if quick_rows; then
+section "graph memory nodes under a limit (tests/gpu/graph_check.sh)"
 $T bash tests/gpu/graph_check.sh "$LIB" "$W/graphs" > "$W/graphs.out" 2>&1
 cat "$W/graphs.out"
 while read -r verdict what; do
   result "$verdict" "graphs: $what" "$(grep -h '^runs_2g' "$W/graphs.out" | head -1)"
 done < <(grep -E '^(PASS|FAIL) ' "$W/graphs.out" | sed 's/^\(PASS\|FAIL\) /\1 /')
 
-echo "=== graph capture: nothing cudapool does breaks a program's capture (docs/design.md, Capture-safe)"
+section "graph capture: nothing cudapool does breaks a program's capture (docs/design.md, Capture-safe)"
 # The driver's rules, as the fake driver models them: one line per call, mode and thread.
 timeout 120 "$W/capture_rules" > "$OUT/capture-rules.txt" 2>&1
 check "grep -q 'capture rules done' '$OUT/capture-rules.txt'" "capture rules probed (capture-rules.txt)" \
@@ -412,25 +423,30 @@ while IFS='|' read -r verdict what detail; do
 done < <(grep -E '^(PASS|FAIL) \|' "$W/capture.out")
 grep -q '^capture check: ' "$W/capture.out" || result FAIL "capture check ran" "$(tail -3 "$W/capture.out")"
 
+fi # the quick tier
+
 if full; then
-echo "=== a group of two PyTorch processes under one limit; one killed, the other grows"
+section "a group of two PyTorch processes under one limit; one killed, the other grows"
 $T python3 tests/gpu/group_check.py "$LIB" > "$W/group.out" 2>&1
 cat "$W/group.out"
 check "grep -q 'group check ok' '$W/group.out'" "two processes in one group: nvidia-smi within the group limit, a killed member's share back" \
   "$(grep -A2 '^| group limit' "$W/group.out" | tail -1)"
 
-fi # quick tier
+fi # the full suite
 
-echo "=== giving back what the program gives back, seen by nvidia-smi (tests/gpu/give_back/check.py)"
+if quick_rows; then
+section "giving back what the program gives back, seen by nvidia-smi (tests/gpu/give_back/check.py)"
 $T python3 tests/gpu/give_back/check.py "$LIB" > "$W/give_back.out" 2>&1
 cp "$W/give_back.out" "$OUT/give-back.txt"
 rows "give-back check" "$W/give_back.out"
 
-echo "=== the peers' own memory tests: PyTorch's test_cuda.py, CuPy's test_memory.py, with and without cudapool (tests/gpu/peers/peers.sh)"
+section "the peers' own memory tests: PyTorch's test_cuda.py, CuPy's test_memory.py, with and without cudapool (tests/gpu/peers/peers.sh)"
 bash tests/gpu/peers/peers.sh "$LIB" "$W/peers" > "$W/peers.out" 2>&1
 rows "peers' memory tests" "$W/peers.out"
 
-echo "=== sleep and wake: $SLEEP_GIB GiB to the host and back, PyTorch in each mode, cudapool sleep PID (tests/gpu/sleep/sleep_check.sh)"
+fi # the quick tier
+
+section "sleep and wake: $SLEEP_GIB GiB to the host and back, PyTorch in each mode, cudapool sleep PID (tests/gpu/sleep/sleep_check.sh)"
 timeout 600 bash tests/gpu/sleep/sleep_check.sh "$LIB" "$W/sleep" "$SLEEP_GIB" > "$W/sleep.out" 2>&1
 cat "$W/sleep.out"
 cp "$W/sleep.out" "$OUT/sleep-check.txt"
@@ -439,7 +455,7 @@ while read -r verdict rest; do
 done < <(grep -E '^(PASS|FAIL) ' "$W/sleep.out")
 grep -q '^PASS' "$W/sleep.out" || result FAIL "sleep check ran" "$(tail -3 "$W/sleep.out")"
 
-echo "=== NVIDIA's CUDA samples, with and without cudapool (tests/gpu/samples.sh, run beside the rest)"
+section "NVIDIA's CUDA samples, with and without cudapool (tests/gpu/samples.sh, run beside the rest)"
 if ! full; then
   echo "not in the quick tier"
 elif [ -n "${SKIP_SAMPLES:-}" ]; then

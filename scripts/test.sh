@@ -42,5 +42,11 @@ passed=$(awk '/^test result:/ {s += $4} /^wheel: [0-9]/ {s += $2} END {print s +
 failed=$(awk '/^test result:/ {s += $6} /^wheel: [0-9]/ {s += $4} END {print s + 0}' "$log")
 # A wheel that did not build or install is a failure too, though it ran no check.
 [ "$wheel_status" = 0 ] || grep -q '^wheel: [0-9]' "$log" || failed=$((failed + 1))
-echo "$passed passed, $failed failed"
+# The failing tests by name, last, where the eye lands (their output is further up).
+if [ "$failed" -gt 0 ]; then
+  echo "failed:"
+  grep -E '^test .* \.\.\. FAILED$' "$log" | sed 's/^test \(.*\) \.\.\. FAILED$/  \1/' | sort -u
+  grep -E '^(wheel|replay-gate)[^ ]*: .*(FAIL|failed)' "$log" | sed 's/^/  /' || true
+fi
+echo "$passed passed, $failed failed ($((SECONDS / 60)) min $((SECONDS % 60)) s)"
 [ "$status" = 0 ] && [ "$wheel_status" = 0 ]

@@ -69,7 +69,8 @@ enum Command {
     )]
     Sleep(SleepArgs),
     /// Wake sleeping cudapool processes: their memory back at the same addresses
-    Wake(SleepArgs),
+    #[command(after_help = "Example: cudapool wake --wait 4242")]
+    Wake(WakeArgs),
     /// Serve Prometheus /metrics for every cudapool process of this user (of every user as root)
     Exporter(ExporterArgs),
     /// Flags to compile and link C or C++ against cudapool (like pkg-config)
@@ -146,6 +147,7 @@ struct StatArgs {
     #[arg(short, long)]
     wide: bool,
     /// Only these processes
+    #[arg(value_parser = pid)]
     pids: Vec<u32>,
 }
 
@@ -164,6 +166,7 @@ struct TopArgs {
     #[arg(short = 'd', long, value_name = "SECONDS", default_value_t = 1.0, value_parser = positive_seconds, allow_hyphen_values = true)]
     delay: f64,
     /// Only these processes
+    #[arg(value_parser = pid)]
     pids: Vec<u32>,
 }
 
@@ -185,6 +188,7 @@ struct PlotArgs {
 #[derive(Args)]
 struct SnapshotArgs {
     /// The process (as `cudapool stat` lists it)
+    #[arg(value_parser = pid)]
     pid: u32,
     /// Where to write it (default cudapool-PID.json or .pickle)
     #[arg(short, long, value_name = "FILE", allow_hyphen_values = true)]
@@ -197,6 +201,7 @@ struct SnapshotArgs {
 #[derive(Args)]
 struct SleepArgs {
     /// The processes (as `cudapool stat` lists them)
+    #[arg(value_parser = pid)]
     pids: Vec<u32>,
     /// Every process of this group (CUDAPOOL_GROUP) too
     #[arg(long, value_name = "NAME", allow_hyphen_values = true)]
@@ -208,6 +213,30 @@ struct SleepArgs {
     /// way postpones it): 500ms, 30s, 5m
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration, allow_hyphen_values = true)]
     timeout: std::time::Duration,
+}
+
+#[derive(Args)]
+struct WakeArgs {
+    /// The processes (as `cudapool stat` lists them)
+    #[arg(value_parser = pid)]
+    pids: Vec<u32>,
+    /// Every process of this group (CUDAPOOL_GROUP) too
+    #[arg(long, value_name = "NAME", allow_hyphen_values = true)]
+    group: Option<String>,
+    /// Return when done, and print the bytes moved, the seconds and GB/s (a wake waits for
+    /// room up to the process's CUDAPOOL_WAKE_TIMEOUT)
+    #[arg(long)]
+    wait: bool,
+}
+
+/// A process id, as `cudapool stat` lists them.
+fn pid(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(p) if p > 0 => Ok(p),
+        _ => Err(format!(
+            "not a process id: {s:?} (a number, as `cudapool stat` lists them)"
+        )),
+    }
 }
 
 fn duration(s: &str) -> Result<std::time::Duration, String> {
@@ -316,7 +345,13 @@ fn main() -> ExitCode {
         ),
         Command::Wake(a) => finish(
             "wake",
-            cli::sleep::sleep(&a.pids, a.group.as_deref(), true, a.wait, a.timeout),
+            cli::sleep::sleep(
+                &a.pids,
+                a.group.as_deref(),
+                true,
+                a.wait,
+                std::time::Duration::from_secs(30),
+            ),
         ),
         Command::Exporter(a) => {
             cli::exporter::exporter(a.listen, std::time::Duration::from_secs_f64(a.interval))

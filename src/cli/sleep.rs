@@ -51,7 +51,10 @@ pub fn sleep(
             wait.then_some(timeout + COPY_WAIT),
         );
         match answer {
-            Ok(None) => super::out::outln(&format!("{pid}: asked to {verb}")),
+            Ok(None) => super::out::outln(&format!(
+                "{pid}: asked to {verb} (cudapool stat {pid} shows its state)"
+            )),
+            Ok(Some(SleepAnswer::Already)) => super::out::outln(&format!("{pid}: already asleep")),
             Ok(Some(SleepAnswer::Moved {
                 device,
                 copied,
@@ -101,7 +104,8 @@ fn said(device: u64, copied: u64, seconds: f64, wake: bool) -> String {
     } else {
         "-".into()
     };
-    let gib = |b: f64| format!("{:.2} GiB", b / (1u64 << 30) as f64);
+    // As `cudapool stat` writes sizes.
+    let gib = |b: f64| cudapool::report::fmt_bytes(b as u64);
     if device == 0.0 {
         return if wake {
             "awake (nothing was asleep)".into()

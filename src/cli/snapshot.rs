@@ -14,7 +14,27 @@ use std::time::Duration;
 const WAIT: Duration = Duration::from_secs(10);
 
 pub fn snapshot(pid: u32, out: Option<PathBuf>, torch: bool) -> Result<(), String> {
+    if out.as_deref() == Some(std::path::Path::new("-")) {
+        return to_stdout(pid, torch);
+    }
     let ext = if torch { "pickle" } else { "json" };
+    if let Some(name) = out
+        .as_ref()
+        .and_then(|p| p.extension())
+        .and_then(|e| e.to_str())
+    {
+        // Written as asked, and said (issue 75, item 13: a pickle named .json, silently).
+        if (torch && name.eq_ignore_ascii_case("json")) || (!torch && name == "pickle") {
+            eprintln!(
+                "cudapool snapshot: note: the file is {} though its name ends in .{name}",
+                if torch {
+                    "PyTorch's pickle"
+                } else {
+                    "cudapool's JSON"
+                }
+            );
+        }
+    }
     let target = out.unwrap_or_else(|| PathBuf::from(format!("cudapool-{pid}.{ext}")));
     let target = std::path::absolute(&target).map_err(|e| format!("{}: {e}", target.display()))?;
     let configured = configured_from_env();
@@ -53,4 +73,45 @@ pub fn snapshot(pid: u32, out: Option<PathBuf>, torch: bool) -> Result<(), Strin
         if torch { "torch" } else { "json" }
     ));
     Ok(())
+}
+
+/// `-o -`: the snapshot on standard output. The process writes it into a folder of this user's
+/// own (made 0700, removed after), from where it is copied out.
+fn to_stdout(pid: u32, torch: bool) -> Result<(), String> {
+    use std::io::Write as _;
+    let configured = configured_from_env();
+    if !exists(pid, configured.as_deref()) {
+        return Err(super::stat::no_process(pid));
+    }
+    let mut template = std::env::temp_dir()
+        .join("cudapool-snapshot-XXXXXX")
+        .into_os_string()
+        .into_encoded_bytes();
+    template.push(0);
+    // SAFETY: a NUL-terminated template mkdtemp fills in place.
+    let made = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
+    if made.is_null() {
+        return Err(format!(
+            "no private folder for it in {}: {}",
+            std::env::temp_dir().display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    template.pop();
+    let dir = PathBuf::from(std::ffi::OsString::from(
+        String::from_utf8_lossy(&template).into_owned(),
+    ));
+    let part = dir.join("snapshot");
+    let got = ask_snapshot(pid, configured.as_deref(), &part, torch, WAIT)
+        .map_err(|e| format!("process {pid}: {e}"))
+        .and_then(|()| {
+            std::fs::read(&part)
+                .map_err(|e| format!("process {pid} answered but wrote nothing: {e}"))
+        });
+    let _ = std::fs::remove_file(&part);
+    let _ = std::fs::remove_dir(&dir);
+    let bytes = got?;
+    std::io::stdout()
+        .write_all(&bytes)
+        .map_err(|e| format!("standard output: {e}"))
 }

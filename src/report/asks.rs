@@ -105,6 +105,8 @@ pub enum SleepAnswer {
     /// Not done: the code (a `CUresult`) and, only when the reader is the page's own user,
     /// the process's words (made printable).
     Refused { code: u32, why: Option<String> },
+    /// A sleep found the process asleep already.
+    Already,
     /// Nothing a process of cudapool writes.
     Unreadable,
 }
@@ -118,6 +120,9 @@ impl SleepAnswer {
     pub fn parse(text: &[u8], own: bool) -> SleepAnswer {
         let text = String::from_utf8_lossy(text);
         let mut w = text.splitn(3, ' ');
+        if text == "already" {
+            return SleepAnswer::Already;
+        }
         match (w.next(), w.next(), w.next()) {
             (Some("moved"), Some(d), Some(rest)) => {
                 let mut r = rest.split(' ');

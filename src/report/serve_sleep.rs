@@ -43,6 +43,9 @@ pub(super) fn serve_sleep(req: page::SleepRequest) {
                 Ok(m) => moved(m),
                 Err(e) => format!("refused {e} no room came within CUDAPOOL_WAKE_TIMEOUT; the contents stay on the host"),
             },
+            Some(_) if crate::state::sleep::state() == crate::state::sleep::State::Asleep => {
+                "already".to_string()
+            }
             Some(shim) => match shim.sleep(-1, req.timeout) {
                 Ok(m) => moved(m),
                 Err(r) => format!("refused {} {}", r.code, r.why),

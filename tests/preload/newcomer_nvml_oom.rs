@@ -359,8 +359,12 @@ fn the_readmes_worked_example_is_what_the_demo_prints() {
         "the demo says {:?}",
         block[0]
     );
-    assert_eq!(block[1], "$ cudapool run --limit 512MiB --report -- sample");
-    assert!(demo.contains("echo \"\\$ cudapool run --limit $limit --report -- sample\""));
+    // The command as the user can run it again (issue 75, item 14: "-- sample" failed).
+    assert_eq!(
+        block[1],
+        "$ cudapool run --limit 512MiB --report -- target/demo/sample"
+    );
+    assert!(demo.contains("echo \"\\$ cudapool run --limit $limit --report -- $work/sample\""));
     assert!(demo.contains("limit=${LIMIT:-512MiB}"));
     assert!(demo.contains("--report -- \"$work/sample\""));
     assert!(demo.contains("exec \"$dir/client\" dlsym sample \"$@\""));

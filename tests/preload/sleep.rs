@@ -192,7 +192,7 @@ fn the_cli_puts_a_process_to_sleep_and_wakes_it() {
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(
         r.stdout.contains(&format!("{pid}: asleep: "))
-            && r.stdout.contains("GiB of device memory given back")
+            && r.stdout.contains("70.00 MiB of device memory given back")
             && r.stdout.contains("GB/s"),
         "{}",
         r.stdout
@@ -213,12 +213,21 @@ fn the_cli_puts_a_process_to_sleep_and_wakes_it() {
     // Without --wait: asked, and done soon after.
     let r = cudapool(&["sleep", &pid]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(r.stdout.trim(), format!("{pid}: asked to sleep"));
+    assert_eq!(
+        r.stdout.trim(),
+        format!("{pid}: asked to sleep (cudapool stat {pid} shows its state)")
+    );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !cudapool(&["stat", &pid]).stdout.contains("asleep: ") {
         assert!(std::time::Instant::now() < deadline, "never asleep");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    // Asked again: said so (issue 75, item 11: it said "nothing to put to sleep").
+    let r = cudapool(&["sleep", "--wait", &pid]);
+    assert_eq!(
+        (r.code, r.stdout.trim()),
+        (0, format!("{pid}: already asleep").as_str())
+    );
     // The program's own next copy wakes it, transparently.
     child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
     let status = child.wait().unwrap();
@@ -233,6 +242,13 @@ fn the_cli_puts_a_process_to_sleep_and_wakes_it() {
     assert_eq!(r.code, 2);
     assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
     assert!(r.stderr.contains("no cudapool process"), "{}", r.stderr);
+    let r = cudapool(&["sleep", "abc"]);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("not a process id: \"abc\""),
+        "{}",
+        r.stderr
+    );
     let r = cudapool(&["wake"]);
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("name at least one PID"), "{}", r.stderr);

@@ -66,6 +66,35 @@ fn a_running_process_writes_its_snapshot_when_asked_from_outside() {
         );
         outs.push(r);
     }
+    // `-o -`: on standard output (issue 75, item 13: a file named "-"), no file left behind;
+    // a pickle named .json is written as asked and said.
+    let r = run_program(&cli, &["snapshot", &pid, "-o", "-"], false, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let on_stdout: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON on stdout");
+    assert!(on_stdout["devices"].is_array(), "{}", r.stdout);
+    assert!(!f.dir.join("-").exists());
+    let odd = f.dir.join("odd.json");
+    let r = run_program(
+        &cli,
+        &[
+            "snapshot",
+            &pid,
+            "-o",
+            odd.to_str().unwrap(),
+            "--format",
+            "torch",
+        ],
+        false,
+        &[],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("PyTorch's pickle though its name ends in .json"),
+        "{}",
+        r.stderr
+    );
+    let _ = std::fs::remove_file(&odd);
     let still_running = child.try_wait().unwrap().is_none();
     let _ = child.kill();
     let _ = child.wait();

@@ -499,6 +499,42 @@ impl Config {
         }
         out.extend(soft_above_hard(&self.soft_limit, &self.memory_limit));
         out.extend(self.job_notes.iter().cloned());
+        out.extend(self.unused());
+        out
+    }
+
+    /// Settings that only apply beside another that is not set: ignored, and said so.
+    fn unused(&self) -> Vec<String> {
+        let set = |l: &DeviceLimits| l.all.is_some() || !l.per_device.is_empty();
+        let mut out = Vec::new();
+        if self.group.is_none() {
+            let only_in_a_group: Vec<&str> = [
+                ("CUDAPOOL_GROUP_LIMIT", set(&self.group_limit)),
+                ("CUDAPOOL_SLEEP_IDLE", self.sleep.idle.is_some()),
+                ("CUDAPOOL_MEMORY_REQUEST", set(&self.sleep.request)),
+            ]
+            .into_iter()
+            .filter(|&(_, on)| on)
+            .map(|(name, _)| name)
+            .collect();
+            if !only_in_a_group.is_empty() {
+                out.push(format!(
+                    "{}: {} only in a group, and CUDAPOOL_GROUP is not set: ignored",
+                    only_in_a_group.join(", "),
+                    if only_in_a_group.len() == 1 {
+                        "applies"
+                    } else {
+                        "apply"
+                    }
+                ));
+            }
+        }
+        if self.oom_snapshot.is_none() && self.oom_snapshot_keep != OOM_SNAPSHOT_KEEP {
+            out.push(
+                "CUDAPOOL_OOM_SNAPSHOT_KEEP: applies only with CUDAPOOL_OOM_SNAPSHOT, which is not set: ignored"
+                    .into(),
+            );
+        }
         out
     }
 }

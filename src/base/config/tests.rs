@@ -300,3 +300,29 @@ fn the_snapshot_count_kept() {
         );
     }
 }
+
+/// Issue 75, item 9: settings that apply only beside another were ignored without a word.
+#[test]
+fn a_setting_that_needs_another_is_said_when_alone() {
+    let notes = |pairs: &[(&str, &str)]| cfg(pairs).unwrap().notes();
+    let n = notes(&[
+        ("CUDAPOOL_GROUP_LIMIT", "2GiB"),
+        ("CUDAPOOL_SLEEP_IDLE", "30s"),
+    ]);
+    assert_eq!(
+        n,
+        vec!["CUDAPOOL_GROUP_LIMIT, CUDAPOOL_SLEEP_IDLE: apply only in a group, and CUDAPOOL_GROUP is not set: ignored"]
+    );
+    assert!(notes(&[
+        ("CUDAPOOL_GROUP", "g"),
+        ("CUDAPOOL_GROUP_LIMIT", "2GiB"),
+        ("CUDAPOOL_MEMORY_REQUEST", "1GiB"),
+    ])
+    .is_empty());
+    let n = notes(&[("CUDAPOOL_OOM_SNAPSHOT_KEEP", "3")]);
+    assert_eq!(n.len(), 1, "{n:?}");
+    assert!(
+        n[0].starts_with("CUDAPOOL_OOM_SNAPSHOT_KEEP: applies only with"),
+        "{n:?}"
+    );
+}
