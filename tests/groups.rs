@@ -263,7 +263,10 @@ fn a_member_that_uses_no_gpu_is_no_member_of_it() {
     assert_eq!(group["members"], "1", "{group:?}");
     let text = stat();
     assert!(
-        text.contains(&format!("group {}: 1 member (and 1 that uses no GPU)", g.0)),
+        text.contains(&format!(
+            "group {}: 2 members, 1 holding GPU memory (the others asleep, or not using the GPU)",
+            g.0
+        )),
         "{text}"
     );
     assert_eq!(a.finish(), 0);

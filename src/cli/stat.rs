@@ -198,19 +198,16 @@ fn groups_text(verbose: bool, only: Option<&Vec<&str>>) -> String {
             ));
             continue;
         }
-        // Members that hold nothing on any GPU (torchrun's agent) are named apart.
-        let idle = g.members.len() - g.users();
-        let idle = match idle {
-            0 => String::new(),
-            n => format!(
-                " (and {n} that {} no GPU)",
-                if n == 1 { "uses" } else { "use" }
-            ),
+        // Members that hold nothing on any GPU (torchrun's agent, one asleep) are said apart.
+        let holding = match (g.users(), g.members.len()) {
+            (u, n) if u == n => String::new(),
+            (0, _) => ", none holding GPU memory (asleep, or not using the GPU)".into(),
+            (u, _) => format!(", {u} holding GPU memory (the others asleep, or not using the GPU)"),
         };
         out.push_str(&format!(
-            "group {}: {}{idle}\n",
+            "group {}: {}{holding}\n",
             g.name,
-            plural(g.users(), "member", "members")
+            plural(g.members.len(), "member", "members")
         ));
         for (i, (uuid, limit, total)) in g.devices.iter().enumerate() {
             let limit = Limit::from_raw(*limit).to_string();
@@ -218,11 +215,14 @@ fn groups_text(verbose: bool, only: Option<&Vec<&str>>) -> String {
                 .users_of(i)
                 .map(|(pid, r)| format!("pid {pid} {}", fmt_bytes(r[i])))
                 .collect();
+            let parts = match parts.is_empty() {
+                true => String::new(),
+                false => format!("  ({})", parts.join(", ")),
+            };
             out.push_str(&format!(
-                "  {}: limit {limit}  reserved {}  ({})\n",
+                "  {}: limit {limit}  reserved {}{parts}\n",
                 fmt_uuid(uuid),
                 fmt_bytes(*total),
-                parts.join(", ")
             ));
         }
     }
