@@ -215,11 +215,12 @@ fn page(cmd: clap::Command, name: &str, dir: &Path, main: bool) -> Result<(), St
                 writeln!(text, ".TP\n\\fB{var}\\fR={}\n{}", roff(values), roff(what))?;
             }
             writeln!(text, ".SH SIZES\n{}", roff(SIZES))?;
-            writeln!(
-                text,
-                ".SH SEE ALSO\n{}",
-                roff("cudapool-run(1), cudapool-stat(1), cudapool-top(1), cudapool-plot(1), cudapool-snapshot(1), cudapool-exporter(1), cudapool-config(1), cudapool-slurm(1), cudapool-jobstat(1), cudapool-replay(1)")
-            )?;
+            // Every subcommand's page (issue 75, item 10: sleep and wake were missing).
+            let pages: Vec<String> = (cmd.get_subcommands())
+                .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+                .map(|s| format!("cudapool-{}(1)", s.get_name()))
+                .collect();
+            writeln!(text, ".SH SEE ALSO\n{}", roff(&pages.join(", ")))?;
         } else {
             writeln!(text, ".SH SEE ALSO\ncudapool(1)")?;
         }

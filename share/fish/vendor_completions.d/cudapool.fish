@@ -62,8 +62,7 @@ complete -c cudapool -n "__fish_cudapool_using_subcommand sleep" -l timeout -d '
 complete -c cudapool -n "__fish_cudapool_using_subcommand sleep" -l wait -d 'Return when done, and print the bytes moved, the seconds and GB/s'
 complete -c cudapool -n "__fish_cudapool_using_subcommand sleep" -s h -l help -d 'Print help'
 complete -c cudapool -n "__fish_cudapool_using_subcommand wake" -l group -d 'Every process of this group (CUDAPOOL_GROUP) too' -r
-complete -c cudapool -n "__fish_cudapool_using_subcommand wake" -l timeout -d 'How long a sleep waits for the process\'s device work to drain (a graph capture under way postpones it): 500ms, 30s, 5m' -r
-complete -c cudapool -n "__fish_cudapool_using_subcommand wake" -l wait -d 'Return when done, and print the bytes moved, the seconds and GB/s'
+complete -c cudapool -n "__fish_cudapool_using_subcommand wake" -l wait -d 'Return when done, and print the bytes moved, the seconds and GB/s (a wake waits for room up to the process\'s CUDAPOOL_WAKE_TIMEOUT)'
 complete -c cudapool -n "__fish_cudapool_using_subcommand wake" -s h -l help -d 'Print help'
 complete -c cudapool -n "__fish_cudapool_using_subcommand exporter" -l listen -d 'Where to listen: :PORT (every interface), localhost:PORT, HOST:PORT, IPv4:PORT or [IPv6]:PORT (port 0: any free port)' -r
 complete -c cudapool -n "__fish_cudapool_using_subcommand exporter" -l interval -d 'Read the processes\' pages at most this often (0: every scrape)' -r
