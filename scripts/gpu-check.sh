@@ -474,7 +474,9 @@ echo "=== results ($((SECONDS - START)) s)"
 cat "$RESULTS"
 passed=$(grep -c '^PASS' "$RESULTS")
 failed=$(grep -c '^FAIL' "$RESULTS")
-echo "$passed passed, $failed failed"
+skipped=$(grep -c '^SKIP' "$RESULTS")
+not_run=$([ "$skipped" -gt 0 ] && echo ", $skipped not run (SKIP rows: what they need is not here)")
+echo "$passed passed, $failed failed$not_run"
 # The record of this run (docs/gpu/check.txt): the build it ran first, the table, the count last.
 # The commit is GPU_CHECK_COMMIT where the tree was copied to the GPU machine (a copied .git
 # may name another commit than the tree's), else git's.
@@ -483,7 +485,7 @@ commit=${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
   echo "commit $commit"
   echo "# scripts/gpu-check.sh, $TIER tier$([ -n "${SKIP_SAMPLES:-}" ] && echo ' (SKIP_SAMPLES=1)'), $(date -u +%Y-%m-%d), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | sed 's/, / driver /')$([ "$NGPU" -ge 2 ] && echo " x$NGPU"), $((SECONDS - START)) s"
   cat "$RESULTS"
-  echo "$passed passed, $failed failed"
+  echo "$passed passed, $failed failed$not_run"
 } > "$OUT/check.txt"
 cp "$OUT/check.txt" docs/gpu/check.txt 2>/dev/null
 [ "$failed" = 0 ]
