@@ -46,7 +46,7 @@ failed=$(awk '/^test result:/ {s += $6} /^wheel: [0-9]/ {s += $4} END {print s +
 if [ "$failed" -gt 0 ]; then
   echo "failed:"
   grep -E '^test .* \.\.\. FAILED$' "$log" | sed 's/^test \(.*\) \.\.\. FAILED$/  \1/' | sort -u
-  grep -E '^(wheel|replay-gate)[^ ]*: .*(FAIL|failed)' "$log" | sed 's/^/  /' || true
+  grep -E '^(wheel|replay-gate)[^ ]*: .*([1-9][0-9]* failed|FAIL)' "$log" | sed 's/^/  /' || true
 fi
 echo "$passed passed, $failed failed ($((SECONDS / 60)) min $((SECONDS % 60)) s)"
 [ "$status" = 0 ] && [ "$wheel_status" = 0 ]

@@ -99,9 +99,11 @@ mod tests {
 
     #[test]
     fn one_owner_cannot_spend_anothers_share() {
-        let mut p = Patience::new(Duration::from_millis(40), 2);
+        // Reads of 100 ms against shares of 1 s: a loaded machine's late wake-ups (which made
+        // a 40 ms read overrun both shares) stay far inside the other owner's second.
+        let mut p = Patience::new(Duration::from_secs(2), 2);
         while p.may_read(1) {
-            p.read(1, |w| std::thread::sleep(w.max(Duration::from_millis(1))));
+            p.read(1, |_| std::thread::sleep(Duration::from_millis(100)));
         }
         assert!(p.may_read(2), "user 2 still has its share");
         assert!(p.why_not(1).contains("share"));
