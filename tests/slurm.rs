@@ -358,7 +358,8 @@ fn hostile_users(c: &Cluster) {
               rm -f $l 2>/dev/null && echo removed || echo remove-refused
               truncate -s 0 $l && echo cut
               CUDAPOOL_RUNTIME_DIR=/tmp/cp-c-$$ $CHAOS fill {MB8} 0
-              wait; echo first_rc=$?' &
+              wait; echo first_rc=$?
+              rm -rf /tmp/cp-a-$$ /tmp/cp-b-$$ /tmp/cp-c-$$' &
             sleep 1.5
             j=$(squeue -h -u 1001 -o %i | head -1)
             LD_PRELOAD=$SHIM CUDAPOOL_GROUP=slurm-$j $U1 $CHAOS fill {MB8} 0 2>&1 | sed 's/^/outside: /'
