@@ -39,6 +39,25 @@ pub(super) fn started(
     (child, out)
 }
 
+/// Sends `line` to a client [`started`] gave and waits for it to end: its exit status and the
+/// rest of what it printed.
+pub(super) fn ended(
+    child: &mut std::process::Child,
+    out: &mut std::io::BufReader<std::process::ChildStdout>,
+    line: &str,
+) -> (std::process::ExitStatus, String) {
+    use std::io::Write;
+    child
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(format!("{line}\n").as_bytes())
+        .unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(out, &mut rest).unwrap();
+    (child.wait().unwrap(), rest)
+}
+
 /// What the arena holds of the client's blocks: 64 MiB, 3 MiB + 5 bytes (4 MiB), the 2 MiB
 /// scratch block.
 const ARENA_LIVE: u64 = (64 + 4 + 2) * MIB;
@@ -182,7 +201,6 @@ fn classic_segments_and_the_none_pool_stay_and_nothing_is_lost() {
 /// runs it on a thread of its own, `stat` shows the state, and its next copy wakes it.
 #[test]
 fn the_cli_puts_a_process_to_sleep_and_wakes_it() {
-    use std::io::Write;
     let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
     let (mut child, mut out) = started("sleep_idle");
     let pid = child.id().to_string();
@@ -229,10 +247,7 @@ fn the_cli_puts_a_process_to_sleep_and_wakes_it() {
         (0, format!("{pid}: already asleep").as_str())
     );
     // The program's own next copy wakes it, transparently.
-    child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
-    let status = child.wait().unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let (status, rest) = ended(&mut child, &mut out, "go");
     assert!(status.success(), "{rest}");
     assert!(rest.contains("before_check state=2"), "{rest}");
     assert!(rest.contains("intact=1"), "{rest}");
@@ -261,7 +276,6 @@ fn the_cli_puts_a_process_to_sleep_and_wakes_it() {
 /// stays awake, the command says why and exits 2, and the capture is untouched.
 #[test]
 fn a_sleep_that_cannot_drain_leaves_the_process_awake_and_says_why() {
-    use std::io::Write;
     let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
     let (mut child, mut out) = started("capture_hold");
     let pid = child.id().to_string();
@@ -280,10 +294,8 @@ fn a_sleep_that_cannot_drain_leaves_the_process_awake_and_says_why() {
         r.stderr
     );
     assert!(t.elapsed() < std::time::Duration::from_secs(5));
-    child.stdin.as_mut().unwrap().write_all(b"end\n").unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    assert!(child.wait().unwrap().success(), "{rest}");
+    let (status, rest) = ended(&mut child, &mut out, "end");
+    assert!(status.success(), "{rest}");
     assert!(
         rest.contains("capture_rc=0"),
         "the capture survived: {rest}"

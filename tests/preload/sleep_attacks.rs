@@ -2,9 +2,8 @@
 //! for the host copy, requests piling up, a device that never drains. Each test makes the
 //! attack; before its fix, the process was killed, flooded or frozen.
 
-use super::sleep::started;
+use super::sleep::{ended, started};
 use super::*;
-use std::io::Write;
 
 /// A memory cgroup of this test's own (v1's memory hierarchy, or v2's where memory is a
 /// controller), removed when dropped; its processes go back to where this test runs.
@@ -121,10 +120,7 @@ fn a_sleep_that_would_not_fit_in_its_memory_cgroup_is_refused_not_killed() {
     assert_eq!(cg.oom_kills(), 0);
     // The client's own check reads every block into fresh host memory: room for it.
     cg.confine(pid, 512 * MIB);
-    child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
-    let status = child.wait().unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let (status, rest) = ended(&mut child, &mut out, "go");
     assert!(status.success(), "{status:?} {rest}");
     assert!(
         rest.contains("before_check state=0"),
@@ -148,10 +144,7 @@ fn a_sleep_that_fits_in_its_memory_cgroup_happens() {
     cg.confine(pid, 512 * MIB);
     let r = run_program(&cli, &["sleep", "--wait", &pid.to_string()], false, &[]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
-    let status = child.wait().unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let (status, rest) = ended(&mut child, &mut out, "go");
     assert!(status.success(), "{rest}");
     assert!(rest.contains("before_check state=2"), "{rest}");
     assert!(rest.contains("intact=1"), "{rest}");
@@ -187,10 +180,7 @@ fn a_flood_of_sleep_requests_costs_the_process_one_thread() {
         during <= before + 1,
         "{before} threads before the requests, {during} after"
     );
-    child.stdin.as_mut().unwrap().write_all(b"end\n").unwrap();
-    let status = child.wait().unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let (status, rest) = ended(&mut child, &mut out, "end");
     assert!(status.success(), "{rest}");
     assert!(rest.contains("capture_rc=0"), "{rest}");
     assert!(rest.contains("intact=1"), "{rest}");
@@ -231,10 +221,7 @@ fn a_kernel_that_never_ends_gives_the_sleep_up_at_its_timeout() {
         err.contains("did not finish within 500ms") && err.contains("the process stays awake"),
         "{err}"
     );
-    child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
-    let status = child.wait().unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let (status, rest) = ended(&mut child, &mut out, "go");
     assert!(status.success(), "{rest}");
     let memset = rest
         .lines()
