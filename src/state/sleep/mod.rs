@@ -266,7 +266,14 @@ impl Shim {
             .name("cudapool-drain".into())
             .stack_size(64 << 10)
             .spawn(move || {
-                let r = driver.in_context(ctx, || driver.synchronize());
+                // A call on cudapool's own behalf: it holds its own permission for as long as
+                // it is in the driver (a capture begun meanwhile finds it admitted before).
+                let r = match crate::base::flags::own_calls() {
+                    Some(_calls) => driver
+                        .in_context(ctx, || driver.synchronize())
+                        .map_err(|e| format!("the device's work failed (error {e})")),
+                    None => Err("a graph capture began; the process stays awake".to_string()),
+                };
                 DRAINING.store(false, Release);
                 let _ = tx.send(r);
             });
@@ -278,8 +285,7 @@ impl Shim {
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(100));
         match rx.recv_timeout(left) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(format!("the device's work failed (error {e})")),
+            Ok(r) => r,
             Err(_) => Err(format!(
                 "device work did not finish within {timeout:?} (a kernel that does not end?); the sleep is given up"
             )),
