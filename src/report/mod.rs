@@ -86,6 +86,12 @@ impl Reporting {
     /// Writes the trace file (`CUDAPOOL_TRACE`), if one is configured.
     pub fn write_trace(&self, view: &dyn View) {
         if let Some(t) = self.trace(view) {
+            // The figures at this moment (at exit: what the program left), so the curves end
+            // where the program is, not at the last sample.
+            for d in view.devices_seen() {
+                let s = view.device_stats(d);
+                t.counter(d, s.allocated, s.reserved, s.hard_limit);
+            }
             let allocations: Vec<_> = view
                 .devices_seen()
                 .into_iter()
@@ -151,6 +157,13 @@ impl Observer for Reporting {
             t.counter(dev, s.allocated, s.reserved, s.hard_limit);
         }
         self.publish(view);
+    }
+
+    fn changed(&self, view: &dyn View, dev: CUdevice) {
+        if let Some(t) = self.trace(view) {
+            let s = view.device_stats(dev);
+            t.counter(dev, s.allocated, s.reserved, s.hard_limit);
+        }
     }
 
     fn event(&self, view: &dyn View, dev: CUdevice, name: &'static str, bytes: u64) {

@@ -1,8 +1,9 @@
 //! `CUDAPOOL_TRACE=path`: a Chrome trace-event JSON (Perfetto, chrome://tracing). Counter
-//! tracks of allocated, reserved and limit bytes per device, sampled where the live stats are
-//! published (slow paths, and every few hundred allocations of a thread); instant events for
-//! OOMs, reclaims and limit changes. Memory is bounded: the newest [`MAX_EVENTS`] events are
-//! kept and the number dropped is written too. Written at exit and on `cudapool_snapshot`.
+//! tracks of allocated, reserved and limit bytes per device, taken at every allocation and free
+//! (cache hits included) and when the trace is written (at exit: what the program left);
+//! instant events for OOMs, reclaims and limit changes. Memory is bounded: the newest
+//! [`MAX_EVENTS`] events are kept and the number dropped is written too. Written at exit and on
+//! `cudapool_snapshot`.
 //! Under `CUDAPOOL_HISTORY` too, the history's allocations and frees are written as instant
 //! events `alloc` and `free` (args `device`, `addr`, `bytes`): what `cudapool replay` reads.
 

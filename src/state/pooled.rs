@@ -186,6 +186,8 @@ impl Shim {
         log_at!(Debug, "alloc {size} -> {:#x} (device {dev})", grant.ptr);
         if !grant.from_cache || super::shim::sample_due(ops) {
             self.observe(dev);
+        } else {
+            self.changed(dev);
         }
         Ok(grant.ptr)
     }
@@ -288,6 +290,8 @@ impl Shim {
             log_at!(Debug, "free {ptr:#x}");
             if super::shim::sample_due(ops) {
                 self.observe(live.device);
+            } else {
+                self.changed(live.device);
             }
         } else {
             // The driver refused: the program still holds the block.

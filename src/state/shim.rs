@@ -84,6 +84,11 @@ pub trait View {
 pub trait Observer: Send + Sync {
     /// The figures of `dev` may have changed.
     fn sample(&self, view: &dyn View, dev: CUdevice);
+    /// An allocation or a free on `dev` that [`sample`](Self::sample) was not called for (a
+    /// cache hit between samples): only `CUDAPOOL_TRACE`'s counters want every change.
+    fn changed(&self, view: &dyn View, dev: CUdevice) {
+        let _ = (view, dev);
+    }
     /// Something happened on `dev`: `"oom"`, `"reclaim"`, `"limit"`, with its bytes.
     fn event(&self, view: &dyn View, dev: CUdevice, name: &'static str, bytes: u64);
     /// The program receives an out-of-memory answer for `bytes` on `dev`: what the observer
@@ -358,6 +363,18 @@ impl Shim {
         LAST_SAMPLE_NS.store(now_ns(), Ordering::Relaxed);
         if let Some(o) = OBSERVER.get() {
             o.sample(self, dev);
+        }
+    }
+
+    /// After an allocation or a free that did not [`observe`](Self::observe): under
+    /// `CUDAPOOL_TRACE` the trace takes the figures of `dev` (so its curves show every change,
+    /// not one jump per sample); otherwise nothing.
+    #[inline]
+    pub fn changed(&self, dev: CUdevice) {
+        if self.config.trace.is_some() {
+            if let Some(o) = OBSERVER.get() {
+                o.changed(self, dev);
+            }
         }
     }
 
