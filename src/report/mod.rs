@@ -301,8 +301,21 @@ fn times(n: u64) -> String {
     }
 }
 
-/// One device's block of the status text.
-pub fn device_status(dev: i32, s: &DeviceStats) -> String {
+/// What "memory taken" counts for a pool kind: each driver allocation it makes.
+pub fn driver_counts(kind: crate::base::config::PoolKind, expandable: bool) -> &'static str {
+    use crate::base::config::PoolKind;
+    match kind {
+        PoolKind::None => "the program's allocations, passed through",
+        PoolKind::Split if expandable => {
+            "ranges reserved, and each piece of memory mapped into them"
+        }
+        _ => "segments, and allocations passed through",
+    }
+}
+
+/// One device's block of the status text; `counts`: what the driver line counts
+/// ([`driver_counts`]).
+pub fn device_status(dev: i32, s: &DeviceStats, counts: &str) -> String {
     let hit_rate = if s.alloc_calls == 0 {
         0.0
     } else {
@@ -358,7 +371,7 @@ pub fn device_status(dev: i32, s: &DeviceStats) -> String {
     );
     let _ = writeln!(
         out,
-        "  from the driver: memory taken {}, given back {} (an expandable segment takes it 2 MiB at a time)",
+        "  from the driver: memory taken {}, given back {} ({counts})",
         times(s.driver_allocs),
         times(s.driver_frees)
     );
@@ -392,9 +405,9 @@ pub fn sleep_line(s: &DeviceStats) -> Option<String> {
 /// The whole status: a header line and one block per device the shim has seen.
 pub fn memory_status(shim: &dyn View) -> String {
     let kind = shim.pool_kind();
-    let segments = if kind == crate::base::config::PoolKind::Split
-        && shim.config().segments == crate::base::config::Segments::Expandable
-    {
+    let expandable = kind == crate::base::config::PoolKind::Split
+        && shim.config().segments == crate::base::config::Segments::Expandable;
+    let segments = if expandable {
         " with expandable segments"
     } else {
         ""
@@ -410,7 +423,8 @@ pub fn memory_status(shim: &dyn View) -> String {
         out.push_str("no device memory used\n");
     }
     for dev in devices {
-        out.push_str(&device_status(dev, &shim.device_stats(dev)));
+        let counts = driver_counts(kind, expandable);
+        out.push_str(&device_status(dev, &shim.device_stats(dev), counts));
     }
     out
 }
@@ -639,7 +653,7 @@ mod tests {
             hard_limit: 1 << 30,
             ..Default::default()
         };
-        let t = device_status(0, &s);
+        let t = device_status(0, &s, "what it counts");
         assert!(t.contains("limit 1.00 GiB (soft none)"), "{t}");
         assert!(t.contains("requested 1000.00 KiB"), "{t}");
         assert!(

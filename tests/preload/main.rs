@@ -90,6 +90,7 @@ mod first_steps;
 mod frictions;
 mod give_back;
 mod ipc;
+mod newcomer_four;
 mod newcomer_nvml_oom;
 mod overhead;
 mod replay;

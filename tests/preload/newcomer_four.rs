@@ -1,0 +1,114 @@
+//! What a newcomer met in round four (issue 75), each now said or drawn the way a user expects:
+//! before, in brackets.
+
+use super::common::*;
+use super::python3;
+/// Plays `ops` (benches/traces' format: `a ID SIZE`, `f ID`) through the driver API with `env`.
+fn play(name: &str, ops: &str, env: &[(&str, &str)]) -> Run {
+    let file = fixture().dir.join(name);
+    std::fs::write(&file, ops).unwrap();
+    ok(client(
+        "link",
+        &["trace", file.to_str().unwrap(), "1", "0", "0"],
+        env,
+    ))
+}
+
+/// Item 4: the trace's allocated curve follows every allocation and free, cache hits included, and ends
+/// where the program left it. Before, counters were taken only on slow paths: a ramp of eight
+/// cached allocations showed as one jump, and a program that freed everything ended its picture
+/// with 64 MiB allocated (read as a leak).
+#[test]
+fn a_traces_curve_follows_each_cached_allocation_and_ends_at_exit() {
+    let trace = fixture().dir.join("ramp.json");
+    // Twice: eight 8 MiB blocks, then all freed (the second ramp is served by the cache).
+    let mut text = String::new();
+    for round in 0..2 {
+        for i in 0..8 {
+            text += &format!("a {} {}\n", round * 8 + i, 8 << 20);
+        }
+        for i in 0..8 {
+            text += &format!("f {}\n", round * 8 + i);
+        }
+    }
+    let trace_s = trace.to_str().unwrap();
+    play("ramp.ops", &text, &[("CUDAPOOL_TRACE", trace_s)]);
+    let check = r#"
+import json, sys
+t = json.load(open(sys.argv[1]))
+c = [e["args"]["allocated"] >> 20 for e in t["traceEvents"] if e["ph"] == "C" and e["name"] == "device 0 memory"]
+steps = [8 * k for k in range(1, 9)] + [8 * k for k in range(7, -1, -1)]
+def has(seq, sub):
+    it = iter(seq)
+    return all(any(x == want for x in it) for want in sub)
+assert has(c, steps + steps), c
+assert c[-1] == 0, c
+print("ramp: ok")
+"#;
+    let r = run_program(&python3(), &["-c", check, trace_s], false, &[]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+}
+
+/// Item 12: the exit report's driver line says what its counts count, for each pool kind [each
+/// said "an expandable segment takes it 2 MiB at a time", and the counts did not follow it].
+#[test]
+fn the_reports_driver_line_says_what_it_counts() {
+    // Three 3 MiB blocks, freed, then three more (a pool serves them from its cache).
+    let mut ops = String::new();
+    for round in 0..2 {
+        for i in 0..3 {
+            ops += &format!("a {} {}\n", round * 3 + i, 3 << 20);
+        }
+        for i in 0..3 {
+            ops += &format!("f {}\n", round * 3 + i);
+        }
+    }
+    let line = |pool: &str, segments: &str| {
+        let r = play(
+            "three.ops",
+            &ops,
+            &[
+                ("CUDAPOOL_POOL", pool),
+                ("CUDAPOOL_SEGMENTS", segments),
+                ("CUDAPOOL_REPORT", "yes"),
+                ("CUDAPOOL_CACHE_IDLE", ""),
+            ],
+        );
+        r.stderr
+            .lines()
+            .find_map(|l| {
+                l.split_once("from the driver: ")
+                    .map(|(_, t)| t.to_string())
+            })
+            .unwrap_or_else(|| panic!("{pool}: no driver line in {}", r.stderr))
+    };
+    // Nothing pooled: the program's six allocations are the driver's.
+    assert_eq!(
+        line("none", "classic"),
+        "memory taken 6 times, given back 6 times (the program's allocations, passed through)"
+    );
+    for pool in ["binned", "simple"] {
+        let l = line(pool, "classic");
+        assert!(
+            l.ends_with("(segments, and allocations passed through)"),
+            "{pool}: {l}"
+        );
+        // Every block was freed: what was taken was given back (at its free or at exit).
+        let n = |what: &str| {
+            l.split_once(what)
+                .unwrap()
+                .1
+                .split(' ')
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(n("memory taken "), n("given back "), "{pool}: {l}");
+    }
+    let l = line("split", "expandable");
+    assert!(
+        l.ends_with("(ranges reserved, and each piece of memory mapped into them)"),
+        "{l}"
+    );
+    assert!(!line("split", "classic").contains("expandable"));
+}
