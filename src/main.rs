@@ -5,6 +5,7 @@
 //! pipe ends quietly with status 0 (`cli::out`).
 
 mod cli {
+    pub mod absent;
     pub mod config;
     pub mod exporter;
     pub mod jobstat;

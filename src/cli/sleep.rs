@@ -69,8 +69,8 @@ pub fn sleep(
             Ok(Some(SleepAnswer::Unreadable)) => failed.push(format!(
                 "{pid}: its answer is not one cudapool writes (its page was changed by another hand)"
             )),
-            Err(e) if e.starts_with("no cudapool process") && !root => {
-                failed.push(super::stat::no_process(pid))
+            Err(e) if e.starts_with("no cudapool process") => {
+                failed.push(super::absent::no_process(pid, root))
             }
             Err(e) => failed.push(format!("{pid}: {e}")),
         }

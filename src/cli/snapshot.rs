@@ -39,7 +39,7 @@ pub fn snapshot(pid: u32, out: Option<PathBuf>, torch: bool) -> Result<(), Strin
     let target = std::path::absolute(&target).map_err(|e| format!("{}: {e}", target.display()))?;
     let configured = configured_from_env();
     if !exists(pid, configured.as_deref()) {
-        return Err(super::stat::no_process(pid));
+        return Err(super::absent::no_process(pid, false));
     }
     // The process creates this file new; it becomes FILE once complete.
     let part = target.with_file_name(format!(
@@ -81,7 +81,7 @@ fn to_stdout(pid: u32, torch: bool) -> Result<(), String> {
     use std::io::Write as _;
     let configured = configured_from_env();
     if !exists(pid, configured.as_deref()) {
-        return Err(super::stat::no_process(pid));
+        return Err(super::absent::no_process(pid, false));
     }
     let mut template = std::env::temp_dir()
         .join("cudapool-snapshot-XXXXXX")

@@ -94,23 +94,6 @@ fn render(s: &Snapshot, wide: bool) -> String {
     out
 }
 
-/// Why `pid` is not shown: it publishes no page where this command looks. A running process
-/// most likely uses another `CUDAPOOL_RUNTIME_DIR`; one that is gone, said so.
-pub fn no_process(pid: u32) -> String {
-    let looked = configured_from_env().unwrap_or_else(|| {
-        // SAFETY: getuid has no preconditions.
-        cudapool::base::rundir::default_path(unsafe { libc::getuid() })
-    });
-    if std::path::Path::new(&format!("/proc/{pid}")).exists() {
-        format!(
-            "no cudapool process with pid {pid} of this user: pid {pid} runs, but publishes nothing in {} (a process started with another CUDAPOOL_RUNTIME_DIR is seen with the same variable set here)",
-            looked.display()
-        )
-    } else {
-        format!("no cudapool process with pid {pid} of this user: no process has pid {pid}")
-    }
-}
-
 /// The text for `pids` (every cudapool process of this user when empty); `Err` if a pid was
 /// asked for that publishes nothing. With `verbose`, a note for each file skipped and why.
 pub fn stat_text(pids: &[u32], verbose: bool, wide: bool) -> Result<String, String> {
@@ -124,7 +107,7 @@ pub fn stat_text(pids: &[u32], verbose: bool, wide: bool) -> Result<String, Stri
         // Not among what the read reached: looked up by its name, whatever the folders hold.
         match read_pid(pid, configured.as_deref(), false) {
             Ok(Some(s)) => all.push(s),
-            Ok(None) => return Err(no_process(pid)),
+            Ok(None) => return Err(super::absent::no_process(pid, false)),
             Err(e) => return Err(format!("process {pid}: its page could not be read: {e}")),
         }
     }

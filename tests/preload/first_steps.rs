@@ -298,10 +298,11 @@ fn stat_fits_and_top_sees_a_process_end() {
         &[("CUDAPOOL_RUNTIME_DIR", elsewhere.to_str().unwrap())],
     );
     assert_eq!(r.code, 2);
+    // Its runtime folder named, read from the process's environment (issue 75, item 6).
     assert!(
-        r.stderr
-            .contains(&format!("pid {pid} runs, but publishes nothing in"))
-            && r.stderr.contains("another CUDAPOOL_RUNTIME_DIR"),
+        r.stderr.contains(&format!(
+            "pid {pid} publishes in {d} (its CUDAPOOL_RUNTIME_DIR): set CUDAPOOL_RUNTIME_DIR={d} here too"
+        )),
         "{}",
         r.stderr
     );

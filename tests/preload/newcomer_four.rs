@@ -112,3 +112,70 @@ fn the_reports_driver_line_says_what_it_counts() {
     );
     assert!(!line("split", "classic").contains("expandable"));
 }
+
+/// Item 6: a pid that publishes nothing is told apart by what /proc shows of it [every case
+/// blamed CUDAPOOL_RUNTIME_DIR]: a process without cudapool, one with cudapool that has not
+/// used CUDA yet, another user's (as root), one under another runtime folder
+/// (`first_steps.rs`'s `stat_fits_and_top_sees_a_process_end`), and none.
+#[test]
+fn a_pid_that_publishes_nothing_is_told_apart() {
+    use std::os::unix::process::CommandExt as _;
+    let f = fixture();
+    let cli = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+    let said = |pid: u32| {
+        let r = run_program(&cli, &["stat", &pid.to_string()], false, &[]);
+        assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+        r.stderr
+    };
+    let mut plain = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let mut preloaded = std::process::Command::new("sleep")
+        .arg("30")
+        .env("LD_PRELOAD", &f.lib)
+        .spawn()
+        .unwrap();
+    // The library is loaded before `sleep` runs its main: give the loader a moment.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let e = said(plain.id());
+    assert!(
+        e.contains(&format!(
+            "pid {} runs without cudapool (start it with `cudapool run -- PROGRAM`",
+            plain.id()
+        )),
+        "{e}"
+    );
+    let e = said(preloaded.id());
+    assert!(
+        e.contains(&format!(
+            "pid {} has cudapool but has not used CUDA yet",
+            preloaded.id()
+        )),
+        "{e}"
+    );
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let mut theirs = std::process::Command::new("sleep")
+            .arg("30")
+            .uid(65534)
+            .gid(65534)
+            .spawn()
+            .unwrap();
+        let e = said(theirs.id());
+        assert!(
+            e.contains(&format!(
+                "pid {} is another user's (uid 65534): this command reaches only root's own",
+                theirs.id()
+            )),
+            "{e}"
+        );
+        let _ = theirs.kill();
+        let _ = theirs.wait();
+    }
+    for c in [&mut plain, &mut preloaded] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert!(said(4_194_999).ends_with("no process has pid 4194999\n"));
+}
