@@ -220,7 +220,13 @@ fn target(path: &Path) -> Result<Target, String> {
 /// Whether `path` can be written by [`write`]: its folder exists and this process may write
 /// in it, and nothing but a regular file of this user is at its name. `Err` is one line.
 pub fn check(path: &Path) -> Result<(), String> {
-    target(path).map(|_| ())
+    let t = target(path)?;
+    // The folder takes a new file as `write` makes one, tried now and removed: a read-only or
+    // pseudo file system (/proc) refuses here, not at exit.
+    let (tmp, _fd) = create_beside(&t, path)?;
+    // SAFETY: unlinkat of the file just made, relative to the folder's descriptor.
+    unsafe { libc::unlinkat(t.dir.as_raw_fd(), tmp.as_ptr(), 0) };
+    Ok(())
 }
 
 /// `path` made absolute against the current directory (a program may change directory before

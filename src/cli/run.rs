@@ -43,7 +43,7 @@ pub fn find_library() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("CUDAPOOL_LIB") {
         let p = PathBuf::from(p);
         return if p.is_file() {
-            Ok(p)
+            is_cudapool(&p).map(|()| p)
         } else {
             Err(format!("CUDAPOOL_LIB={} is not a file", p.display()))
         };
@@ -70,6 +70,28 @@ pub fn find_library() -> Result<PathBuf, String> {
             .collect::<Vec<_>>()
             .join(", ")
     ))
+}
+
+/// Whether `CUDAPOOL_LIB`'s file is a cudapool library: a shared object (ELF, type `ET_DYN`)
+/// that holds cudapool's C API. Anything else would be preloaded for nothing (the loader
+/// skips what it cannot load and the program runs without cudapool, status 0).
+fn is_cudapool(p: &std::path::Path) -> Result<(), String> {
+    use std::io::Read as _;
+    let not = |why: &str| Err(format!("CUDAPOOL_LIB={}: {why}", p.display()));
+    let mut bytes = Vec::new();
+    // A library is a few MiB; the bound keeps a huge file from being read whole.
+    let read = std::fs::File::open(p).and_then(|f| f.take(512 << 20).read_to_end(&mut bytes));
+    if let Err(e) = read {
+        return not(&e.to_string());
+    }
+    let elf_so = bytes.len() > 18 && bytes.starts_with(b"\x7fELF") && bytes[16..18] == [3, 0];
+    if !elf_so {
+        return not("not a shared library (point it at libcudapool.so)");
+    }
+    if !bytes.windows(19).any(|w| w == b"cudapool_get_stats\0") {
+        return not("a shared library, but not cudapool's (it has no cudapool_get_stats)");
+    }
+    Ok(())
 }
 
 /// `lib/python3.*/{site,dist}-packages/cudapool/libcudapool.so` under `lib`, newest Python
@@ -152,6 +174,13 @@ pub fn run(
         .collect();
     let mut problems = names::unknown(names.iter().map(String::as_str));
     problems.extend(config.notes());
+    // The runtime folder the program will publish in, made now as the program would (a folder
+    // it cannot use, such as one under another user's home, is refused before it starts).
+    if let Some(p) = &config.runtime_dir {
+        if let Err(e) = cudapool::base::rundir_find::mine(Some(p)) {
+            problems.push(e);
+        }
+    }
     if !problems.is_empty() {
         for p in &problems {
             eprintln!("cudapool run: {p}");

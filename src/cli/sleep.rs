@@ -3,7 +3,6 @@
 //! to sleep, or wakes it. The request goes through the process's live page
 //! (`cudapool::report::asks::ask_sleep`); the process runs it on a thread of its own.
 
-use cudapool::base::rundir::configured_from_env;
 use cudapool::report::asks::{ask_sleep, SleepAnswer};
 use cudapool::report::pages::live;
 use std::time::Duration;
@@ -19,7 +18,7 @@ pub fn sleep(
     wait: bool,
     timeout: Duration,
 ) -> Result<(), String> {
-    let configured = configured_from_env();
+    let configured = super::stat::runtime_dir()?;
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let mut targets: Vec<u32> = pids.to_vec();

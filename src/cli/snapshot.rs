@@ -4,7 +4,6 @@
 //! snapshot thread writes a new file beside FILE (never through a link, never a FIFO), which is
 //! then renamed over FILE once FILE is checked as every output file is (`outfile`).
 
-use cudapool::base::rundir::configured_from_env;
 use cudapool::report::asks::ask_snapshot;
 use cudapool::report::pages::exists;
 use std::path::PathBuf;
@@ -37,7 +36,7 @@ pub fn snapshot(pid: u32, out: Option<PathBuf>, torch: bool) -> Result<(), Strin
     }
     let target = out.unwrap_or_else(|| PathBuf::from(format!("cudapool-{pid}.{ext}")));
     let target = std::path::absolute(&target).map_err(|e| format!("{}: {e}", target.display()))?;
-    let configured = configured_from_env();
+    let configured = super::stat::runtime_dir()?;
     if !exists(pid, configured.as_deref()) {
         return Err(super::absent::no_process(pid, false));
     }
@@ -79,7 +78,7 @@ pub fn snapshot(pid: u32, out: Option<PathBuf>, torch: bool) -> Result<(), Strin
 /// own (made 0700, removed after), from where it is copied out.
 fn to_stdout(pid: u32, torch: bool) -> Result<(), String> {
     use std::io::Write as _;
-    let configured = configured_from_env();
+    let configured = super::stat::runtime_dir()?;
     if !exists(pid, configured.as_deref()) {
         return Err(super::absent::no_process(pid, false));
     }

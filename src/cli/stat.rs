@@ -1,12 +1,14 @@
 //! `cudapool stat [PID...]` and `cudapool top`: the live figures every cudapool process
 //! publishes (`cudapool::report::publish`), read from outside.
 
+use cudapool::base::config::parse_runtime_dir;
 use cudapool::base::limit::Limit;
 use cudapool::base::rundir::configured_from_env;
-use cudapool::base::rundir_find::squats;
+use cudapool::base::rundir_find::{squats, survey};
 use cudapool::report::fmt_bytes;
 use cudapool::report::page::fmt_uuid;
 use cudapool::report::pages::{live, printable, read_pid, Snapshot};
+use std::path::PathBuf;
 
 /// The GPU as `stat` names it: the short form of its UUID (as `nvidia-smi -L` starts it), the
 /// whole one under `--wide`.
@@ -94,10 +96,32 @@ fn render(s: &Snapshot, wide: bool) -> String {
     out
 }
 
+/// `CUDAPOOL_RUNTIME_DIR` as every reader (`stat`, `top`, `snapshot`, `sleep`, `wake`) takes
+/// it: checked as the library checks it (an absolute path), and a folder that is not there is
+/// said, never read in silence as if it held no process.
+pub fn runtime_dir() -> Result<Option<PathBuf>, String> {
+    let Some(v) = std::env::var_os("CUDAPOOL_RUNTIME_DIR").filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let p = parse_runtime_dir(&v.to_string_lossy()).map_err(|e| e.to_string())?;
+    match std::fs::symlink_metadata(&p) {
+        Ok(m) if m.is_dir() => Ok(Some(p)),
+        Ok(_) => Err(format!(
+            "CUDAPOOL_RUNTIME_DIR={}: not a directory",
+            p.display()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
+            "CUDAPOOL_RUNTIME_DIR={}: no such directory: no cudapool process has used it (a process makes it when it first publishes); unset CUDAPOOL_RUNTIME_DIR to read the default",
+            p.display()
+        )),
+        Err(e) => Err(format!("CUDAPOOL_RUNTIME_DIR={}: {e}", p.display())),
+    }
+}
+
 /// The text for `pids` (every cudapool process of this user when empty); `Err` if a pid was
 /// asked for that publishes nothing. With `verbose`, a note for each file skipped and why.
 pub fn stat_text(pids: &[u32], verbose: bool, wide: bool) -> Result<String, String> {
-    let configured = configured_from_env();
+    let configured = runtime_dir()?;
     let (mut all, skipped) = live(false, configured.as_deref());
     let mut out = String::new();
     for &pid in pids {
@@ -121,6 +145,19 @@ pub fn stat_text(pids: &[u32], verbose: bool, wide: bool) -> Result<String, Stri
         n += 1;
     }
     if verbose {
+        let read = survey(false, configured.as_deref()).0;
+        let read: Vec<String> = read
+            .iter()
+            .map(|d| d.path().display().to_string())
+            .collect();
+        out.push_str(&format!(
+            "(read {})\n",
+            if read.is_empty() {
+                "no folder: none of this user's exists".to_string()
+            } else {
+                read.join(", ")
+            }
+        ));
         for s in &skipped {
             out.push_str(&format!("(skipped {}: {})\n", s.path.display(), s.why));
         }
@@ -137,7 +174,7 @@ pub fn stat_text(pids: &[u32], verbose: bool, wide: bool) -> Result<String, Stri
         out.push_str("no cudapool process is running for this user\n");
     }
     // A default runtime directory another user took: where this user's processes went.
-    for sq in squats(false, configured_from_env().as_deref()) {
+    for sq in squats(false, configured.as_deref()) {
         out.push_str(&format!("note: {}\n", sq.line()));
     }
     // The groups of the processes shown (every group of this user when no pid was named).

@@ -293,6 +293,7 @@ fn stat_fits_and_top_sees_a_process_end() {
         r.stdout
     );
     let elsewhere = f.dir.join("stat-fits-elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
     let r = cudapool(
         &["stat", &pid],
         &[("CUDAPOOL_RUNTIME_DIR", elsewhere.to_str().unwrap())],

@@ -179,3 +179,92 @@ fn a_pid_that_publishes_nothing_is_told_apart() {
     }
     assert!(said(4_194_999).ends_with("no process has pid 4194999\n"));
 }
+
+/// Items 7 and 15: every reader checks `CUDAPOOL_RUNTIME_DIR` as `run` does and `stat -v` names
+/// the folders it read [a relative or missing folder read in silence: "no cudapool process"];
+/// `run` refuses before anything runs a trace it could not write (`/proc`) [said at exit], a
+/// runtime folder it cannot make [one line, then ran], and a `CUDAPOOL_LIB` that is no cudapool
+/// library [ran the program without cudapool, status 0].
+#[test]
+fn readers_and_run_refuse_settings_that_would_do_nothing() {
+    let f = fixture();
+    let cli = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+    let refused = |args: &[&str], env: &[(&str, &str)], want: &str| {
+        let r = run_program(&cli, args, false, env);
+        assert_eq!(r.code, 2, "{args:?} {env:?}: {}{}", r.stdout, r.stderr);
+        assert!(
+            r.stderr.contains(want),
+            "{args:?} {env:?}: want {want:?} in {}",
+            r.stderr
+        );
+    };
+    let missing = f.dir.join("no-such-runtime-dir");
+    let _ = std::fs::remove_dir_all(&missing);
+    for args in [
+        &["stat"][..],
+        &["stat", "-v", "1"],
+        &["top", "-n", "1"],
+        &["snapshot", "1"],
+        &["sleep", "1"],
+        &["wake", "1"],
+    ] {
+        refused(
+            args,
+            &[("CUDAPOOL_RUNTIME_DIR", "rel")],
+            "invalid CUDAPOOL_RUNTIME_DIR=\"rel\": not an absolute path",
+        );
+        refused(
+            args,
+            &[("CUDAPOOL_RUNTIME_DIR", missing.to_str().unwrap())],
+            ": no such directory: no cudapool process has used it",
+        );
+    }
+    let here = f.dir.join("read-here");
+    std::fs::create_dir_all(&here).unwrap();
+    let r = run_program(
+        &cli,
+        &["stat", "-v"],
+        false,
+        &[("CUDAPOOL_RUNTIME_DIR", here.to_str().unwrap())],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains(&format!("(read {}", here.display())),
+        "{}",
+        r.stdout
+    );
+
+    let lib = f.lib.to_str().unwrap();
+    let run = |env: &[(&str, &str)], want: &str| {
+        let mut all = vec![("CUDAPOOL_LIB", lib)];
+        all.extend_from_slice(env);
+        refused(&["run", "--", "true"], &all, want);
+    };
+    run(
+        &[("CUDAPOOL_TRACE", "/proc/cudapool-trace.json")],
+        "CUDAPOOL_TRACE: cannot be written: /proc/cudapool-trace.json",
+    );
+    run(
+        &[("CUDAPOOL_RUNTIME_DIR", "/proc/cudapool-rt")],
+        "CUDAPOOL_RUNTIME_DIR: cannot make /proc/cudapool-rt",
+    );
+    refused(
+        &["run", "--", "true"],
+        &[("CUDAPOOL_LIB", "/etc/passwd")],
+        "CUDAPOOL_LIB=/etc/passwd: not a shared library",
+    );
+    let libc = [
+        "/lib/x86_64-linux-gnu/libc.so.6",
+        "/usr/lib64/libc.so.6",
+        "/lib64/libc.so.6",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).is_file());
+    if let Some(libc) = libc {
+        refused(
+            &["run", "--", "true"],
+            &[("CUDAPOOL_LIB", libc)],
+            "a shared library, but not cudapool's",
+        );
+    }
+}

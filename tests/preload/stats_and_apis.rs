@@ -27,9 +27,9 @@ fn a_running_process_writes_its_snapshot_when_asked_from_outside() {
         .unwrap();
     assert_eq!(ready.trim(), "ready");
     let pid = child.id().to_string();
-    // An observer's mistakes stay with the observer: a folder that does not exist (said
-    // before asking), and one where the process cannot create the file (said by the process
-    // through its page, reported by the CLI, never written into the program's stderr).
+    // An observer's mistakes stay with the observer: a folder that does not exist, and one
+    // where no file can be made (/proc), each said before asking, never written into the
+    // program's stderr.
     let r = run_program(
         &cli,
         &["snapshot", &pid, "-o", "/no/such/dir/x.json"],
@@ -45,7 +45,7 @@ fn a_running_process_writes_its_snapshot_when_asked_from_outside() {
     let r = run_program(&cli, &["snapshot", &pid, "-o", "/proc/x.json"], false, &[]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(
-        r.stderr.contains("could not write /proc/x.json"),
+        r.stderr.contains("/proc/x.json: cannot write beside it"),
         "{}",
         r.stderr
     );

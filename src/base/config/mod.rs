@@ -378,16 +378,7 @@ impl Config {
                 Some(parse_group(&v).map_err(|why| bad("CUDAPOOL_GROUP", &v, &why, GROUP_CHARS))?);
         }
         if let Some(v) = get("CUDAPOOL_RUNTIME_DIR") {
-            let p = PathBuf::from(v.trim());
-            if !p.is_absolute() {
-                return Err(bad(
-                    "CUDAPOOL_RUNTIME_DIR",
-                    &v,
-                    "not an absolute path",
-                    "the absolute path of a directory of yours (made 0700 if absent)",
-                ));
-            }
-            c.runtime_dir = Some(p);
+            c.runtime_dir = Some(parse_runtime_dir(&v)?);
         }
         if let Some(v) = get("CUDAPOOL_OOM_SNAPSHOT") {
             c.oom_snapshot = Some(absolute(v.trim()).to_string_lossy().into_owned());
@@ -465,6 +456,21 @@ pub const MAX_KEEP: usize = 100_000;
 /// lands where the user meant even if the program changed directory meanwhile.
 fn absolute(p: &str) -> PathBuf {
     crate::base::outfile::absolute(std::path::Path::new(p))
+}
+
+/// `CUDAPOOL_RUNTIME_DIR`'s value: an absolute path (the library and every reader take it so).
+pub fn parse_runtime_dir(v: &str) -> Result<PathBuf, ConfigError> {
+    let p = PathBuf::from(v.trim());
+    if p.is_absolute() {
+        Ok(p)
+    } else {
+        Err(ConfigError {
+            var: "CUDAPOOL_RUNTIME_DIR",
+            value: v.to_string(),
+            why: "not an absolute path".into(),
+            accepted: "the absolute path of a directory of yours (made 0700 if absent)",
+        })
+    }
 }
 
 /// `template` (`CUDAPOOL_OOM_SNAPSHOT`) for this process's `n`-th snapshot.
