@@ -143,7 +143,17 @@ fn open_folder(folder: &Path) -> Result<OwnedFd, String> {
                     todo.push_front(p);
                 }
             }
-            Err(e) => return Err(format!("{}: no such folder ({e})", folder.display())),
+            Err(e) => {
+                return Err(match e.raw_os_error() {
+                    Some(libc::ENOENT) => format!("{}: no such folder ({e})", folder.display()),
+                    Some(libc::EACCES) => format!(
+                        "{}: cannot be entered by this user ({e}): a folder on its way is closed",
+                        folder.display()
+                    ),
+                    Some(libc::ENOTDIR) => format!("{}: not a folder ({e})", folder.display()),
+                    _ => format!("{}: {e}", folder.display()),
+                })
+            }
         }
     }
     Ok(cur)

@@ -262,9 +262,20 @@ fn cannot_run(program: &std::ffi::OsStr, err: &std::io::Error) -> String {
         std::io::ErrorKind::PermissionDenied if here.is_dir() => {
             format!("cannot run {name}: it is a folder")
         }
-        std::io::ErrorKind::PermissionDenied => format!(
-            "cannot run {name}: it is not executable (chmod +x {name}, or run it through its interpreter)"
-        ),
+        std::io::ErrorKind::PermissionDenied => match std::fs::metadata(here) {
+            // Its own bits are fine or unknown: a folder on its way is closed to this user.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => format!(
+                "cannot run {name}: a folder on its path cannot be entered by this user ({e})"
+            ),
+            Ok(m) if std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0 => {
+                format!(
+                    "cannot run {name}: permission denied though it is executable (a folder on its path closed to this user, or a file system mounted noexec)"
+                )
+            }
+            _ => format!(
+                "cannot run {name}: it is not executable (chmod +x {name}, or run it through its interpreter)"
+            ),
+        },
         _ => format!("cannot run {name}: {err}"),
     }
 }

@@ -268,3 +268,64 @@ fn readers_and_run_refuse_settings_that_would_do_nothing() {
         );
     }
 }
+
+/// Item 8: a folder closed to the user is said as such [an executable under it got "not
+/// executable (chmod +x)", a report path under it "no such folder (Permission denied)"]. Root
+/// enters every folder, so this runs as another uid (nobody), from a staged copy it can reach.
+#[test]
+fn a_closed_folder_is_said_as_one() {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("a_closed_folder_is_said_as_one: needs root (to run as another uid); not run");
+        return;
+    }
+    let staged = Staged::new();
+    // Inside the stage (root's, 0755, removed when it drops, a failed assertion included).
+    let closed = staged.dir.join("closed");
+    std::fs::create_dir(&closed).unwrap();
+    let prog = closed.join("prog");
+    std::fs::write(&prog, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let as_nobody = |args: &[&str], env: &[(&str, &str)]| {
+        let out = std::process::Command::new(staged.dir.join("cudapool"))
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("CUDAPOOL_LIB", staged.dir.join("libcudapool.so"))
+            .envs(env.iter().copied())
+            .current_dir("/")
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let p = prog.to_str().unwrap();
+    let (code, e) = as_nobody(&["run", "--", p], &[]);
+    assert_eq!(code, Some(126), "{e}");
+    assert!(
+        e.contains(&format!(
+            "cannot run {p}: a folder on its path cannot be entered by this user"
+        )),
+        "{e}"
+    );
+    let report = closed.join("report.txt");
+    let (code, e) = as_nobody(
+        &["run", "--", "/bin/true"],
+        &[("CUDAPOOL_REPORT", report.to_str().unwrap())],
+    );
+    assert_eq!(code, Some(2), "{e}");
+    assert!(
+        e.contains(&format!(
+            "{}: cannot be entered by this user (Permission denied",
+            closed.display()
+        )),
+        "{e}"
+    );
+}
