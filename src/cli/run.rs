@@ -202,11 +202,17 @@ pub fn run(
             }
         }
     }
-    if report {
-        let l = &config.memory_limit;
-        if l.all.is_some() || !l.per_device.is_empty() {
-            eprintln!("cudapool run: memory limit {}", l.words());
-        }
+    // The limit in bytes under --report, and always when a unit was decimal (`256M` is
+    // 244.14 MiB, where Slurm's `256M` is 256 MiB): never only a surprise later.
+    let decimal = set[0].1.as_deref().is_some_and(decimal_unit);
+    let l = &config.memory_limit;
+    if (report || decimal) && (l.all.is_some() || !l.per_device.is_empty()) {
+        let note = if decimal {
+            " (k, M, G and T are powers of 1000; KiB, MiB, GiB and TiB powers of 1024)"
+        } else {
+            ""
+        };
+        eprintln!("cudapool run: memory limit {}{note}", l.words());
     }
     let lib = match find_library() {
         Ok(l) => l,
@@ -234,6 +240,17 @@ pub fn run(
         126
     };
     fail(code, cannot_run(&program[0], &err))
+}
+
+/// Whether a size list names a decimal unit (`256M`, `1.5GB`, `2t`): a letter k, m, g or t
+/// after a figure that no `i` follows.
+fn decimal_unit(v: &str) -> bool {
+    let b = v.as_bytes();
+    (1..b.len()).any(|i| {
+        matches!(b[i].to_ascii_lowercase(), b'k' | b'm' | b'g' | b't')
+            && (b[i - 1].is_ascii_digit() || b[i - 1] == b' ')
+            && !matches!(b.get(i + 1), Some(b'i' | b'I'))
+    })
 }
 
 /// The option of `cudapool run` that sets variable `name`.
@@ -277,5 +294,27 @@ fn cannot_run(program: &std::ffi::OsStr, err: &std::io::Error) -> String {
             ),
         },
         _ => format!("cannot run {name}: {err}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal_units_are_told_from_binary_ones() {
+        for v in ["256M", "1.5GB", "2t", "0=300M,1=50%", "512 k"] {
+            assert!(decimal_unit(v), "{v}");
+        }
+        for v in [
+            "256MiB",
+            "8GiB",
+            "50%",
+            "0=8GiB,1=50%",
+            "1073741824",
+            "1.5gib",
+        ] {
+            assert!(!decimal_unit(v), "{v}");
+        }
     }
 }

@@ -263,14 +263,20 @@ fn root_dir(path: &Path) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// The job's id as slurmd gives it to every Prolog, Epilog and TaskProlog; without it the
+/// command was not started by Slurm, and says so (a user trying it by hand learns why nothing
+/// happened, never a silent success).
+fn from_slurm(what: &str) -> Result<String, String> {
+    env("SLURM_JOB_ID").ok_or_else(|| {
+        format!("{what}: SLURM_JOB_ID is not set: not started by Slurm, nothing done (slurmd runs it for each job: docs/deploying.md)")
+    })
+}
+
 fn prolog(config: Option<&Path>) -> Result<(), String> {
     if euid() != 0 {
         return Err("the prolog runs as root (slurm.conf: Prolog=)".into());
     }
-    let Some(job) = env("SLURM_JOB_ID") else {
-        return Ok(());
-    };
-    let job = job_id(&job)?.to_string();
+    let job = job_id(&from_slurm("prolog")?)?.to_string();
     let mut said = |l: String| eprintln!("cudapool slurm prolog: job {job}: {l}");
     let site = site(config).unwrap_or_else(|e| {
         said(format!("{e}; using no site settings"));
@@ -438,9 +444,7 @@ fn epilog() -> Result<(), String> {
     if euid() != 0 {
         return Err("the epilog runs as root (slurm.conf: Epilog=)".into());
     }
-    let Some(job) = env("SLURM_JOB_ID") else {
-        return Ok(());
-    };
+    let job = from_slurm("epilog")?;
     let job = job_id(&job)?;
     let jobs = Path::new(JOBS_DIR);
     if std::fs::symlink_metadata(jobs).is_err() {
@@ -461,9 +465,7 @@ fn epilog() -> Result<(), String> {
 
 fn task_prolog(config: Option<&Path>) -> Result<(), String> {
     let say = |l: &str| println!("print cudapool task prolog: {l}");
-    let Some(job) = env("SLURM_JOB_ID") else {
-        return Ok(());
-    };
+    let job = from_slurm("task-prolog")?;
     let job = job_id(&job)?;
     let site = match site(config) {
         Ok(s) => s,

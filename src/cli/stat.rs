@@ -21,8 +21,8 @@ fn gpu_name(uuid: &[u8; 16], wide: bool) -> String {
     }
 }
 
-/// One process's figures, in lines of at most 100 columns (figures up to 999.99 GiB and
-/// counts up to a million each).
+/// One process's figures, in lines of at most 80 columns (figures up to 999.99 GiB, counts up
+/// to a million, two-digit device ordinals; the whole UUID under `--wide` goes beyond).
 fn render(s: &Snapshot, wide: bool) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -69,26 +69,28 @@ fn render(s: &Snapshot, wide: bool) -> String {
         let asleep =
             cudapool::report::sleep_line(d).map_or(String::new(), |l| format!("    {l}\n"));
         out.push_str(&format!(
-            "  device {dev}{gpu}: limit {limit}  cached {}{overhead}\n",
+            "  device {dev}{gpu}: limit {limit}  cached {}\n",
             fmt_bytes(d.cached)
         ));
         out.push_str(&format!(
-            "    allocated {} (peak {})  reserved {} (peak {})\n",
+            "    allocated {} (max {})  reserved {} (max {})\n",
             fmt_bytes(d.allocated),
             fmt_bytes(d.allocated_peak),
             fmt_bytes(d.reserved),
             fmt_bytes(d.reserved_peak),
         ));
         out.push_str(&format!(
-            "    requested {} (peak {})  {} live  {} allocs  {} frees\n",
+            "    requested {} (max {})  {} live\n",
             fmt_bytes(d.requested),
             fmt_bytes(d.requested_peak),
             d.live_allocations,
-            d.alloc_calls,
-            d.free_calls,
         ));
         out.push_str(&format!(
-            "    {hits:.1}% from the cache  {} driver allocs  {} OOMs\n",
+            "    {} allocs  {} frees  {hits:.1}% from the cache\n",
+            d.alloc_calls, d.free_calls,
+        ));
+        out.push_str(&format!(
+            "    {} driver allocs  {} OOMs{overhead}\n",
             d.driver_allocs, d.ooms,
         ));
         out.push_str(&asleep);
@@ -381,5 +383,50 @@ mod tests {
         );
         assert_eq!(fit("short", 60), "short\n");
         assert!(local_time().len() >= 19);
+    }
+
+    #[test]
+    fn a_process_fits_80_columns_at_its_largest() {
+        let big = 999 << 30;
+        let stats = cudapool::limits::budget::DeviceStats {
+            allocated: big,
+            allocated_peak: big,
+            requested: big,
+            requested_peak: big,
+            reserved: big,
+            reserved_peak: big,
+            cached: big,
+            overhead: big,
+            hard_limit: big,
+            live_allocations: 999_999,
+            alloc_calls: 999_999,
+            free_calls: 999_999,
+            cache_hits: 999_999,
+            driver_allocs: 999_999,
+            ooms: 999_999,
+            ..Default::default()
+        };
+        let s = Snapshot {
+            pid: 4_194_303,
+            claimed_pid: 4_194_303,
+            uid: 0,
+            pool: "binned".into(),
+            group: Some("team-a".into()),
+            updated_ns: 0,
+            devices: vec![cudapool::report::page::DeviceFigures {
+                device: 15,
+                uuid: Some([0xab; 16]),
+                stats,
+            }],
+        };
+        let text = render(&s, false);
+        assert!(text.contains("999.00 GiB (max 999.00 GiB)"), "{text}");
+        for l in text.lines() {
+            assert!(
+                l.chars().count() <= 80,
+                "{} columns: {l}",
+                l.chars().count()
+            );
+        }
     }
 }

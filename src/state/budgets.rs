@@ -73,8 +73,14 @@ impl Budgets {
     fn check_ordinals(&self, driver: &Driver, config: &Config) {
         self.ordinals_checked.call_once(|| {
             let Some(n) = driver.device_count() else { return };
+            // Started by `cudapool run`: its --limit and --pool set these variables.
+            let limit = if std::env::var_os("CUDAPOOL_RUN_PID").is_some() {
+                "--limit (CUDAPOOL_MEMORY_LIMIT)"
+            } else {
+                "CUDAPOOL_MEMORY_LIMIT"
+            };
             for (var, limits) in [
-                ("CUDAPOOL_MEMORY_LIMIT", &config.memory_limit),
+                (limit, &config.memory_limit),
                 ("CUDAPOOL_SOFT_LIMIT", &config.soft_limit),
                 ("CUDAPOOL_GROUP_LIMIT", &config.group_limit),
             ] {

@@ -280,10 +280,10 @@ fn stat_reads_a_running_process_and_it_leaves_nothing_behind() {
     for want in [
         format!("pid {pid} (client)  pool split"),
         format!("limit 64.00 MiB  cached {}", fmt(num("cached"))),
-        format!("    allocated {} (peak", fmt(num("allocated"))),
+        format!("    allocated {} (max", fmt(num("allocated"))),
+        format!("{} live\n", num("live")),
         format!(
-            "{} live  {} allocs  {} frees",
-            num("live"),
+            "    {} allocs  {} frees",
             num("alloc_calls"),
             num("free_calls")
         ),
