@@ -54,12 +54,25 @@ enum Command {
     )]
     Run(RunArgs),
     /// The live figures of running cudapool processes of this user
+    #[command(
+        after_help = "Examples: cudapool stat        (every process of yours)\n          \
+                            cudapool stat -v 4242   (one, and the folders read)"
+    )]
     Stat(StatArgs),
     /// `stat` again and again, refreshed like top
+    #[command(after_help = "Example: cudapool top -d 0.5 4242   (q quits; ends when 4242 does)")]
     Top(TopArgs),
     /// Draw allocated, reserved and limit over time from a CUDAPOOL_TRACE file, as SVG
+    #[command(
+        after_help = "Example: CUDAPOOL_TRACE=trace.json cudapool run -- python train.py\n         \
+                            cudapool plot trace.json -o memory.svg"
+    )]
     Plot(PlotArgs),
     /// Have a running cudapool process of this user write its snapshot, without stopping it
+    #[command(
+        after_help = "Example: cudapool snapshot 4242 --format torch -o step.pickle   \
+                            (open it at pytorch.org/memory_viz)"
+    )]
     Snapshot(SnapshotArgs),
     /// Put running cudapool processes to sleep: their device memory to the host, addresses kept
     #[command(
@@ -73,12 +86,21 @@ enum Command {
     #[command(after_help = "Example: cudapool wake --wait 4242")]
     Wake(WakeArgs),
     /// Serve Prometheus /metrics for every cudapool process of this user (of every user as root)
+    #[command(after_help = "Example: cudapool exporter --listen :9489   \
+                            (then: curl -s localhost:9489/metrics)")]
     Exporter(ExporterArgs),
     /// Flags to compile and link C or C++ against cudapool (like pkg-config)
+    #[command(after_help = "Example: cc prog.c $(cudapool config --cflags --libs) -lcuda")]
     Config(cli::config::ConfigArgs),
     /// Slurm's Prolog, Epilog and TaskProlog for cudapool (deploy/slurm/ hands over to these)
+    #[command(
+        after_help = "slurmd runs these for each job (slurm.conf: Prolog=, Epilog=, TaskProlog= \
+                            naming deploy/slurm/'s scripts). By hand: cudapool slurm share 1234 --gpus 0,1 \
+                            (what job 1234 may hold on each of its GPUs here)"
+    )]
     Slurm(cli::slurm::SlurmArgs),
     /// A Slurm job's GPU memory: asked, peak, refusals, per node and GPU
+    #[command(after_help = "Example: cudapool jobstat 1234   (an array task: 1234_7)")]
     Jobstat(JobstatArgs),
     /// Replay allocation traces through the pool kinds (no GPU): peak reserved against allocated
     #[command(
@@ -88,12 +110,6 @@ enum Command {
                       Example: cudapool replay --pool split --segments expandable snapshot.pickle"
     )]
     Replay(ReplayArgs),
-    /// Write the man pages and shell completions into DIR/share (for packagers)
-    #[command(hide = true)]
-    Manual {
-        /// The prefix to write under
-        dir: PathBuf,
-    },
 }
 
 #[derive(Args)]
@@ -298,6 +314,21 @@ fn finish(sub: &str, r: Result<(), String>) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    // `cudapool manual DIR`: the man pages and shell completions written under DIR/share, for
+    // packagers (the wheel's build, the test that keeps share/ current). Outside the command's
+    // definition, so that neither its help, its pages nor its completions offer it.
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "manual") {
+        let [_, _, dir] = &args[..] else {
+            eprintln!("usage: cudapool manual DIR");
+            return ExitCode::from(2);
+        };
+        let cmd = <Cli as clap::CommandFactory>::command();
+        return finish(
+            "manual",
+            cli::manual::generate(cmd, std::path::Path::new(dir)),
+        );
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
@@ -360,10 +391,6 @@ fn main() -> ExitCode {
         Command::Config(a) => finish("config", cli::config::config(&a)),
         Command::Slurm(a) => cli::slurm::slurm(a),
         Command::Jobstat(a) => finish("jobstat", cli::jobstat::jobstat(&a.job)),
-        Command::Manual { dir } => finish(
-            "manual",
-            cli::manual::generate(<Cli as clap::CommandFactory>::command(), &dir),
-        ),
         Command::Replay(a) => finish(
             "replay",
             cli::replay::replay(

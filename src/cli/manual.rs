@@ -169,6 +169,15 @@ pub fn generate(cmd: clap::Command, dir: &Path) -> Result<(), String> {
     }
     page(cmd.clone(), "cudapool", &man, true)?;
     use clap_complete::Shell;
+    // The completions offer the pool kinds where a pool is asked (the commands take them
+    // through their own parser, for its messages, which completions cannot see).
+    let kinds = |a: clap::Arg| a.value_parser(["split", "binned", "simple", "none"]);
+    let mut cmd = cmd
+        .mut_subcommand("run", |s| s.mut_arg("pool", kinds))
+        .mut_subcommand("replay", |s| {
+            s.mut_arg("pool", |a| a.value_parser(["split", "binned", "simple"]))
+        });
+    cmd.build();
     for (shell, sub, file) in [
         (Shell::Bash, "share/bash-completion/completions", "cudapool"),
         (Shell::Zsh, "share/zsh/site-functions", "_cudapool"),

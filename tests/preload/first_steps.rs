@@ -429,6 +429,24 @@ fn the_man_pages_and_completions_are_generated_and_current() {
         help.contains("CUDAPOOL_SLURM_CONFIG=FILE") && !help.contains("README"),
         "{help}"
     );
+    // The packagers' `manual` is offered nowhere, and a pool is completed from its kinds
+    // (issue 75, item 10: the completions offered `manual`, and file names for --pool).
+    let bash =
+        std::fs::read_to_string(dir.join("share/bash-completion/completions/cudapool")).unwrap();
+    for shell in [
+        "bash-completion/completions/cudapool",
+        "zsh/site-functions/_cudapool",
+    ] {
+        let text = std::fs::read_to_string(dir.join("share").join(shell)).unwrap();
+        assert!(!text.contains("manual"), "{shell} offers manual");
+    }
+    assert!(!help.contains("manual"), "{help}");
+    assert!(
+        bash.contains(
+            "--pool)\n                    COMPREPLY=($(compgen -W \"split binned simple none\""
+        ),
+        "{bash}"
+    );
 }
 
 /// Item 24: every key a snapshot holds is in the documented schema [`expandable` was not].

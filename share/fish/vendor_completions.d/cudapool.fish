@@ -26,7 +26,6 @@ end
 
 complete -c cudapool -n "__fish_cudapool_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c cudapool -n "__fish_cudapool_needs_command" -s V -l version -d 'Print version'
-complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "run" -d 'Run a program with libcudapool.so preloaded'
 complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "stat" -d 'The live figures of running cudapool processes of this user'
 complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "top" -d '`stat` again and again, refreshed like top'
 complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "plot" -d 'Draw allocated, reserved and limit over time from a CUDAPOOL_TRACE file, as SVG'
@@ -37,12 +36,8 @@ complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "exporter" -d 'Ser
 complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "config" -d 'Flags to compile and link C or C++ against cudapool (like pkg-config)'
 complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "slurm" -d 'Slurm\'s Prolog, Epilog and TaskProlog for cudapool (deploy/slurm/ hands over to these)'
 complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "jobstat" -d 'A Slurm job\'s GPU memory: asked, peak, refusals, per node and GPU'
+complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "run" -d 'Run a program with libcudapool.so preloaded'
 complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "replay" -d 'Replay allocation traces through the pool kinds (no GPU): peak reserved against allocated'
-complete -c cudapool -n "__fish_cudapool_needs_command" -f -a "manual" -d 'Write the man pages and shell completions into DIR/share (for packagers)'
-complete -c cudapool -n "__fish_cudapool_using_subcommand run" -l limit -d 'Hard limit per device (CUDAPOOL_MEMORY_LIMIT): 8GiB, 1.5G, 50%, or a per-device list 0=8GiB,1=50%; 0 means no limit. M and G are decimal (256M is 244.14 MiB; Slurm\'s gpumem:256M is 256 MiB): write MiB and GiB for binary' -r
-complete -c cudapool -n "__fish_cudapool_using_subcommand run" -l pool -d 'Pool kind (CUDAPOOL_POOL): split, binned, simple or none' -r
-complete -c cudapool -n "__fish_cudapool_using_subcommand run" -l report -d 'Print the memory status at exit (CUDAPOOL_REPORT=stderr)'
-complete -c cudapool -n "__fish_cudapool_using_subcommand run" -s h -l help -d 'Print help'
 complete -c cudapool -n "__fish_cudapool_using_subcommand stat" -s v -l verbose -d 'Also say which files were skipped, and why'
 complete -c cudapool -n "__fish_cudapool_using_subcommand stat" -s w -l wide -d 'Each GPU\'s whole UUID (the short form otherwise)'
 complete -c cudapool -n "__fish_cudapool_using_subcommand stat" -s h -l help -d 'Print help'
@@ -90,10 +85,18 @@ complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and __fish_seen
 complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and __fish_seen_subcommand_from share" -l config -d 'The site\'s settings (default /etc/cudapool/slurm.conf, or CUDAPOOL_SLURM_CONFIG)' -r -F
 complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and __fish_seen_subcommand_from share" -s h -l help -d 'Print help'
 complete -c cudapool -n "__fish_cudapool_using_subcommand jobstat" -s h -l help -d 'Print help'
-complete -c cudapool -n "__fish_cudapool_using_subcommand replay" -l pool -d 'Only this pool kind: split, binned or simple (default: each)' -r
+complete -c cudapool -n "__fish_cudapool_using_subcommand run" -l limit -d 'Hard limit per device (CUDAPOOL_MEMORY_LIMIT): 8GiB, 1.5G, 50%, or a per-device list 0=8GiB,1=50%; 0 means no limit. M and G are decimal (256M is 244.14 MiB; Slurm\'s gpumem:256M is 256 MiB): write MiB and GiB for binary' -r
+complete -c cudapool -n "__fish_cudapool_using_subcommand run" -l pool -d 'Pool kind (CUDAPOOL_POOL): split, binned, simple or none' -r -f -a "split\t''
+binned\t''
+simple\t''
+none\t''"
+complete -c cudapool -n "__fish_cudapool_using_subcommand run" -l report -d 'Print the memory status at exit (CUDAPOOL_REPORT=stderr)'
+complete -c cudapool -n "__fish_cudapool_using_subcommand run" -s h -l help -d 'Print help'
 complete -c cudapool -n "__fish_cudapool_using_subcommand replay" -l segments -d 'Only these segments: classic or expandable (default: both for split)' -r -f -a "classic\t''
 expandable\t''"
 complete -c cudapool -n "__fish_cudapool_using_subcommand replay" -l limit -d 'Replay under this hard limit (e.g. 8GiB), as CUDAPOOL_MEMORY_LIMIT would set' -r
+complete -c cudapool -n "__fish_cudapool_using_subcommand replay" -l pool -d 'Only this pool kind: split, binned or simple (default: each)' -r -f -a "split\t''
+binned\t''
+simple\t''"
 complete -c cudapool -n "__fish_cudapool_using_subcommand replay" -l json -d 'One JSON object per line, per file and configuration'
 complete -c cudapool -n "__fish_cudapool_using_subcommand replay" -s h -l help -d 'Print help'
-complete -c cudapool -n "__fish_cudapool_using_subcommand manual" -s h -l help -d 'Print help'
