@@ -329,6 +329,9 @@ fn text(v: Option<&V>) -> Option<&str> {
 }
 
 const NO_HISTORY: &str = "a snapshot without history (only the blocks alive at the end): record it with torch.cuda.memory._record_memory_history() first";
+/// The same, for a snapshot cudapool wrote (`allocator_settings` names its pool): its history
+/// is cudapool's own.
+const NO_HISTORY_OURS: &str = "a snapshot cudapool wrote without history (only the blocks alive at that moment): run the program with CUDAPOOL_HISTORY=N (say 100000) set, then snapshot it again";
 
 /// PyTorch's snapshot with history: one trace per device with events.
 fn torch_snapshot(name: &str, bytes: &[u8]) -> Result<Vec<Trace>, String> {
@@ -338,8 +341,10 @@ fn torch_snapshot(name: &str, bytes: &[u8]) -> Result<Vec<Trace>, String> {
     let V::Dict(top) = v else {
         return Err("not a PyTorch memory snapshot (no dict at the top)".into());
     };
+    let ours = matches!(key(&top, "allocator_settings"), Some(V::Dict(a)) if key(a, "cudapool_pool").is_some());
+    let no_history = if ours { NO_HISTORY_OURS } else { NO_HISTORY };
     let Some(V::List(devices)) = key(&top, "device_traces") else {
-        return Err(NO_HISTORY.into());
+        return Err(no_history.into());
     };
     let segments = match key(&top, "segments") {
         Some(V::List(s)) => s.as_slice(),
@@ -353,7 +358,7 @@ fn torch_snapshot(name: &str, bytes: &[u8]) -> Result<Vec<Trace>, String> {
     // PyTorch writes `device_traces` always, empty without a history: the live blocks alone
     // are no run to replay (as a CUDAPOOL_TRACE without CUDAPOOL_HISTORY).
     if with_events == 0 {
-        return Err(NO_HISTORY.into());
+        return Err(no_history.into());
     }
     for (dev, events) in devices.iter().enumerate() {
         let V::List(events) = events else { continue };
@@ -435,6 +440,10 @@ fn torch_snapshot(name: &str, bytes: &[u8]) -> Result<Vec<Trace>, String> {
 fn cudapool_trace(name: &str, bytes: &[u8]) -> Result<Vec<Trace>, String> {
     let v: serde_json::Value =
         serde_json::from_slice(bytes).map_err(|e| format!("not readable JSON: {e}"))?;
+    // cudapool's JSON snapshot (`cudapool_snapshot`, `cudapool snapshot`): one moment's blocks.
+    if v.get("devices").is_some() && v.get("pool").is_some() && v.get("traceEvents").is_none() {
+        return Err("a cudapool JSON snapshot: the blocks alive at one moment, no run to replay; replay a CUDAPOOL_TRACE written with CUDAPOOL_HISTORY=N, or a snapshot taken with --format torch under CUDAPOOL_HISTORY=N".into());
+    }
     let events = v
         .get("traceEvents")
         .and_then(|e| e.as_array())

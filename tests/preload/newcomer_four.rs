@@ -329,3 +329,50 @@ fn a_closed_folder_is_said_as_one() {
         "{e}"
     );
 }
+
+/// Item 19: replay's refusals of cudapool's own snapshots name cudapool's remedy [a torch
+/// snapshot cudapool wrote without history got PyTorch's `_record_memory_history()` advice; a
+/// JSON snapshot got "no traceEvents" without a word of what it is].
+#[test]
+fn replay_refuses_cudapools_own_snapshots_with_cudapools_remedy() {
+    let f = fixture();
+    let cli = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+    let dir = f.dir.join("replay-ours");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut holder = start_holder(&[]);
+    let pid = holder.id().to_string();
+    let torch = dir.join("s.pickle");
+    let json = dir.join("s.json");
+    for (out, format) in [(&torch, "torch"), (&json, "json")] {
+        let r = run_program(
+            &cli,
+            &[
+                "snapshot",
+                &pid,
+                "--format",
+                format,
+                "-o",
+                out.to_str().unwrap(),
+            ],
+            false,
+            &[],
+        );
+        assert_eq!(r.code, 0, "{format}: {}", r.stderr);
+    }
+    drop(holder.stdin.take());
+    let _ = holder.wait();
+    let refused = |file: &std::path::Path, want: &str| {
+        let r = run_program(&cli, &["replay", file.to_str().unwrap()], false, &[]);
+        assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+        assert!(r.stderr.contains(want), "want {want:?} in {}", r.stderr);
+    };
+    refused(
+        &torch,
+        "a snapshot cudapool wrote without history (only the blocks alive at that moment): run the program with CUDAPOOL_HISTORY=N",
+    );
+    refused(
+        &json,
+        "a cudapool JSON snapshot: the blocks alive at one moment, no run to replay",
+    );
+}
