@@ -298,17 +298,21 @@ fn garbage_in_the_runtime_directory_neither_crashes_nor_hangs() {
     let dir = runtime_dir("garbage");
     let d = dir.to_str().unwrap();
     let env = [("CUDAPOOL_RUNTIME_DIR", d)];
-    // A member makes the directory and a valid ledger of group "g", then leaves.
+    // A member makes the directory and a valid ledger of group "g" and is killed: the ledger
+    // stays (a member that exits takes it with it when it is the last). Each garbage case
+    // below starts from such a leftover.
     let genv = [("CUDAPOOL_RUNTIME_DIR", d), ("CUDAPOOL_GROUP", "g")];
-    let o = finish(
-        chaos(&["once"], &genv),
-        Duration::from_secs(20),
-        "first member",
-    );
-    assert!(o.status.success(), "{}", o.stderr);
     let ledger = dir.join("group-g");
     let size = cudapool::limits::group::ledger::ledger_bytes();
-    assert_eq!(std::fs::metadata(&ledger).unwrap().len() as usize, size);
+    let leftover = || {
+        finish(
+            chaos(&["fill", "1048576", "0", "kill"], &genv),
+            Duration::from_secs(20),
+            "a member killed",
+        );
+        assert_eq!(std::fs::metadata(&ledger).unwrap().len() as usize, size);
+    };
+    leftover();
     // Pages of every kind of wrong.
     let link = dir.join("page-1");
     std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
@@ -336,7 +340,9 @@ fn garbage_in_the_runtime_directory_neither_crashes_nor_hangs() {
     assert!(o.status.success(), "{}", o.stderr);
     assert!(o.stderr.contains("held by no live process"), "{}", o.stderr);
     println!("a joiner got past a garbage lock word in {:?}", t.elapsed());
+    assert!(!ledger.exists(), "the joiner, its last member, took it when it exited");
     // Impossible figures: rebuilt with a line.
+    leftover();
     let figures = cudapool::limits::group::ledger::mutex_offset()
         + std::mem::size_of::<libc::pthread_mutex_t>();
     scribble(&ledger, figures as u64, &[0xffu8; 4096]);
@@ -348,6 +354,7 @@ fn garbage_in_the_runtime_directory_neither_crashes_nor_hangs() {
     assert!(o.status.success(), "{}", o.stderr);
     assert!(o.stderr.contains("rebuilt"), "{}", o.stderr);
     // The wrong size: rebuilt too.
+    leftover();
     std::fs::OpenOptions::new()
         .write(true)
         .open(&ledger)

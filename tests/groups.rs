@@ -297,6 +297,31 @@ fn stat_says_when_a_group_has_no_member_left() {
     assert!(!std::path::Path::new(&g.ledger()).exists());
 }
 
+/// A group's last member removes its ledger when it exits (issue 75, item 18: the ledger
+/// stayed in /dev/shm until someone ran `stat`); one that leaves before another keeps it.
+#[test]
+fn the_last_member_to_exit_removes_the_ledger() {
+    let g = Group::new("last");
+    let size = MB8.to_string();
+    let mut a = Member::start(&["take", &size], &env_of(&in_group(&g, "64MiB")));
+    let mut b = Member::start(&["take", &size], &env_of(&in_group(&g, "64MiB")));
+    // Each holds what fit (the group's 64 MiB between them).
+    assert!(a.num("took", "n") > 0);
+    b.line("took");
+    let ledger = g.ledger();
+    assert!(std::path::Path::new(&ledger).exists());
+    assert_eq!(a.finish(), 0);
+    assert!(
+        std::path::Path::new(&ledger).exists(),
+        "kept while a member lives"
+    );
+    assert_eq!(b.finish(), 0);
+    assert!(
+        !std::path::Path::new(&ledger).exists(),
+        "{ledger} stayed after its last member exited"
+    );
+}
+
 #[test]
 fn the_python_package_reads_the_group() {
     let f = fixture();
@@ -426,7 +451,12 @@ fn a_joiner_waits_while_the_door_turns_and_gives_up_when_it_stands_still() {
     use std::os::unix::fs::FileExt;
     use std::time::{Duration, Instant};
     let g = Group::new("door");
-    assert_eq!(join(&g).code, 0, "the first member makes the ledger");
+    // The first member makes the ledger, and stays (its last member takes it when it exits).
+    let mut first = Member::start(
+        &["park", "1", &MB8.to_string()],
+        &env_of(&in_group(&g, "64MiB")),
+    );
+    first.line("parked");
     let (door, turns) = cudapool::limits::group::ledger::door_offsets();
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -472,7 +502,12 @@ fn a_joiner_waits_while_the_lock_changes_hands_and_gives_up_when_it_does_not() {
     use std::sync::atomic::AtomicU64;
     use std::time::{Duration, Instant};
     let g = Group::new("lock");
-    assert_eq!(join(&g).code, 0, "the first member makes the ledger");
+    // The first member makes the ledger, and stays (its last member takes it when it exits).
+    let mut first = Member::start(
+        &["park", "1", &MB8.to_string()],
+        &env_of(&in_group(&g, "64MiB")),
+    );
+    first.line("parked");
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)

@@ -184,6 +184,10 @@ extern "C" fn at_exit() {
     if let (Some(shim), Some(o)) = (SHIM.get(), OBSERVER.get()) {
         o.at_exit(shim);
     }
+    // After the report (which reads the group's figures): the last member takes the ledger.
+    if let Some(Ok(Some(g))) = GROUP.get() {
+        g.leave();
+    }
 }
 
 // ---- when to sample on the hot path ----------------------------------------------------------

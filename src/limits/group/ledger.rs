@@ -681,7 +681,7 @@ pub fn read_within(dir: &RunDir, fname: &str, wait: Duration) -> Result<LedgerVi
 /// Removes a ledger of ours in which no member lives, behind its door (no joiner is let in
 /// meanwhile; one that waited finds it unlinked and makes a new one).
 /// Whether it was removed.
-fn remove_if_dead(dir: &RunDir, fname: &str, fd: &OwnedFd, st: &libc::stat) -> bool {
+pub(super) fn remove_if_dead(dir: &RunDir, fname: &str, fd: &OwnedFd, st: &libc::stat) -> bool {
     let Some(_door) = try_enter(fd.as_raw_fd()) else {
         return false; // someone is joining
     };

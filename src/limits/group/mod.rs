@@ -75,6 +75,10 @@ fn now_ns() -> u64 {
 pub struct Group {
     name: String,
     map: Mapping,
+    /// The user's runtime folder holding the ledger, for its last member to remove it at exit
+    /// ([`leave`](Self::leave)); `None` for a job's ledger in its folder of root (its Epilog
+    /// removes it).
+    dir: Option<crate::base::rundir::RunDir>,
     /// This member's slot (its byte is locked for the Group's life).
     me: usize,
     /// The group's limit differed from this process's: said once.
@@ -195,6 +199,7 @@ impl Group {
         let group = Group {
             name: name.to_string(),
             map,
+            dir: job_dir.is_none().then_some(dir),
             me,
             warned: AtomicBool::new(false),
             stuck: AtomicBool::new(false),
@@ -241,6 +246,26 @@ impl Group {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// At the process's exit: the ledger goes with its last member (it holds nothing then),
+    /// behind its door as a reader removes it, so nothing of the group is left in the runtime
+    /// folder. A job's ledger stays for its Epilog; one whose last member was killed is removed
+    /// by the next reader or rebuilt by the next joiner. Whether it was removed.
+    pub fn leave(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let Some(dir) = &self.dir else {
+            return false;
+        };
+        let Ok(st) = crate::base::rundir::fstat(self.map.fd.as_raw_fd()) else {
+            return false;
+        };
+        let fname = ledger::file_name(&self.name);
+        let gone = ledger::remove_if_dead(dir, &fname, &self.map.fd, &st);
+        if gone {
+            log_at!(Debug, "group {}: its last member, removed its ledger", self.name);
+        }
+        gone
     }
 
     /// The ledger under its mutex, waited for at most [`LOCK_GIVE_UP`]; a member that died
