@@ -340,7 +340,10 @@ fn garbage_in_the_runtime_directory_neither_crashes_nor_hangs() {
     assert!(o.status.success(), "{}", o.stderr);
     assert!(o.stderr.contains("held by no live process"), "{}", o.stderr);
     println!("a joiner got past a garbage lock word in {:?}", t.elapsed());
-    assert!(!ledger.exists(), "the joiner, its last member, took it when it exited");
+    assert!(
+        !ledger.exists(),
+        "the joiner, its last member, took it when it exited"
+    );
     // Impossible figures: rebuilt with a line.
     leftover();
     let figures = cudapool::limits::group::ledger::mutex_offset()

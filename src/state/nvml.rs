@@ -7,8 +7,9 @@
 //! Devices are matched by UUID (NVML's index is not CUDA's ordinal). In a process that uses
 //! CUDA, the figures are its budgets' and its group's; in one that does not (nvidia-smi under
 //! `cudapool run --limit`), they come from its settings: a bare SIZE applies to every GPU, a
-//! per-device list is matched through the driver (`cuInit`, then each ordinal's UUID), and a
-//! group's figures are read from its ledger.
+//! per-device list is matched through the driver (`cuInit`, then each ordinal's UUID), a
+//! group's figures are read from its ledger, and used is what the programs started by the same
+//! `cudapool run` hold (nvidia-smi in the shell of `cudapool run --limit 8GiB -- bash`).
 
 use super::Shim;
 use crate::base::config::{Config, Limit};
@@ -34,7 +35,16 @@ pub fn view(uuid: &[u8; 16], total: u64, free: u64) -> Option<NvmlView> {
     let (own, group) = match Shim::if_set_up() {
         Some(shim) => shim.own_and_group(uuid),
         None => (
-            settings_limit(uuid, total, config).map_or((0, 0), |l| (l, 0)),
+            settings_limit(uuid, total, config).map_or((0, 0), |l| {
+                (
+                    l,
+                    if l != 0 {
+                        same_run_held(uuid, config)
+                    } else {
+                        0
+                    },
+                )
+            }),
             ledger_figures(uuid, config),
         ),
     };
@@ -108,4 +118,35 @@ fn ledger_figures(uuid: &[u8; 16], config: &Config) -> (u64, u64) {
             .map_or((0, 0), |&(_, limit, held)| (limit, held)),
         Err(_) => (0, 0),
     }
+}
+
+/// What the live cudapool processes of this user started by the same `cudapool run` as this
+/// one (their `CUDAPOOL_RUN_PID` is this process's) hold from the driver on the GPU `uuid`; 0
+/// outside `cudapool run`. Each one's pid is its page's, as the kernel names it to this reader.
+fn same_run_held(uuid: &[u8; 16], config: &Config) -> u64 {
+    let Some(run) = std::env::var_os("CUDAPOOL_RUN_PID") else {
+        return 0;
+    };
+    let (procs, _) = crate::report::pages::live(false, config.runtime_dir.as_deref());
+    procs
+        .iter()
+        .filter(|s| s.pid != 0 && run_pid_of(s.pid).is_some_and(|r| r == run.as_encoded_bytes()))
+        .flat_map(|s| s.devices.iter())
+        .filter(|f| f.uuid.as_ref() == Some(uuid))
+        .map(|f| f.stats.reserved)
+        .sum()
+}
+
+/// Process `pid`'s `CUDAPOOL_RUN_PID` as it started (its environment, at most 1 MiB read).
+fn run_pid_of(pid: u32) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    let mut env = Vec::new();
+    std::fs::File::open(format!("/proc/{pid}/environ"))
+        .ok()?
+        .take(1 << 20)
+        .read_to_end(&mut env)
+        .ok()?;
+    env.split(|&b| b == 0)
+        .find_map(|kv| kv.strip_prefix(b"CUDAPOOL_RUN_PID="))
+        .map(<[u8]>::to_vec)
 }

@@ -376,3 +376,46 @@ fn replay_refuses_cudapools_own_snapshots_with_cudapools_remedy() {
         "a cudapool JSON snapshot: the blocks alive at one moment, no run to replay",
     );
 }
+
+/// Item 20: NVML in a process of `cudapool run` that never uses CUDA (nvidia-smi in the shell of
+/// `cudapool run --limit 256MiB -- bash`) shows as used what the run's programs hold [0 MiB
+/// used while the program held its memory]; a process of another run does not count them.
+#[test]
+fn nvidia_smi_in_a_runs_shell_sees_what_its_programs_hold() {
+    let f = fixture();
+    let dir = f.dir.join("nvml-run");
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().unwrap();
+    let run = "4194301";
+    let env = [
+        ("CUDAPOOL_RUNTIME_DIR", d),
+        ("CUDAPOOL_MEMORY_LIMIT", "256MiB"),
+        ("CUDAPOOL_RUN_PID", run),
+    ];
+    let mut holder = start_holder(&env);
+    let (procs, _) = cudapool::report::pages::live(false, Some(&dir));
+    let held: u64 = procs
+        .iter()
+        .filter(|s| s.pid == holder.id())
+        .flat_map(|s| s.devices.iter())
+        .filter(|d| d.device == 0)
+        .map(|d| d.stats.reserved)
+        .sum();
+    assert!(held >= 1 << 20, "the holder's page: {held}");
+    let used = |run: &str| {
+        let env = [env[0], env[1], ("CUDAPOOL_RUN_PID", run)];
+        let r = run_program(&f.dir.join("nvml"), &[], true, &env);
+        assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+        r.stdout
+            .lines()
+            .find(|l| l.starts_with("nvml i=0 "))
+            .and_then(|l| l.split_whitespace().find_map(|kv| kv.strip_prefix("used=")))
+            .unwrap_or_else(|| panic!("{}", r.stdout))
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert_eq!(used(run), held, "the run's shell");
+    assert_eq!(used("4194302"), 0, "another run");
+    drop(holder.stdin.take());
+    let _ = holder.wait();
+}

@@ -263,7 +263,11 @@ impl Group {
         let fname = ledger::file_name(&self.name);
         let gone = ledger::remove_if_dead(dir, &fname, &self.map.fd, &st);
         if gone {
-            log_at!(Debug, "group {}: its last member, removed its ledger", self.name);
+            log_at!(
+                Debug,
+                "group {}: its last member, removed its ledger",
+                self.name
+            );
         }
         gone
     }
