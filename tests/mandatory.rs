@@ -158,3 +158,92 @@ fn a_jobs_ledger_without_members_stays_and_is_said_to() {
     assert!(view.removed && !mine.join(ledger::file_name("mine")).exists());
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// Issue 74, item 6: the job's user zeroes its GPU slot's `total` word in the job's ledger (a
+/// file of theirs), then its `used` word, while a member holds the whole share. Before, each
+/// zeroing let another member take a whole share more (8+8 blocks of an 8-block share); now
+/// each member also asks the driver what the job's processes hold (NVML's per-process memory;
+/// here the fake driver's board, which the user does not write), and refuses above the share.
+/// Run without Slurm: a freezer cgroup `job_<id>` and the share file as the root Prolog makes
+/// them.
+#[test]
+fn a_forged_ledger_cannot_take_a_job_past_its_share() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if uid() != 0 {
+        eprintln!("not root: the job's cgroup and share file are root's; not checked");
+        return;
+    }
+    let f = fixture();
+    let job = (4_100_000 + std::process::id() % 100_000).to_string();
+    let top = Path::new("/sys/fs/cgroup/freezer").join(format!("cudapool-witness-{job}"));
+    let cg = top.join(format!("job_{job}")).join("step_0");
+    if std::fs::create_dir_all(&cg).is_err() {
+        eprintln!("no cgroup v1 freezer hierarchy to make a job in: not checked");
+        return;
+    }
+    let jobs = Path::new("/run/cudapool/jobs");
+    std::fs::create_dir_all(jobs).unwrap();
+    let share = jobs.join(&job);
+    std::fs::write(&share, cudapool::base::job::share_text(&job, 64 << 20)).unwrap();
+    std::fs::set_permissions(&share, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let gdir = cudapool::base::job::ledger_dir(&job);
+    std::fs::create_dir_all(&gdir).unwrap();
+    std::fs::set_permissions(&gdir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ledger = gdir.join(format!("group-slurm-{job}"));
+    std::fs::write(&ledger, b"").unwrap();
+    std::fs::set_permissions(&ledger, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let board = f.dir.join(format!("board-{job}"));
+    let _ = std::fs::remove_dir_all(&board);
+    std::fs::create_dir_all(&board).unwrap();
+    use cudapool::limits::group::ledger::slot_word_offset;
+    let script = format!(
+        r#"set -u
+        run() {{ sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' {cg} env LD_PRELOAD={lib} LD_LIBRARY_PATH={dir} FAKECU_BOARD={board} CUDAPOOL_CACHE_IDLE=never {chaos} "$@"; }}
+        zero() {{ python3 -c "import sys; f=open(sys.argv[1],'r+b'); f.seek(int(sys.argv[2])); f.write(bytes(8))" {ledger} $1 && echo "zeroed $2"; }}
+        run fill 8388608 4 2>&1 | sed 's/^/first: /' &
+        sleep 1.5
+        zero {total} total
+        run fill 8388608 0 2>&1 | sed 's/^/second: /'
+        zero {used} used
+        run fill 8388608 0 2>&1 | sed 's/^/third: /'
+        wait
+        "#,
+        cg = cg.display(),
+        lib = f.lib.display(),
+        dir = f.dir.display(),
+        board = board.display(),
+        chaos = f.dir.join("chaos").display(),
+        ledger = ledger.display(),
+        total = slot_word_offset(0, "total"),
+        used = slot_word_offset(0, "used"),
+    );
+    let mut cmd = Command::new("bash");
+    cmd.args(["-c", &script]);
+    let o = finish(cmd, Duration::from_secs(60), "a forged ledger");
+    let all = format!("{}{}", o.stdout, o.stderr);
+    let _ = std::fs::remove_dir_all(&board);
+    let _ = std::fs::remove_file(&share);
+    let _ = std::fs::remove_dir_all(&gdir);
+    for d in [&cg, &cg.parent().unwrap().to_path_buf(), &top] {
+        let _ = std::fs::remove_dir(d);
+    }
+    let fill = |who: &str| -> u64 {
+        all.lines()
+            .find_map(|l| l.strip_prefix(&format!("{who}: fill n=")))
+            .unwrap_or_else(|| panic!("no {who} fill: {all}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        all.contains("zeroed total") && all.contains("zeroed used"),
+        "{all}"
+    );
+    assert_eq!(fill("first"), 8, "the whole share: {all}");
+    assert_eq!(fill("second"), 0, "a zeroed total buys nothing: {all}");
+    assert_eq!(fill("third"), 0, "a zeroed slot buys nothing: {all}");
+    assert!(
+        all.contains("the driver says its processes hold"),
+        "the refusal is said: {all}"
+    );
+}

@@ -73,6 +73,15 @@ use crate::base::log::fmt_uuid as uuid_text;
 
 /// Bytes process `pid` holds on the GPU `uuid`, as NVML counts them (what `nvidia-smi` shows).
 pub fn process_used(uuid: &[u8; 16], pid: u32) -> Option<u64> {
+    processes(uuid)?
+        .into_iter()
+        .find(|&(p, _)| p == pid)
+        .map(|(_, used)| used)
+}
+
+/// Every compute process NVML lists on the GPU `uuid` (at most 256): its pid (as NVML's pid
+/// namespace names it) and the bytes it holds there.
+pub fn processes(uuid: &[u8; 16]) -> Option<Vec<(u32, u64)>> {
     let n = nvml()?;
     let name = CString::new(uuid_text(uuid)).ok()?;
     let mut dev: *mut c_void = std::ptr::null_mut();
@@ -86,10 +95,12 @@ pub fn process_used(uuid: &[u8; 16], pid: u32) -> Option<u64> {
     if unsafe { (n.procs)(dev, &mut count, infos.as_mut_ptr()) } != 0 {
         return None;
     }
-    infos[..(count as usize).min(infos.len())]
-        .iter()
-        .find(|p| p.pid == pid)
-        .map(|p| p.used)
+    Some(
+        infos[..(count as usize).min(infos.len())]
+            .iter()
+            .map(|p| (p.pid, p.used))
+            .collect(),
+    )
 }
 
 #[cfg(test)]

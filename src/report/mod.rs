@@ -190,6 +190,17 @@ impl Observer for Reporting {
         })
     }
 
+    fn run_held(&self, uuid: &[u8; 16], run: &[u8], configured: Option<&std::path::Path>) -> u64 {
+        let (procs, _) = pages::live(false, configured);
+        procs
+            .iter()
+            .filter(|s| s.pid != 0 && run_pid_of(s.pid).is_some_and(|r| r == run))
+            .flat_map(|s| s.devices.iter())
+            .filter(|f| f.uuid.as_ref() == Some(uuid))
+            .map(|f| f.stats.reserved)
+            .sum()
+    }
+
     fn at_exit(&self, view: &dyn View) {
         write_exit_report(view);
         self.publish(view);
@@ -198,6 +209,20 @@ impl Observer for Reporting {
             p.remove();
         }
     }
+}
+
+/// Process `pid`'s `CUDAPOOL_RUN_PID` as it started (its environment, at most 1 MiB read).
+fn run_pid_of(pid: u32) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    let mut env = Vec::new();
+    std::fs::File::open(format!("/proc/{pid}/environ"))
+        .ok()?
+        .take(1 << 20)
+        .read_to_end(&mut env)
+        .ok()?;
+    env.split(|&b| b == 0)
+        .find_map(|kv| kv.strip_prefix(b"CUDAPOOL_RUN_PID="))
+        .map(<[u8]>::to_vec)
 }
 
 /// The figures of every device seen.

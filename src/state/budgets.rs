@@ -150,7 +150,19 @@ impl Budgets {
                     u[12..].copy_from_slice(&dev.to_le_bytes());
                     u
                 });
-                match group.device(uuid, named, config.group_fixed) {
+                let device = group.device(uuid, named, config.group_fixed).map(|d| {
+                    // The mandatory mode: the job's share checked against the driver's figure
+                    // for the job too (its ledger is the user's to write).
+                    match (&config.job, config.group_fixed) {
+                        (Some(job), true) => {
+                            d.witnessed_by(std::sync::Arc::new(super::job_witness::JobWitness {
+                                job: job.clone(),
+                            }))
+                        }
+                        _ => d,
+                    }
+                });
+                match device {
                     Ok(share) => {
                         // The group holds each member's whole footprint: its context and what
                         // the driver took before cudapool saw the device, as NVML counts the

@@ -40,6 +40,7 @@ mod groups;
 pub mod history;
 pub mod ipc;
 pub mod ipc_mapped;
+mod job_witness;
 pub mod live;
 pub mod nvml;
 pub mod oom;

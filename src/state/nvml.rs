@@ -121,32 +121,13 @@ fn ledger_figures(uuid: &[u8; 16], config: &Config) -> (u64, u64) {
 }
 
 /// What the live cudapool processes of this user started by the same `cudapool run` as this
-/// one (their `CUDAPOOL_RUN_PID` is this process's) hold from the driver on the GPU `uuid`; 0
-/// outside `cudapool run`. Each one's pid is its page's, as the kernel names it to this reader.
+/// one (their `CUDAPOOL_RUN_PID` is this process's) hold on the GPU `uuid`, as their pages say
+/// (read by the observer: pages are reporting's); 0 outside `cudapool run`.
 fn same_run_held(uuid: &[u8; 16], config: &Config) -> u64 {
     let Some(run) = std::env::var_os("CUDAPOOL_RUN_PID") else {
         return 0;
     };
-    let (procs, _) = crate::report::pages::live(false, config.runtime_dir.as_deref());
-    procs
-        .iter()
-        .filter(|s| s.pid != 0 && run_pid_of(s.pid).is_some_and(|r| r == run.as_encoded_bytes()))
-        .flat_map(|s| s.devices.iter())
-        .filter(|f| f.uuid.as_ref() == Some(uuid))
-        .map(|f| f.stats.reserved)
-        .sum()
-}
-
-/// Process `pid`'s `CUDAPOOL_RUN_PID` as it started (its environment, at most 1 MiB read).
-fn run_pid_of(pid: u32) -> Option<Vec<u8>> {
-    use std::io::Read as _;
-    let mut env = Vec::new();
-    std::fs::File::open(format!("/proc/{pid}/environ"))
-        .ok()?
-        .take(1 << 20)
-        .read_to_end(&mut env)
-        .ok()?;
-    env.split(|&b| b == 0)
-        .find_map(|kv| kv.strip_prefix(b"CUDAPOOL_RUN_PID="))
-        .map(<[u8]>::to_vec)
+    super::shim::observer().map_or(0, |o| {
+        o.run_held(uuid, run.as_encoded_bytes(), config.runtime_dir.as_deref())
+    })
 }

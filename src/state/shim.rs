@@ -99,6 +99,13 @@ pub trait Observer: Send + Sync {
     }
     /// The process is exiting (the driver may already be gone).
     fn at_exit(&self, view: &dyn View);
+    /// What the live cudapool processes of this user whose `CUDAPOOL_RUN_PID` is `run` hold on
+    /// the GPU `uuid`, as their pages say (`configured`: `CUDAPOOL_RUNTIME_DIR`). Asked by NVML's
+    /// view in a process that never uses CUDA (nvidia-smi in the shell of `cudapool run`).
+    fn run_held(&self, uuid: &[u8; 16], run: &[u8], configured: Option<&std::path::Path>) -> u64 {
+        let _ = (uuid, run, configured);
+        0
+    }
 }
 
 static ENV_CONFIG: OnceLock<Result<Config, ConfigError>> = OnceLock::new();
@@ -177,6 +184,11 @@ pub fn config() -> &'static Result<Config, ConfigError> {
 /// Installs who is told what happens (once; the crate root does it when the library loads).
 pub fn set_observer(o: &'static dyn Observer) {
     let _ = OBSERVER.set(o);
+}
+
+/// Who is told what happens, once installed (for state that asks it something).
+pub(crate) fn observer() -> Option<&'static dyn Observer> {
+    OBSERVER.get().copied()
 }
 
 extern "C" fn at_exit() {

@@ -8,6 +8,10 @@
 // cuGetProcAddress/_v2 answer by base name, cudaVersion and flags the way the real driver does.
 // Every entry point counts its calls: fakecu_calls("cuMemAlloc_v2").
 //
+// FAKECU_BOARD=DIR: what the driver knows of each process, kept where another process reads it
+// (the fake NVML's per-process memory, as the real driver keeps it in the kernel): this
+// process's bytes per device, every change, in DIR/<pid> (MAX_DEV native 64-bit words).
+//
 // This file holds devices, contexts, lifetimes and plain memory; it includes the rest at its
 // end, one file per concern (libcuda_streams.c, libcuda_pools_graphs.c,
 // libcuda_memory_apis.c, libcuda_lookup.c), so that they share its state.
@@ -69,7 +73,9 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
 static int ndev = 2;
 static size_t total_mem = (size_t)1 << 30;
-static size_t used[MAX_DEV], peak[MAX_DEV];
+static size_t used_here[MAX_DEV], peak[MAX_DEV];
+// This process's bytes per device: `used_here`, or its page of FAKECU_BOARD once cuInit ran.
+static size_t *used = used_here;
 static struct fake_ctx *primary[MAX_DEV];
 static int primary_refs[MAX_DEV];
 static struct alloc *allocs;
@@ -123,6 +129,20 @@ CUresult cuInit(unsigned flags) {
   const char *d = getenv("FAKECU_DEVICES"), *m = getenv("FAKECU_TOTAL_MEM");
   if (d) ndev = atoi(d) > 0 && atoi(d) <= MAX_DEV ? atoi(d) : 1;
   if (m) total_mem = strtoull(m, NULL, 10);
+  const char *board = getenv("FAKECU_BOARD");
+  if (board && used == used_here) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%d", board, (int)getpid());
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0 && ftruncate(fd, sizeof used_here) == 0) {
+      void *p = mmap(NULL, sizeof used_here, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p != MAP_FAILED) {
+        memcpy(p, used_here, sizeof used_here);
+        used = p;
+      }
+    }
+    if (fd >= 0) close(fd);
+  }
   initialized = 1;
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;

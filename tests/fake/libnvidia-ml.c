@@ -4,9 +4,15 @@
 // the same UUIDs (fa ce 00 <index> ...), FAKECU_TOTAL_MEM bytes each (default 1 GiB), of which
 // FAKENVML_USED bytes (default 100 MiB) are used by "other processes" and 8 MiB reserved by the
 // driver. With FAKENVML_CONTEXT=N, the calling process is listed among the compute processes of
-// each GPU, holding N bytes (its "context") plus what the fake driver holds for it there.
+// each GPU, holding N bytes (its "context") plus what the fake driver holds for it there. With
+// FAKECU_BOARD=DIR (the fake driver's record of every process, tests/fake/libcuda.c), every
+// live process recorded there is listed with what the driver holds for it (no context).
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +137,29 @@ typedef struct {
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
                                                      nvmlProcessInfo_t *infos) {
   if (!valid(d) || !count) return NVML_ERROR_INVALID_ARGUMENT;
+  const char *board = getenv("FAKECU_BOARD");
+  if (board) {
+    unsigned int n = 0, room = infos ? *count : 0;
+    DIR *dir = opendir(board);
+    struct dirent *e;
+    while (dir && (e = readdir(dir))) {
+      char *end;
+      long pid = strtol(e->d_name, &end, 10);
+      if (*end || pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno != EPERM)) continue;
+      unsigned long long words[8] = {0};
+      int fd = openat(dirfd(dir), e->d_name, O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      ssize_t got = pread(fd, words, sizeof words, 0);
+      close(fd);
+      if (got < (ssize_t)sizeof words || d->index >= 8 || !words[d->index]) continue;
+      if (n < room) infos[n] = (nvmlProcessInfo_t){(unsigned int)pid, words[d->index], 0, 0};
+      n++;
+    }
+    if (dir) closedir(dir);
+    int fits = n <= room;
+    *count = n;
+    return fits ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+  }
   const char *c = getenv("FAKENVML_CONTEXT");
   if (!c) {
     *count = 0;

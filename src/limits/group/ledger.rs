@@ -122,7 +122,7 @@ pub(super) fn member_byte(i: usize) -> i64 {
     (SIZE + i) as i64
 }
 
-fn door_byte() -> i64 {
+pub(super) fn door_byte() -> i64 {
     (SIZE + MEMBERS) as i64
 }
 
@@ -464,39 +464,7 @@ impl LedgerView {
     }
 }
 
-/// How long a ledger file is (for tests and tools that make or check one).
-pub fn ledger_bytes() -> usize {
-    SIZE
-}
-
-/// Where the ledger's sequence word lies in the file (for the tests that plant one left odd).
-pub fn seq_offset() -> usize {
-    std::mem::offset_of!(Ledger, seq)
-}
-
-/// Where a member's liveness byte lies in the file (for tests that hold one from outside).
-pub fn member_byte_offset(i: usize) -> usize {
-    SIZE + i
-}
-
-/// Where the door's lock byte lies in the file (for the tests that hold it as a stopped joiner
-/// would), and where its `turns` lies (for those that pass it as a crowd would).
-pub fn door_offsets() -> (usize, usize) {
-    (door_byte() as usize, std::mem::offset_of!(Ledger, turns))
-}
-
-/// Where the limit of GPU slot `slot` lies in the file (for the tests that edit it as the file's
-/// owner may).
-pub fn limit_offset(slot: usize) -> usize {
-    std::mem::offset_of!(Ledger, devices)
-        + slot * std::mem::size_of::<DeviceSlot>()
-        + std::mem::offset_of!(DeviceSlot, limit)
-}
-
-/// Where the ledger's mutex lies in the file (for the tests that plant a garbage lock word).
-pub fn mutex_offset() -> usize {
-    std::mem::offset_of!(Ledger, mutex)
-}
+pub use super::layout::*;
 
 /// Every group ledger of this user (of every user with `all_users`) in the runtime directories
 /// `configured` or the defaults name, read within the reader's usual time. A ledger of this

@@ -38,9 +38,13 @@
 //! waits for the program's work), and acknowledges. The asker waits until there is room, every
 //! member asked has answered, or [`LEND_WAIT`] has passed.
 
+mod exit;
+mod layout;
 mod lending;
 mod mend;
+mod witness;
 pub use lending::Lender;
+pub use witness::Witness;
 pub mod ledger;
 
 use crate::base::config::LogLevel::{Debug, Warn};
@@ -246,30 +250,6 @@ impl Group {
 
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    /// At the process's exit: the ledger goes with its last member (it holds nothing then),
-    /// behind its door as a reader removes it, so nothing of the group is left in the runtime
-    /// folder. A job's ledger stays for its Epilog; one whose last member was killed is removed
-    /// by the next reader or rebuilt by the next joiner. Whether it was removed.
-    pub fn leave(&self) -> bool {
-        use std::os::fd::AsRawFd;
-        let Some(dir) = &self.dir else {
-            return false;
-        };
-        let Ok(st) = crate::base::rundir::fstat(self.map.fd.as_raw_fd()) else {
-            return false;
-        };
-        let fname = ledger::file_name(&self.name);
-        let gone = ledger::remove_if_dead(dir, &fname, &self.map.fd, &st);
-        if gone {
-            log_at!(
-                Debug,
-                "group {}: its last member, removed its ledger",
-                self.name
-            );
-        }
-        gone
     }
 
     /// The ledger under its mutex, waited for at most [`LOCK_GIVE_UP`]; a member that died
@@ -531,6 +511,8 @@ impl Group {
         Ok(GroupDevice {
             group: self.clone(),
             slot,
+            uuid,
+            witness: None,
         })
     }
 
@@ -581,6 +563,11 @@ fn repair(l: &mut Locked) {
 pub struct GroupDevice {
     group: Arc<Group>,
     slot: usize,
+    /// The GPU's UUID, for the witness.
+    uuid: [u8; 16],
+    /// The mandatory mode: what the driver says the job holds, checked at each growth
+    /// ([`witnessed_by`](Self::witnessed_by)).
+    witness: Option<Arc<dyn Witness>>,
 }
 
 impl std::fmt::Debug for GroupDevice {
@@ -631,6 +618,8 @@ impl GroupDevice {
 impl Shared for GroupDevice {
     fn try_reserve(&self, bytes: u64) -> bool {
         let g = &*self.group;
+        // The driver's figure first, outside the lock (an NVML query takes a while).
+        let witnessed = self.witnessed();
         let Ok(mut l) = g.lock() else { return false };
         let fits = |l: &Locked| {
             let limit = g.limit_of(l, self.slot);
@@ -647,6 +636,9 @@ impl Shared for GroupDevice {
                 d.refused = d.refused.saturating_add(1);
                 return false;
             }
+        }
+        if !self.witness_admits(&mut l, witnessed, bytes) {
+            return false;
         }
         self.add(&mut l, bytes);
         true

@@ -1,0 +1,41 @@
+//! The mandatory mode's witness (`limits::group::Witness`): what the driver says the job's
+//! processes hold on a GPU. NVML lists each compute process and its bytes; a process is the
+//! job's when its cgroup path names the job (`base::job::job_of_cgroups`, which the kernel
+//! keeps and the user cannot forge), as this process's own membership was read.
+
+use crate::base::job::job_of_cgroups;
+use crate::limits::group::Witness;
+use std::io::Read as _;
+
+pub struct JobWitness {
+    pub job: String,
+}
+
+impl Witness for JobWitness {
+    fn job_holds(&self, uuid: &[u8; 16]) -> Option<u64> {
+        let procs = crate::driver::nvml::processes(uuid)?;
+        Some(
+            procs
+                .iter()
+                .filter(|&&(pid, _)| job_of(pid).as_deref() == Some(self.job.as_str()))
+                .map(|&(_, bytes)| bytes)
+                .sum(),
+        )
+    }
+
+    fn name(&self) -> String {
+        format!("job {}", self.job)
+    }
+}
+
+/// The job process `pid` runs in, from its cgroups (at most 64 KiB read); `None` when it is in
+/// none or is gone.
+fn job_of(pid: u32) -> Option<String> {
+    let mut text = String::new();
+    std::fs::File::open(format!("/proc/{pid}/cgroup"))
+        .ok()?
+        .take(64 << 10)
+        .read_to_string(&mut text)
+        .ok()?;
+    job_of_cgroups(&text)
+}
