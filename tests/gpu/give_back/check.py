@@ -5,11 +5,19 @@ memory at each step. Prints one row per step and a PASS/FAIL line per check.
 
   python3 tests/gpu/give_back/check.py LIB
 
+Under an 8 GiB limit too: the process's figure as without cudapool, and what it is told is free
+never more than the GPU has free (what it is told it can have). A group member (torch-group)
+says at each step what its group's ledger records; nvidia-smi's figure for the process should
+match it within the mandatory mode's slack (src/limits/group/witness.rs: a sixty-fourth of the
+share, at least 2 MiB), which an honest job must never meet.
+
 Scenarios (a child process each; it says a step, then waits for the parent to read):
   torch-on   PyTorch's cache on: a 1 GiB tensor; del + torch.cuda.empty_cache(); a new 512 MiB
   torch-off  PYTORCH_NO_CUDA_MEMORY_CACHING=1: 300 steps of tensors made and freed (256 MiB
              stay live), then idle for 4 s
   cupy       CuPy's pool: a 1 GiB array; del + free_all_blocks()
+  torch-group  in a group of 40 GiB: a 1 GiB tensor, a matmul (cuBLAS's workspace), a
+             convolution (cuDNN), del + empty_cache(); each step with the ledger's figure
 """
 import os
 import subprocess
@@ -23,10 +31,27 @@ CHILD = r'''
 import os, sys
 def step(name, free=None):
     extra = "" if free is None else " free=%d" % free
+    if os.environ.get("CUDAPOOL_GROUP"):
+        import cudapool
+        extra += " ledger=%d" % cudapool.group_stats(0)["reserved_bytes"]
     print("step %s%s" % (name, extra), flush=True)
     sys.stdin.readline()
 what = sys.argv[1]
-if what.startswith("torch"):
+if what == "torch-group":
+    import torch
+    torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+    info = lambda: torch.cuda.mem_get_info()[0]
+    step("start", info())
+    x = torch.empty(1 << 30, dtype=torch.int8, device="cuda"); torch.cuda.synchronize()
+    step("holding 1 GiB", info())
+    a = torch.randn(4096, 4096, device="cuda"); b = a @ a; torch.cuda.synchronize()
+    step("after a matmul", info())
+    c = torch.nn.functional.conv2d(torch.randn(16, 64, 128, 128, device="cuda"), torch.randn(64, 64, 3, 3, device="cuda"))
+    torch.cuda.synchronize()
+    step("after a convolution", info())
+    del x, a, b, c; torch.cuda.empty_cache()
+    step("after empty_cache", info())
+elif what.startswith("torch"):
     import torch
     torch.zeros(1, device="cuda"); torch.cuda.synchronize()
     info = lambda: torch.cuda.mem_get_info()[0]
@@ -80,10 +105,14 @@ def run(scenario, env):
         if not line.startswith("step "):
             continue
         parts = line.split()
-        free_api = int(parts[-1].split("=")[1]) // MIB
-        name = " ".join(parts[1:-1])
+        kv = dict(w.split("=", 1) for w in parts[1:] if "=" in w)
+        free_api = int(kv["free"]) // MIB
+        name = " ".join(w for w in parts[1:] if "=" not in w)
         mine, free_smi = smi(p.pid)
-        rows.append((name, mine, free_api, free_smi))
+        row = (name, mine, free_api, free_smi)
+        if "ledger" in kv:
+            row += (int(kv["ledger"]) / MIB,)
+        rows.append(row)
         p.stdin.write("\n")
         p.stdin.flush()
     p.wait()
@@ -94,8 +123,11 @@ def main():
     sides = [("without", {})]
     if LIB:
         sides += [("default", {"LD_PRELOAD": LIB}),
-                  ("never", {"LD_PRELOAD": LIB, "CUDAPOOL_CACHE_IDLE": "never"})]
+                  ("never", {"LD_PRELOAD": LIB, "CUDAPOOL_CACHE_IDLE": "never"}),
+                  ("limit", {"LD_PRELOAD": LIB, "CUDAPOOL_MEMORY_LIMIT": "8GiB"})]
     ok = True
+    if LIB:
+        ok &= group_gap()
     for scenario in ["torch-on", "torch-off", "cupy"]:
         got = {side: run(scenario, env) for side, env in sides}
         print(f"--- {scenario}: the process's MiB by nvidia-smi (cuMemGetInfo free - nvidia-smi free, MiB)")
@@ -130,7 +162,43 @@ def main():
             print(f"{'PASS' if good else 'FAIL'} | give-back {scenario}, {name} | "
                   f"{mine} MiB against {base[i][1]} without cudapool ({extra:+d}); "
                   f"cuMemGetInfo agrees with nvidia-smi to {skew:+d} MiB of the figure without cudapool")
+        # Under a limit: given back as without it, and told no more free than the GPU has.
+        lim = got["limit"]
+        if len(lim) != len(base):
+            print(f"FAIL | give-back {scenario}, under an 8 GiB limit | the scenario ended early")
+            ok = False
+            continue
+        for i, (name, mine, fa, fs) in enumerate(lim):
+            if not ("after" in name or "idle" in name or "new" in name):
+                continue
+            extra = mine - base[i][1]
+            good = extra <= 2 and fa <= fs + 2
+            ok &= good
+            print(f"{'PASS' if good else 'FAIL'} | give-back {scenario}, {name}, under an 8 GiB limit | "
+                  f"{mine} MiB against {base[i][1]} without cudapool ({extra:+d}); told {fa} MiB free, "
+                  f"the GPU has {fs}")
     sys.exit(0 if ok else 1)
+
+
+def group_gap():
+    """nvidia-smi's figure for a group member against what the group's ledger records, at each
+    step: the gap the mandatory mode's witness allows (a 64th of the share, at least 2 MiB)."""
+    cb = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "cbindings", "python")
+    env = {"LD_PRELOAD": LIB, "CUDAPOOL_GROUP": "gap-%d" % os.getpid(), "CUDAPOOL_GROUP_LIMIT": "40GiB",
+           "PYTHONPATH": os.path.abspath(cb)}
+    rows = run("torch-group", env)
+    slack = max(40 * 1024 // 64, 2)
+    print("--- torch-group: nvidia-smi's MiB for the process, the ledger's MiB, the gap")
+    worst = 0.0
+    for name, mine, _fa, _fs, *ledger in rows:
+        led = ledger[0] if ledger else float("nan")
+        gap = mine - led
+        worst = max(worst, gap)
+        print(f"{name} | {mine} | {led:.1f} | {gap:+.1f}")
+    good = len(rows) == 5 and worst <= slack
+    print(f"{'PASS' if good else 'FAIL'} | witness slack: nvidia-smi above the ledger by at most "
+          f"{worst:+.1f} MiB over {len(rows)} steps (the witness allows {slack} MiB of a 40 GiB share)")
+    return good
 
 
 if __name__ == "__main__":
