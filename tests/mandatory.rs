@@ -160,10 +160,12 @@ fn a_jobs_ledger_without_members_stays_and_is_said_to() {
 }
 
 /// Issue 74, item 6: the job's user zeroes its GPU slot's `total` word in the job's ledger (a
-/// file of theirs), then its `used` word, while a member holds the whole share. Before, each
-/// zeroing let another member take a whole share more (8+8 blocks of an 8-block share); now
-/// each member also asks the driver what the job's processes hold (NVML's per-process memory;
-/// here the fake driver's board, which the user does not write), and refuses above the share.
+/// file of theirs), then its `used` word, while a member holds the whole share (1 GiB, 16
+/// blocks of 64 MiB). Before, each zeroing let another member take a whole share more (16+16+16
+/// blocks); now each member also asks the driver what the job's processes hold (NVML's
+/// per-process memory; here the fake driver's board, which the user does not write) and refuses
+/// above the share and its slack (16 MiB, and 128 MiB for each of the job's processes on the
+/// GPU, while it runs): 16+4+4, never more than 1 GiB + 272 MiB held at once.
 /// Run without Slurm: a freezer cgroup `job_<id>` and the share file as the root Prolog makes
 /// them.
 #[test]
@@ -184,7 +186,7 @@ fn a_forged_ledger_cannot_take_a_job_past_its_share() {
     let jobs = Path::new("/run/cudapool/jobs");
     std::fs::create_dir_all(jobs).unwrap();
     let share = jobs.join(&job);
-    std::fs::write(&share, cudapool::base::job::share_text(&job, 64 << 20)).unwrap();
+    std::fs::write(&share, cudapool::base::job::share_text(&job, 1 << 30)).unwrap();
     std::fs::set_permissions(&share, std::fs::Permissions::from_mode(0o644)).unwrap();
     let gdir = cudapool::base::job::ledger_dir(&job);
     std::fs::create_dir_all(&gdir).unwrap();
@@ -198,14 +200,14 @@ fn a_forged_ledger_cannot_take_a_job_past_its_share() {
     use cudapool::limits::group::ledger::slot_word_offset;
     let script = format!(
         r#"set -u
-        run() {{ sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' {cg} env LD_PRELOAD={lib} LD_LIBRARY_PATH={dir} FAKECU_BOARD={board} CUDAPOOL_CACHE_IDLE=never {chaos} "$@"; }}
+        run() {{ sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' {cg} env LD_PRELOAD={lib} LD_LIBRARY_PATH={dir} FAKECU_BOARD={board} FAKECU_TOTAL_MEM=4294967296 CUDAPOOL_CACHE_IDLE=never {chaos} "$@"; }}
         zero() {{ python3 -c "import sys; f=open(sys.argv[1],'r+b'); f.seek(int(sys.argv[2])); f.write(bytes(8))" {ledger} $1 && echo "zeroed $2"; }}
-        run fill 8388608 4 2>&1 | sed 's/^/first: /' &
+        run fill 67108864 4 2>&1 | sed 's/^/first: /' &
         sleep 1.5
         zero {total} total
-        run fill 8388608 0 2>&1 | sed 's/^/second: /'
+        run fill 67108864 0 2>&1 | sed 's/^/second: /'
         zero {used} used
-        run fill 8388608 0 2>&1 | sed 's/^/third: /'
+        run fill 67108864 0 2>&1 | sed 's/^/third: /'
         wait
         "#,
         cg = cg.display(),
@@ -239,11 +241,19 @@ fn a_forged_ledger_cannot_take_a_job_past_its_share() {
         all.contains("zeroed total") && all.contains("zeroed used"),
         "{all}"
     );
-    assert_eq!(fill("first"), 8, "the whole share: {all}");
-    assert_eq!(fill("second"), 0, "a zeroed total buys nothing: {all}");
-    assert_eq!(fill("third"), 0, "a zeroed slot buys nothing: {all}");
+    assert_eq!(fill("first"), 16, "the whole share: {all}");
+    assert_eq!(
+        fill("second"),
+        4,
+        "a zeroed total buys the slack alone (128 MiB for each of 2 processes): {all}"
+    );
+    assert_eq!(
+        fill("third"),
+        4,
+        "a zeroed slot, the same (the second had ended): {all}"
+    );
     assert!(
-        all.contains("the driver says its processes hold"),
+        all.contains("the driver says its 2 processes hold"),
         "the refusal is said: {all}"
     );
 }

@@ -12,15 +12,16 @@ pub struct JobWitness {
 }
 
 impl Witness for JobWitness {
-    fn job_holds(&self, uuid: &[u8; 16]) -> Option<u64> {
+    fn job_holds(&self, uuid: &[u8; 16]) -> Option<(u64, u64)> {
         let procs = crate::driver::nvml::processes(uuid)?;
-        Some(
-            procs
-                .iter()
-                .filter(|&&(pid, _)| job_of(pid).as_deref() == Some(self.job.as_str()))
-                .map(|&(_, bytes)| bytes)
-                .sum(),
-        )
+        let (mut bytes, mut n) = (0u64, 0u64);
+        for &(pid, used) in &procs {
+            if job_of(pid).as_deref() == Some(self.job.as_str()) {
+                bytes = bytes.saturating_add(used);
+                n += 1;
+            }
+        }
+        Some((bytes, n))
     }
 
     fn name(&self) -> String {
