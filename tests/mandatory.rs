@@ -183,7 +183,11 @@ fn a_forged_ledger_cannot_take_a_job_past_its_share() {
         eprintln!("no cgroup v1 freezer hierarchy to make a job in: not checked");
         return;
     }
+    // The node's mandatory mode is on while /run/cudapool/jobs exists (a process outside a job
+    // may not name a job's group then): what this test makes there goes when it ends, panic
+    // or not, so no later test meets a node it did not ask for.
     let jobs = Path::new("/run/cudapool/jobs");
+    let _made = Made::dirs(&[Path::new("/run/cudapool"), jobs]);
     std::fs::create_dir_all(jobs).unwrap();
     let share = jobs.join(&job);
     std::fs::write(&share, cudapool::base::job::share_text(&job, 1 << 30)).unwrap();
@@ -256,4 +260,28 @@ fn a_forged_ledger_cannot_take_a_job_past_its_share() {
         all.contains("the driver says its 2 processes hold"),
         "the refusal is said: {all}"
     );
+}
+
+/// The folders of a path that did not exist when made, removed (with what is in them) when
+/// dropped, deepest first.
+struct Made(Vec<std::path::PathBuf>);
+
+impl Made {
+    fn dirs(paths: &[&Path]) -> Made {
+        Made(
+            paths
+                .iter()
+                .filter(|p| !p.exists())
+                .map(|p| p.to_path_buf())
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        for p in self.0.iter().rev() {
+            let _ = std::fs::remove_dir_all(p);
+        }
+    }
 }
