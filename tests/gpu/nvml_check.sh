@@ -9,10 +9,12 @@ CLI=$PWD/target/release/cudapool
 export CUDAPOOL_RUNTIME_DIR=${CUDAPOOL_RUNTIME_DIR:-/tmp/cudapool-nvml-check-$$}
 pass=0 fail=0
 result() { if [ "$1" = PASS ]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi; echo "$1 $2"; }
-q() { nvidia-smi --query-gpu=memory.total,memory.used,memory.free --format=csv,noheader,nounits -i 0; }
+# The GPU this half runs on, as nvidia-smi names it (the first of CUDA_VISIBLE_DEVICES).
+GPU=${CUDA_VISIBLE_DEVICES:-0}; GPU=${GPU%%,*}
+q() { nvidia-smi --query-gpu=memory.total,memory.used,memory.free --format=csv,noheader,nounits -i "$GPU"; }
 echo "=== nvidia-smi, no cudapool"; plain=$(q); echo "$plain"
 echo "=== ldd nvidia-smi"; ldd "$(command -v nvidia-smi)" 2>&1 | head -5
-echo "=== nvidia-smi under cudapool run --limit 8GiB"; lim=$("$CLI" run --limit 8GiB -- nvidia-smi --query-gpu=memory.total,memory.used,memory.free --format=csv,noheader,nounits -i 0); echo "$lim"
+echo "=== nvidia-smi under cudapool run --limit 8GiB"; lim=$("$CLI" run --limit 8GiB -- nvidia-smi --query-gpu=memory.total,memory.used,memory.free --format=csv,noheader,nounits -i "$GPU"); echo "$lim"
 total=$(echo "$lim" | cut -d, -f1 | tr -d ' ')
 [ "$total" = 8192 ] && result PASS "nvidia-smi under an 8 GiB limit shows 8192 MiB total ($lim)" || result FAIL "nvidia-smi under an 8 GiB limit: $lim"
 echo "=== nvidia-smi (full view) under the limit"; "$CLI" run --limit 8GiB -- nvidia-smi | head -20
@@ -45,7 +47,7 @@ x = torch.empty(4 << 30, dtype=torch.uint8, device="cuda"); torch.cuda.synchroni
 print("held", flush=True); time.sleep(20)' > /tmp/nvml-holder.$$ 2>&1 &
 holder=$!
 for _ in $(seq 100); do grep -q held /tmp/nvml-holder.$$ && break; sleep 0.2; done
-g=$("$CLI" run -- nvidia-smi --query-gpu=memory.total,memory.used,memory.free --format=csv,noheader,nounits -i 0); echo "$g"
+g=$("$CLI" run -- nvidia-smi --query-gpu=memory.total,memory.used,memory.free --format=csv,noheader,nounits -i "$GPU"); echo "$g"
 "$CLI" stat | tail -3
 kill $holder 2>/dev/null; wait $holder 2>/dev/null
 gt=$(echo "$g" | cut -d, -f1 | tr -d ' '); gu=$(echo "$g" | cut -d, -f2 | tr -d ' ')

@@ -26,6 +26,10 @@ import time
 
 LIB = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else None
 MIB = 1 << 20
+# The GPU the scenarios run on, as nvidia-smi names it: the first of CUDA_VISIBLE_DEVICES (an
+# index or a UUID; nvidia-smi -i takes both), so that a half of the suite run on the second GPU
+# reads its own.
+GPU = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip() or "0"
 
 CHILD = r'''
 import os, sys
@@ -88,7 +92,7 @@ def smi(pid):
                            "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout
     mine = sum(int(u) for p, u in (l.split(", ") for l in apps.strip().splitlines() if l) if int(p) == pid)
     free = int(subprocess.run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits",
-                               "-i", "0"], capture_output=True, text=True).stdout.split()[0])
+                               "-i", GPU], capture_output=True, text=True).stdout.split()[0])
     return mine, free
 
 
