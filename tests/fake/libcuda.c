@@ -11,6 +11,9 @@
 // FAKECU_BOARD=DIR: what the driver knows of each process, kept where another process reads it
 // (the fake NVML's per-process memory, as the real driver keeps it in the kernel): this
 // process's bytes per device, every change, in DIR/<pid> (MAX_DEV native 64-bit words).
+// With FAKECU_SHARED=1 too, the processes share the devices, as on a real GPU: room is the
+// device's total less what every live process of the board holds (`taken`), so memory one
+// process gives back is what another can take.
 //
 // This file holds devices, contexts, lifetimes and plain memory; it includes the rest at its
 // end, one file per concern (libcuda_streams.c, libcuda_pools_graphs.c,
@@ -25,7 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -76,6 +82,7 @@ static size_t total_mem = (size_t)1 << 30;
 static size_t used_here[MAX_DEV], peak[MAX_DEV];
 // This process's bytes per device: `used_here`, or its page of FAKECU_BOARD once cuInit ran.
 static size_t *used = used_here;
+static const char *shared_board; // FAKECU_BOARD with FAKECU_SHARED=1: see `taken`
 static struct fake_ctx *primary[MAX_DEV];
 static int primary_refs[MAX_DEV];
 static struct alloc *allocs;
@@ -112,6 +119,30 @@ static void count(const char *name) {
   }
 }
 
+// What device `dev` holds for every process: this one's bytes, and with a shared board every
+// live process's page of it (a dead process's memory went with it). Called under `mu`.
+static size_t taken(int dev) {
+  if (!shared_board) return used[dev];
+  size_t sum = used[dev];
+  DIR *d = opendir(shared_board);
+  if (!d) return sum;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end || pid <= 0 || pid == (long)getpid() || (kill((pid_t)pid, 0) != 0 && errno != EPERM)) continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", shared_board, e->d_name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    size_t words[MAX_DEV] = {0};
+    if (pread(fd, words, sizeof words, 0) == (ssize_t)sizeof words) sum += words[dev];
+    close(fd);
+  }
+  closedir(d);
+  return sum;
+}
+
 // ---- what tests read -------------------------------------------------------------------
 long fakecu_calls(const char *name) {
   for (int i = 0; i < MAX_COUNTED && counted[i].name; i++)
@@ -142,6 +173,8 @@ CUresult cuInit(unsigned flags) {
       }
     }
     if (fd >= 0) close(fd);
+    const char *sh = getenv("FAKECU_SHARED");
+    if (sh && !strcmp(sh, "1") && used != used_here) shared_board = board;
   }
   initialized = 1;
   pthread_mutex_unlock(&mu);
@@ -258,7 +291,7 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned flags, CUdevice dev) {
   const char *cm = getenv("FAKECU_CTX_MEM");
   size_t ctx_mem = cm ? strtoull(cm, NULL, 10) : 0;
   pthread_mutex_lock(&mu);
-  if (used[dev] + ctx_mem > total_mem) {
+  if (taken(dev) + ctx_mem > total_mem) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -368,7 +401,7 @@ static CUresult do_alloc(CUdeviceptr *out, size_t size, int low) {
   struct fake_ctx *ctx = current;
   if (!ctx || !ctx->live) return CUDA_ERROR_INVALID_CONTEXT;
   pthread_mutex_lock(&mu);
-  if (used[ctx->dev] + size > total_mem) {
+  if (taken(ctx->dev) + size > total_mem) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -472,7 +505,10 @@ CUresult cuMemAllocPitch(unsigned *dptr, unsigned *pitch, unsigned width, unsign
 static CUresult get_info(size_t *free_b, size_t *total_b) {
   if (!current || !current->live) return CUDA_ERROR_INVALID_CONTEXT;
   pthread_mutex_lock(&mu);
-  if (free_b) *free_b = total_mem - used[current->dev];
+  if (free_b) {
+    size_t t = taken(current->dev);
+    *free_b = t < total_mem ? total_mem - t : 0;
+  }
   if (total_b) *total_b = total_mem;
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;

@@ -162,7 +162,7 @@ CUresult cuMemCreate(unsigned long long *handle, size_t size, const struct loc_h
   if (!handle || !prop || !size || size % POOL_STEP) return CUDA_ERROR_INVALID_VALUE;
   int dev = prop->location_type == 1 ? prop->location_id : -1;
   pthread_mutex_lock(&mu);
-  if (dev >= 0 && used[dev] + size > total_mem) {
+  if (dev >= 0 && taken(dev) + size > total_mem) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -464,7 +464,7 @@ static CUresult array_make(void **out, struct desc3 d, unsigned levels) {
   int deferred = (d.flags & 0x80) != 0;
   size_t size = footprint(d, levels);
   pthread_mutex_lock(&mu);
-  if (!deferred && used[ctx->dev] + size > total_mem) {
+  if (!deferred && taken(ctx->dev) + size > total_mem) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }

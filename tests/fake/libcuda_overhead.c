@@ -49,7 +49,7 @@ CUresult cuCtxSetLimit(int which, size_t value) {
   size_t had = limit_bytes(which, old) - limit_bytes(which, limit_default[which]);
   size_t want = value > limit_default[which] ? limit_bytes(which, value) - limit_bytes(which, limit_default[which]) : 0;
   pthread_mutex_lock(&mu);
-  if (want > had && used[c->dev] + (want - had) > total_mem) {
+  if (want > had && taken(c->dev) + (want - had) > total_mem) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -79,7 +79,7 @@ static CUresult load(struct fake_module **out, const void *image, const char *ap
   if (!c || !c->live) return CUDA_ERROR_INVALID_CONTEXT;
   size_t g = globals_of(image);
   pthread_mutex_lock(&mu);
-  if (used[c->dev] + g > total_mem) {
+  if (taken(c->dev) + g > total_mem) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }

@@ -27,7 +27,7 @@ static CUresult pool_alloc(CUdeviceptr *out, size_t size, struct fake_pool *pool
   pthread_mutex_lock(&mu);
   size_t idle = pool->reserved - pool->in_use;
   size_t grow = size > idle ? (size - idle + POOL_STEP - 1) / POOL_STEP * POOL_STEP : 0;
-  if (pool->dev >= 0 && used[pool->dev] + grow > total_mem) {
+  if (pool->dev >= 0 && taken(pool->dev) + grow > total_mem) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -296,7 +296,7 @@ static CUresult graph_map(void *exec) {
   pthread_mutex_lock(&mu);
   for (int d = 0; d < MAX_DEV; d++) {
     if (!x->need[d] || x->mapped_in[d] == graph_epoch[d] || x->need[d] <= graph_reserve[d]) continue;
-    if (used[d] + (x->need[d] - graph_reserve[d]) > total_mem) {
+    if (taken(d) + (x->need[d] - graph_reserve[d]) > total_mem) {
       pthread_mutex_unlock(&mu);
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
