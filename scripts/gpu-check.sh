@@ -440,6 +440,11 @@ $T python3 tests/gpu/give_back/check.py "$LIB" > "$W/give_back.out" 2>&1
 cp "$W/give_back.out" "$OUT/give-back.txt"
 rows "give-back check" "$W/give_back.out"
 
+section "suspend: processes stopped by SIGTSTP give their GPU memory back (tests/gpu/sleep/suspend_check.py)"
+timeout 180 python3 tests/gpu/sleep/suspend_check.py "$LIB" > "$W/suspend.out" 2>&1
+cp "$W/suspend.out" "$OUT/suspend-check.txt"
+rows "suspend check" "$W/suspend.out"
+
 section "the peers' own memory tests: PyTorch's test_cuda.py, CuPy's test_memory.py, with and without cudapool (tests/gpu/peers/peers.sh)"
 bash tests/gpu/peers/peers.sh "$LIB" "$W/peers" > "$W/peers.out" 2>&1
 rows "peers' memory tests" "$W/peers.out"

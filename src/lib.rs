@@ -38,6 +38,8 @@ unsafe fn load() {
     base::job::look_up_at_load();
     if let Ok(config) = state::env_config() {
         report::say_when_unused(config);
+        // A stop (Slurm's suspend, Ctrl-Z) gives the GPU memory back first.
+        state::suspend::install_at_load(config);
     }
     driver::nvtx::init();
     state::set_observer(&report::REPORTING);

@@ -65,6 +65,12 @@ pub fn apply(c: &mut Config, share: JobShare) {
             "CUDAPOOL_FAULTS ignored: this process runs in job {job}, whose GPU memory is held to its share"
         ));
     }
+    if c.sleep.suspend == Some(false) {
+        c.sleep.suspend = None;
+        c.job_notes.push(format!(
+            "CUDAPOOL_SUSPEND=keep ignored: this process runs in job {job}, whose GPU memory goes back when Slurm suspends it"
+        ));
+    }
     c.group_dir = Some(ledger_dir(job));
     c.group_fixed = true;
     c.job = Some(share.job);
@@ -243,6 +249,15 @@ fn mandatory_node() -> Result<bool, std::io::Error> {
 pub fn look_up_at_load() {
     if !matches!(mandatory_node(), Ok(false)) {
         let _ = AT_LOAD.set(look_up());
+    }
+}
+
+/// The job share found when the library loaded, if any (without looking again: for what the
+/// load itself sets up).
+pub fn share_at_load() -> Option<JobShare> {
+    match AT_LOAD.get() {
+        Some(Ok(Some(share))) => Some(share.clone()),
+        _ => None,
     }
 }
 

@@ -74,7 +74,14 @@ pub fn node_entry(job: &str) -> Option<Value> {
             })
         })
         .collect();
-    Some(json!({ "share": share, "gpus": gpus }))
+    let (sleeps, bytes, late) = view.suspends;
+    let mut entry = json!({ "share": share, "gpus": gpus });
+    if sleeps > 0 {
+        // Slurm suspended the job: its members' sleeps, the bytes they gave back, and those
+        // that ended after Slurm's 2 s (the job held GPU memory while stopped).
+        entry["suspends"] = json!({ "sleeps": sleeps, "bytes": bytes, "late": late });
+    }
+    Some(entry)
 }
 
 /// Why `sacct` gave no answer, in one line that says what is missing (its own messages are
@@ -318,6 +325,20 @@ fn print(job: &str, state: &str, nodes: &Value) {
                     "process"
                 } else {
                     "processes"
+                }
+            );
+        }
+        let s = &e["suspends"];
+        if let Some(sleeps) = s["sleeps"].as_u64() {
+            let late = s["late"].as_u64().unwrap_or(0);
+            println!(
+                "    suspended: {sleeps} {} gave {} back{}",
+                if sleeps == 1 { "sleep" } else { "sleeps" },
+                fmt_bytes(s["bytes"].as_u64().unwrap_or(0)),
+                if late > 0 {
+                    format!(", {late} after Slurm's 2 s (the GPU held it until then)")
+                } else {
+                    String::new()
                 }
             );
         }

@@ -112,6 +112,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "in a group: this member's floor; at or under it, it is never put to sleep for another member",
     ),
     (
+        "CUDAPOOL_SUSPEND",
+        "sleep|keep",
+        "sleep: a process stopped by SIGTSTP (Slurm's suspend, Ctrl-Z) first gives its GPU memory back, and in a group the whole group sleeps until it continues; the default in a Slurm job (its group slurm-ID), keep elsewhere",
+    ),
+    (
         "CUDAPOOL_FAULTS",
         "CALL=N,...",
         "debugging: make the named driver calls fail",

@@ -456,11 +456,31 @@ fn epilog() -> Result<(), String> {
     let _ = std::fs::remove_file(jobs.join(job));
     let removed = remove_job_dir(&ledger_dir(job));
     if let Some(entry) = entry {
+        let late = entry["suspends"]["late"].as_u64().unwrap_or(0);
+        if late > 0 {
+            // The node's log: a suspend that did not free the GPU in time.
+            node_log(&format!(
+                "cudapool: job {job}: {late} of its processes did not give their GPU memory back within the 2 s Slurm waits when it suspended the job (sacct -o AdminComment)"
+            ));
+        }
         if let Err(e) = super::jobstat::record(job, entry) {
             eprintln!("cudapool slurm epilog: job {job}: its GPU memory is not recorded: {e}");
         }
     }
     removed
+}
+
+/// One line in the node's log (syslog, as the daemon facility) and on stderr.
+fn node_log(line: &str) {
+    eprintln!("{line}");
+    if let Ok(c) = std::ffi::CString::new(line.replace('%', "%%")) {
+        // SAFETY: a NUL-terminated format without conversions (every % doubled) and no
+        // arguments; openlog's identity is a static string.
+        unsafe {
+            libc::openlog(c"cudapool".as_ptr(), libc::LOG_PID, libc::LOG_DAEMON);
+            libc::syslog(libc::LOG_WARNING, c.as_ptr());
+        }
+    }
 }
 
 fn task_prolog(config: Option<&Path>) -> Result<(), String> {

@@ -50,6 +50,7 @@ mod ranges;
 mod shim;
 pub mod sleep;
 mod streams;
+pub mod suspend;
 mod teardown;
 
 pub use budgets::MAX_DEVICES;

@@ -308,6 +308,7 @@ impl Shim {
                 // Lends this process's idle cache when another member is short.
                 g.serve(Box::new(MemberSide));
             }
+            shim.start_suspend_thread();
             log_at!(Info, "active: pool {}", config.pool.name());
             // Said once, when the library becomes active (a process that never touches CUDA is
             // never disturbed): names it does not know, files it could not write at exit.
@@ -343,6 +344,14 @@ impl Shim {
     /// never used CUDA may ask, such as NVML's: answering them must not make it a CUDA process).
     pub fn if_set_up() -> Option<&'static Shim> {
         SHIM.get()
+    }
+
+    /// The group this process joined, if any.
+    pub(super) fn joined_group(&self) -> Option<Arc<crate::limits::group::Group>> {
+        GROUP
+            .get()
+            .and_then(|g| g.as_ref().ok())
+            .and_then(Clone::clone)
     }
 
     /// The shim if it is active (not disabled, refused or driverless).
@@ -566,5 +575,12 @@ impl crate::limits::group::Lender for MemberSide {
 
     fn last_active_ns(&self) -> u64 {
         Shim::active().map_or(0, |s| s.last_active_ns())
+    }
+
+    fn suspend(&self) {
+        // Another process of the group was stopped.
+        if let Some(s) = Shim::active() {
+            s.sleep_for_suspend(std::time::Instant::now());
+        }
     }
 }

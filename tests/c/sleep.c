@@ -28,6 +28,8 @@
 //   sleep_idle       fills its blocks, prints "ready", waits for a line on stdin (meanwhile
 //                    `cudapool sleep|wake PID` acts from outside), then checks its data
 //   sleep_reset      a primary context reset while asleep wakes the process first
+//   suspend_hold MIB FILE  MIB MiB in 8 MiB blocks; "ready"; a 1-byte copy (work) every 20 ms
+//                    until FILE exists; then "suspend_hold intact=0|1" (tests/suspend.rs)
 //   sleep_vmm WAKER  the program's own virtual memory beside the pool's blocks, asleep and
 //                    woken by WAKER, twice; its handle values still work after (sleep_vmm)
 #define _GNU_SOURCE
@@ -653,7 +655,31 @@ static int sleep_reset(void) {
   return 0;
 }
 
+static int suspend_hold(int argc, char **argv) {
+  size_t mib = argc > 0 ? (size_t)atoll(argv[0]) : 0;
+  if (mib < 8 || mib > 65536 || argc < 2) {
+    fprintf(stderr, "client: suspend_hold MIB FILE: MIB in 8-65536\n");
+    return 2;
+  }
+  size_t n = mib / 8;
+  struct block *b = calloc(n, sizeof *b);
+  for (size_t i = 0; i < n; i++) {
+    b[i] = (struct block){0, 8 * MIB, (unsigned char)(i * 13 + 5)};
+    CHECK(cu.MemAlloc(&b[i].p, b[i].size));
+    fill(&b[i]);
+  }
+  printf("ready\n");
+  for (unsigned char byte; access(argv[1], F_OK) != 0; usleep(20000))
+    CHECK(cu.MemcpyDtoH(&byte, b[0].p, 1));
+  int ok = 1;
+  for (size_t i = 0; i < n; i++) ok &= intact(&b[i]) && cu.MemFree(b[i].p) == CUDA_SUCCESS;
+  printf("suspend_hold intact=%d\n", ok);
+  free(b);
+  return 0;
+}
+
 int sleep_scenario(const char *name, int argc, char **argv) {
+  if (!strcmp(name, "suspend_hold")) return suspend_hold(argc, argv);
   if (!strcmp(name, "sleep_reset")) return sleep_reset();
   if (!strcmp(name, "sleep_vmm")) return sleep_vmm(argc > 0 ? argv[0] : "copy");
   if (!strcmp(name, "sleep_idle")) return sleep_idle();

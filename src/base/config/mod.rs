@@ -509,6 +509,21 @@ impl Config {
         out
     }
 
+    /// Whether the process sleeps when it is stopped or its group is suspended
+    /// (`CUDAPOOL_SUSPEND`; by default in a Slurm job's group, `slurm-<id>`, which the
+    /// TaskProlog and the mandatory mode set; elsewhere a stop of one member must not hold the
+    /// others' work unasked).
+    pub fn suspend_sleeps(&self) -> bool {
+        self.sleep.suspend.unwrap_or_else(|| {
+            self.job.is_some()
+                || self
+                    .group
+                    .as_deref()
+                    .and_then(|g| g.strip_prefix("slurm-"))
+                    .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+        })
+    }
+
     /// Settings that only apply beside another that is not set: ignored, and said so.
     fn unused(&self) -> Vec<String> {
         let set = |l: &DeviceLimits| l.all.is_some() || !l.per_device.is_empty();

@@ -1,5 +1,5 @@
 //! The settings of sleep and wake (`CUDAPOOL_WAKE_TIMEOUT`, `CUDAPOOL_SLEEP_IDLE`,
-//! `CUDAPOOL_MEMORY_REQUEST`), and DURATION values: `500ms`, `30s`, `5m`, `1h`, or plain seconds
+//! `CUDAPOOL_MEMORY_REQUEST`, `CUDAPOOL_SUSPEND`), and DURATION values: `500ms`, `30s`, `5m`, `1h`, or plain seconds
 //! (`30`), decimals allowed (`1.5s`).
 
 use super::{parse_device_limits, ConfigError, DeviceLimits, SIZE_FORMS};
@@ -17,6 +17,10 @@ pub struct SleepSettings {
     pub idle: Option<Duration>,
     /// In a group: this member's floor; at or below it, it is never put to sleep for another.
     pub request: DeviceLimits,
+    /// `CUDAPOOL_SUSPEND`: whether the process sleeps when it is stopped (SIGTSTP: Slurm's
+    /// suspend, a shell's Ctrl-Z) or its group is suspended; `None`: the default, which is
+    /// yes in a Slurm job's group and no elsewhere (`Config::suspend_sleeps`).
+    pub suspend: Option<bool>,
 }
 
 impl Default for SleepSettings {
@@ -25,6 +29,7 @@ impl Default for SleepSettings {
             wake_timeout: Some(WAKE_TIMEOUT),
             idle: None,
             request: DeviceLimits::default(),
+            suspend: None,
         }
     }
 }
@@ -53,9 +58,26 @@ impl SleepSettings {
             s.request = parse_device_limits(&v)
                 .map_err(|why| bad("CUDAPOOL_MEMORY_REQUEST", &v, why, SIZE_FORMS))?;
         }
+        if let Some(v) = get("CUDAPOOL_SUSPEND") {
+            s.suspend = match v.trim().to_ascii_lowercase().as_str() {
+                "sleep" => Some(true),
+                "keep" => Some(false),
+                _ => {
+                    return Err(bad(
+                        "CUDAPOOL_SUSPEND",
+                        &v,
+                        "neither sleep nor keep".into(),
+                        SUSPEND_FORMS,
+                    ))
+                }
+            };
+        }
         Ok(s)
     }
 }
+
+pub const SUSPEND_FORMS: &str =
+    "sleep (a stopped process gives its GPU memory back until it continues) or keep";
 
 pub const DURATION_FORMS: &str =
     "milliseconds (500ms), seconds (30s or 30), minutes (5m), hours (1h), decimals allowed (1.5s)";
@@ -101,5 +123,17 @@ mod tests {
         for bad in ["", "s", "-1s", "1d", "1.2.3s", "1e3", "99999999999h"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn suspend_is_sleep_or_keep() {
+        let read = |v: &'static str| {
+            SleepSettings::from_lookup(&move |k: &str| (k == "CUDAPOOL_SUSPEND").then(|| v.into()))
+        };
+        assert_eq!(read("sleep").unwrap().suspend, Some(true));
+        assert_eq!(read(" KEEP ").unwrap().suspend, Some(false));
+        let e = read("yes").unwrap_err();
+        assert_eq!(e.var, "CUDAPOOL_SUSPEND");
+        assert_eq!(SleepSettings::default().suspend, None);
     }
 }

@@ -326,3 +326,27 @@ fn a_setting_that_needs_another_is_said_when_alone() {
         "{n:?}"
     );
 }
+
+/// `CUDAPOOL_SUSPEND`'s default: a Slurm job's process sleeps when it is stopped (its group
+/// `slurm-<id>`, or the mandatory mode's job); a member of a user's own group does not, so that
+/// a Ctrl-Z of one member holds the others' work only when asked; the variable decides.
+#[test]
+fn a_slurm_jobs_process_sleeps_when_stopped_by_default_and_no_other() {
+    let with = |group: Option<&str>, job: Option<&str>, set: Option<bool>| {
+        let mut c = Config {
+            group: group.map(str::to_string),
+            job: job.map(str::to_string),
+            ..Config::default()
+        };
+        c.sleep.suspend = set;
+        c.suspend_sleeps()
+    };
+    assert!(with(Some("slurm-42"), None, None));
+    assert!(with(Some("team"), Some("42"), None));
+    assert!(!with(Some("team"), None, None));
+    assert!(!with(Some("slurm-"), None, None));
+    assert!(!with(Some("slurm-x1"), None, None));
+    assert!(!with(None, None, None));
+    assert!(with(None, None, Some(true)));
+    assert!(!with(Some("slurm-42"), None, Some(false)));
+}

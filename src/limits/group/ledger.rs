@@ -37,7 +37,7 @@ pub const DEVICES: usize = 32;
 /// Members a group holds at once.
 pub const MEMBERS: usize = 1024;
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"CPGROUP\0");
-const VERSION: u32 = 6;
+pub(super) const VERSION: u32 = 7;
 /// More bytes than any GPU has: a figure above it is impossible (64 PiB).
 pub const SANE: u64 = 1 << 56;
 /// The longest wait at a ledger's door while nobody passes it (a crowd that keeps passing
@@ -104,6 +104,15 @@ pub(super) struct Ledger {
     /// knows the door turns and waits on; one that sees it stand still for [`DOOR_WAIT`] gives
     /// up. Read by waiters through the descriptor, before they map anything.
     pub turns: AtomicU64,
+    /// The group's suspend (`suspend`): the pid of the process that posted it, 0 when none. Any
+    /// process of the group's user may post or clear it, also from a signal handler; members
+    /// hold their wakes while it is set and its poster lives.
+    pub suspend: AtomicU64,
+    /// The members' sleeps for a suspend, the device bytes they gave back, and how many ended
+    /// later than the 2 seconds Slurm gives before it stops a job: the job's record.
+    pub suspend_sleeps: AtomicU64,
+    pub suspend_bytes: AtomicU64,
+    pub suspend_late: AtomicU64,
     pub mutex: libc::pthread_mutex_t,
     pub devices: [DeviceSlot; DEVICES],
     pub members: [MemberSlot; MEMBERS],
@@ -444,6 +453,10 @@ pub struct LedgerView {
     /// (peak reserved, reservations refused, members that ever held memory) of each GPU, in
     /// `devices` order: the group's record since its ledger was made.
     pub record: Vec<(u64, u64, u64)>,
+    /// The members' sleeps for the group's suspends (`suspend`): how many, the device bytes
+    /// they gave back, and how many ended after Slurm's 2 s or did not happen (the job held GPU
+    /// memory while it was stopped).
+    pub suspends: (u64, u64, u64),
 }
 
 impl LedgerView {
@@ -643,6 +656,11 @@ pub fn read_within(dir: &RunDir, fname: &str, wait: Duration) -> Result<LedgerVi
                 )
             })
             .collect(),
+        suspends: (
+            l.suspend_sleeps.load(Ordering::Acquire).min(SANE),
+            l.suspend_bytes.load(Ordering::Acquire).min(SANE),
+            l.suspend_late.load(Ordering::Acquire).min(SANE),
+        ),
     })
 }
 

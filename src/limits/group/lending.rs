@@ -127,6 +127,7 @@ impl Group {
             // Every request since this process joined counts, also one made before this
             // thread first ran (a busy machine can start it late): from the last one served.
             let mut seen = me.served.load(Ordering::Acquire);
+            let mut suspend_seen = 0;
             loop {
                 me.active_ns.store(lend.last_active_ns(), Ordering::Release);
                 futex_wait(&me.request, seen, Duration::from_secs(1));
@@ -137,6 +138,15 @@ impl Group {
                 // second, idle or not (the lock only when it needs mending).
                 if group.needs_mending() {
                     drop(group.lock());
+                }
+                // The group's suspend, once per posting: the process that posted it sleeps
+                // through its own signal (`state::suspend`).
+                let by = group.suspended_by();
+                if by != suspend_seen {
+                    suspend_seen = by;
+                    if by != 0 && by != std::process::id() {
+                        lend.suspend();
+                    }
                 }
                 let now = me.request.load(Ordering::Acquire);
                 if now == seen {
@@ -180,7 +190,7 @@ impl Group {
     }
 }
 
-fn futex_wake(word: &AtomicU32) {
+pub(super) fn futex_wake(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE on a 4-byte aligned word of shared memory (not a private futex: the
     // waiters are other processes).
     unsafe {
@@ -220,6 +230,9 @@ pub trait Lender: Send {
     fn last_active_ns(&self) -> u64 {
         0
     }
+    /// The group was suspended (another of its processes was stopped): puts the process to
+    /// sleep, if it sleeps with its group's suspends.
+    fn suspend(&self) {}
 }
 
 /// A plain function lends: nothing sleeps, idleness unknown.

@@ -42,8 +42,10 @@ mod exit;
 mod layout;
 mod lending;
 mod mend;
+mod suspend;
 mod witness;
 pub use lending::Lender;
+pub use suspend::relay as relay_suspend;
 pub use witness::Witness;
 pub mod ledger;
 

@@ -92,3 +92,60 @@ fn a_cut_ledger_is_rebuilt_and_still_holds_the_limit() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A suspend posted through the ledger's file by a process that is no member (`relay`, as a
+/// job's batch shell does from its signal handler) reaches a member: it is seen as suspended
+/// while the poster lives, each member's thread is woken once per posting, and a clear ends it.
+/// A file that is not a whole ledger of this version is left alone.
+#[test]
+fn a_suspend_relayed_through_the_file_reaches_the_members() {
+    use std::sync::atomic::AtomicUsize;
+    let dir = std::env::temp_dir().join(format!("cudapool-group-suspend-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let a = Group::join("held", Some(&dir), None).expect("a joins");
+    let suspends = Arc::new(AtomicUsize::new(0));
+    struct Counts(Arc<AtomicUsize>);
+    impl Lender for Counts {
+        fn lend(&self, _: &[u8; 16], _: u64) -> u64 {
+            0
+        }
+        fn suspend(&self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    a.serve(Box::new(Counts(suspends.clone())));
+    let (rundir, _) = crate::base::rundir_find::mine(Some(&dir)).unwrap();
+    let path = std::ffi::CString::new(
+        rundir
+            .file(&ledger::file_name("held"))
+            .into_os_string()
+            .into_encoded_bytes(),
+    )
+    .unwrap();
+    assert!(!a.suspended());
+    // A living poster that is no member (this test's parent, say): pid 1 lives always.
+    assert!(relay_suspend(&path, 1));
+    assert_eq!(a.suspended_by(), 1);
+    let woken = Instant::now();
+    while suspends.load(Ordering::SeqCst) == 0 {
+        assert!(
+            woken.elapsed() < Duration::from_secs(3),
+            "the member's thread was not woken"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(relay_suspend(&path, 0));
+    assert!(!a.suspended(), "a clear ends it");
+    // A poster that died resumes nobody.
+    let dead = std::process::Command::new("true").spawn().unwrap();
+    let pid = dead.id();
+    dead.wait_with_output().unwrap();
+    assert!(relay_suspend(&path, pid));
+    assert!(!a.suspended(), "a dead poster holds no one");
+    assert_eq!(suspends.load(Ordering::SeqCst), 1, "one posting, one sleep");
+    let short = dir.join("short");
+    std::fs::write(&short, b"CPGROUP").unwrap();
+    let short = std::ffi::CString::new(short.into_os_string().into_encoded_bytes()).unwrap();
+    assert!(!relay_suspend(&short, 1), "not a whole ledger: left alone");
+    let _ = std::fs::remove_dir_all(&dir);
+}

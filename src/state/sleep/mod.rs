@@ -386,6 +386,7 @@ impl Shim {
     /// A call of the program found the process asleep (or falling asleep): waits for the
     /// sleep to end, then wakes it.
     fn wake_for_call(&self) -> Result<(), CUresult> {
+        self.hold_while_suspended();
         self.wake().map(|_| ())
     }
 
