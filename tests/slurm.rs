@@ -31,6 +31,17 @@ use std::time::{Duration, Instant};
 struct Cluster {
     dir: PathBuf,
     stage: PathBuf,
+    /// What `/run/cudapool/jobs` held before the cluster started: whatever else is there at
+    /// the end (a job's share file or folder its Epilog did not remove, say one killed at the
+    /// cluster's stop) is this test's and goes, so no later test or checkout on the machine
+    /// finds a job of ours.
+    jobs_before: Vec<std::ffi::OsString>,
+}
+
+fn jobs_now() -> Vec<std::ffi::OsString> {
+    std::fs::read_dir("/run/cudapool/jobs")
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default()
 }
 
 impl Drop for Cluster {
@@ -40,6 +51,11 @@ impl Drop for Cluster {
             .arg("stop")
             .arg(&self.dir)
             .status();
+        for name in jobs_now() {
+            if !self.jobs_before.contains(&name) {
+                let _ = std::fs::remove_dir_all(Path::new("/run/cudapool/jobs").join(name));
+            }
+        }
         // The Prolog's folder, if nothing of another job is in it.
         let _ = std::fs::remove_dir("/run/cudapool/jobs");
         let _ = std::fs::remove_dir("/run/cudapool");
@@ -127,6 +143,7 @@ fn slurm_schedules_gpu_memory_and_cudapool_holds_it() {
         return;
     }
     let t0 = Instant::now();
+    let jobs_before = jobs_now();
     let stage = stage();
     let dir = stage.join("cluster");
     let up = Command::new("bash")
@@ -147,7 +164,11 @@ fn slurm_schedules_gpu_memory_and_cudapool_holds_it() {
         "{said}{}",
         String::from_utf8_lossy(&up.stderr)
     );
-    let c = Cluster { dir, stage };
+    let c = Cluster {
+        dir,
+        stage,
+        jobs_before,
+    };
     let set_up = t0.elapsed();
     const MB8: &str = "8388608";
 
