@@ -629,12 +629,7 @@ fn suspend(c: &Cluster) {
     );
     let o = sh(c, &script);
     let all = format!("{}{}", o.stdout, o.stderr);
-    let figure = |key: &str| -> u64 {
-        all.split_whitespace()
-            .find_map(|w| w.strip_prefix(&format!("{key}=")))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no {key}: {all}"))
-    };
+    let figure = |key: &str| figure(&all, key);
     assert!(figure("before") >= 400, "{all}");
     assert!(all.contains("state=SUSPENDED"), "{all}");
     assert!(figure("asleep") < 16, "asleep while suspended: {all}");

@@ -296,12 +296,7 @@ fn a_job_suspended_as_slurm_does_it_frees_the_gpu_for_its_whole_stop() {
         eprintln!("no private mount namespace here: not checked");
         return;
     }
-    let figure = |key: &str| -> u64 {
-        all.split_whitespace()
-            .find_map(|w| w.strip_prefix(&format!("{key}=")))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no {key}: {all}"))
-    };
+    let figure = |key: &str| figure(&all, key);
     assert!(figure("before") >= 600, "{all}");
     assert!(all.contains("frozen=FROZEN"), "{all}");
     assert!(figure("asleep") < 16, "asleep while frozen: {all}");

@@ -561,3 +561,12 @@ impl Drop for Staged {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// The number a script printed as `KEY=N` (a word of its output `all`); panics with the whole
+/// output when there is none.
+pub fn figure(all: &str, key: &str) -> u64 {
+    all.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}: {all}"))
+}
