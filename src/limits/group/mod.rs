@@ -41,6 +41,7 @@
 mod exit;
 mod layout;
 mod lending;
+mod lock;
 mod mend;
 mod suspend;
 mod witness;
@@ -216,7 +217,7 @@ impl Group {
             generation: std::sync::atomic::AtomicU32::new(0),
         };
         {
-            let mut l = group.lock()?;
+            let mut l = group.lock_at(true)?;
             if alone {
                 // Nobody else lives: whatever the slots say is the dead's.
                 for i in 0..MEMBERS {
@@ -257,6 +258,11 @@ impl Group {
     /// The ledger under its mutex, waited for at most [`LOCK_GIVE_UP`]; a member that died
     /// holding it leaves totals to recompute; a lock word no live process can hold is reset.
     fn lock(&self) -> Result<Locked<'_>, String> {
+        self.lock_at(false)
+    }
+
+    /// [`lock`](Self::lock), by a joiner holding the ledger's door when `at_door`.
+    fn lock_at(&self, at_door: bool) -> Result<Locked<'_>, String> {
         if self.stuck.load(Ordering::Relaxed) {
             return Err(format!("group {}: its ledger's lock is stuck", self.name));
         }
@@ -269,7 +275,7 @@ impl Group {
             ),
             Err(e) => return Err(format!("group {}: its ledger was cut: {e}", self.name)),
         }
-        let mut l = self.lock_mutex()?;
+        let mut l = self.lock_mutex(at_door)?;
         self.record_again(&mut l);
         self.generation
             .store(mend::generation(&self.map), Ordering::Relaxed);
@@ -359,69 +365,6 @@ impl Group {
             NOT_FIXED => Limit::from_raw(l.devices[slot].limit),
             u64::MAX => Limit::NONE,
             f => Limit::from_raw(f),
-        }
-    }
-
-    /// The mutex itself (see [`lock`](Self::lock)).
-    fn lock_mutex(&self) -> Result<Locked<'_>, String> {
-        // SAFETY: mapped for the Group's life; `seq` is an atomic, bumped by each holder.
-        let seq = unsafe { &(*self.map.ledger).seq };
-        let mut passed = seq.load(Ordering::Acquire);
-        let mut deadline = Instant::now() + LOCK_GIVE_UP;
-        loop {
-            let until = realtime_after(LOCK_WAIT);
-            // SAFETY: the mutex lives in our mapping, initialised by the ledger's creator; a
-            // valid absolute timeout.
-            let r = unsafe { libc::pthread_mutex_timedlock(&mut (*self.map.ledger).mutex, &until) };
-            match r {
-                0 => return Ok(Locked::new(self)),
-                libc::EOWNERDEAD => {
-                    let mut l = Locked::new(self);
-                    repair(&mut l);
-                    // SAFETY: we hold the mutex after EOWNERDEAD; the state is repaired.
-                    unsafe { libc::pthread_mutex_consistent(&mut l.mutex) };
-                    return Ok(l);
-                }
-                e => {
-                    // Timed out, or unusable: if nobody else lives, nobody can be holding it.
-                    let fd = fd_of(&self.map);
-                    if !ledger::others_live(fd) {
-                        if let Some(_door) = ledger::try_enter(fd) {
-                            if !ledger::others_live(fd) {
-                                ledger::reset_mutex(self.map.ledger);
-                                log_at!(
-                                    Warn,
-                                    "group {}: its ledger's lock was held by no live process ({}): reset",
-                                    self.name,
-                                    std::io::Error::from_raw_os_error(e)
-                                );
-                                continue;
-                            }
-                        }
-                    }
-                    let now = Instant::now();
-                    let seen = seq.load(Ordering::Acquire);
-                    if seen != passed {
-                        // Others passed it meanwhile: a crowd, not a stuck holder.
-                        passed = seen;
-                        deadline = now + LOCK_GIVE_UP;
-                    } else if now > deadline {
-                        self.stuck.store(true, Ordering::Relaxed);
-                        // ETIMEDOUT reads "Connection timed out": said in words instead.
-                        let how = match e {
-                            libc::ETIMEDOUT => "nobody passed it meanwhile".to_string(),
-                            e => std::io::Error::from_raw_os_error(e).to_string(),
-                        };
-                        let why = format!(
-                            "group {}: its ledger's lock has been held for more than {} s while other members live ({how}); refusing what needs it",
-                            self.name,
-                            LOCK_GIVE_UP.as_secs(),
-                        );
-                        log_at!(Warn, "{why}");
-                        return Err(why);
-                    }
-                }
-            }
         }
     }
 
@@ -549,17 +492,6 @@ impl Group {
     }
 }
 
-/// Recomputes every total from the live members' figures (after a member died holding the
-/// mutex, perhaps between two of its updates).
-fn repair(l: &mut Locked) {
-    for d in 0..DEVICES {
-        let sum = (0..MEMBERS)
-            .filter(|&i| l.members[i].live != 0)
-            .fold(0u64, |t, i| t.saturating_add(l.members[i].reserved[d]));
-        l.devices[d].total = sum;
-    }
-}
-
 /// One GPU of a group, as this member's budget draws on it.
 #[derive(Clone)]
 pub struct GroupDevice {
@@ -679,18 +611,6 @@ impl Shared for GroupDevice {
 
     fn sleep_idle(&self, bytes: u64, idle: Duration) -> bool {
         self.group.sleep_idle(self.slot, bytes, idle, SLEEP_WAIT)
-    }
-}
-
-fn realtime_after(d: Duration) -> libc::timespec {
-    // SAFETY: a zeroed timespec is valid; clock_gettime fills it.
-    let mut now: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: CLOCK_REALTIME (what pthread_mutex_timedlock measures by) and a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
-    let ns = now.tv_nsec as u64 + d.subsec_nanos() as u64;
-    libc::timespec {
-        tv_sec: now.tv_sec + d.as_secs() as libc::time_t + (ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
     }
 }
 
