@@ -68,11 +68,16 @@ fn signal(pid: u32, sig: &str) {
 /// The client holding `mib` MiB until `go` exists (`suspend_hold`), on the shared fake device
 /// of `s`, with `env`; returned once it said "ready".
 fn holder(s: &Scratch, mib: u64, go: &Path, env: &[(&str, &str)]) -> Child {
+    let go = go.to_str().unwrap();
+    started(s, &["suspend_hold", &mib.to_string(), go], env)
+}
+
+/// The client's scenario `args` on the shared fake device of `s`, with `env`; returned once it
+/// said "ready".
+fn started(s: &Scratch, args: &[&str], env: &[(&str, &str)]) -> Child {
     let f = fixture();
     let mut cmd = Command::new(f.dir.join("client"));
-    cmd.args(["gpa", "suspend_hold", &mib.to_string()])
-        .arg(go)
-        .current_dir(&s.0);
+    cmd.arg("gpa").args(args).current_dir(&s.0);
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CUDAPOOL_")) {
         cmd.env_remove(k);
     }
@@ -83,6 +88,7 @@ fn holder(s: &Scratch, mib: u64, go: &Path, env: &[(&str, &str)]) -> Child {
         .env("CUDAPOOL_RUNTIME_DIR", s.0.join("run"))
         .env("CUDAPOOL_CACHE_IDLE", "never")
         .envs(env.iter().copied())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("client");
@@ -176,6 +182,48 @@ fn a_stopped_process_gives_its_gpu_memory_back_and_finds_it_again() {
         }
         assert!(out.contains("suspend_hold intact=1"), "{setting:?}: {out}");
     }
+}
+
+/// A process stopped in the middle of a graph capture cannot sleep (the captured work cannot be
+/// drained): it stops within Slurm's 2 s all the same, keeping its memory, and says so; when it
+/// continues, its capture ends well and its data is intact. [It stopped only after 30 s, when
+/// its sleep gave up.]
+#[test]
+fn a_process_stopped_during_a_capture_stops_in_time_and_keeps_its_memory() {
+    use std::io::Write;
+    let s = scratch("capture");
+    let mut child = started(&s, &["capture_hold"], &[("CUDAPOOL_SUSPEND", "sleep")]);
+    let pid = child.id();
+    let board = s.0.join("board");
+    let before = held(&board, pid);
+    let t = Instant::now();
+    signal(pid, "TSTP");
+    let stop = until(Duration::from_secs(40), || stopped(pid)).then(|| t.elapsed());
+    let kept = held(&board, pid);
+    signal(pid, "CONT");
+    writeln!(child.stdin.take().unwrap(), "end").unwrap();
+    let o = child.wait_with_output().unwrap();
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        stop.is_some_and(|d| d < Duration::from_secs(10)),
+        "stopped after {stop:?}: {out}"
+    );
+    assert!(
+        before > 0 && kept >= before,
+        "kept {kept} of {before} B: {out}"
+    );
+    assert!(
+        out.contains("its GPU memory stays while it is stopped"),
+        "{out}"
+    );
+    assert!(
+        out.contains("capture_rc=0") && out.contains("intact=1"),
+        "{out}"
+    );
 }
 
 /// Two members of a group hold 256 MiB each; only the first is stopped (as Slurm signals only a
