@@ -122,11 +122,33 @@ fn churner(dir: &Path, seed: u64, t0: Instant) -> Churner {
     Churner { child, last }
 }
 
+/// A member that made no progress for 5 s is waited for 20 s more: on a loaded machine a
+/// starved one goes on (said, not failed); a hung one does not, and fails the test. [Under two
+/// busy loops and other work beside the suite, a member was 6.4 s without progress, and the
+/// bare 5 s check failed the test.]
+fn assert_progresses(m: &Churner, t0: Instant) {
+    let quiet = || now_ms(t0).saturating_sub(m.last.load(Ordering::Relaxed));
+    let first = quiet();
+    if first < 5000 {
+        return;
+    }
+    let seen = m.last.load(Ordering::Relaxed);
+    let waited = Instant::now();
+    while waited.elapsed() < Duration::from_secs(20) {
+        if m.last.load(Ordering::Relaxed) != seen {
+            println!("a member was slow: {first} ms without progress, then went on");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("a member made no progress for {} ms (hung)", quiet());
+}
+
 /// (a) Four members churn under a 64 MiB group limit; every 20 to 100 ms one of them is
 /// killed with SIGKILL at whatever instant it is at (holding the ledger's mutex, joining,
 /// between the driver and the ledger) and replaced. An observer reads the ledger all along:
 /// neither what it records nor what its live members hold ever passes the limit. No member
-/// stops making progress for 5 s (a hang). At the end, with every member gone, the group holds
+/// stops making progress for 5 s and 20 s more (a hang; a starved one goes on within them). At the end, with every member gone, the group holds
 /// nothing and the next reader removes its ledger.
 #[test]
 fn members_killed_at_any_instant_never_break_the_group() {
@@ -190,13 +212,8 @@ fn members_killed_at_any_instant_never_break_the_group() {
         kills += 1;
         seed += 1;
         members[i] = churner(&dir, seed, t0);
-        let now = now_ms(t0);
         for m in &members {
-            let quiet = now.saturating_sub(m.last.load(Ordering::Relaxed));
-            assert!(
-                quiet < 5000,
-                "a member made no progress for {quiet} ms (hung)"
-            );
+            assert_progresses(m, t0);
         }
         assert!(!observer.is_finished(), "the observer saw the limit passed");
     }
