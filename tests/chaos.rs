@@ -87,10 +87,17 @@ fn no_false_oom_under_none() {
 struct Churner {
     child: Child,
     last: Arc<AtomicU64>,
+    /// What it says on stderr.
+    err: std::path::PathBuf,
 }
 
 fn now_ms(t0: Instant) -> u64 {
     t0.elapsed().as_millis() as u64
+}
+
+/// Where churner `seed` of runtime directory `dir` writes its stderr (beside the directory).
+fn said_by(dir: &Path, seed: u64) -> std::path::PathBuf {
+    dir.with_extension(format!("churner-{seed}.err"))
 }
 
 fn churner(dir: &Path, seed: u64, t0: Instant) -> Churner {
@@ -106,7 +113,7 @@ fn churner(dir: &Path, seed: u64, t0: Instant) -> Churner {
     )
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
-    .stderr(Stdio::null())
+    .stderr(std::fs::File::create(said_by(dir, seed)).unwrap())
     .spawn()
     .expect("spawn");
     let last = Arc::new(AtomicU64::new(now_ms(t0)));
@@ -119,14 +126,18 @@ fn churner(dir: &Path, seed: u64, t0: Instant) -> Churner {
             l2.store(now_ms(t0), Ordering::Relaxed);
         }
     });
-    Churner { child, last }
+    Churner {
+        child,
+        last,
+        err: said_by(dir, seed),
+    }
 }
 
 /// A member that made no progress for 5 s is waited for 20 s more: on a loaded machine a
 /// starved one goes on (said, not failed); a hung one does not, and fails the test. [Under two
 /// busy loops and other work beside the suite, a member was 6.4 s without progress, and the
 /// bare 5 s check failed the test.]
-fn assert_progresses(m: &Churner, t0: Instant) {
+fn assert_progresses(m: &mut Churner, t0: Instant) {
     let quiet = || now_ms(t0).saturating_sub(m.last.load(Ordering::Relaxed));
     let first = quiet();
     if first < 5000 {
@@ -141,7 +152,18 @@ fn assert_progresses(m: &Churner, t0: Instant) {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("a member made no progress for {} ms (hung)", quiet());
+    let exited = m.child.try_wait().ok().flatten();
+    let said = std::fs::read_to_string(&m.err).unwrap_or_default();
+    match exited {
+        Some(status) => panic!(
+            "a member ended ({status}) and made no progress for {} ms; it said: {said}",
+            quiet()
+        ),
+        None => panic!(
+            "a member made no progress for {} ms (hung); it said: {said}",
+            quiet()
+        ),
+    }
 }
 
 /// (a) Four members churn under a 64 MiB group limit; every 20 to 100 ms one of them is
@@ -212,7 +234,7 @@ fn members_killed_at_any_instant_never_break_the_group() {
         kills += 1;
         seed += 1;
         members[i] = churner(&dir, seed, t0);
-        for m in &members {
+        for m in &mut members {
             assert_progresses(m, t0);
         }
         assert!(!observer.is_finished(), "the observer saw the limit passed");
