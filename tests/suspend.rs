@@ -127,6 +127,11 @@ fn neighbour_fill(s: &Scratch) -> u64 {
 /// Lets the holder end (`go`) and returns what it printed, stderr too.
 fn finish_holder(child: Child, go: &Path) -> String {
     std::fs::write(go, b"").unwrap();
+    printed(child)
+}
+
+/// Waits for `child` and returns what it printed, stderr too.
+fn printed(child: Child) -> String {
     let o = child.wait_with_output().unwrap();
     format!(
         "{}{}",
@@ -202,12 +207,7 @@ fn a_process_stopped_during_a_capture_stops_in_time_and_keeps_its_memory() {
     let kept = held(&board, pid);
     signal(pid, "CONT");
     writeln!(child.stdin.take().unwrap(), "end").unwrap();
-    let o = child.wait_with_output().unwrap();
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = printed(child);
     assert!(
         stop.is_some_and(|d| d < Duration::from_secs(10)),
         "stopped after {stop:?}: {out}"
