@@ -34,12 +34,11 @@ MAX_FILES = 25
 
 
 def module_files():
-    """(module path as a list, file path) for every library source file."""
+    """(module path as a list, file path) for every source file of the library and of the CLI
+    (cli/: the binary's modules, whose layer rules do not apply, but whose circles count)."""
     for dirpath, _, files in os.walk(ROOT):
         rel = os.path.relpath(dirpath, ROOT)
         parts = [] if rel == "." else rel.split(os.sep)
-        if parts and parts[0] == "cli":
-            continue
         for f in sorted(files):
             if not f.endswith(".rs") or (not parts and f in SKIP):
                 continue
@@ -58,78 +57,124 @@ def code(path):
     return "".join(out)
 
 
+def inline_modules(text):
+    """The text outside inline modules (`mod tests { ... }`), and each inline module's name and
+    body: inside one, `super::` is the file's own module."""
+    inner = []
+    while True:
+        m = re.search(r"^[ \t]*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*\{", text, re.M)
+        if not m:
+            return text, inner
+        i, depth = m.end(), 1
+        while depth and i < len(text):
+            depth += (text[i] == "{") - (text[i] == "}")
+            i += 1
+        inner.append((m.group(1), text[m.end():i - 1]))
+        text = text[:m.start()] + text[i:]
+
+
+# A path of Rust: `super::super::x::{A, B}`, `crate::base::cu::*`, `self::child::f`.
+PATH = re.compile(r"\b((?:(?:self|super|crate)::)+)((?:\w+::)*)(\{[^}]*\}|\w+|\*)")
+USE = r"^\s*(?:pub(?:\([^)]*\))?\s+)?use\s+"
+
+
+def base_of(prefix, here):
+    """The module a path's prefix (`crate::`, `self::`, `super::super::`) starts from, in module
+    `here` (a file's module, or an inline module inside it)."""
+    if prefix.startswith("crate"):
+        return []
+    base = list(here)
+    for _ in range(prefix.count("super")):
+        base = base[:-1]
+    return base
+
+
 def main():
     files = dict((tuple(m), p) for m, p in module_files())
     errors = []
     deps = {m: set() for m in files}
+    texts = {m: code(p) for m, p in files.items()}
+    # Where a name is defined (for a glob re-export, `pub use child::*`).
+    defined = {
+        m: set(re.findall(r"^\s*pub(?:\([^)]*\))?\s+(?:unsafe\s+)?(?:fn|struct|enum|trait|const|static|type|mod|union)\s+(\w+)", t, re.M))
+        for m, t in texts.items()
+    }
 
-    # What each module re-exports from its children (`pub use child::{A, B as C};`): a name
-    # reached through the parent is the child's (`use super::Shim` depends on state/shim.rs,
-    # where `Shim` lives, not on state/mod.rs, which only names it).
-    reexports = {}
+    # What each module re-exports from its children (`pub use child::{A, B as C};`, `pub use
+    # child::*`): a name reached through the module is where it lives (`use super::Shim`
+    # depends on state/shim.rs, where `Shim` lives, not on state/mod.rs, which only names it).
+    # A name a module passes on from a sibling (`pub use super::x::f`) is the module's: a
+    # reader of `super::m::f` opens m first.
+    reexports, globs = {}, {}
     for mod, path in files.items():
-        for m in re.finditer(r"^\s*pub(?:\([^)]*\))?\s+use\s+(?:self::)?(\w+)::(\{[^}]*\}|\w+)\s*;", code(path), re.M):
-            child = mod + (m.group(1),)
-            if child not in files:
+        for m in re.finditer(r"^\s*pub(?:\([^)]*\))?\s+use\s+((?:(?:self|super|crate)::)*)((?:\w+::)*)(\{[^}]*\}|\w+|\*)\s*;", texts[mod], re.M):
+            prefix, head, names = m.groups()
+            if prefix not in ("", "self::"):
+                continue  # a sibling's or another layer's name, passed on: the path depends here
+            target = tuple(list(mod) + [p for p in head.split("::") if p])
+            if names == "*":
+                globs.setdefault(mod, []).append(target)
                 continue
-            for name in m.group(2).strip("{}").split(","):
+            for name in names.strip("{}").split(","):
                 name = name.strip()
                 if name:
-                    reexports[(mod, name.split(" as ")[-1].strip())] = child
+                    inner = name.split(" as ")[0].strip().split("::")
+                    reexports[(mod, name.split(" as ")[-1].strip())] = target + tuple(inner[:-1])
+
+    def longest(path):
+        for n in range(len(path), 0, -1):
+            if tuple(path[:n]) in files:
+                return tuple(path[:n]), n
+        return None, 0
 
     def resolve(path):
         """The file of ours that `path` names: its longest module prefix that is a file,
-        followed through the re-exports of that module."""
-        for n in range(len(path), 0, -1):
-            if tuple(path[:n]) in files:
-                found = tuple(path[:n])
-                # Followed down as far as the name is re-exported (a child's child).
-                while n < len(path) and (found, path[n]) in reexports:
-                    found = reexports[(found, path[n])]
-                    path = list(found) + list(path[n:])
-                    n = len(found)
-                return found
-        return None
-
-    def targets(text, prefix):
-        """Every path after `prefix` (`crate::`, `super::`), a braced list of names split into
-        one path each (`super::{Live, Shim}`: `super::Live`, `super::Shim`)."""
-        for m in re.finditer(r"\b" + prefix + r"((?:\w+::)*)(\{[^}]*\}|\w+)", text):
-            head = m.group(1)
-            for name in m.group(2).strip("{}").split(","):
-                name = name.strip().split(" as ")[0].split("::")[0].strip()
-                if name and name != "self":
-                    yield (head + name).replace("::::", "::")
-                elif name == "self" and head:
-                    yield head.rstrip(":")
+        followed through the re-exports of that module (explicit or glob)."""
+        found, n = longest(path)
+        for _ in range(8):
+            if found is None or n >= len(path):
+                break
+            name = path[n]
+            if (found, name) in reexports:
+                path = list(reexports[(found, name)]) + list(path[n:])
+                found, n = longest(path)
+            elif name not in defined[found] and any(name in defined.get(g, ()) for g in globs.get(found, [])):
+                found = next(g for g in globs[found] if name in defined.get(g, ()))
+                break
+            else:
+                break
+        return found
 
     for mod, path in files.items():
-        text = code(path)
+        text = texts[mod]
         top = mod[0]
-        children = set()
-        for m in re.finditer(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", text, re.M):
-            children.add(mod + (m.group(1),))
-        # Re-exports of a module's own children declare, they do not depend.
-        declared = re.sub(r"^\s*pub\s+use\s+(\w+)::[^;]*;", "", text, flags=re.M)
-        for t in targets(declared, "crate::"):
-            target = t.split("::")
-            if target[0] not in RANK:
-                continue
-            if RANK[target[0]] > RANK.get(top, 99):
-                errors.append(f"{path}: uses crate::{t}, a layer above ({LAYERS[RANK[target[0]]][0]} over {LAYERS[RANK[top]][0]})")
-            dep = resolve(target)
-            if dep and dep != mod:
-                deps[mod].add(dep)
-        parent = mod[:-1] if os.path.basename(path) != "mod.rs" else mod[:-1]
-        for t in targets(declared, "super::"):
-            target = list(parent) + [p for p in t.split("::") if p != "super"]
-            dep = resolve(target)
-            if dep and dep != mod and dep not in children:
-                deps[mod].add(dep)
-        for m in re.finditer(r"^\s*(?:pub(?:\([^)]*\))?\s+)?use\s+(\w+)::", declared, re.M):
-            child = mod + (m.group(1),)
-            if child in files:
-                deps[mod].add(child)
+        children = {mod + (c,) for c in re.findall(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", text, re.M)}
+        outer, inner = inline_modules(text)
+        # A file module's `super` is its folder's module; mod.rs's, the folder above.
+        here = list(mod)
+        for body, where in [(outer, here)] + [(b, here + [n]) for n, b in inner]:
+            # Re-exports of a module's own children declare, they do not depend.
+            declared = re.sub(r"^\s*pub(?:\([^)]*\))?\s+use\s+(?:self::)?(\w+)::[^;]*;", lambda m: "" if mod + (m.group(1),) in children else m.group(0), body, flags=re.M)
+            for m in PATH.finditer(declared):
+                prefix, head, names = m.groups()
+                start = base_of(prefix, where)
+                for name in names.strip("{}").split(","):
+                    name = name.strip().split(" as ")[0].strip()
+                    if not name:
+                        continue
+                    target = start + [p for p in head.split("::") if p]
+                    if name not in ("*", "self"):
+                        target += name.split("::")[:1]
+                    if prefix.startswith("crate") and top != "cli" and target and target[0] in RANK:
+                        if RANK[target[0]] > RANK.get(top, 99):
+                            errors.append(f"{path}: uses crate::{'::'.join(target)}, a layer above ({LAYERS[RANK[target[0]]][0]} over {LAYERS[RANK[top]][0]})")
+                    dep = resolve(target)
+                    if dep and dep != mod:
+                        deps[mod].add(dep)
+            # A child named from its parent (`use child::X`, `child::f()` inline).
+            for c in children:
+                if re.search(r"(?<![:\w])" + c[-1] + r"::\w", declared):
+                    deps[mod].add(c)
 
     # Cycles, by depth-first search.
     state, stack = {}, []

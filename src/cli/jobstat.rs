@@ -114,7 +114,7 @@ fn sacct_failed(stderr: &[u8]) -> String {
 /// job is matched by its raw id: sacct names an array's task `11_0`, never by the id its
 /// Epilog has.
 fn admin_comment(job: &str) -> Result<Option<String>, String> {
-    let out = super::slurm::slurm_command("sacct")?
+    let out = super::slurm_site::slurm_command("sacct")?
         .args([
             "--noheader",
             "--parsable2",
@@ -213,7 +213,7 @@ pub fn record(job: &str, entry: Value) -> Result<(), String> {
     let text = encode(&merged(&existing, &node, entry));
     // The job has ended when the Epilog runs: slurmctld refuses to update it ("Job has already
     // finished"); its record in the accounting is what `sacct` shows, changed by sacctmgr.
-    let out = super::slurm::slurm_command("sacctmgr")?
+    let out = super::slurm_site::slurm_command("sacctmgr")?
         .args(["--immediate", "modify", "job", "where"])
         .arg(format!("jobid={job}"))
         .arg("set")
@@ -256,7 +256,7 @@ pub fn jobstat(job: &str) -> Result<(), String> {
         print(job, "running", &json!({ host.trim(): entry }));
         return Ok(());
     }
-    let out = super::slurm::slurm_command("sacct")?
+    let out = super::slurm_site::slurm_command("sacct")?
         .args(["--noheader", "--parsable2", "--allocations"])
         .arg(format!("--jobs={job}"))
         .args(["--format=JobID,JobIDRaw,State,ReqTRES,AdminComment"])

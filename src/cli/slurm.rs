@@ -20,8 +20,7 @@
 //! of a job that asked for no gpumem, the library the TaskProlog preloads, where Slurm's
 //! commands are (run by absolute path, never through `PATH`, which Slurm gives a Prolog none of).
 
-pub use super::slurm_site::slurm_command;
-use super::slurm_site::{euid, site, Site, DEFAULT_CONFIG};
+use super::slurm_site::{euid, site, slurm_command, Site, DEFAULT_CONFIG};
 use clap::{Args, Subcommand};
 use cudapool::base::job::{ledger_dir, JOBS_DIR};
 use std::ffi::CString;

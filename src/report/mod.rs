@@ -247,6 +247,17 @@ const PAGE_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
 /// snapshot PID` within [`PAGE_POLL`], whatever the program is doing (no signal, no stop), and
 /// keeps the page's figures at most [`PAGE_POLL`] behind (the hooks write it only on slow paths
 /// and every few hundred operations: a program that stops allocating would show old figures).
+/// Answers sleep request `seq` on the page, the state's figures stored first: `stat` run right
+/// after `sleep --wait` shows the state the answer names (a skipped or stale write would not).
+fn sleep_answered(seq: u64, answer: &str) {
+    if let Some(shim) = crate::state::Shim::active() {
+        REPORTING.write_now(shim);
+    }
+    if let Some(page) = REPORTING.page.get().and_then(|p| p.as_ref()) {
+        page.sleep_served(seq, answer);
+    }
+}
+
 fn start_page_thread() {
     let watch = || loop {
         std::thread::sleep(PAGE_POLL);
@@ -261,7 +272,7 @@ fn start_page_thread() {
             REPORTING.refresh(shim);
         }
         if let Some(req) = page.pending_sleep() {
-            serve_sleep::serve_sleep(req);
+            serve_sleep::serve_sleep(req, sleep_answered);
         }
         let Some(req) = page.pending_request() else {
             continue;
@@ -650,42 +661,4 @@ pub fn leak_report(shim: &dyn View) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(json_str("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
-    }
-
-    #[test]
-    fn byte_formatting() {
-        assert_eq!(fmt_bytes(0), "0 B");
-        assert_eq!(fmt_bytes(1023), "1023 B");
-        assert_eq!(fmt_bytes(1536), "1.50 KiB");
-        assert_eq!(fmt_bytes(64 << 20), "64.00 MiB");
-        assert_eq!(fmt_bytes(3 << 30), "3.00 GiB");
-    }
-
-    #[test]
-    fn device_block_shows_every_counter() {
-        let s = DeviceStats {
-            allocated: 1 << 20,
-            requested: 1000 << 10,
-            alloc_calls: 4,
-            cache_hits: 1,
-            ooms: 2,
-            hard_limit: 1 << 30,
-            ..Default::default()
-        };
-        let t = device_status(0, &s, "what it counts");
-        assert!(t.contains("limit 1.00 GiB (soft none)"), "{t}");
-        assert!(t.contains("requested 1000.00 KiB"), "{t}");
-        assert!(
-            t.contains("4 allocations and 0 frees")
-                && t.contains("(25.0%)")
-                && t.contains("2 out-of-memory answers"),
-            "{t}"
-        );
-    }
-}
+mod tests;

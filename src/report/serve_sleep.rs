@@ -1,7 +1,7 @@
 //! Sleeps and wakes asked through the page (`cudapool sleep|wake PID`), served by the page's
 //! thread one at a time on a thread of their own.
 
-use super::{page, REPORTING};
+use super::page;
 use crate::base::cu::{CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM};
 
 /// The last sleep or wake asked through the page that was taken: each runs once.
@@ -15,8 +15,9 @@ static SLEEP_SERVING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicB
 const MOST_DRAIN: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Runs a sleep or wake asked through the page (`cudapool sleep|wake PID`) on a thread of its
-/// own, so that the page keeps showing the state as it goes, and answers it there.
-pub(super) fn serve_sleep(req: page::SleepRequest) {
+/// own, so that the page keeps showing the state as it goes, and answers it there through
+/// `answered` (the request's number and the answer).
+pub(super) fn serve_sleep(req: page::SleepRequest, answered: fn(u64, &str)) {
     use std::sync::atomic::Ordering::{AcqRel, Relaxed, Release};
     // One at a time: while one runs, later requests wait on the page, and the newest of them
     // is served when it ends (its answer is theirs). A user who asks 200 times costs the
@@ -51,14 +52,7 @@ pub(super) fn serve_sleep(req: page::SleepRequest) {
                 Err(r) => format!("refused {} {}", r.code, r.why),
             },
         };
-        // The figures of the state the answer names, stored before the answer: `stat` run
-        // right after `sleep --wait` shows them (a skipped or stale write would not).
-        if let Some(shim) = crate::state::Shim::active() {
-            REPORTING.write_now(shim);
-        }
-        if let Some(page) = REPORTING.page.get().and_then(|p| p.as_ref()) {
-            page.sleep_served(req.seq, &answer);
-        }
+        answered(req.seq, &answer);
         SLEEP_SERVING.store(false, Release);
     };
     let spawned = std::thread::Builder::new()
@@ -67,11 +61,9 @@ pub(super) fn serve_sleep(req: page::SleepRequest) {
         .spawn(run);
     if let Err(e) = spawned {
         SLEEP_SERVING.store(false, Release);
-        if let Some(page) = REPORTING.page.get().and_then(|p| p.as_ref()) {
-            page.sleep_served(
-                req.seq,
-                &format!("refused {CUDA_ERROR_OPERATING_SYSTEM} no thread for it: {e}"),
-            );
-        }
+        answered(
+            req.seq,
+            &format!("refused {CUDA_ERROR_OPERATING_SYSTEM} no thread for it: {e}"),
+        );
     }
 }

@@ -149,3 +149,12 @@ pub(crate) unsafe fn put_some<T>(p: *mut T, v: T) {
 pub(crate) fn to_result(r: Result<(), CUresult>) -> CUresult {
     r.err().unwrap_or(CUDA_SUCCESS)
 }
+
+/// The `CStr` of a symbol name given with its NUL (`concat!(stringify!(name), "\0")`), at compile
+/// time.
+pub const fn symbol(with_nul: &'static str) -> &'static std::ffi::CStr {
+    match std::ffi::CStr::from_bytes_with_nul(with_nul.as_bytes()) {
+        Ok(n) => n,
+        Err(_) => panic!("a symbol name"),
+    }
+}

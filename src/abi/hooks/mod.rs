@@ -36,20 +36,11 @@ pub mod work;
 pub use guard::boundary;
 use std::ffi::{c_void, CStr};
 
-/// The `CStr` of a symbol name given with its NUL (`concat!(stringify!(name), "\0")`), at compile
-/// time.
-pub const fn symbol(with_nul: &'static str) -> &'static CStr {
-    match CStr::from_bytes_with_nul(with_nul.as_bytes()) {
-        Ok(n) => n,
-        Err(_) => panic!("a symbol name"),
-    }
-}
-
 /// `(driver name, hook)` for each `module::name`: a hook is exported under the name it replaces,
 /// so the name is taken from the hook itself and the two cannot disagree.
 macro_rules! named {
     ($($module:ident :: $name:ident),* $(,)?) => {
-        vec![$((symbol(concat!(stringify!($name), "\0")), $module::$name as *const c_void)),*]
+        vec![$((guard::symbol(concat!(stringify!($name), "\0")), $module::$name as *const c_void)),*]
     };
 }
 

@@ -106,7 +106,7 @@ macro_rules! work_hooks {
             /// The driver's contract for this entry point; the arguments are passed on unchanged.
             #[no_mangle]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> CUresult {
-                const NAME: &CStr = super::symbol(concat!(stringify!($name), "\0"));
+                const NAME: &CStr = super::guard::symbol(concat!(stringify!($name), "\0"));
                 static REAL: AtomicUsize = AtomicUsize::new(0);
                 let _in_flight = match report($queue) {
                     Ok(entered) => entered,
@@ -128,7 +128,7 @@ macro_rules! work_hooks {
         /// Every work hook and the driver name it replaces.
         pub fn table() -> Vec<(&'static CStr, *const c_void)> {
             vec![$(
-                (super::symbol(concat!(stringify!($name), "\0")), $name as *const c_void),
+                (super::guard::symbol(concat!(stringify!($name), "\0")), $name as *const c_void),
             )*]
         }
     };

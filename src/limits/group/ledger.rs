@@ -477,7 +477,8 @@ impl LedgerView {
     }
 }
 
-pub use super::layout::*;
+mod layout;
+pub use layout::*;
 
 /// Every group ledger of this user (of every user with `all_users`) in the runtime directories
 /// `configured` or the defaults name, read within the reader's usual time. A ledger of this

@@ -39,7 +39,6 @@
 //! member asked has answered, or [`LEND_WAIT`] has passed.
 
 mod exit;
-mod layout;
 mod lending;
 mod lock;
 mod mend;

@@ -596,7 +596,7 @@ impl Pool for CachingPool {
     }
 
     fn check(&self) -> Result<(), String> {
-        check::state(&self.lock())
+        self.lock().check()
     }
 
     fn cached_bytes(&self) -> u64 {

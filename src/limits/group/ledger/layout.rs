@@ -1,7 +1,7 @@
 //! Where things lie in a ledger file, for the tests and tools that read or edit one from outside
 //! as its owner may (`ledger` re-exports these).
 
-use super::ledger::{door_byte, DeviceSlot, Ledger, SIZE};
+use super::{door_byte, DeviceSlot, Ledger, SIZE};
 use std::mem::{offset_of, size_of};
 
 /// How long a ledger file is (for tests and tools that make or check one).
