@@ -54,7 +54,8 @@ def code(path):
         if stripped.startswith("//"):
             continue
         out.append(re.sub(r"//.*$", "", line))
-    return "".join(out)
+    # A visibility (`pub(in crate::pool::split)`) names where an item may be seen, not a use.
+    return re.sub(r"pub\(in [^)]*\)", "pub", "".join(out))
 
 
 def inline_modules(text):

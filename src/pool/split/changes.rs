@@ -1,25 +1,18 @@
 //! The one place the arena's blocks change kind. The arena (`arena.rs`, `shadows.rs`) decides
 //! what its memory does (a growth maps a hole, a stitch leaves a shadow, a release unmaps) and
-//! answers with a [`Change`]; [`SplitCore::apply`] alone splits the block it falls in, keeps
-//! `blocks`, the free sets, `cached` and the arena's `holes` and `shadows` in step, and merges
-//! the result with its free neighbours. The arena's range itself comes and goes in `arena.rs`
-//! (`open_arena`, `close_arena`: one hole, made or given back whole).
+//! answers with [`Change`]s; [`SplitCore::apply`] alone splits the block it falls in, keeps
+//! `blocks`, the free sets, `cached` and the arena's lists of holes and shadows in step, and merges
+//! the result with its free neighbours. The arena's range itself comes and goes in `expand.rs`
+//! (one hole, made or given back whole).
 
-use super::*;
-
-/// The bytes `[at, at + len)`, inside one free block, hole or shadow of the arena, become `to`
-/// (a free ready block, a hole or a shadow); what is left of that block on either side keeps
-/// its kind. A shadow changes whole, never in part; a block in use never changes here.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Change {
-    pub(super) at: DevPtr,
-    pub(super) len: u64,
-    pub(super) to: Kind,
-}
+use super::arena::Change;
+use super::block::{Block, Kind};
+use super::SplitCore;
+use crate::pool::core::READY;
 
 impl SplitCore {
     /// Makes `c` so (see [`Change`]): a free block and a hole merge with free neighbours of
-    /// their own kind (a free one: ready ones); a shadow is listed in `arena.shadows`.
+    /// their own kind (a free one: ready ones); a shadow is listed as the arena's.
     pub(super) fn apply(&mut self, c: Change) {
         let (&start, &b) = self
             .blocks
@@ -30,7 +23,7 @@ impl SplitCore {
         debug_assert!(c.to != Kind::InUse);
         if b.kind == Kind::Shadow {
             debug_assert!(start == c.at && b.size == c.len, "a shadow changes whole");
-            self.arena.shadows.remove(&start);
+            self.arena.unlist(start, Kind::Shadow);
         } else {
             self.unlist(start, b);
         }
@@ -63,7 +56,7 @@ impl SplitCore {
         };
         if c.to == Kind::Shadow {
             self.blocks.insert(c.at, block);
-            self.arena.shadows.insert(c.at, c.len);
+            self.arena.list(c.at, c.len, Kind::Shadow);
         } else {
             self.merge_and_free(c.at, block);
         }

@@ -2,7 +2,12 @@
 //! scratch (mimalloc's `mi_segment_is_valid` in spirit). The pool's property tests and every
 //! replay of a debug build run it after each operation; release builds never do.
 
-use super::*;
+use super::block::{Block, Kind};
+use super::{FreeSets, SplitCore};
+use crate::base::cu::DevPtr;
+use crate::pool::core::Lane;
+use crate::pool::core::READY;
+use std::collections::BTreeMap;
 use std::collections::HashMap as StdMap;
 
 /// Fails with `why` unless `ok`.
@@ -36,7 +41,7 @@ impl SplitCore {
             })?;
         }
         for (base, size) in segments {
-            let in_arena = self.arena.range.is_some_and(|a| a.base == base);
+            let in_arena = self.arena.range().is_some_and(|a| a.base == base);
             let mut at = base;
             let mut prev: Option<Block> = None;
             for (&p, b) in self.blocks.range(base..base + size) {
@@ -128,10 +133,10 @@ impl SplitCore {
                 format!("lane {l}'s sets differ from the blocks")
             })?;
         }
-        ensure(holes == self.arena.holes, || {
+        ensure(&holes == self.arena.holes(), || {
             "the holes differ from the blocks".into()
         })?;
-        ensure(shadows == self.arena.shadows, || {
+        ensure(&shadows == self.arena.shadows(), || {
             "the shadows differ from the blocks".into()
         })
     }
@@ -153,10 +158,10 @@ impl SplitCore {
         let classic: u64 = self
             .segments
             .iter()
-            .filter(|(&p, _)| self.arena.range.is_none_or(|a| a.base != p))
+            .filter(|(&p, _)| self.arena.range().is_none_or(|a| a.base != p))
             .map(|(_, s)| s.size)
             .sum();
-        let reserved = classic + self.arena.mapped;
+        let reserved = classic + self.arena.mapped();
         ensure(reserved == self.reserved, || {
             format!(
                 "reserved {} but segments and arena hold {reserved}",
@@ -165,19 +170,13 @@ impl SplitCore {
         })
     }
 
-    /// The handles tile exactly the arena's mapped blocks and hold its `mapped` bytes; each
-    /// handle and shadow has its memory, each memory one handle, a shadow's that of a handle
-    /// of its size: no memory lies under two live blocks.
+    /// The arena's own invariants (`Arena::check`); then its handles tile exactly the arena's
+    /// mapped blocks, in multiples of its chunk, and the arena is the segment of its span: no
+    /// memory lies under two live blocks.
     fn check_arena(&self) -> Result<(), String> {
-        let Some(a) = self.arena.range else {
-            return ensure(
-                self.arena.mem.handles().is_empty()
-                    && self.arena.shadows.is_empty()
-                    && self.arena.holes.is_empty()
-                    && self.arena.mapped == 0
-                    && self.arena.mem.check(&self.arena.shadows).is_ok(),
-                || "handles, holes, shadows or mapped bytes without an arena".into(),
-            );
+        self.arena.check()?;
+        let Some(a) = self.arena.range() else {
+            return Ok(());
         };
         ensure(
             self.segments.get(&a.base).is_some_and(|s| s.size == a.span),
@@ -194,7 +193,7 @@ impl SplitCore {
                 _ => runs.push((p, b.size)),
             }
         }
-        let mut handles = self.arena.mem.handles().iter().peekable();
+        let mut handles = self.arena.handles().iter().peekable();
         for (start, len) in runs {
             let mut at = start;
             while at < start + len {
@@ -212,14 +211,6 @@ impl SplitCore {
         }
         ensure(handles.next().is_none(), || {
             "a handle over no mapped block".into()
-        })?;
-        let mapped: u64 = self.arena.mem.handles().values().sum();
-        ensure(mapped == self.arena.mapped, || {
-            format!(
-                "arena mapped {} but its handles hold {mapped}",
-                self.arena.mapped
-            )
-        })?;
-        self.arena.mem.check(&self.arena.shadows)
+        })
     }
 }

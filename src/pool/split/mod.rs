@@ -8,7 +8,7 @@ use super::core::{
     READY,
 };
 use super::handed::Taken;
-use super::types::{BlockSpan, BlockState, BlockView, SegmentView, Upstream, Vmm};
+use super::types::{BlockSpan, BlockState, BlockView, SegmentView, Upstream};
 use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::config::PoolKind;
 use crate::base::cu::{CUresult, DevPtr};
@@ -16,13 +16,12 @@ use crate::base::limit::Limit;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod arena;
+mod block;
 mod changes;
 mod check;
-mod memory;
-mod shadows;
-mod sleep;
-mod timing;
+mod expand;
 use arena::Arena;
+use block::{Block, Kind};
 
 /// Requests up to this size are *small*: served from segments of [`SMALL_SEGMENT`].
 pub const SMALL_REQUEST: u64 = MIB;
@@ -46,52 +45,6 @@ pub const CLOSE_FIT: u64 = 8;
 /// Under a limit, a whole cached segment is not split for a request of at least
 /// 1/`STRAND_SHARE` of the limit (see `SplitCore::acceptable`).
 pub const STRAND_SHARE: u64 = 16;
-
-/// What a block is. Only the arena has the last two, chunk-aligned at both ends and in no free
-/// set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    /// Handed out: the program's (or a thread magazine's, or waiting for its fence).
-    InUse,
-    /// Mapped and free: in the free set of its lane and size class (or parked).
-    Free,
-    /// Free with nothing mapped: in `arena.holes`.
-    Hole,
-    /// One handle whose memory was stitched elsewhere in the arena: mapped, but no block may use
-    /// it (in `arena.shadows`).
-    Shadow,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Block {
-    segment: DevPtr,
-    size: u64,
-    /// Its segment holds small requests (the same for every block of a segment).
-    small: bool,
-    kind: Kind,
-    /// For a free block: who may take it (see [`Lane`]).
-    lane: Lane,
-    /// For a free block of a queue's lane: the batch whose fence makes it ready.
-    epoch: u64,
-}
-
-impl Block {
-    /// Free: mapped or a hole.
-    fn free(&self) -> bool {
-        matches!(self.kind, Kind::Free | Kind::Hole)
-    }
-
-    /// Memory of its own is behind it (in use or free; a shadow's memory is a handle's
-    /// elsewhere).
-    fn mapped(&self) -> bool {
-        matches!(self.kind, Kind::InUse | Kind::Free)
-    }
-
-    /// Mapped, free and ready: what a growth may extend, stitch from or move memory back into.
-    fn ready(&self) -> bool {
-        self.kind == Kind::Free && self.lane == READY
-    }
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Segment {
@@ -130,9 +83,6 @@ pub struct SplitCore {
     expandable: bool,
     /// The arena: its range, holes, shadows and memory (see [`Arena`]).
     arena: Arena,
-    /// The growth under way's times (diagnostics only: empty without `stitch-timing`).
-    #[cfg_attr(not(feature = "stitch-timing"), allow(dead_code))]
-    timing: timing::Growth,
     /// The block put back ready last, when no core operation has come since: free and
     /// [`READY`] in `blocks` and counted in `cached`, but in no free set and not yet merged
     /// with its free neighbours (the one exception to both invariants above). A take of its
@@ -210,7 +160,7 @@ impl SplitCore {
             .find(|&&(_, at)| after.is_none() || at != next);
         // A tail (the merged block ends where the arena is unmapped) ranks after every other
         // fit (see `lean_fit`).
-        let tail = || self.in_arena(p) && self.arena.holes.contains_key(&(p + merged));
+        let tail = || self.in_arena(p) && self.arena.holes().contains_key(&(p + merged));
         if fit.is_some_and(|&fit| fit < (merged, p) || tail()) {
             return None;
         }
@@ -234,7 +184,7 @@ impl SplitCore {
                     ..b
                 },
             );
-            self.arena.holes.insert(ptr, b.size);
+            self.arena.list(ptr, b.size, Kind::Hole);
             return;
         }
         let small = b.small;
@@ -260,7 +210,7 @@ impl SplitCore {
     fn unlist(&mut self, ptr: DevPtr, b: Block) {
         debug_assert!(b.free());
         if b.kind == Kind::Hole {
-            self.arena.holes.remove(&ptr);
+            self.arena.unlist(ptr, Kind::Hole);
             return;
         }
         let small = Self::set(b.small);
@@ -288,12 +238,12 @@ impl SplitCore {
     /// reserved 5094 MiB that way, 4730 with this rule). Skips at most one entry per hole.
     fn lean_fit(&self, small: bool, r: u64) -> Option<(u64, DevPtr)> {
         let set = &self.ready[Self::set(small)];
-        if small || self.arena.holes.is_empty() {
+        if small || self.arena.holes().is_empty() {
             return set.range((r, 0)..).next().copied();
         }
         let mut tail: Option<(u64, (u64, DevPtr))> = None;
         for &(size, ptr) in set.range((r, 0)..) {
-            match self.arena.holes.get(&(ptr + size)) {
+            match self.arena.holes().get(&(ptr + size)) {
                 Some(&hole) if self.in_arena(ptr) => {
                     if tail.is_none_or(|(rank, _)| size + hole < rank) {
                         tail = Some((size + hole, (size, ptr)));
@@ -599,7 +549,7 @@ impl Core for SplitCore {
                 expandable: false,
             })
             .collect();
-        if let Some(a) = self.arena.range {
+        if let Some(a) = self.arena.range() {
             out.extend(self.arena_segments(a));
         }
         out.sort_by_key(|s| s.ptr);
@@ -659,7 +609,7 @@ impl Core for SplitCore {
     }
 
     fn forget(&mut self) -> Forgotten {
-        let arena = self.arena.range.map(|a| ArenaLeft {
+        let arena = self.arena.range().map(|a| ArenaLeft {
             range: (a.base, a.span),
             mapped: self.arena.mappings(),
         });
@@ -676,7 +626,7 @@ impl Core for SplitCore {
     }
 
     fn unmaps(&self) -> bool {
-        self.arena.mapped > 0
+        self.arena.mapped() > 0
     }
 
     fn stop_expanding(&mut self) {

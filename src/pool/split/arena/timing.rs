@@ -18,18 +18,18 @@ mod diagnostics {
 
     /// One growth: its whole time, its stitch call's, its new memory's (ns), handles stitched.
     #[derive(Clone, Copy, Default)]
-    pub(in crate::pool::split) struct Growth {
-        pub(in crate::pool::split) total: u64,
-        pub(in crate::pool::split) stitch: u64,
-        pub(in crate::pool::split) map: u64,
-        pub(in crate::pool::split) sync: u64,
-        pub(in crate::pool::split) handles: u64,
+    pub(in crate::pool::split::arena) struct Growth {
+        pub(in crate::pool::split::arena) total: u64,
+        pub(in crate::pool::split::arena) stitch: u64,
+        pub(in crate::pool::split::arena) map: u64,
+        pub(in crate::pool::split::arena) sync: u64,
+        pub(in crate::pool::split::arena) handles: u64,
     }
 
     static SEEN: Mutex<Vec<Growth>> = Mutex::new(Vec::new());
 
     /// Nanoseconds since `t`.
-    pub(in crate::pool::split) fn since(t: Instant) -> u64 {
+    pub(in crate::pool::split::arena) fn since(t: Instant) -> u64 {
         t.elapsed().as_nanos() as u64
     }
 
@@ -41,7 +41,7 @@ mod diagnostics {
         v[(v.len() - 1) * p / 100] as f64 / 1e3
     }
 
-    pub(in crate::pool::split) fn record(g: Growth) {
+    pub(in crate::pool::split::arena) fn record(g: Growth) {
         let Ok(mut seen) = SEEN.lock() else { return };
         seen.push(g);
         if seen.len() % 50 != 0 {

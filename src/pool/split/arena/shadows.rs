@@ -1,12 +1,13 @@
-//! The arena's shadows: the first addresses of handles stitched elsewhere (see `arena.rs`).
+//! The arena's shadows: the first addresses of handles stitched elsewhere (see `mod.rs`).
 //! A stitch carves one out of a ready free block; before a growth, memory stitched away moves
 //! back where that makes a free block the request fits (no driver call: both addresses map
 //! it); a release after the device is idle unmaps them.
 
-use super::changes::Change;
-use super::*;
+use super::super::block::Kind;
+use super::{Arena, Blocks, Change};
+use crate::base::cu::DevPtr;
 
-/// A run of arena blocks that could be one free block (see `reclaim_shadows`).
+/// A run of arena blocks that could be one free block (see [`Arena::reclaim`]).
 struct Run {
     start: DevPtr,
     bytes: u64,
@@ -23,32 +24,34 @@ struct Moved {
     handle: DevPtr,
 }
 
-impl SplitCore {
+impl Arena {
     /// Before a growth for the rounded request `r`: the first run of neighbouring arena blocks,
     /// each free and ready or a shadow whose memory lies free and ready where it is a handle
     /// now (outside the run), that holds `r`: its shadows' memory moves back (each handle
     /// becomes the shadow; no driver call: both addresses map the memory), and the run is one
     /// free block. Stitching moves memory whenever a growth finds none; without this, the same
-    /// steps of a training job stitched again every iteration. Returns whether memory moved.
-    pub(super) fn reclaim_shadows(&mut self, r: u64) -> bool {
-        let Some(a) = self.arena.range else {
-            return false;
+    /// steps of a training job stitched again every iteration. Returns the changes for `apply`
+    /// (none: nothing moved).
+    pub(in crate::pool::split) fn reclaim(&mut self, blocks: &impl Blocks, r: u64) -> Vec<Change> {
+        let Some(a) = self.range else {
+            return Vec::new();
         };
-        if self.arena.shadows.is_empty() {
-            return false;
+        if self.shadows.is_empty() {
+            return Vec::new();
         }
         let mut run: Option<Run> = None;
         let mut found = None;
-        for (&p, b) in self.blocks.range(a.base..a.base + a.span) {
+        for b in blocks.within(a.base, a.end()) {
+            let p = b.at;
             let movable = (b.kind == Kind::Shadow)
                 .then(|| {
-                    let id = self.arena.mem.id(p)?;
-                    let at = self.arena.mem.handle_of(id)?;
-                    let (&start, owner) = self.blocks.range(..=at).next_back()?;
-                    (owner.ready() && start + owner.size >= at + b.size).then_some((id, at))
+                    let id = self.mem.id(p)?;
+                    let at = self.mem.handle_of(id)?;
+                    let owner = blocks.holding(at)?;
+                    (owner.ready && owner.end() >= at + b.size).then_some((id, at))
                 })
                 .flatten();
-            let fits_in = b.ready() || movable.is_some();
+            let fits_in = b.ready || movable.is_some();
             let run_ok = |run: &Run| {
                 run.start + run.bytes == p
                     && movable.is_none_or(|(id, at)| {
@@ -89,8 +92,9 @@ impl SplitCore {
             }
         }
         let Some(Run { shadows, .. }) = found else {
-            return false;
+            return Vec::new();
         };
+        let mut changes = Vec::new();
         for Moved {
             at: s,
             bytes: len,
@@ -99,48 +103,25 @@ impl SplitCore {
         } in shadows
         {
             // A shadow is a block (see `check`); looked up before anything changes.
-            if self.blocks.get(&s).map(|b| b.kind) != Some(Kind::Shadow) {
+            if !blocks
+                .holding(s)
+                .is_some_and(|b| b.at == s && b.kind == Kind::Shadow)
+            {
                 continue;
             }
             // The handle's place becomes the shadow, and the shadow free memory.
-            self.apply(Change {
+            changes.push(Change {
                 at,
                 len,
                 to: Kind::Shadow,
             });
-            self.arena.mem.moved(at, s);
-            self.apply(Change {
+            self.mem.moved(at, s);
+            changes.push(Change {
                 at: s,
                 len,
                 to: Kind::Free,
             });
         }
-        true
-    }
-
-    /// Unmaps every shadow (no device work may use one: a release after the device is idle);
-    /// each becomes a hole.
-    pub(super) fn unmap_shadows(&mut self, up: &dyn Upstream) {
-        let Some(vm) = up.virtual_memory() else {
-            return;
-        };
-        let shadows: Vec<(DevPtr, u64)> =
-            self.arena.shadows.iter().map(|(&p, &l)| (p, l)).collect();
-        for (p, len) in shadows {
-            // Looked up before the driver is asked: nothing may fail between its unmap and
-            // the records of it.
-            if self.blocks.get(&p).map(|b| b.kind) != Some(Kind::Shadow) {
-                continue;
-            }
-            if vm.unmap_alias(p, len).is_err() {
-                continue;
-            }
-            self.arena.mem.shadow_unmapped(p);
-            self.apply(Change {
-                at: p,
-                len,
-                to: Kind::Hole,
-            });
-        }
+        changes
     }
 }
