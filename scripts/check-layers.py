@@ -4,15 +4,20 @@ src/ holds lib.rs, main.rs and one folder per layer (and cli/), and no source fi
 tests/ is over 700 lines; no folder of scripts/, tests/, benches/ or docs/ holds more than 25
 files.
 
-Every reference to `crate::X` (X a top-level module) or `super::` in a file's code (comments and
-doc comments aside) is a dependency, each name of a braced list (`use super::{A, B}`) apart, and
-a name a module re-exports from its child (`pub use shim::Shim`) leads to that child: using
-`super::Shim` depends on state/shim.rs, where it lives. A file may depend on its own layer's other modules and on
-the layers below, never above. Then, among files, the dependency graph must have no cycle (a
-parent module that declares its children with `mod x;` or re-exports them with `pub use` does
-not depend on them by that alone).
+A file depends on what a reader of it must open: every path through `crate::`, `self::` or
+`super::` (chains of `super::` counted; glob imports `use super::*` too) in its code, comments
+aside, each name of a braced list apart; and every child it names (`use child::X`, or
+`child::f()` inline). Inside an inline module (`mod tests { ... }`), `super::` is the file
+itself. A name a module re-exports from its own child (`pub use shim::Shim`, `pub use x::*`)
+leads to that child: using `super::Shim` depends on state/shim.rs, where it lives; a name it
+passes on from a sibling (`pub use super::x::f`) is its own. A visibility (`pub(in path)`) is
+no use. A library file may depend on its own layer's other modules and on the layers below,
+never above; the CLI's files (cli/) have no layer, but their circles count. Among all files the
+dependency graph must have no cycle (a parent module that declares its children with `mod x;`
+or re-exports them with `pub use` does not depend on them by that alone).
 
 usage: scripts/check-layers.py   (from anywhere; exits 1 and names the offence)
+       scripts/check-layers.py --self-test   (the reading, on planted trees)
 """
 import os
 import re
@@ -174,8 +179,10 @@ def main():
                         deps[mod].add(dep)
             # A child named from its parent (`use child::X`, `child::f()` inline).
             for c in children:
-                if re.search(r"(?<![:\w])" + c[-1] + r"::\w", declared):
-                    deps[mod].add(c)
+                for m in re.finditer(r"(?<![:\w])" + c[-1] + r"((?:::\w+)+)", declared):
+                    dep = resolve(list(c) + [p for p in m.group(1).split("::") if p])
+                    if dep and dep != mod:
+                        deps[mod].add(dep)
 
     # Cycles, by depth-first search.
     state, stack = {}, []
@@ -225,5 +232,44 @@ def main():
     return 1 if errors else 0
 
 
+def self_test():
+    """The reading above, on a planted tree: each kind of circle it must see is seen, and what
+    is no use (an inline test module's `super::*`, a visibility) makes none."""
+    import contextlib
+    import io
+    import tempfile
+    global ROOT
+    cases = {
+        # a child's glob import of its parent, the parent naming the child inline
+        "glob and inline child": {"pool/mod.rs": "mod a;\nfn f() { a::g() }\n", "pool/a.rs": "use super::*;\npub fn g() {}\n"},
+        # a name passed on from a sibling is the sibling's re-exporter's
+        "sibling re-export": {"pool/mod.rs": "mod a;\nmod b;\nmod c;\n", "pool/a.rs": "pub use super::c::f;\nuse super::b::h;\n", "pool/b.rs": "pub fn h() { super::a::f() }\n", "pool/c.rs": "pub fn f() {}\n"},
+        # super::super from a grandchild
+        "super::super": {"pool/mod.rs": "mod x;\npub fn top() { x::y::z() }\n", "pool/x/mod.rs": "pub mod y;\n", "pool/x/y.rs": "pub fn z() { super::super::top() }\n"},
+        # the CLI's files count
+        "cli": {"cli/a.rs": "fn f() { super::b::g() }\npub fn h() {}\n", "cli/b.rs": "pub fn g() { super::a::h() }\n"},
+    }
+    clean = {
+        "test module and visibility": {"pool/mod.rs": "mod a;\nfn f() { a::g() }\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n", "pool/a.rs": "pub(in crate::pool) fn g() {}\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n"},
+    }
+    failed = 0
+    for name, tree in list(cases.items()) + list(clean.items()):
+        with tempfile.TemporaryDirectory() as d:
+            for rel, text in tree.items():
+                os.makedirs(os.path.dirname(os.path.join(d, "src", rel)), exist_ok=True)
+                with open(os.path.join(d, "src", rel), "w") as f:
+                    f.write(text)
+            ROOT = os.path.join(d, "src")
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                main()
+            found = "import cycle" in out.getvalue()
+            if found != (name in cases):
+                failed += 1
+                print(f"FAIL {name}: {'a circle' if name in cases else 'none'} expected\n{out.getvalue()}")
+    print(f"check-layers self-test: {len(cases) + len(clean) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(self_test() if sys.argv[1:] == ["--self-test"] else main())

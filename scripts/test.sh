@@ -11,6 +11,7 @@ command -v cc >/dev/null || { echo "test.sh: a C compiler is needed (apt-get ins
 if cargo fmt --version >/dev/null 2>&1; then cargo fmt --all -- --check; fi
 # The layers import only downward, and no two files import each other in a circle.
 command -v python3 >/dev/null || { echo "test.sh: python3 is needed (apt-get install python3)" >&2; exit 1; }
+python3 scripts/check-layers.py --self-test
 python3 scripts/check-layers.py
 # The Markdown pages link only to files and headings that exist.
 python3 scripts/check-links.py

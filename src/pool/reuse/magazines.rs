@@ -14,11 +14,8 @@ use std::sync::Arc;
 pub(super) const MAGAZINE: usize = 32;
 /// Requests larger than this skip the magazines, and a magazine's total stays under
 /// [`MAGAZINE_BYTES`]: a thread never sits on much memory the others cannot see, and large
-/// freed blocks reach the core at once to be coalesced. (Keeping even a thread's last large
-/// block for a `free; alloc` of the same size, 45 ns a pair instead of 80 in `cargo bench`,
-/// took reserved from 82 to 90 MB for a 72 MB live peak in the lagging-GPU training loop of
-/// the CI tests; two took the synthetic training trace from 1.161 to 1.333 peak reserved /
-/// peak requested; up to 64 MiB of them the recorded PyTorch trace from 1.124 to 1.155.)
+/// freed blocks reach the core at once to be coalesced (what larger magazines cost in
+/// memory: docs/benchmarks.md, "The pool's constants").
 pub(super) const MAGAZINE_BLOCK: u64 = 1 << 20;
 pub(super) const MAGAZINE_BYTES: u64 = 256 << 20;
 

@@ -153,6 +153,23 @@ impl CachingPool {
         }
     }
 
+    /// `out`, once the pool's invariants hold after `after`: in a debug build of the library
+    /// (the preload suite's) every operation is validated; release builds never are, nor the
+    /// pool's own tests, whose property tests check after each step themselves. A broken one
+    /// panics with what broke, which the hook's boundary reports.
+    fn checked<T>(&self, after: &str, out: T) -> T {
+        #[cfg(all(debug_assertions, not(test)))]
+        {
+            let valid = self.lock().check();
+            if let Err(why) = valid {
+                panic!("the pool's invariants broke after {after}: {why}");
+            }
+        }
+        #[cfg(not(all(debug_assertions, not(test))))]
+        let _ = after;
+        out
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
     }
@@ -506,11 +523,11 @@ impl Pool for CachingPool {
     }
 
     fn alloc(&self, size: u64, up: &dyn Upstream) -> Result<Grant, CUresult> {
-        self.alloc_ordered(size, None, up)
+        self.checked("an allocation", self.alloc_ordered(size, None, up))
     }
 
     fn alloc_on(&self, size: u64, on: StreamKey, up: &dyn Upstream) -> Result<Grant, CUresult> {
-        self.alloc_ordered(size, Some(on), up)
+        self.checked("an allocation", self.alloc_ordered(size, Some(on), up))
     }
 
     fn alloc_released(
@@ -519,15 +536,16 @@ impl Pool for CachingPool {
         on: Option<StreamKey>,
         up: &dyn Upstream,
     ) -> Result<Grant, CUresult> {
-        self.alloc_locked(size, on, up, self.clock.rule(), true)
+        let out = self.alloc_locked(size, on, up, self.clock.rule(), true);
+        self.checked("an allocation after a release", out)
     }
 
     fn free(&self, block: Held, up: &dyn Upstream) -> Result<(), CUresult> {
-        self.free_ordered(block, None, up)
+        self.checked("a free", self.free_ordered(block, None, up))
     }
 
     fn free_on(&self, block: Held, on: StreamKey, up: &dyn Upstream) -> Result<(), CUresult> {
-        self.free_ordered(block, Some(on), up)
+        self.checked("a free", self.free_ordered(block, Some(on), up))
     }
 
     fn thread_cache(&self) -> Option<ThreadCache> {
@@ -568,7 +586,9 @@ impl Pool for CachingPool {
         }
         self.collect_waited(&mut st, &fences);
         let idle = idle && st.unproven == mark;
-        st.core.release_free_segments(up, need, idle)
+        let out = st.core.release_free_segments(up, need, idle);
+        drop(st);
+        self.checked("a trim", out)
     }
 
     fn sleep(
@@ -592,7 +612,9 @@ impl Pool for CachingPool {
         self.drain_magazines(&mut st, true);
         self.collect(&mut st);
         let idle = self.device_idle(&st);
-        st.core.release_free_segments(up, need, idle)
+        let out = st.core.release_free_segments(up, need, idle);
+        drop(st);
+        self.checked("a release", out)
     }
 
     fn check(&self) -> Result<(), String> {

@@ -27,15 +27,12 @@ use block::{Block, Kind};
 pub const SMALL_REQUEST: u64 = MIB;
 pub const SMALL_SEGMENT: u64 = 2 * MIB;
 /// Requests below this get segments holding several of them (up to [`MID_SEGMENT`]). 10 MiB
-/// rather than PyTorch's 20: peak reserved / peak requested goes from 1.243 to 1.161 on the
-/// synthetic training trace of `cargo bench --bench pool`, for 1.113 -> 1.124 on the recorded
-/// PyTorch trace.
+/// rather than PyTorch's 20 (why: docs/benchmarks.md, "The pool's constants").
 pub const MID_REQUEST: u64 = 10 * MIB;
 pub const MID_SEGMENT: u64 = 10 * MIB;
 /// Free blocks at least this large are never split (fragmentation cap); they serve only
-/// requests within [`OVERSIZE_SLACK`] of their size. At 256 MiB the recorded GPT trace
-/// (`cargo bench`: a 537 MB logits tensor and its gradient) reserved 1.144x its peak; at 1 GiB
-/// (or no cap, as in PyTorch), 1.084x, every other trace unchanged.
+/// requests within [`OVERSIZE_SLACK`] of their size (why 1 GiB: docs/benchmarks.md, "The
+/// pool's constants").
 pub const MAX_SPLIT: u64 = 1024 * MIB;
 pub const OVERSIZE_SLACK: u64 = 20 * MIB;
 /// Large segments are rounded to this.
@@ -234,8 +231,8 @@ impl SplitCore {
     /// ends where the arena is unmapped) ranks as its size plus the unmapped space after it,
     /// so holes between live blocks fill first and the tail serves, and grows, only when no
     /// hole holds the request. Taking the tail for a request a hole holds leaves the hole
-    /// idle and makes the next large request map its whole size (the replay of a GPT-2 job
-    /// reserved 5094 MiB that way, 4730 with this rule). Skips at most one entry per hole.
+    /// idle and makes the next large request map its whole size (docs/benchmarks.md, "The
+    /// pool's constants"). Skips at most one entry per hole.
     fn lean_fit(&self, small: bool, r: u64) -> Option<(u64, DevPtr)> {
         let set = &self.ready[Self::set(small)];
         if small || self.arena.holes().is_empty() {

@@ -32,10 +32,8 @@ const STITCH_NEAR_LIMIT: u64 = 8;
 /// The largest handle a growth makes.
 pub const MAX_HANDLE: u64 = 256 * MIB;
 /// Under a limit, a handle is at most 1/`HANDLES_PER_REQUEST` of the request that grows the
-/// arena: stitching needs handles that lie whole inside the free blocks later requests leave. Replayed
-/// (`cudapool replay`, the traces of `benches/traces/`), peak reserved
-/// over peak allocated at most 1.005-1.020 with 2 MiB handles, 1.027 at 1/16, 1.050 at 1/4,
-/// 1.064 with 256 MiB handles for every growth.
+/// arena: stitching needs handles that lie whole inside the free blocks later requests leave
+/// (what other sizes reserve: docs/benchmarks.md, "The pool's constants").
 const HANDLES_PER_REQUEST: u64 = 16;
 /// Under a limit, a handle is at most 1/`HANDLES_PER_LIMIT` of it.
 const HANDLES_PER_LIMIT: u64 = 64;
