@@ -243,10 +243,6 @@ const PAGE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 /// The page is written at least this often, changed or not.
 const PAGE_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The page's thread, started with it and gone with the process: it answers `cudapool
-/// snapshot PID` within [`PAGE_POLL`], whatever the program is doing (no signal, no stop), and
-/// keeps the page's figures at most [`PAGE_POLL`] behind (the hooks write it only on slow paths
-/// and every few hundred operations: a program that stops allocating would show old figures).
 /// Answers sleep request `seq` on the page, the state's figures stored first: `stat` run right
 /// after `sleep --wait` shows the state the answer names (a skipped or stale write would not).
 fn sleep_answered(seq: u64, answer: &str) {
@@ -258,6 +254,10 @@ fn sleep_answered(seq: u64, answer: &str) {
     }
 }
 
+/// The page's thread, started with it and gone with the process: it answers `cudapool
+/// snapshot PID` within [`PAGE_POLL`], whatever the program is doing (no signal, no stop), and
+/// keeps the page's figures at most [`PAGE_POLL`] behind (the hooks write it only on slow paths
+/// and every few hundred operations: a program that stops allocating would show old figures).
 fn start_page_thread() {
     let watch = || loop {
         std::thread::sleep(PAGE_POLL);

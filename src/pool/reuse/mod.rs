@@ -153,20 +153,10 @@ impl CachingPool {
         }
     }
 
-    /// `out`, once the pool's invariants hold after `after`: in a debug build of the library
-    /// (the preload suite's) every operation is validated; release builds never are, nor the
-    /// pool's own tests, whose property tests check after each step themselves. A broken one
-    /// panics with what broke, which the hook's boundary reports.
+    /// `out`, after the pool's invariants were validated (debug builds: see
+    /// [`validate_after`](Self::validate_after)).
     fn checked<T>(&self, after: &str, out: T) -> T {
-        #[cfg(all(debug_assertions, not(test)))]
-        {
-            let valid = self.lock().check();
-            if let Err(why) = valid {
-                panic!("the pool's invariants broke after {after}: {why}");
-            }
-        }
-        #[cfg(not(all(debug_assertions, not(test))))]
-        let _ = after;
+        self.validate_after(after, false);
         out
     }
 
@@ -588,7 +578,8 @@ impl Pool for CachingPool {
         let idle = idle && st.unproven == mark;
         let out = st.core.release_free_segments(up, need, idle);
         drop(st);
-        self.checked("a trim", out)
+        self.validate_after("a trim", true);
+        out
     }
 
     fn sleep(
@@ -614,7 +605,8 @@ impl Pool for CachingPool {
         let idle = self.device_idle(&st);
         let out = st.core.release_free_segments(up, need, idle);
         drop(st);
-        self.checked("a release", out)
+        self.validate_after("a release", true);
+        out
     }
 
     fn check(&self) -> Result<(), String> {
