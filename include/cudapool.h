@@ -60,6 +60,10 @@ typedef struct cudapool_stats {
                                     counted in no limit and not in reserved_bytes */
   uint64_t sleep_state;          /* CUDAPOOL_STATE_AWAKE, _FALLING_ASLEEP, _ASLEEP or _WAKING (the
                                     process's, the same for every device) */
+  uint64_t panics;               /* panics caught inside cudapool (each a bug of cudapool's; the
+                                    process's, the same for every device): from the first on,
+                                    new allocations go to the driver directly, uncached
+                                    (appended after the sleep state) */
 } cudapool_stats;
 
 #define CUDAPOOL_STATE_AWAKE 0

@@ -43,4 +43,6 @@ unsafe fn load() {
     }
     driver::nvtx::init();
     state::set_observer(&report::REPORTING);
+    // A panic inside a hook is said through cudapool's logger, not the standard library's.
+    abi::hooks::guard::install_panic_hook();
 }

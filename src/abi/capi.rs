@@ -45,6 +45,8 @@ pub struct CudapoolStats {
     /// sleep state (`CUDAPOOL_STATE_AWAKE` ... `CUDAPOOL_STATE_WAKING`).
     pub asleep_bytes: u64,
     pub sleep_state: u64,
+    /// Panics caught at cudapool's boundary in the process (appended after the sleep state).
+    pub panics: u64,
 }
 
 impl CudapoolStats {
@@ -74,6 +76,7 @@ impl CudapoolStats {
             overhead_bytes: s.overhead,
             asleep_bytes: s.asleep,
             sleep_state: s.sleep_state,
+            panics: s.panics,
         }
     }
 }
@@ -102,6 +105,7 @@ fn all_devices(shim: &Shim) -> DeviceStats {
         t.ooms += s.ooms;
         t.asleep += s.asleep;
         t.sleep_state = s.sleep_state;
+        t.panics = s.panics;
     }
     t
 }
@@ -531,4 +535,12 @@ static VERSION: &CStr =
 #[no_mangle]
 pub extern "C" fn cudapool_version() -> *const c_char {
     VERSION.as_ptr()
+}
+
+/// Debug builds only (the test suite's library, never a release): the next pooled allocation
+/// panics inside cudapool, as a bug would, so that a test sees what a panic does.
+#[cfg(debug_assertions)]
+#[no_mangle]
+pub extern "C" fn cudapool_debug_panic_next() {
+    crate::base::flags::PANIC_ARMED.store(true, std::sync::atomic::Ordering::Relaxed);
 }

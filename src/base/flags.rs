@@ -1,7 +1,7 @@
 //! Process-wide flags that low layers read and higher layers set. They live at the bottom so
 //! that whoever reads one never has to import whoever sets it.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::*};
 
 /// Set once the process is past `exit()`: the driver may be gone, so nothing calls it.
 static EXITING: AtomicBool = AtomicBool::new(false);
@@ -118,3 +118,23 @@ pub fn unwatched_work() -> bool {
 pub fn set_unwatched_work() {
     UNWATCHED_WORK.store(true, Release);
 }
+
+/// Panics caught at the hooks' boundary (each one a bug of cudapool's, `abi::hooks::guard`):
+/// counted for the stats, and from the first one on the process's new allocations go to the
+/// driver directly (`state::pooled`), whatever the pool's state was left as.
+static PANICS: AtomicU64 = AtomicU64::new(0);
+
+/// How many panics the hooks' boundary caught.
+pub fn panics() -> u64 {
+    PANICS.load(Relaxed)
+}
+
+/// One more panic caught; returns how many now.
+pub fn count_panic() -> u64 {
+    PANICS.fetch_add(1, Relaxed) + 1
+}
+
+/// A panic armed for the next pooled allocation (debug builds only: the test that injects one,
+/// through `cudapool_debug_panic_next`).
+#[cfg(debug_assertions)]
+pub static PANIC_ARMED: AtomicBool = AtomicBool::new(false);

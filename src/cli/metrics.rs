@@ -228,6 +228,11 @@ const COUNTERS: &[Metric] = &[
         |s| s.reclaim_retries,
     ),
     ("ooms", "Out-of-memory answers to the program", |s| s.ooms),
+    (
+        "panics",
+        "Panics caught at cudapool's boundary (bugs of cudapool's; from the first on, new allocations go to the driver directly)",
+        |s| s.panics,
+    ),
 ];
 
 /// The exposition of what was seen: OpenMetrics or the Prometheus text format, with its

@@ -6,15 +6,16 @@ use crate::limits::budget::DeviceStats;
 use std::sync::atomic::AtomicU64;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CUDAPOOL");
-pub const LAYOUT_VERSION: u32 = 7;
+pub const LAYOUT_VERSION: u32 = 8;
 /// The longest path a snapshot request may name (with its NUL).
 pub const REQUEST_PATH: usize = 1024;
 /// The longest reason a served request may give for failing (with its NUL).
 pub const REQUEST_ERROR: usize = 256;
 pub const MAX_DEVICES: usize = 64;
 /// Counters per device: [`DeviceStats`] in its order, but with the requested bytes (added in
-/// layout 4), the overhead (layout 6), the asleep bytes and the sleep state (layout 7) last.
-pub const FIELDS: usize = 22;
+/// layout 4), the overhead (layout 6), the asleep bytes and the sleep state (layout 7), the
+/// panics (layout 8) last.
+pub const FIELDS: usize = 23;
 
 /// The longest group name (`CUDAPOOL_GROUP`), NUL-padded in the page.
 pub const GROUP_NAME: usize = 64;
@@ -118,6 +119,7 @@ pub fn stats_to_array(s: &DeviceStats) -> [u64; FIELDS] {
         s.asleep,
         s.sleep_state,
         s.waking_for,
+        s.panics,
     ]
 }
 
@@ -145,5 +147,6 @@ pub fn array_to_stats(a: &[u64; FIELDS]) -> DeviceStats {
         asleep: a[19],
         sleep_state: a[20],
         waking_for: a[21],
+        panics: a[22],
     }
 }

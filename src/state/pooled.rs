@@ -24,10 +24,23 @@ impl Shim {
     /// `cuMemAlloc`: a pooled block of `size` (> 0) bytes in the current context.
     pub fn mem_alloc(&self, size: u64) -> Result<DevPtr, CUresult> {
         super::sleep::wake_for_alloc()?;
+        if crate::base::flags::panics() > 0 {
+            return self.alloc_after_panic(size);
+        }
         if crate::base::flags::capturing_here() {
             return self.alloc_in_capture(size);
         }
         self.with_current_pool(|ctx, cp, mine| self.alloc_in(ctx, cp, mine, size, None))?
+    }
+
+    /// An allocation once a panic was caught (`base::flags::panics`): the driver's own,
+    /// charged and limited as every pass-through allocation, whatever the pool was left as.
+    #[cold]
+    fn alloc_after_panic(&self, size: u64) -> Result<DevPtr, CUresult> {
+        let alloc = || self.driver.mem_alloc(size).map(|p| (p, size));
+        self.alloc_counted(size, alloc, |p| {
+            let _ = self.driver.mem_free(p);
+        })
     }
 
     /// `cuMemAlloc` inside the calling thread's own capture: first what the capture freed.
@@ -56,6 +69,9 @@ impl Shim {
         }
         let on = Some(clock::key(stream));
         super::sleep::wake_for_alloc()?;
+        if crate::base::flags::panics() > 0 {
+            return self.alloc_after_panic(size);
+        }
         self.in_stream_context(stream, || {
             self.with_current_pool(|ctx, cp, mine| self.alloc_in(ctx, cp, mine, size, on))?
         })
@@ -71,6 +87,10 @@ impl Shim {
         size: u64,
         on: Option<crate::pool::StreamKey>,
     ) -> Result<DevPtr, CUresult> {
+        #[cfg(debug_assertions)]
+        if crate::base::flags::PANIC_ARMED.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            panic!("a panic injected by a test (cudapool_debug_panic_next)");
+        }
         let dev = cp.device;
         let budget = self.budget(dev);
         let pool_alloc = |up: &DriverUpstream| match on {

@@ -502,6 +502,7 @@ impl View for Shim {
         s.asleep = self.asleep_bytes(dev);
         s.sleep_state = super::sleep::state() as u64;
         s.waking_for = self.waking_waits_for();
+        s.panics = crate::base::flags::panics();
         s
     }
 

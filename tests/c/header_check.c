@@ -43,6 +43,7 @@ int main(void) {
   OFF(overhead_bytes);
   OFF(asleep_bytes);
   OFF(sleep_state);
+  OFF(panics);
   printf("\n");
   printf("values device=%d allocated=%llu hard=%llu\n", s.device,
          (unsigned long long)s.allocated_bytes, (unsigned long long)s.hard_limit);

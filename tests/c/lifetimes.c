@@ -446,7 +446,39 @@ static int misuse(int argc, char **argv) {
   return 0;
 }
 
+// "panic_once [none]": a panic inside cudapool, injected (debug builds:
+// cudapool_debug_panic_next; "none": not) into the second of three 4 MiB allocations, after
+// the first was freed into the cache: "alloc I rc=R" for each, "free I rc=R", then "panic
+// stats r=R panics=P hits=H reused=U" (hits: cache hits; reused: the third got the first's
+// cached block).
+static int panic_once(int argc, char **argv) {
+  int inject = !(argc > 0 && !strcmp(argv[0], "none"));
+  void (*arm)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "cudapool_debug_panic_next");
+  if (!arm) {
+    printf("panic unavailable\n");
+    return 0;
+  }
+  CUdeviceptr p[3] = {0};
+  for (int i = 0; i < 3; i++) {
+    if (i == 1 && inject) arm();
+    printf("alloc %d rc=%d\n", i, (int)cu.MemAlloc(&p[i], 4 * MIB));
+    if (i == 0) printf("free 0 rc=%d\n", (int)cu.MemFree(p[0]));
+  }
+  printf("free 2 rc=%d\n", (int)cu.MemFree(p[2]));
+  struct {
+    size_t struct_size;
+    int32_t device, pad;
+    uint64_t f[22];
+  } s = {.struct_size = sizeof s};
+  int (*get)(int, void *) = (int (*)(int, void *))dlsym(RTLD_DEFAULT, "cudapool_get_stats");
+  int r = get ? get(0, &s) : -1;
+  printf("panic stats r=%d panics=%llu hits=%llu reused=%d\n", r, (unsigned long long)s.f[21],
+         (unsigned long long)s.f[9], p[2] == p[0]);
+  return 0;
+}
+
 int lifetime_scenario(const char *name, int argc, char **argv) {
+  if (!strcmp(name, "panic_once")) return panic_once(argc, argv);
   if (!strcmp(name, "misuse")) return misuse(argc, argv);
   if (!strcmp(name, "streams-die")) return streams_die(argc, argv);
   if (!strcmp(name, "stream-fenced")) return stream_fenced();

@@ -60,3 +60,55 @@ fn a_loop_keeps_its_block_and_an_idle_process_gives_it_back_after_a_window() {
         r.stdout
     );
 }
+
+/// A panic inside cudapool (a bug of its own; injected into an allocation by the debug build's
+/// `cudapool_debug_panic_next`): that call fails with `CUDA_ERROR_UNKNOWN`, one line through
+/// cudapool's logger says what panicked and where (no standard-library message), the stats
+/// count it, and the next allocation goes to the driver directly: it does not get the cached
+/// block a pooled one gets (with no panic, the second allocation is a cache hit). [Before: a panic became
+/// `CUDA_ERROR_UNKNOWN` and nothing else, and the pool it left went on serving.]
+#[test]
+fn a_panic_is_said_counted_and_later_allocations_go_to_the_driver() {
+    let env = [("CUDAPOOL_CACHE_IDLE", "never")];
+    let calm = ok(client("gpa", &["panic_once", "none"], &env));
+    let s = calm.line("panic stats");
+    assert_eq!(
+        (&s["panics"][..], &s["hits"][..]),
+        ("0", "1"),
+        "{}",
+        calm.stdout
+    );
+    let r = client("gpa", &["panic_once"], &env);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("alloc 0 rc=0"), "{}", r.stdout);
+    assert!(r.stdout.contains("alloc 1 rc=999"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("alloc 2 rc=0") && r.stdout.contains("free 2 rc=0"),
+        "{}",
+        r.stdout
+    );
+    let s = r.line("panic stats");
+    assert_eq!(s["r"], "0", "{}", r.stdout);
+    assert_eq!(s["panics"], "1", "{}", r.stdout);
+    assert_eq!(
+        s["reused"], "0",
+        "the driver's, not the cached block: {}",
+        r.stdout
+    );
+    let said: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("internal error"))
+        .collect();
+    assert_eq!(said.len(), 1, "{}", r.stderr);
+    assert!(
+        said[0].contains("a panic injected by a test") && said[0].contains("src/state/pooled.rs:"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !r.stderr.contains("panicked at"),
+        "no standard-library message: {}",
+        r.stderr
+    );
+}

@@ -65,6 +65,7 @@ FIELDS = [
     "overhead_bytes",
     "asleep_bytes",
     "sleep_state",
+    "panics",
 ]
 
 #: The names of ``memory_stats()["sleep_state"]``'s values.

@@ -49,7 +49,7 @@ pub(crate) fn hook(
     real: impl FnOnce(&'static Driver) -> CUresult,
     body: impl Fn(&'static Shim) -> CUresult,
 ) -> CUresult {
-    catch_unwind(AssertUnwindSafe(|| {
+    catching(|| {
         let forward = || match Driver::get() {
             Some(d) => real(d),
             None => {
@@ -68,8 +68,76 @@ pub(crate) fn hook(
             State::Refused if on_bad == OnBadConfig::Refuse => CUDA_ERROR_NOT_INITIALIZED,
             _ => forward(),
         }
-    }))
-    .unwrap_or(CUDA_ERROR_UNKNOWN)
+    })
+    .unwrap_or_else(panicked)
+}
+
+/// `f`, or `None` when it panicked; meanwhile a panic on this thread is cudapool's to say
+/// ([`install_panic_hook`]).
+fn catching<T>(f: impl FnOnce() -> T) -> Option<T> {
+    struct Out;
+    impl Drop for Out {
+        fn drop(&mut self) {
+            let _ = CATCHING.try_with(|c| c.set(c.get() - 1));
+        }
+    }
+    CATCHING.with(|c| c.set(c.get() + 1));
+    let _out = Out;
+    catch_unwind(AssertUnwindSafe(f)).ok()
+}
+
+thread_local! {
+    /// How many of cudapool's panic boundaries this thread is inside ([`catching`]).
+    static CATCHING: Cell<u32> = const { Cell::new(0) };
+    /// What the last panic inside a boundary on this thread said, and where (the panic hook keeps
+    /// it for [`panicked`]).
+    static LAST_PANIC: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Keeps what a panic inside cudapool's boundaries says for [`panicked`] instead of printing
+/// it; any other panic (one of cudapool's own threads) goes to the hook there was before. The
+/// hook is this library's own standard library's: a Rust program's panics never reach it.
+/// Installed when the library loads.
+pub fn install_panic_hook() {
+    let before = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if CATCHING.try_with(|c| c.get()).unwrap_or(0) == 0 {
+            return before(info);
+        }
+        let payload = info.payload();
+        let what = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("no message");
+        let at = info
+            .location()
+            .map_or(String::new(), |l| format!(" at {}:{}", l.file(), l.line()));
+        let _ = LAST_PANIC.try_with(|p| *p.borrow_mut() = Some(format!("{what}{at}")));
+    }));
+}
+
+/// A panic caught at a boundary (a bug of cudapool's): counted, said in one line through
+/// cudapool's logger (the first three; later ones are counted only), and from now on the
+/// process's new allocations go to the driver directly (`base::flags::panics`). A hook's call
+/// gets `CUDA_ERROR_UNKNOWN`; a function of the C API its documented failure.
+#[cold]
+#[inline(never)]
+fn panicked() -> CUresult {
+    let n = crate::base::flags::count_panic();
+    if n <= 3 {
+        let what = LAST_PANIC
+            .try_with(|p| p.borrow_mut().take())
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| "no message".to_string());
+        crate::log_at!(
+            crate::base::config::LogLevel::Error,
+            "internal error (a panic in cudapool: {what}): the call fails, and new allocations go to the driver directly from now on, uncached{}; please report it",
+            if n == 3 { "; later panics are only counted (\"panics\" in the stats)" } else { "" }
+        );
+    }
+    CUDA_ERROR_UNKNOWN
 }
 
 /// `body` with the program's out-of-memory handler offered (`state::oom`): an out-of-memory
@@ -123,7 +191,10 @@ fn no_driver_said() {
 
 /// A panic boundary for exported functions that are not driver hooks.
 pub fn boundary<T>(fallback: T, f: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
+    catching(f).unwrap_or_else(|| {
+        panicked();
+        fallback
+    })
 }
 
 /// Writes `v` through an out-pointer the hook checked to be non-null.

@@ -210,6 +210,9 @@ pub struct DeviceStats {
     pub sleep_state: u64,
     /// While waking: the bytes the wake waits for room for (0: none).
     pub waking_for: u64,
+    /// Panics caught at cudapool's boundary in the process (the same on every device; each one
+    /// a bug of cudapool's): from the first on, new allocations went to the driver directly.
+    pub panics: u64,
 }
 
 impl DeviceBudget {
@@ -623,6 +626,7 @@ impl DeviceBudget {
             asleep: 0,
             sleep_state: 0,
             waking_for: 0,
+            panics: 0,
         }
     }
 }

@@ -46,7 +46,11 @@ impl CachingPool {
             use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
             static OPS: AtomicU64 = AtomicU64::new(0);
             static STRIDE: AtomicU64 = AtomicU64::new(1);
-            if !always && OPS.fetch_add(1, Relaxed) % STRIDE.load(Relaxed).max(1) != 0 {
+            if !always
+                && !OPS
+                    .fetch_add(1, Relaxed)
+                    .is_multiple_of(STRIDE.load(Relaxed).max(1))
+            {
                 return;
             }
             let t = std::time::Instant::now();
