@@ -7,7 +7,7 @@
 //! The figures measure the pool's own work. Through the shim a pair also costs the context
 //! lookup, the live table and the counters; `scripts/bench-gpu.sh` measures that on a GPU.
 
-use cudapool::base::config::PoolKind;
+use cudapool::base::config::{PoolKind, Stitch};
 use cudapool::base::limit::Limit;
 use cudapool::pool::testing::{parse_trace, replay, replay_in, FakeClock, FakeUpstream, Op};
 use cudapool::pool::{new_pool, Pool, ReuseRule};
@@ -25,7 +25,7 @@ const KINDS: [PoolKind; 4] = [
 fn make(kind: PoolKind, rule: ReuseRule) -> Box<dyn Pool> {
     let clock = FakeClock::new(rule);
     clock.instant.store(true, Ordering::SeqCst);
-    new_pool(kind, false, clock)
+    new_pool(kind, false, Stitch::NearLimit, clock)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -305,6 +305,7 @@ fn main() {
                 let r = replay_in(
                     PoolKind::Split,
                     true,
+                    Stitch::NearLimit,
                     ops,
                     ReuseRule::Immediate,
                     0,
@@ -334,6 +335,7 @@ fn main() {
                 let r = replay_in(
                     PoolKind::Split,
                     true,
+                    Stitch::NearLimit,
                     ops,
                     ReuseRule::Fenced,
                     500,

@@ -126,6 +126,10 @@ struct ReplayArgs {
     /// Replay under this hard limit (e.g. 8GiB), as CUDAPOOL_MEMORY_LIMIT would set
     #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     limit: Option<String>,
+    /// When expandable segments stitch, as CUDAPOOL_STITCH: near-limit (default) or always
+    /// (their rows then read `stitching`)
+    #[arg(long, value_name = "RULE", value_parser = ["near-limit", "always"], allow_hyphen_values = true)]
+    stitch: Option<String>,
     /// One JSON object per line, per file and configuration
     #[arg(long)]
     json: bool,
@@ -398,6 +402,7 @@ fn main() -> ExitCode {
                 a.pool.as_deref(),
                 a.segments.as_deref(),
                 a.limit.as_deref(),
+                a.stitch.as_deref(),
                 a.json,
             ),
         ),

@@ -17,6 +17,7 @@ Rows:
   cp-pooled    the pooled mode: PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, cudapool
                serves every tensor through the stream-ordered API
   cp-classic   diagnostic: cp with CUDAPOOL_SEGMENTS=classic (only when --rows names it)
+  cp-stitch    experiment: cp with CUDAPOOL_STITCH=always (stitching at every growth)
   torch-async  diagnostic: PyTorch's backend:cudaMallocAsync alone (the driver's pool)
   cp-base, cp-pooled-base  diagnostic: cp and cp-pooled with the library $MODELS_BASE_LIB
                names (two builds side by side)
@@ -51,6 +52,7 @@ ROWS = {
     "cp": {"LD_PRELOAD": "LIB", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
     "cp-pooled": {"LD_PRELOAD": "LIB", "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
     "cp-classic": {"LD_PRELOAD": "LIB", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "CUDAPOOL_SEGMENTS": "classic"},
+    "cp-stitch": {"LD_PRELOAD": "LIB", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "CUDAPOOL_STITCH": "always"},
     "torch-async": {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
     # A/B of two builds: the rows of cp and cp-pooled with the library MODELS_BASE_LIB names.
     "cp-base": {"LD_PRELOAD": "BASE", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},

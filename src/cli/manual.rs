@@ -37,6 +37,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "how split takes memory above 1 MiB; expandable is the default",
     ),
     (
+        "CUDAPOOL_STITCH",
+        "near-limit|always",
+        "when an expandable arena maps its free blocks' memory again: near a limit (default) or at every growth",
+    ),
+    (
         "CUDAPOOL_REUSE",
         "auto|immediate",
         "auto never reuses a block earlier device work may still touch",

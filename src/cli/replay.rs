@@ -18,7 +18,7 @@
 //! arena stitches free memory into its growths; requests the limit refuses are counted (`ooms`).
 
 use crate::cli::out::outln;
-use cudapool::base::config::PoolKind;
+use cudapool::base::config::{PoolKind, Stitch};
 use cudapool::base::limit::Limit;
 use cudapool::base::log::fmt_bytes;
 use cudapool::pool::testing::{replay_in, Op};
@@ -42,11 +42,13 @@ struct Setup {
 }
 
 impl Setup {
-    fn segments(self) -> &'static str {
-        if self.expandable {
-            "expandable"
-        } else {
-            "classic"
+    /// Its segments as the table and the JSON name them (`stitching`: expandable, stitching
+    /// at every growth).
+    fn segments(self, stitch: Stitch) -> &'static str {
+        match (self.expandable, stitch) {
+            (false, _) => "classic",
+            (true, Stitch::NearLimit) => "expandable",
+            (true, Stitch::Always) => "stitching",
         }
     }
 }
@@ -93,9 +95,16 @@ pub fn replay(
     pool: Option<&str>,
     segments: Option<&str>,
     limit: Option<&str>,
+    stitch: Option<&str>,
     json: bool,
 ) -> Result<(), String> {
     let setups = setups(pool, segments)?;
+    let stitch = match stitch {
+        None => Stitch::NearLimit,
+        Some(s) => {
+            Stitch::parse(s).ok_or_else(|| format!("--stitch {s:?}: {}", Stitch::ACCEPTED))?
+        }
+    };
     let limit = match limit {
         Some(l) => match cudapool::base::config::parse_size(l) {
             Ok(0) | Err(_) => return Err(format!("--limit {l:?}: a size such as 8GiB or 7500MiB")),
@@ -136,7 +145,8 @@ pub fn replay(
     }
     for t in &traces {
         for s in &setups {
-            let r = replay_in(s.kind, s.expandable, &t.ops, ReuseRule::OneQueue, 0, limit);
+            let (rule, lag) = (ReuseRule::OneQueue, 0);
+            let r = replay_in(s.kind, s.expandable, stitch, &t.ops, rule, lag, limit);
             let ratio = r.peak_reserved as f64 / r.peak_requested.max(1) as f64;
             if json {
                 let recorded = t
@@ -146,7 +156,7 @@ pub fn replay(
                     "{{\"file\":{},\"pool\":\"{}\",\"segments\":\"{}\",\"peak_reserved_bytes\":{},\"peak_allocated_bytes\":{},\"ratio\":{ratio:.4},\"recorded_reserved_bytes\":{recorded},\"allocations\":{},\"driver_calls\":{},\"driver_calls_late\":{},\"limit_bytes\":{},\"ooms\":{}}}",
                     serde_json::to_string(&t.name).unwrap_or_default(),
                     s.kind.name(),
-                    s.segments(),
+                    s.segments(stitch),
                     r.peak_reserved,
                     r.peak_requested,
                     t.ops.iter().filter(|o| matches!(o, Op::Alloc(..))).count(),
@@ -163,7 +173,7 @@ pub fn replay(
                     "{:<28} {:<6} {:<10} {:>15} {:>15} {:>7.3} {:>15}{}",
                     short,
                     s.kind.name(),
-                    s.segments(),
+                    s.segments(stitch),
                     fmt_bytes(r.peak_reserved),
                     fmt_bytes(r.peak_requested),
                     ratio,

@@ -27,14 +27,17 @@ pub use none::NonePool;
 pub use reuse::{CachingPool, Clock, FenceId, ImmediateClock, ReuseRule, ThreadCache};
 pub use types::*;
 
-use crate::base::config::PoolKind;
+use crate::base::config::{PoolKind, Stitch};
 
 /// The core of `kind` (`none` has no core: it never caches); `expandable`: large requests of
 /// `split` grow one range of mapped memory (`CUDAPOOL_SEGMENTS=expandable`; the other kinds
-/// keep whole segments).
-pub fn new_core(kind: PoolKind, expandable: bool) -> Option<Box<dyn core::Core>> {
+/// keep whole segments); `stitch`: when that range maps its free blocks' memory again
+/// (`CUDAPOOL_STITCH`).
+pub fn new_core(kind: PoolKind, expandable: bool, stitch: Stitch) -> Option<Box<dyn core::Core>> {
     match kind {
-        PoolKind::Split if expandable => Some(Box::new(split::SplitCore::expandable())),
+        PoolKind::Split if expandable => {
+            Some(Box::new(split::SplitCore::expandable().stitching(stitch)))
+        }
         PoolKind::Split => Some(Box::new(split::SplitCore::default())),
         PoolKind::Binned => Some(Box::new(whole_segments::BinnedCore::default())),
         PoolKind::Simple => Some(Box::new(whole_segments::SimpleCore::default())),
@@ -42,13 +45,15 @@ pub fn new_core(kind: PoolKind, expandable: bool) -> Option<Box<dyn core::Core>>
     }
 }
 
-/// The pool of `kind`, its reuse made safe by `clock` (`expandable`: see [`new_core`]).
+/// The pool of `kind`, its reuse made safe by `clock` (`expandable`, `stitch`: see
+/// [`new_core`]).
 pub fn new_pool(
     kind: PoolKind,
     expandable: bool,
+    stitch: Stitch,
     clock: std::sync::Arc<dyn Clock>,
 ) -> Box<dyn Pool> {
-    match new_core(kind, expandable) {
+    match new_core(kind, expandable, stitch) {
         Some(core) => Box::new(CachingPool::new(core, clock)),
         None => Box::new(NonePool::default()),
     }

@@ -5,7 +5,7 @@ use super::handed::Held;
 use super::new_pool;
 use super::reuse::{Clock, FenceId, ReuseRule};
 use super::types::*;
-use crate::base::config::{CacheIdle, PoolKind};
+use crate::base::config::{CacheIdle, PoolKind, Stitch};
 use crate::base::cu::CUDA_ERROR_OUT_OF_MEMORY;
 use crate::base::cu::{CUresult, DevPtr};
 use crate::base::limit::Limit;
@@ -314,13 +314,15 @@ pub const CHECKS: usize = 2000;
 /// under a hard `limit`. An allocation the upstream refuses is retried once after a reclaim
 /// (as the shim does), then counted as an OOM.
 pub fn replay(kind: PoolKind, ops: &[Op], rule: ReuseRule, lag: u64, limit: Limit) -> Replay {
-    replay_in(kind, false, ops, rule, lag, limit)
+    replay_in(kind, false, Stitch::NearLimit, ops, rule, lag, limit)
 }
 
-/// [`replay`], with `expandable` segments (`split` only; an upstream mapping 2 MiB chunks).
+/// [`replay`], with `expandable` segments (`split` only; an upstream mapping 2 MiB chunks)
+/// stitching by `stitch`.
 pub fn replay_in(
     kind: PoolKind,
     expandable: bool,
+    stitch: Stitch,
     ops: &[Op],
     rule: ReuseRule,
     lag: u64,
@@ -387,7 +389,7 @@ pub fn replay_in(
     };
     let up = Counting(device.with_vmm(2 << 20), 0.into(), 0.into());
     let clock = LagClock::new(rule, lag);
-    let pool = new_pool(kind, expandable, clock.clone());
+    let pool = new_pool(kind, expandable, stitch, clock.clone());
     let mut live: std::collections::HashMap<u64, Held> = Default::default();
     let mut r = Replay::default();
     let (mut requested, mut handed, quarter) = (0u64, 0u64, ops.len() / 4);

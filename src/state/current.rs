@@ -21,6 +21,7 @@ impl Shim {
                     self.config.pool,
                     self.config.segments == crate::base::config::Segments::Expandable
                         && super::ipc::may_expand(),
+                    self.config.stitch,
                     clock.clone(),
                 ),
                 clock,

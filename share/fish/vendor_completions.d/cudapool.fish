@@ -95,6 +95,8 @@ complete -c cudapool -n "__fish_cudapool_using_subcommand run" -s h -l help -d '
 complete -c cudapool -n "__fish_cudapool_using_subcommand replay" -l segments -d 'Only these segments: classic or expandable (default: both for split)' -r -f -a "classic\t''
 expandable\t''"
 complete -c cudapool -n "__fish_cudapool_using_subcommand replay" -l limit -d 'Replay under this hard limit (e.g. 8GiB), as CUDAPOOL_MEMORY_LIMIT would set' -r
+complete -c cudapool -n "__fish_cudapool_using_subcommand replay" -l stitch -d 'When expandable segments stitch, as CUDAPOOL_STITCH: near-limit (default) or always (their rows then read `stitching`)' -r -f -a "near-limit\t''
+always\t''"
 complete -c cudapool -n "__fish_cudapool_using_subcommand replay" -l pool -d 'Only this pool kind: split, binned or simple (default: each)' -r -f -a "split\t''
 binned\t''
 simple\t''"

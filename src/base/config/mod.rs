@@ -11,64 +11,16 @@
 
 mod cache_idle;
 mod faults;
+mod kinds;
 pub mod names;
 mod sleep;
 pub use cache_idle::CacheIdle;
 pub use faults::{parse_faults, Fault};
+pub use kinds::{PoolKind, Reuse, Segments, Stitch};
 pub use sleep::{parse_duration, SleepSettings, DURATION_FORMS};
 
 use std::fmt;
 use std::path::PathBuf;
-
-/// Which pool serves `cuMemAlloc`/`cuMemFree` (`CUDAPOOL_POOL`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PoolKind {
-    Split,
-    Binned,
-    Simple,
-    None,
-}
-
-impl PoolKind {
-    pub const ACCEPTED: &'static str = "split, binned, simple or none";
-
-    pub fn parse(s: &str) -> Option<PoolKind> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "split" => Some(PoolKind::Split),
-            "binned" => Some(PoolKind::Binned),
-            "simple" => Some(PoolKind::Simple),
-            "none" => Some(PoolKind::None),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            PoolKind::Split => "split",
-            PoolKind::Binned => "binned",
-            PoolKind::Simple => "simple",
-            PoolKind::None => "none",
-        }
-    }
-}
-
-/// `CUDAPOOL_REUSE`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reuse {
-    Auto,
-    Immediate,
-}
-
-/// `CUDAPOOL_SEGMENTS`: how `split` takes memory for large requests. Expandable is the
-/// default: the least memory on every job measured (docs/benchmarks.md#whole-jobs), and its
-/// blocks cross processes through legacy IPC like classic ones (`state::ipc_mapped`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Segments {
-    /// Whole driver allocations (`cuMemAlloc`).
-    Classic,
-    /// One reserved address range per context that grows and shrinks by mapping chunks.
-    Expandable,
-}
 
 /// `CUDAPOOL_LOG`, ordered from quietest to loudest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -183,6 +135,8 @@ pub struct Config {
     pub segments: Segments,
     /// Whether `CUDAPOOL_SEGMENTS` was set (rather than defaulted).
     pub segments_set: bool,
+    /// `CUDAPOOL_STITCH`.
+    pub stitch: Stitch,
     /// `CUDAPOOL_RUNTIME_DIR`: where the live page and group ledgers live (`rundir`), when not
     /// in the default place.
     pub runtime_dir: Option<PathBuf>,
@@ -250,6 +204,7 @@ impl Default for Config {
             group_limit: DeviceLimits::default(),
             segments: Segments::Expandable,
             segments_set: false,
+            stitch: Stitch::NearLimit,
             runtime_dir: None,
             oom_snapshot: None,
             oom_snapshot_keep: OOM_SNAPSHOT_KEEP,
@@ -419,6 +374,10 @@ impl Config {
                     ))
                 }
             };
+        }
+        if let Some(v) = get("CUDAPOOL_STITCH") {
+            c.stitch = Stitch::parse(&v)
+                .ok_or_else(|| bad("CUDAPOOL_STITCH", &v, "unknown rule", Stitch::ACCEPTED))?;
         }
         if let Some(v) = get("CUDAPOOL_FAULTS") {
             c.faults = parse_faults(&v)

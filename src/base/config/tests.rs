@@ -167,9 +167,16 @@ fn environment_defaults_and_values() {
         ("CUDAPOOL_LOG", "debug"),
         ("CUDAPOOL_DISABLE", "0"),
         ("CUDAPOOL_SEGMENTS", "Expandable"),
+        ("CUDAPOOL_STITCH", "Always"),
     ])
     .unwrap();
     assert_eq!(c.segments, Segments::Expandable);
+    assert_eq!(c.stitch, Stitch::Always);
+    assert_eq!(Config::default().stitch, Stitch::NearLimit);
+    assert_eq!(
+        cfg(&[("CUDAPOOL_STITCH", "near_limit")]).unwrap().stitch,
+        Stitch::NearLimit
+    );
     assert_eq!(c.pool, PoolKind::Binned);
     assert_eq!(c.memory_limit.for_device(0), Some(Limit::Bytes(1 << 30)));
     assert_eq!(c.memory_limit.for_device(1), None);
@@ -227,6 +234,7 @@ fn a_bad_value_names_variable_value_and_forms() {
         ("CUDAPOOL_LOG", "loud"),
         ("CUDAPOOL_DISABLE", "maybe"),
         ("CUDAPOOL_SEGMENTS", "elastic"),
+        ("CUDAPOOL_STITCH", "sometimes"),
     ] {
         let e = cfg(&[(var, val)]).unwrap_err();
         assert_eq!(e.var, var);

@@ -99,6 +99,12 @@ impl SplitCore {
         }
     }
 
+    /// The same core, its arena stitching by `rule` (`CUDAPOOL_STITCH`).
+    pub fn stitching(mut self, rule: crate::base::config::Stitch) -> Self {
+        self.arena.set_stitch(rule);
+        self
+    }
+
     fn in_arena(&self, ptr: DevPtr) -> bool {
         self.arena.holds(ptr)
     }

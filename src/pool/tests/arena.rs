@@ -45,7 +45,7 @@ fn the_arena_reserves_less_than_classic_segments_where_free_memory_is_split() {
     let run = |exp: bool| {
         let up = vmm_upstream(1 << 30);
         let clock = FakeClock::new(ReuseRule::Immediate);
-        let p = new_pool(PoolKind::Split, exp, clock);
+        let p = new_pool(PoolKind::Split, exp, Stitch::NearLimit, clock);
         let x = p.alloc(40 * MIB, &up).unwrap();
         p.free(x.held(40 * MIB), &up).unwrap();
         let _y = p.alloc(10 * MIB, &up).unwrap();
@@ -176,6 +176,30 @@ fn far_from_a_limit_nothing_is_stitched() {
         4,
         "1 GiB in four 256 MiB handles"
     );
+}
+
+/// `CUDAPOOL_STITCH=always`: without a limit too, the same growth stitches the two holes'
+/// handles (small ones: at most 1/16 of the request that made them) and takes no new memory.
+#[test]
+fn stitching_always_stitches_without_a_limit() {
+    let up = FakeUpstream::unlimited(1 << 30).with_vmm(CHUNK);
+    let clock = FakeClock::new(ReuseRule::Immediate);
+    let p = new_pool(PoolKind::Split, true, Stitch::Always, clock);
+    let held: Vec<_> = (0..8).map(|_| p.alloc(8 * MIB, &up).unwrap()).collect();
+    assert_eq!(up.physical(held[0].ptr, 8 * MIB).len(), 4, "2 MiB handles");
+    p.free(held[5].held(8 * MIB), &up).unwrap();
+    p.free(held[1].held(8 * MIB), &up).unwrap();
+    let g = p.alloc(16 * MIB, &up).unwrap();
+    assert!(up.stitches.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    assert_eq!(up.mapped(), 64 * MIB, "no new memory");
+    // The growth starts where the arena ended; both holes' memory is mapped there.
+    let from = |h: DevPtr| {
+        (0..8)
+            .filter(|&i| (0..4).any(|j| up.aliased(g.ptr + i * CHUNK, h + j * CHUNK)))
+            .count()
+    };
+    assert_eq!(from(held[1].ptr) + from(held[5].ptr), 8);
+    assert!(up.backed(g.ptr, g.size));
 }
 
 /// Once a block was exported through legacy IPC, large requests get classic segments; the
@@ -485,7 +509,7 @@ fn segments_show_a_parked_block_merged() {
     for expandable in [false, true] {
         let up = FakeUpstream::new(1 << 40).with_vmm(2 * MIB);
         let clock = FakeClock::new(ReuseRule::OneQueue);
-        let p = new_pool(PoolKind::Split, expandable, clock);
+        let p = new_pool(PoolKind::Split, expandable, Stitch::NearLimit, clock);
         let whole = p.alloc(32 * MIB, &up).unwrap();
         p.free(whole.held(32 * MIB), &up).unwrap();
         let a = p.alloc(8 * MIB, &up).unwrap();

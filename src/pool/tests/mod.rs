@@ -17,13 +17,19 @@ const KINDS: [PoolKind; 4] = [
 
 fn pool(kind: PoolKind, rule: ReuseRule) -> (Box<dyn Pool>, Arc<FakeClock>) {
     let clock = FakeClock::new(rule);
-    (new_pool(kind, false, clock.clone()), clock)
+    (
+        new_pool(kind, false, Stitch::NearLimit, clock.clone()),
+        clock,
+    )
 }
 
 /// `split` with expandable segments.
 fn expandable(rule: ReuseRule) -> (Box<dyn Pool>, Arc<FakeClock>) {
     let clock = FakeClock::new(rule);
-    (new_pool(PoolKind::Split, true, clock.clone()), clock)
+    (
+        new_pool(PoolKind::Split, true, Stitch::NearLimit, clock.clone()),
+        clock,
+    )
 }
 
 #[test]

@@ -4,6 +4,7 @@
 
 use super::super::block::Kind;
 use super::{Arena, Blocks, Change, Span};
+use crate::base::config::Stitch;
 use crate::base::cu::{CUresult, DevPtr, CUDA_ERROR_NOT_SUPPORTED};
 use crate::pool::core::{round_up, MIB};
 use crate::pool::types::{Upstream, Vmm};
@@ -77,10 +78,11 @@ impl Arena {
         best
     }
 
-    /// Whether a growth of `need` bytes stitches: only near a limit (see the module's notes).
+    /// Whether a growth of `need` bytes stitches: near a limit (see the module's notes), or
+    /// always under `CUDAPOOL_STITCH=always`.
     pub(in crate::pool::split) fn stitches(&self, need: u64, up: &dyn Upstream) -> bool {
         let near = |limit: u64| up.headroom() < need.saturating_add(limit / STITCH_NEAR_LIMIT);
-        up.limit().bytes().is_some_and(near)
+        self.stitch == Stitch::Always || up.limit().bytes().is_some_and(near)
     }
 
     /// Waits for the device (timed with the growth's other steps).
@@ -152,8 +154,8 @@ impl Arena {
 
     /// Maps new memory at `[at, at + bytes)` for the rounded request `r`, in handles of
     /// [`handle_sizes`] (at most [`MAX_HANDLE`]; under a limit also 1/[`HANDLES_PER_REQUEST`]
-    /// of `r` and 1/[`HANDLES_PER_LIMIT`] of the limit), a call per run of one size; all or
-    /// nothing.
+    /// of `r` and 1/[`HANDLES_PER_LIMIT`] of the limit; stitching always, 1/`HANDLES_PER_REQUEST`
+    /// of `r` without a limit), a call per run of one size; all or nothing.
     pub(in crate::pool::split) fn map_new(
         &mut self,
         at: DevPtr,
@@ -177,6 +179,10 @@ impl Arena {
         let chunk = self.range.ok_or(CUDA_ERROR_NOT_SUPPORTED)?.chunk;
         let vm = up.virtual_memory().ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
         let cap = match up.limit().bytes() {
+            // Stitching at every growth: handles that later holes hold whole.
+            None if self.stitch == Stitch::Always => {
+                (r / HANDLES_PER_REQUEST).clamp(chunk, MAX_HANDLE)
+            }
             // Nothing is stitched: handles as large as the growth allows.
             None => MAX_HANDLE,
             Some(limit) => (limit / HANDLES_PER_LIMIT)

@@ -33,6 +33,7 @@ mod sleep;
 mod timing;
 
 use super::block::Kind;
+use crate::base::config::Stitch;
 use crate::base::cu::DevPtr;
 use std::collections::BTreeMap;
 
@@ -110,12 +111,19 @@ pub(super) struct Arena {
     /// Its physical memory: its handles, and the memory behind each handle and shadow (see
     /// [`memory::Memory`]).
     mem: memory::Memory,
+    /// When a growth stitches (`CUDAPOOL_STITCH`): near a limit, or at every growth.
+    stitch: Stitch,
     /// The growth under way's times (diagnostics only: empty without `stitch-timing`).
     #[cfg_attr(not(feature = "stitch-timing"), allow(dead_code))]
     timing: timing::Growth,
 }
 
 impl Arena {
+    /// Its growths stitch by `rule` from now on.
+    pub(super) fn set_stitch(&mut self, rule: Stitch) {
+        self.stitch = rule;
+    }
+
     /// Whether `ptr` lies in the arena's range.
     pub(super) fn holds(&self, ptr: DevPtr) -> bool {
         self.range.is_some_and(|a| a.holds(ptr))
