@@ -69,7 +69,12 @@ fn a_loop_keeps_its_block_and_an_idle_process_gives_it_back_after_a_window() {
 /// `CUDA_ERROR_UNKNOWN` and nothing else, and the pool it left went on serving.]
 #[test]
 fn a_panic_is_said_counted_and_later_allocations_go_to_the_driver() {
-    let env = [("CUDAPOOL_CACHE_IDLE", "never")];
+    // Expandable segments: a 4 MiB block has a segment of its own (classic ones hold several,
+    // so the third allocation would be a hit either way).
+    let env = [
+        ("CUDAPOOL_CACHE_IDLE", "never"),
+        ("CUDAPOOL_SEGMENTS", "expandable"),
+    ];
     let calm = ok(client("gpa", &["panic_once", "none"], &env));
     let s = calm.line("panic stats");
     assert_eq!(

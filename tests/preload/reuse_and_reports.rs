@@ -142,7 +142,8 @@ fn the_header_matches_the_library() {
         peak_requested_bytes,
         overhead_bytes,
         asleep_bytes,
-        sleep_state
+        sleep_state,
+        panics
     );
     assert_eq!(
         (r.get("snapshot", "null"), r.get("snapshot", "unwritable")),
