@@ -229,7 +229,10 @@ fn a_process_stopped_during_a_capture_stops_in_time_and_keeps_its_memory() {
 /// Two members of a group hold 256 MiB each; only the first is stopped (as Slurm signals only a
 /// job's tasks, never a program its batch script started in the background). The second sleeps
 /// too, and holds its work (a copy every 20 ms) without waking while the first stays stopped;
-/// when the first continues, the second wakes by itself. [The second kept its 256 MiB.]
+/// when the first continues, the second wakes by itself. [The second kept its 256 MiB.] The
+/// group's record (what the root Epilog writes into a job's `AdminComment`) counts both sleeps,
+/// their bytes and the time each stayed asleep, at least the half second the test waits
+/// (issue 78, item 4). [Before: the time was not recorded.]
 #[test]
 fn the_stop_of_one_member_puts_its_group_to_sleep() {
     let s = scratch("group");
@@ -242,6 +245,7 @@ fn the_stop_of_one_member_puts_its_group_to_sleep() {
     let second = holder(&s, 256, &go, &env);
     let (a, b) = (first.id(), second.id());
     let board = s.0.join("board");
+    let t0 = Instant::now();
     signal(a, "TSTP");
     let both_asleep = until(Duration::from_secs(10), || {
         stopped(a) && held(&board, a) < 16 * MIB && held(&board, b) < 16 * MIB
@@ -252,6 +256,19 @@ fn the_stop_of_one_member_puts_its_group_to_sleep() {
     let second_stopped = stopped(b);
     signal(a, "CONT");
     let woke = until(Duration::from_secs(10), || held(&board, b) >= 256 * MIB);
+    let run = s.0.join("run");
+    let record = || {
+        cudapool::limits::group::ledgers(false, Some(&run))
+            .into_iter()
+            .flatten()
+            .find(|v| v.name == "suspended")
+            .map(|v| v.suspends)
+            .unwrap_or_default()
+    };
+    // Each member's time is counted when it wakes: the first's at its next copy.
+    until(Duration::from_secs(10), || record().asleep_ms >= 1000);
+    let r = record();
+    let bound = t0.elapsed().as_millis() as u64 * 2;
     let out_b = finish_holder(second, &go);
     let out_a = finish_holder(first, &go);
     let all = format!("first: {out_a}\nsecond: {out_b}");
@@ -264,6 +281,12 @@ fn the_stop_of_one_member_puts_its_group_to_sleep() {
     assert!(
         out_a.contains("suspend_hold intact=1") && out_b.contains("suspend_hold intact=1"),
         "{all}"
+    );
+    assert_eq!(r.sleeps, 2, "{r:?}: {all}");
+    assert!(r.bytes >= 512 * MIB, "{r:?}: {all}");
+    assert!(
+        (1000..=bound).contains(&r.asleep_ms),
+        "asleep at least 0.5 s each, at most since the stop ({bound} ms): {r:?}: {all}"
     );
 }
 

@@ -74,12 +74,18 @@ pub fn node_entry(job: &str) -> Option<Value> {
             })
         })
         .collect();
-    let (sleeps, bytes, late) = view.suspends;
+    let s = view.suspends;
     let mut entry = json!({ "share": share, "gpus": gpus });
-    if sleeps > 0 {
-        // Slurm suspended the job: its members' sleeps, the bytes they gave back, and those
-        // that ended after Slurm's 2 s (the job held GPU memory while stopped).
-        entry["suspends"] = json!({ "sleeps": sleeps, "bytes": bytes, "late": late });
+    if s.sleeps > 0 {
+        // Slurm suspended the job: its members' sleeps, the bytes they gave back, those that
+        // ended after Slurm's 2 s (the job held GPU memory while stopped), and the seconds
+        // they stayed asleep, all together.
+        entry["suspends"] = json!({
+            "sleeps": s.sleeps,
+            "bytes": s.bytes,
+            "late": s.late,
+            "seconds": (s.asleep_ms / 100) as f64 / 10.0,
+        });
     }
     Some(entry)
 }
@@ -331,8 +337,12 @@ fn print(job: &str, state: &str, nodes: &Value) {
         let s = &e["suspends"];
         if let Some(sleeps) = s["sleeps"].as_u64() {
             let late = s["late"].as_u64().unwrap_or(0);
+            let asleep = match s["seconds"].as_f64() {
+                Some(secs) => format!(", asleep {secs:.1} s in all"),
+                None => String::new(),
+            };
             println!(
-                "    suspended: {sleeps} {} gave {} back{}",
+                "    suspended: {sleeps} {} gave {} back{asleep}{}",
                 if sleeps == 1 { "sleep" } else { "sleeps" },
                 fmt_bytes(s["bytes"].as_u64().unwrap_or(0)),
                 if late > 0 {

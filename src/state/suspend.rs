@@ -27,10 +27,11 @@ use super::Shim;
 use crate::base::config::Config;
 use crate::base::config::LogLevel::{Info, Warn};
 use crate::base::log::fmt_bytes;
+use crate::base::sync::lock;
 use crate::log_at;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering::SeqCst};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// 1 after a SIGTSTP, 0 after a SIGCONT (the handlers).
@@ -44,6 +45,9 @@ static INSTALLED: AtomicBool = AtomicBool::new(false);
 /// The group's ledger, where a process that is no member posts the suspend (the mandatory
 /// mode: known at load).
 static RELAY: OnceLock<CString> = OnceLock::new();
+/// When the process fell asleep for a suspend, until it wakes (then its group's record counts
+/// the time).
+static ASLEEP_SINCE: Mutex<Option<Instant>> = Mutex::new(None);
 
 /// How long Slurm waits after SIGTSTP before it stops a job (slurmstepd's suspend): a sleep
 /// that ends later left the job holding its memory while it was stopped, until then.
@@ -246,6 +250,7 @@ impl Shim {
                 if let Some(g) = &group {
                     g.record_suspend(m.device_bytes, late);
                 }
+                *lock(&ASLEEP_SINCE) = Some(Instant::now());
                 if late {
                     log_at!(
                         Warn,
@@ -273,6 +278,17 @@ impl Shim {
                     r.why
                 );
             }
+        }
+    }
+
+    /// The process woke: the time it stayed asleep for a suspend, if it slept for one, goes
+    /// into its group's record.
+    pub(super) fn woke_from_suspend(&self) {
+        let Some(since) = lock(&ASLEEP_SINCE).take() else {
+            return;
+        };
+        if let Some(g) = self.joined_group() {
+            g.record_suspend_asleep(since.elapsed());
         }
     }
 

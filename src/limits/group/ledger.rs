@@ -37,7 +37,7 @@ pub const DEVICES: usize = 32;
 /// Members a group holds at once.
 pub const MEMBERS: usize = 1024;
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"CPGROUP\0");
-pub(super) const VERSION: u32 = 7;
+pub(super) const VERSION: u32 = 8;
 /// More bytes than any GPU has: a figure above it is impossible (64 PiB).
 pub const SANE: u64 = 1 << 56;
 /// The longest wait at a ledger's door while nobody passes it (a crowd that keeps passing
@@ -108,11 +108,13 @@ pub(super) struct Ledger {
     /// process of the group's user may post or clear it, also from a signal handler; members
     /// hold their wakes while it is set and its poster lives.
     pub suspend: AtomicU64,
-    /// The members' sleeps for a suspend, the device bytes they gave back, and how many ended
-    /// later than the 2 seconds Slurm gives before it stops a job: the job's record.
+    /// The members' sleeps for a suspend, the device bytes they gave back, how many ended
+    /// later than the 2 seconds Slurm gives before it stops a job, and the milliseconds they
+    /// stayed asleep (each counted when the member wakes): the job's record.
     pub suspend_sleeps: AtomicU64,
     pub suspend_bytes: AtomicU64,
     pub suspend_late: AtomicU64,
+    pub suspend_asleep_ms: AtomicU64,
     pub mutex: libc::pthread_mutex_t,
     pub devices: [DeviceSlot; DEVICES],
     pub members: [MemberSlot; MEMBERS],
@@ -453,10 +455,19 @@ pub struct LedgerView {
     /// (peak reserved, reservations refused, members that ever held memory) of each GPU, in
     /// `devices` order: the group's record since its ledger was made.
     pub record: Vec<(u64, u64, u64)>,
-    /// The members' sleeps for the group's suspends (`suspend`): how many, the device bytes
-    /// they gave back, and how many ended after Slurm's 2 s or did not happen (the job held GPU
-    /// memory while it was stopped).
-    pub suspends: (u64, u64, u64),
+    /// The members' sleeps for the group's suspends (`suspend`).
+    pub suspends: Suspends,
+}
+
+/// A group's sleeps for its suspends: how many, the device bytes they gave back, those that
+/// ended after Slurm's 2 s or did not happen (the job held GPU memory while it was stopped), and
+/// the milliseconds the members stayed asleep (each counted when it wakes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Suspends {
+    pub sleeps: u64,
+    pub bytes: u64,
+    pub late: u64,
+    pub asleep_ms: u64,
 }
 
 impl LedgerView {
@@ -657,11 +668,12 @@ pub fn read_within(dir: &RunDir, fname: &str, wait: Duration) -> Result<LedgerVi
                 )
             })
             .collect(),
-        suspends: (
-            l.suspend_sleeps.load(Ordering::Acquire).min(SANE),
-            l.suspend_bytes.load(Ordering::Acquire).min(SANE),
-            l.suspend_late.load(Ordering::Acquire).min(SANE),
-        ),
+        suspends: Suspends {
+            sleeps: l.suspend_sleeps.load(Ordering::Acquire).min(SANE),
+            bytes: l.suspend_bytes.load(Ordering::Acquire).min(SANE),
+            late: l.suspend_late.load(Ordering::Acquire).min(SANE),
+            asleep_ms: l.suspend_asleep_ms.load(Ordering::Acquire).min(SANE),
+        },
     })
 }
 

@@ -57,7 +57,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use ledger::{ledgers, ledgers_in, LedgerView, DEVICES, MEMBERS};
+pub use ledger::{ledgers, ledgers_in, LedgerView, Suspends, DEVICES, MEMBERS};
 use ledger::{DeviceSlot, Ledger, Mapping, Opened};
 
 /// How long a member short of room waits for the others to lend their idle cache.

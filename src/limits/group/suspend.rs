@@ -48,6 +48,14 @@ impl Group {
             l.suspend_late.fetch_add(1, AcqRel);
         }
     }
+
+    /// Counts the time a member stayed asleep for a suspend, when it wakes.
+    pub fn record_suspend_asleep(&self, asleep: std::time::Duration) {
+        // SAFETY: as above.
+        let l = unsafe { &*self.map.ledger };
+        let ms = u64::try_from(asleep.as_millis()).unwrap_or(u64::MAX);
+        l.suspend_asleep_ms.fetch_add(ms, AcqRel);
+    }
 }
 
 fn alive(pid: u32) -> bool {

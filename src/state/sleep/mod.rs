@@ -380,6 +380,9 @@ impl Shim {
         } else {
             State::Asleep
         });
+        if r.is_ok() {
+            self.woke_from_suspend();
+        }
         r
     }
 
