@@ -49,7 +49,9 @@ pub(crate) fn hook(
     real: impl FnOnce(&'static Driver) -> CUresult,
     body: impl Fn(&'static Shim) -> CUresult,
 ) -> CUresult {
-    catching(|| {
+    // No count of boundaries here (the hot path): a hook's body runs with `IN_HOOK` set, which
+    // tells the panic hook the panic is one this boundary catches.
+    catch_unwind(AssertUnwindSafe(|| {
         let forward = || match Driver::get() {
             Some(d) => real(d),
             None => {
@@ -68,12 +70,13 @@ pub(crate) fn hook(
             State::Refused if on_bad == OnBadConfig::Refuse => CUDA_ERROR_NOT_INITIALIZED,
             _ => forward(),
         }
-    })
-    .unwrap_or_else(panicked)
+    }))
+    .unwrap_or_else(|_| panicked())
 }
 
 /// `f`, or `None` when it panicked; meanwhile a panic on this thread is cudapool's to say
-/// ([`install_panic_hook`]).
+/// ([`install_panic_hook`]). For the C API's functions ([`boundary`]); hooks mark themselves
+/// through `IN_HOOK` instead, which they set anyway.
 fn catching<T>(f: impl FnOnce() -> T) -> Option<T> {
     struct Out;
     impl Drop for Out {
@@ -87,7 +90,7 @@ fn catching<T>(f: impl FnOnce() -> T) -> Option<T> {
 }
 
 thread_local! {
-    /// How many of cudapool's panic boundaries this thread is inside ([`catching`]).
+    /// How many of the C API's panic boundaries this thread is inside ([`catching`]).
     static CATCHING: Cell<u32> = const { Cell::new(0) };
     /// What the last panic inside a boundary on this thread said, and where (the panic hook keeps
     /// it for [`panicked`]).
@@ -101,7 +104,8 @@ thread_local! {
 pub fn install_panic_hook() {
     let before = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if CATCHING.try_with(|c| c.get()).unwrap_or(0) == 0 {
+        let in_hook = IN_HOOK.try_with(Cell::get).unwrap_or(false);
+        if !in_hook && CATCHING.try_with(Cell::get).unwrap_or(0) == 0 {
             return before(info);
         }
         let payload = info.payload();
