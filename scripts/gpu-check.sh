@@ -31,9 +31,11 @@ OUT=${OUT:-/tmp/cudapool-gpu-check}
 # (scripts/fetch-peer-tests.sh).
 TIER=${GPU_TIER:-full}
 case $TIER in quick | rest | full) ;; *) echo "gpu-check: GPU_TIER is quick, rest or full, not $TIER" >&2; exit 2 ;; esac
-# The sections only the full suite runs, and those of the quick tier.
+# The sections only the full suite runs (full and rest).
 full() { [ "$TIER" != quick ]; }
-quick_rows() { [ "$TIER" != rest ]; }
+# The quick tier's sections are functions: the full suite runs each where it stands, the quick
+# tier side by side in lanes (below), then those that read the whole device's memory alone.
+in_place() { [ "$TIER" = full ]; }
 SLEEP_GIB=20
 [ "$TIER" = quick ] && SLEEP_GIB=4
 mkdir -p "$OUT"
@@ -124,7 +126,7 @@ if [ "$NGPU" -ge 2 ]; then nvcc -O2 -std=c++17 -o "$W/multi" tests/gpu/programs/
 wait "${jobs_[@]}"
 ls "$W"
 
-if quick_rows; then
+q_basics() {
 section "CUDA runtime programs (static and shared cudart)"
 for v in static shared; do
   shim "$W/rt_$v" > "$W/rt.out" 2>&1
@@ -163,8 +165,8 @@ for mode in blocking nonblocking threads handoff; do
       "hand-over $mode, split $seg" "fences handed over $handed, device waits $device, host waits $host; $(grep -v '^cudapool:' "$W/race.out" | tail -1)"
   done
 done
-
-fi # the quick tier
+}
+in_place && q_basics
 
 if full; then
 section "every allocation API against a 1 GiB limit, seen by nvidia-smi"
@@ -386,14 +388,17 @@ cp "$W"/oom/oom_segment_plot.html "$OUT/" 2>/dev/null
 
 fi # the full suite
 
-if quick_rows; then
+q_graphs() {
 section "graph memory nodes under a limit (tests/gpu/graph_check.sh)"
 $T bash tests/gpu/graph_check.sh "$LIB" "$W/graphs" > "$W/graphs.out" 2>&1
 cat "$W/graphs.out"
 while read -r verdict what; do
   result "$verdict" "graphs: $what" "$(grep -h '^runs_2g' "$W/graphs.out" | head -1)"
 done < <(grep -E '^(PASS|FAIL) ' "$W/graphs.out" | sed 's/^\(PASS\|FAIL\) /\1 /')
+}
+in_place && q_graphs
 
+q_capture() {
 section "graph capture: nothing cudapool does breaks a program's capture (docs/design.md, Capture-safe)"
 # The driver's rules, as the fake driver models them: one line per call, mode and thread.
 timeout 120 "$W/capture_rules" > "$OUT/capture-rules.txt" 2>&1
@@ -422,8 +427,8 @@ while IFS='|' read -r verdict what detail; do
   result "$(echo $verdict)" "$(echo $what)" "$(echo $detail)"
 done < <(grep -E '^(PASS|FAIL) \|' "$W/capture.out")
 grep -q '^capture check: ' "$W/capture.out" || result FAIL "capture check ran" "$(tail -3 "$W/capture.out")"
-
-fi # the quick tier
+}
+in_place && q_capture
 
 if full; then
 section "a group of two PyTorch processes under one limit; one killed, the other grows"
@@ -434,31 +439,72 @@ check "grep -q 'group check ok' '$W/group.out'" "two processes in one group: nvi
 
 fi # the full suite
 
-if quick_rows; then
+q_give_back() {
 section "giving back what the program gives back, seen by nvidia-smi (tests/gpu/give_back/check.py)"
 $T python3 tests/gpu/give_back/check.py "$LIB" > "$W/give_back.out" 2>&1
 cp "$W/give_back.out" "$OUT/give-back.txt"
 rows "give-back check" "$W/give_back.out"
+}
+in_place && q_give_back
 
+q_suspend() {
 section "suspend: processes stopped by SIGTSTP give their GPU memory back (tests/gpu/sleep/suspend_check.py)"
 timeout 180 python3 tests/gpu/sleep/suspend_check.py "$LIB" > "$W/suspend.out" 2>&1
 cp "$W/suspend.out" "$OUT/suspend-check.txt"
 rows "suspend check" "$W/suspend.out"
+}
+in_place && q_suspend
 
+q_peers() {
 section "the peers' own memory tests: PyTorch's test_cuda.py, CuPy's test_memory.py, with and without cudapool (tests/gpu/peers/peers.sh)"
 bash tests/gpu/peers/peers.sh "$LIB" "$W/peers" > "$W/peers.out" 2>&1
 rows "peers' memory tests" "$W/peers.out"
+}
+in_place && q_peers
 
-fi # the quick tier
-
+s_sleep() {
 section "sleep and wake: $SLEEP_GIB GiB to the host and back, PyTorch in each mode, cudapool sleep PID (tests/gpu/sleep/sleep_check.sh)"
-timeout 600 bash tests/gpu/sleep/sleep_check.sh "$LIB" "$W/sleep" "$SLEEP_GIB" > "$W/sleep.out" 2>&1
+SLEEP_PARALLEL=$([ "$TIER" = quick ] && echo 1 || echo 0) timeout 600 bash tests/gpu/sleep/sleep_check.sh "$LIB" "$W/sleep" "$SLEEP_GIB" > "$W/sleep.out" 2>&1
 cat "$W/sleep.out"
 cp "$W/sleep.out" "$OUT/sleep-check.txt"
 while read -r verdict rest; do
   result "$verdict" "sleep: ${rest%% | *}" "$(echo "$rest" | sed -n 's/^[^|]*| //p')"
 done < <(grep -E '^(PASS|FAIL) ' "$W/sleep.out")
 grep -q '^PASS' "$W/sleep.out" || result FAIL "sleep check ran" "$(tail -3 "$W/sleep.out")"
+}
+
+if [ "$TIER" = quick ]; then
+  # Side by side: every check here reads its own processes' memory (nvidia-smi by pid, or
+  # cudapool's limit), so the lanes cannot disturb one another's verdicts; the sleep figures
+  # are taken beside the others and measure nothing (the rest tier's sleep runs alone).
+  section "the quick tier's lanes, side by side (each lane's log follows when all are done)"
+  LANES=()
+  lane() { # name, the sections it runs one after the other
+    local name=$1
+    shift
+    (
+      RESULTS="$W/lane.$name.results"
+      : > "$RESULTS"
+      for f in "$@"; do "$f"; done
+    ) > "$W/lane.$name.log" 2>&1 &
+    LANES+=("$name:$!")
+  }
+  lane basics q_basics q_graphs
+  lane capture q_capture
+  lane suspend q_suspend
+  lane sleep s_sleep
+  for l in "${LANES[@]}"; do
+    wait "${l#*:}"
+    cat "$W/lane.${l%%:*}.log"
+    cat "$W/lane.${l%%:*}.results" >> "$RESULTS"
+    grep -q . "$W/lane.${l%%:*}.results" || result FAIL "quick tier lane ${l%%:*}" "no result: $(tail -2 "$W/lane.${l%%:*}.log")"
+  done
+  # Alone on the GPU: they compare the whole device's used memory with and without cudapool.
+  q_give_back
+  q_peers
+else
+  s_sleep
+fi
 
 section "NVIDIA's CUDA samples, with and without cudapool (tests/gpu/samples.sh, run beside the rest)"
 if ! full; then
