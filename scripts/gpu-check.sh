@@ -439,17 +439,20 @@ check "grep -q 'group check ok' '$W/group.out'" "two processes in one group: nvi
 
 fi # the full suite
 
-q_give_back() {
-section "giving back what the program gives back, seen by nvidia-smi (tests/gpu/give_back/check.py)"
-$T python3 tests/gpu/give_back/check.py "$LIB" > "$W/give_back.out" 2>&1
-cp "$W/give_back.out" "$OUT/give-back.txt"
-rows "give-back check" "$W/give_back.out"
+q_give_back() { # [sides [group]]: all by default (tests/gpu/give_back/check.py)
+local tag=${1:+.$1}
+section "giving back what the program gives back, seen by nvidia-smi (tests/gpu/give_back/check.py${1:+, sides $1})"
+GIVE_BACK_SIDES=${1:-} GIVE_BACK_GROUP=${2:-1} $T python3 tests/gpu/give_back/check.py "$LIB" > "$W/give_back$tag.out" 2>&1
+cp "$W/give_back$tag.out" "$OUT/give-back$tag.txt"
+rows "give-back check${1:+ ($1)}" "$W/give_back$tag.out"
 }
 in_place && q_give_back
 
 q_suspend() {
 section "suspend: processes stopped by SIGTSTP give their GPU memory back (tests/gpu/sleep/suspend_check.py)"
-timeout 180 python3 tests/gpu/sleep/suspend_check.py "$LIB" > "$W/suspend.out" 2>&1
+# Beside the other lanes the host's memory bandwidth is shared: the quick tier checks what a
+# stop does, the full suite also that it fits Slurm's 2 s.
+SUSPEND_WINDOW_S=$([ "$TIER" = quick ] && echo 6 || echo 2) timeout 180 python3 tests/gpu/sleep/suspend_check.py "$LIB" > "$W/suspend.out" 2>&1
 cp "$W/suspend.out" "$OUT/suspend-check.txt"
 rows "suspend check" "$W/suspend.out"
 }
@@ -476,7 +479,8 @@ grep -q '^PASS' "$W/sleep.out" || result FAIL "sleep check ran" "$(tail -3 "$W/s
 if [ "$TIER" = quick ]; then
   # Side by side: every check here reads its own processes' memory (nvidia-smi by pid, or
   # cudapool's limit), so the lanes cannot disturb one another's verdicts; the sleep figures
-  # are taken beside the others and measure nothing (the rest tier's sleep runs alone).
+  # and suspend's time are taken beside the others and measure nothing (the rest tier's sleep
+  # runs alone, the full suite's suspend too).
   section "the quick tier's lanes, side by side (each lane's log follows when all are done)"
   LANES=()
   lane() { # name, the sections it runs one after the other
@@ -489,7 +493,8 @@ if [ "$TIER" = quick ]; then
     ) > "$W/lane.$name.log" 2>&1 &
     LANES+=("$name:$!")
   }
-  lane basics q_basics q_graphs
+  give_back_beside() { q_give_back without,never,limit 1; }
+  lane basics q_basics q_graphs give_back_beside
   lane capture q_capture
   lane suspend q_suspend
   lane sleep s_sleep
@@ -500,7 +505,7 @@ if [ "$TIER" = quick ]; then
     grep -q . "$W/lane.${l%%:*}.results" || result FAIL "quick tier lane ${l%%:*}" "no result: $(tail -2 "$W/lane.${l%%:*}.log")"
   done
   # Alone on the GPU: they compare the whole device's used memory with and without cudapool.
-  q_give_back
+  q_give_back without,default 0
   q_peers
 else
   s_sleep

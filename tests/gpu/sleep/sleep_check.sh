@@ -87,8 +87,11 @@ echo "cli: $out; nvidia-smi $before -> $during MiB; $same"
 
 # A Hugging Face job put to sleep every 10 steps for 200 steps: the same loss, bit for bit.
 part_train() {
-plain=$(LD_PRELOAD=$LIB timeout 300 python3 tests/gpu/sleep/sleep_train.py train 200 0 2>&1 | grep '^train')
-slept=$(LD_PRELOAD=$LIB timeout 300 python3 tests/gpu/sleep/sleep_train.py train 200 10 2>&1 | grep '^train')
+LD_PRELOAD=$LIB timeout 300 python3 tests/gpu/sleep/sleep_train.py train 200 0 > "$W/train.plain" 2>&1 &
+LD_PRELOAD=$LIB timeout 300 python3 tests/gpu/sleep/sleep_train.py train 200 10 > "$W/train.slept" 2>&1
+wait
+plain=$(grep '^train' "$W/train.plain")
+slept=$(grep '^train' "$W/train.slept")
 echo "$plain"; echo "$slept"
 lp=$(echo "$plain" | sed -n 's/.*loss=\([^ ]*\).*/\1/p'); ls=$(echo "$slept" | sed -n 's/.*loss=\([^ ]*\).*/\1/p')
 [ -n "$lp" ] && [ "$lp" = "$ls" ] && echo "$slept" | grep -q 'sleeps=20' \

@@ -13,7 +13,9 @@ asleep), stopped from outside by SIGTSTP as Slurm and a shell's Ctrl-Z stop a pr
   SIGCONT to the first: both back, both checksums the same.
 - keep: CUDAPOOL_SUSPEND=keep: stopped, the process keeps its memory (as without cudapool).
 
-Prints one PASS/FAIL line per check, with the figures.
+Prints one PASS/FAIL line per check, with the figures. The process must be stopped within
+Slurm's 2 s (SUSPEND_WINDOW_S changes it: the quick tier runs this beside other work that
+shares the host's memory bandwidth, and checks the behaviour, not the time).
 """
 import os
 import signal
@@ -24,6 +26,7 @@ import time
 
 LIB = os.path.abspath(sys.argv[1])
 GPU = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip() or "0"
+WINDOW = float(os.environ.get("SUSPEND_WINDOW_S", "2.0"))
 
 CHILD = r'''
 import os, sys, torch
@@ -105,9 +108,9 @@ def alone(tmp):
     back = until(30, lambda: smi(p.pid) >= before - 64)
     after = smi(p.pid)
     intact = end(p, go)
-    row(asleep < before - 4000 and back and intact and took < 2.0,
+    row(asleep < before - 4000 and back and intact and took < WINDOW,
         "a PyTorch process stopped by SIGTSTP (CUDAPOOL_SUSPEND=sleep)",
-        f"nvidia-smi {before} MiB, stopped after {took:.2f} s holding {asleep} MiB; a neighbour's 4 GiB: "
+        f"nvidia-smi {before} MiB, stopped after {took:.2f} s (within {WINDOW:g} s) holding {asleep} MiB; a neighbour's 4 GiB: "
         f"{'ok' if 'neighbour ok' in n.stdout else 'refused'}; continued: {after} MiB, intact={int(intact)}")
 
 
