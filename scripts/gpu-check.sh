@@ -440,7 +440,7 @@ check "grep -q 'group check ok' '$W/group.out'" "two processes in one group: nvi
 fi # the full suite
 
 q_give_back() { # [sides [group]]: all by default (tests/gpu/give_back/check.py)
-local tag=${1:+.$1}
+local tag=${1:+.${1//,/-}}
 section "giving back what the program gives back, seen by nvidia-smi (tests/gpu/give_back/check.py${1:+, sides $1})"
 GIVE_BACK_SIDES=${1:-} GIVE_BACK_GROUP=${2:-1} $T python3 tests/gpu/give_back/check.py "$LIB" > "$W/give_back$tag.out" 2>&1
 cp "$W/give_back$tag.out" "$OUT/give-back$tag.txt"
