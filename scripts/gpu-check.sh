@@ -168,7 +168,7 @@ done
 }
 in_place && q_basics
 
-if full; then
+r_limits() {
 section "every allocation API against a 1 GiB limit, seen by nvidia-smi"
 watched "$W/idle.out" "$W/limit_apis" idle
 OVH_C=$PEAK
@@ -183,9 +183,10 @@ done
 watched "$W/api.out" "$W/limit_apis" async 128 12
 echo "(without the shim, cudaMallocAsync takes $(field granted_mib "$W/api.out") MiB: peak $PEAK MiB)"
 
-fi # the full suite
+}
+in_place && r_limits
 
-if full; then
+r_two() {
 section "two processes sharing the GPU with different limits"
 (watched "$W/two1.out" shim env CUDAPOOL_MEMORY_LIMIT=1GiB "$W/limit_apis" malloc; echo "$PEAK" > "$W/two1.peak") &
 t1=$!
@@ -196,6 +197,9 @@ g1=$(field granted_mib "$W/two1.out") g2=$(field granted_mib "$W/two2.out")
 p1=$(cat "$W/two1.peak") p2=$(cat "$W/two2.peak")
 check "[ '$g1' = 1024 ] && [ '$g2' = 3072 ] && [ $p1 -le $((1024 + OVH_C)) ] && [ $p2 -le $((3072 + OVH_C)) ]" \
   "two processes, 1 GiB and 3 GiB" "granted $g1 and $g2 MiB; nvidia-smi peaks $p1 and $p2 MiB"
+
+}
+in_place && r_two
 
 # A framework: its workload's output is identical with and without the shim; under a 2 GiB
 # limit it gets its own out-of-memory error and nvidia-smi never sees more than the limit plus
@@ -221,9 +225,7 @@ framework() {
     "$fw at a 2 GiB limit ($*)" "granted ${g:-?} MiB, error $e; nvidia-smi peak $PEAK MiB <= 2048 + overhead $ovh"
 }
 
-fi # the full suite
-
-if full; then
+r_torch() {
 section "PyTorch"
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 $T python3 tests/gpu/train_small.py > "$W/train.plain" 2>&1
 shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 tests/gpu/train_small.py > "$W/train.shim" 2>&1
@@ -233,9 +235,10 @@ framework torch 'OutOfMemoryError|AcceleratorError.*out of memory' PYTORCH_NO_CU
 framework torch 'OutOfMemoryError' PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
 framework torch 'OutOfMemoryError' PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
-fi # the full suite
+}
+in_place && r_torch
 
-if full; then
+r_frameworks() {
 section "CuPy, JAX, Numba"
 framework cupy 'OutOfMemoryError|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY' CUPY_DUMMY=1
 # XLA's autotuner times kernels and may pick another GEMM algorithm from run to run (last-digit
@@ -244,9 +247,10 @@ framework jax 'RESOURCE_EXHAUSTED|Out of memory|out of memory' XLA_PYTHON_CLIENT
   "XLA_FLAGS=--xla_gpu_autotune_level=0 --xla_gpu_deterministic_ops=true"
 framework numba 'CUDA_ERROR_OUT_OF_MEMORY|OUT_OF_MEMORY' NUMBA_DUMMY=1
 
-fi # the full suite
+}
+in_place && r_frameworks
 
-if full; then
+r_ipc() {
 section "address queries and IPC of pooled blocks"
 # A block is the program's allocation: sized from cuMemGetAddressRange, a memset of all of it
 # works and leaves the neighbour block alone. Memory cudapool never handed out (pinned host
@@ -271,9 +275,10 @@ while IFS='|' read -r verdict what detail; do
 done < <(grep -E '^(PASS|FAIL) \|' "$W/ipc.txt")
 [ "$(grep -cE '^(PASS|FAIL) \|' "$W/ipc.txt")" = 4 ] || result FAIL "IPC checks ran" "$(tail -3 "$W/ipc.txt")"
 
-fi # the full suite
+}
+in_place && r_ipc
 
-if full; then
+r_numba() {
 section "numba-cuda's own driver and IPC tests, with and without cudapool"
 # A real client's test suite as a regression gate: any test that passes without cudapool and
 # does not pass with it is a failure. Its test-only dependencies (filecheck, cffi) travel as
@@ -316,9 +321,10 @@ if ls dist/cudapool-*.whl > /dev/null 2>&1; then
     "PyTorch training under the pip-installed cudapool, losses identical" "$(tail -1 "$W/train.wheel")"
 fi
 
-fi # the full suite
+}
+in_place && r_numba
 
-if full; then
+r_viewer() {
 section "PyTorch's memory viewer reads a cudapool snapshot"
 shim env PYTORCH_NO_CUDA_MEMORY_CACHING=1 CUDAPOOL_HISTORY=100000 CUDAPOOL_TRACK=2 \
   python3 tests/gpu/torch_snapshot.py "$OUT" > "$W/viz.out" 2>&1
@@ -348,9 +354,10 @@ if [ "$NGPU" -ge 2 ]; then
     "$(grep '^rank' "$W/nccl_capture.out" | tr '\n' ';')"
 fi
 
-fi # the full suite
+}
+in_place && r_viewer
 
-if full; then
+r_exporter() {
 section "cudapool exporter: a PyTorch run scraped while it trains"
 if [ -x target/release/cudapool ]; then
   $T python3 tests/gpu/exporter_check.py "$PWD/target/release/cudapool" "$LIB" > "$W/exporter.out" 2>&1
@@ -361,9 +368,10 @@ else
   result FAIL "exporter" "carry target/release/cudapool too"
 fi
 
-fi # the full suite
+}
+in_place && r_exporter
 
-if full; then
+r_nvml() {
 section "NVML under cudapool: nvidia-smi and pynvml see the budget (tests/gpu/nvml_check.sh)"
 if [ -x target/release/cudapool ]; then
   $T bash tests/gpu/nvml_check.sh > "$W/nvml.out" 2>&1
@@ -375,9 +383,10 @@ else
   result FAIL "NVML" "carry target/release/cudapool too"
 fi
 
-fi # the full suite
+}
+in_place && r_nvml
 
-if full; then
+r_oom() {
 section "the moment of OOM with PyTorch (tests/gpu/oom_check.py)"
 $T python3 tests/gpu/oom_check.py "$LIB" "$W/oom" > "$W/oom.out" 2>&1
 cat "$W/oom.out"
@@ -386,7 +395,8 @@ while read -r verdict what; do
 done < <(grep -E '^(PASS|FAIL) ' "$W/oom.out" | sed 's/ \[.*//')
 cp "$W"/oom/oom_segment_plot.html "$OUT/" 2>/dev/null
 
-fi # the full suite
+}
+in_place && r_oom
 
 q_graphs() {
 section "graph memory nodes under a limit (tests/gpu/graph_check.sh)"
@@ -430,14 +440,15 @@ grep -q '^capture check: ' "$W/capture.out" || result FAIL "capture check ran" "
 }
 in_place && q_capture
 
-if full; then
+r_group() {
 section "a group of two PyTorch processes under one limit; one killed, the other grows"
 $T python3 tests/gpu/group_check.py "$LIB" > "$W/group.out" 2>&1
 cat "$W/group.out"
 check "grep -q 'group check ok' '$W/group.out'" "two processes in one group: nvidia-smi within the group limit, a killed member's share back" \
   "$(grep -A2 '^| group limit' "$W/group.out" | tail -1)"
 
-fi # the full suite
+}
+in_place && r_group
 
 q_give_back() { # [sides [group]]: all by default (tests/gpu/give_back/check.py)
 local tag=${1:+.${1//,/-}}
@@ -476,37 +487,55 @@ done < <(grep -E '^(PASS|FAIL) ' "$W/sleep.out")
 grep -q '^PASS' "$W/sleep.out" || result FAIL "sleep check ran" "$(tail -3 "$W/sleep.out")"
 }
 
+# The halves run side by side in lanes: every check in a lane reads its own processes' memory
+# (nvidia-smi by pid, or cudapool's limit), so the lanes cannot disturb one another's verdicts;
+# what reads the whole device (or times a copy) runs alone after them. The quick tier's sleep
+# figures and suspend's time are taken beside the others and measure nothing (the rest tier's
+# sleep runs alone, the full suite's suspend too).
+LANES=()
+lane() { # name, the sections it runs one after the other
+  local name=$1
+  shift
+  (
+    RESULTS="$W/lane.$name.results"
+    : > "$RESULTS"
+    for f in "$@"; do "$f"; done
+  ) > "$W/lane.$name.log" 2>&1 &
+  LANES+=("$name:$!")
+}
+lanes_done() { # each lane's log and rows, in the order they started
+  local l
+  for l in "${LANES[@]}"; do
+    wait "${l#*:}"
+    cat "$W/lane.${l%%:*}.log"
+    cat "$W/lane.${l%%:*}.results" >> "$RESULTS"
+    grep -q . "$W/lane.${l%%:*}.results" || result FAIL "$TIER tier lane ${l%%:*}" "no result: $(tail -2 "$W/lane.${l%%:*}.log")"
+  done
+}
 if [ "$TIER" = quick ]; then
-  # Side by side: every check here reads its own processes' memory (nvidia-smi by pid, or
-  # cudapool's limit), so the lanes cannot disturb one another's verdicts; the sleep figures
-  # and suspend's time are taken beside the others and measure nothing (the rest tier's sleep
-  # runs alone, the full suite's suspend too).
   section "the quick tier's lanes, side by side (each lane's log follows when all are done)"
-  LANES=()
-  lane() { # name, the sections it runs one after the other
-    local name=$1
-    shift
-    (
-      RESULTS="$W/lane.$name.results"
-      : > "$RESULTS"
-      for f in "$@"; do "$f"; done
-    ) > "$W/lane.$name.log" 2>&1 &
-    LANES+=("$name:$!")
-  }
   give_back_beside() { q_give_back without,never,limit 1; }
   lane basics q_basics q_graphs give_back_beside
   lane capture q_capture
   lane suspend q_suspend
   lane sleep s_sleep
-  for l in "${LANES[@]}"; do
-    wait "${l#*:}"
-    cat "$W/lane.${l%%:*}.log"
-    cat "$W/lane.${l%%:*}.results" >> "$RESULTS"
-    grep -q . "$W/lane.${l%%:*}.results" || result FAIL "quick tier lane ${l%%:*}" "no result: $(tail -2 "$W/lane.${l%%:*}.log")"
-  done
+  lanes_done
   # Alone on the GPU: they compare the whole device's used memory with and without cudapool.
   q_give_back without,default 0
   q_peers
+elif [ "$TIER" = rest ]; then
+  section "the rest tier's lanes, side by side (each lane's log follows when all are done)"
+  lane limits r_limits r_two
+  # The wheel's training is compared with the PyTorch section's (train.plain).
+  lane torch r_torch r_numba
+  lane frameworks r_frameworks
+  lane ipc r_ipc r_viewer
+  lane exporter r_exporter r_oom r_group
+  lanes_done
+  # Alone: nvidia-smi's device figures under cudapool against the GPU's, and the sleep's
+  # bandwidth.
+  r_nvml
+  s_sleep
 else
   s_sleep
 fi
