@@ -124,6 +124,20 @@ fn neighbour_fill(s: &Scratch) -> u64 {
         .unwrap_or_else(|| panic!("no fill line: {out}"))
 }
 
+/// What `cudapool stat PID` prints for the process of `s`.
+fn stat_of(s: &Scratch, pid: u32) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_cudapool"))
+        .args(["stat", &pid.to_string()])
+        .env("CUDAPOOL_RUNTIME_DIR", s.0.join("run"))
+        .output()
+        .unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 /// Lets the holder end (`go`) and returns what it printed, stderr too.
 fn finish_holder(child: Child, go: &Path) -> String {
     std::fs::write(go, b"").unwrap();
@@ -173,11 +187,18 @@ fn a_stopped_process_gives_its_gpu_memory_back_and_finds_it_again() {
             std::thread::sleep(Duration::from_millis(500));
         }
         let asleep = held(&board, pid);
+        // What `cudapool stat` says of it: asleep, since when and why.
+        let said = stat_of(&s, pid);
         let got = neighbour_fill(&s);
         signal(pid, "CONT");
         let back = until(Duration::from_secs(10), || held(&board, pid) >= 512 * MIB);
         let out = finish_holder(child, &go);
         if sleeps {
+            assert!(
+                said.contains("asleep: ")
+                    && said.contains(": stopped (SIGTSTP: Slurm's suspend or Ctrl-Z)"),
+                "{said}"
+            );
             assert!(asleep < 16 * MIB, "stopped, it holds {asleep} B: {out}");
             assert!(got >= 120, "the neighbour got {got} blocks of 8 MiB: {out}");
             assert!(back, "continued, its work brought its memory back: {out}");

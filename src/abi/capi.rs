@@ -268,7 +268,11 @@ pub extern "C" fn cudapool_sleep(device: c_int) -> c_int {
         if !valid_device(device) || !has_device(shim, device) {
             return CUDA_ERROR_INVALID_VALUE as c_int;
         }
-        match shim.sleep(device, crate::state::sleep::DRAIN_TIMEOUT) {
+        match shim.sleep(
+            device,
+            crate::state::sleep::DRAIN_TIMEOUT,
+            crate::state::sleep::Cause::Program,
+        ) {
             Ok(_) => CUDA_SUCCESS as c_int,
             Err(r) => {
                 crate::log_at!(crate::base::config::LogLevel::Warn, "sleep: {}", r.why);

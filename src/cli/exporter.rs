@@ -131,8 +131,7 @@ pub fn exporter(listen: Listen, interval: Duration) -> ExitCode {
         return ExitCode::from(1);
     };
     raise_open_files();
-    // SAFETY: geteuid has no preconditions.
-    let all_users = unsafe { libc::geteuid() } == 0;
+    let all_users = super::slurm_site::euid() == 0;
     eprintln!(
         "cudapool exporter: serving http://{addr}/metrics for {} (pages read at most every {} s)",
         if all_users {

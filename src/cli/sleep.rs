@@ -19,8 +19,7 @@ pub fn sleep(
     timeout: Duration,
 ) -> Result<(), String> {
     let configured = super::stat::runtime_dir()?;
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = super::slurm_site::euid() == 0;
     let mut targets: Vec<u32> = pids.to_vec();
     if let Some(g) = group {
         let (procs, _) = live(root, configured.as_deref());

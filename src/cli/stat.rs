@@ -23,7 +23,28 @@ fn gpu_name(uuid: &[u8; 16], wide: bool) -> String {
 
 /// One process's figures, in lines of at most 80 columns (figures up to 999.99 GiB, counts up
 /// to a million, two-digit device ordinals; the whole UUID under `--wide` goes beyond).
-fn render(s: &Snapshot, wide: bool) -> String {
+/// The name of user `uid` (the system's user database), or its number.
+fn user_name(uid: u32) -> String {
+    let mut pw: libc::passwd = zeroed_passwd();
+    let mut buf = vec![0 as libc::c_char; 4096];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is to a live local of the size given; the answer points into `buf`.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() || pw.pw_name.is_null() {
+        return uid.to_string();
+    }
+    // SAFETY: a NUL-terminated name inside `buf`, which lives until the end of this function.
+    let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
+    printable(name.to_bytes())
+}
+
+fn zeroed_passwd() -> libc::passwd {
+    // SAFETY: passwd is plain data (integers and pointers), for which all zeroes is valid.
+    unsafe { std::mem::zeroed() }
+}
+
+/// One process's block; `other`: it is another user's (root reads every user's): say whose.
+fn render(s: &Snapshot, wide: bool, other: bool) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
@@ -44,8 +65,13 @@ fn render(s: &Snapshot, wide: bool) -> String {
         .map_or(String::new(), |c| {
             format!(" ({})", printable(c.trim_end().as_bytes()))
         });
+    let user = if other {
+        format!("  user {}", user_name(s.uid))
+    } else {
+        String::new()
+    };
     let mut out = format!(
-        "pid {pid}{comm}  pool {}{group}  updated {age:.1} s ago\n",
+        "pid {pid}{comm}{user}  pool {}{group}  updated {age:.1} s ago\n",
         s.pool
     );
     if s.devices.is_empty() {
@@ -124,14 +150,17 @@ pub fn runtime_dir() -> Result<Option<PathBuf>, String> {
 /// asked for that publishes nothing. With `verbose`, a note for each file skipped and why.
 pub fn stat_text(pids: &[u32], verbose: bool, wide: bool) -> Result<String, String> {
     let configured = runtime_dir()?;
-    let (mut all, skipped) = live(false, configured.as_deref());
+    // Root reads every user's processes (who holds the GPU, who sleeps and why), as `ps` does.
+    let me = super::slurm_site::euid();
+    let root = me == 0;
+    let (mut all, skipped) = live(root, configured.as_deref());
     let mut out = String::new();
     for &pid in pids {
         if all.iter().any(|s| s.pid == pid) {
             continue;
         }
         // Not among what the read reached: looked up by its name, whatever the folders hold.
-        match read_pid(pid, configured.as_deref(), false) {
+        match read_pid(pid, configured.as_deref(), root) {
             Ok(Some(s)) => all.push(s),
             Ok(None) => return Err(super::absent::no_process(pid, false)),
             Err(e) => return Err(format!("process {pid}: its page could not be read: {e}")),
@@ -143,11 +172,11 @@ pub fn stat_text(pids: &[u32], verbose: bool, wide: bool) -> Result<String, Stri
         if !pids.is_empty() && !pids.contains(&s.pid) {
             continue;
         }
-        out.push_str(&render(s, wide));
+        out.push_str(&render(s, wide, s.uid != me));
         n += 1;
     }
     if verbose {
-        let read = survey(false, configured.as_deref()).0;
+        let read = survey(root, configured.as_deref()).0;
         let read: Vec<String> = read
             .iter()
             .map(|d| d.path().display().to_string())
@@ -173,7 +202,11 @@ pub fn stat_text(pids: &[u32], verbose: bool, wide: bool) -> Result<String, Stri
         ));
     }
     if n == 0 {
-        out.push_str("no cudapool process is running for this user\n");
+        out.push_str(if root {
+            "no cudapool process is running\n"
+        } else {
+            "no cudapool process is running for this user\n"
+        });
     }
     // A default runtime directory another user took: where this user's processes went.
     for sq in squats(false, configured.as_deref()) {
@@ -269,7 +302,8 @@ pub fn top(pids: &[u32], verbose: bool, wide: bool, count: u64, delay: f64) -> R
             Ok(t) => t,
             Err(e) if i == 0 => return Err(e),
             Err(_) => {
-                let (all, _) = live(false, configured_from_env().as_deref());
+                let root = super::slurm_site::euid() == 0;
+                let (all, _) = live(root, configured_from_env().as_deref());
                 let gone: Vec<String> = pids
                     .iter()
                     .filter(|p| !all.iter().any(|s| s.pid == **p))
@@ -419,7 +453,7 @@ mod tests {
                 stats,
             }],
         };
-        let text = render(&s, false);
+        let text = render(&s, false, false);
         assert!(text.contains("999.00 GiB (max 999.00 GiB)"), "{text}");
         for l in text.lines() {
             assert!(

@@ -159,6 +159,10 @@ impl Observer for Reporting {
         self.publish(view);
     }
 
+    fn asleep(&self, view: &dyn View) {
+        self.write_now(view);
+    }
+
     fn changed(&self, view: &dyn View, dev: CUdevice) {
         if let Some(t) = self.trace(view) {
             let s = view.device_stats(dev);
@@ -431,11 +435,30 @@ pub fn sleep_line(s: &DeviceStats) -> Option<String> {
             fmt_bytes(on_host)
         )),
         (state, on_host, _) => Some(format!(
-            "{}: {} on the host",
+            "{}: {} on the host{}",
             state.name(),
-            fmt_bytes(on_host)
+            fmt_bytes(on_host),
+            why_asleep(s)
         )),
     }
+}
+
+/// Since when and why the process sleeps (`; since 12.3 s: stopped (SIGTSTP...)`), when its page
+/// says.
+fn why_asleep(s: &DeviceStats) -> String {
+    use crate::state::sleep::Cause;
+    if s.asleep_since_ns == 0 {
+        return String::new();
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let cause = Cause::from_u8(u8::try_from(s.sleep_cause).unwrap_or(0));
+    format!(
+        "; for {:.1} s: {}",
+        now.saturating_sub(s.asleep_since_ns) as f64 / 1e9,
+        cause.name()
+    )
 }
 
 /// The whole status: a header line and one block per device the shim has seen.

@@ -14,8 +14,8 @@ pub const REQUEST_ERROR: usize = 256;
 pub const MAX_DEVICES: usize = 64;
 /// Counters per device: [`DeviceStats`] in its order, but with the requested bytes (added in
 /// layout 4), the overhead (layout 6), the asleep bytes and the sleep state (layout 7), the
-/// panics (layout 8) last.
-pub const FIELDS: usize = 23;
+/// panics (layout 8), why and since when it sleeps (layout 9) last.
+pub const FIELDS: usize = 25;
 
 /// The longest group name (`CUDAPOOL_GROUP`), NUL-padded in the page.
 pub const GROUP_NAME: usize = 64;
@@ -120,6 +120,8 @@ pub fn stats_to_array(s: &DeviceStats) -> [u64; FIELDS] {
         s.sleep_state,
         s.waking_for,
         s.panics,
+        s.sleep_cause,
+        s.asleep_since_ns,
     ]
 }
 
@@ -148,5 +150,7 @@ pub fn array_to_stats(a: &[u64; FIELDS]) -> DeviceStats {
         sleep_state: a[20],
         waking_for: a[21],
         panics: a[22],
+        sleep_cause: a[23],
+        asleep_since_ns: a[24],
     }
 }

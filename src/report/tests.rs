@@ -37,3 +37,34 @@ fn device_block_shows_every_counter() {
         "{t}"
     );
 }
+
+#[test]
+fn the_sleep_line_says_since_when_and_why() {
+    use crate::state::sleep::{Cause, State};
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let mut s = DeviceStats {
+        asleep: 512 << 20,
+        sleep_state: State::Asleep as u64,
+        sleep_cause: Cause::Asked as u64,
+        asleep_since_ns: now - 3_000_000_000,
+        ..Default::default()
+    };
+    let line = sleep_line(&s).unwrap();
+    assert!(
+        line.starts_with("asleep: 512.00 MiB on the host; for 3."),
+        "{line}"
+    );
+    assert!(
+        line.ends_with(": asked from outside (cudapool sleep)"),
+        "{line}"
+    );
+    // A page that does not say (an older process's): no reason made up.
+    s.asleep_since_ns = 0;
+    assert_eq!(sleep_line(&s).unwrap(), "asleep: 512.00 MiB on the host");
+    s.sleep_state = State::Awake as u64;
+    s.asleep = 0;
+    assert_eq!(sleep_line(&s), None);
+}

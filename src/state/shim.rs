@@ -97,6 +97,11 @@ pub trait Observer: Send + Sync {
         let _ = (view, dev, bytes);
         None
     }
+    /// The process is asleep now: what outside readers see must say so before it may be
+    /// stopped (a suspend stops it right after), so this is written at once.
+    fn asleep(&self, view: &dyn View) {
+        let _ = view;
+    }
     /// The process is exiting (the driver may already be gone).
     fn at_exit(&self, view: &dyn View);
     /// What the live cudapool processes of this user whose `CUDAPOOL_RUN_PID` is `run` hold on
@@ -503,6 +508,9 @@ impl View for Shim {
         s.sleep_state = super::sleep::state() as u64;
         s.waking_for = self.waking_waits_for();
         s.panics = crate::base::flags::panics();
+        let (cause, since) = super::sleep::cause();
+        s.sleep_cause = cause as u64;
+        s.asleep_since_ns = since;
         s
     }
 

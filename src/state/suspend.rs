@@ -241,7 +241,7 @@ impl Shim {
         }
         // The device's work drains within Slurm's grace or not at all (a capture under way):
         // the stop comes then anyway, and a sleep still trying would go on after the resume.
-        let result = self.sleep(-1, SLURM_GRACE);
+        let result = self.sleep(-1, SLURM_GRACE, super::sleep::Cause::Suspend);
         let took = since.elapsed();
         let late = took > SLURM_GRACE;
         let group = self.joined_group();

@@ -213,6 +213,10 @@ pub struct DeviceStats {
     /// Panics caught at cudapool's boundary in the process (the same on every device; each one
     /// a bug of cudapool's): from the first on, new allocations went to the driver directly.
     pub panics: u64,
+    /// Asleep or waking: why it went to sleep (`state::sleep::Cause`; 0 awake or not said).
+    pub sleep_cause: u64,
+    /// Asleep or waking: when it went to sleep, ns since the Unix epoch (0 awake).
+    pub asleep_since_ns: u64,
 }
 
 impl DeviceBudget {
@@ -627,6 +631,8 @@ impl DeviceBudget {
             sleep_state: 0,
             waking_for: 0,
             panics: 0,
+            sleep_cause: 0,
+            asleep_since_ns: 0,
         }
     }
 }

@@ -61,7 +61,7 @@ impl Shim {
         if held <= request {
             return 0;
         }
-        match self.sleep(dev, DRAIN_TIMEOUT) {
+        match self.sleep(dev, DRAIN_TIMEOUT, super::Cause::Idle) {
             Ok(m) => {
                 log_at!(
                     Info,

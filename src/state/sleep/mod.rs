@@ -41,8 +41,8 @@ mod idle;
 mod table;
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
-use table::{set, HostCopy, Saved, STATE};
-pub use table::{state, Moved, Sleep, State};
+pub use table::{cause, state, Cause, Moved, Sleep, State};
+use table::{set, set_cause, HostCopy, Saved, STATE};
 
 /// Enters a work call: awake, the call counts as in flight until the returned guard drops (a
 /// sleep waits for it); asleep, the process is woken first. `Err`: the wake found no room in
@@ -138,9 +138,9 @@ impl Shim {
     }
 
     /// Puts the process's memory on `device` (`-1`: every device) to sleep, once its device work
-    /// has drained (within `timeout`). On any failure the process stays awake, with nothing
-    /// lost, and the error says why.
-    pub fn sleep(&self, device: CUdevice, timeout: Duration) -> Result<Moved, Refused> {
+    /// has drained (within `timeout`), for `why` (what the page and `stat` say). On any failure
+    /// the process stays awake, with nothing lost, and the error says why.
+    pub fn sleep(&self, device: CUdevice, timeout: Duration, why: Cause) -> Result<Moved, Refused> {
         let deadline = Instant::now() + timeout;
         let started = Instant::now();
         let turn = loop {
@@ -232,12 +232,19 @@ impl Shim {
                 why: format!("{why}; {now}"),
             });
         }
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        set_cause(why, since);
         set(if self.sleep.count.load(Relaxed) > 0 {
             State::Asleep
         } else {
             State::Awake
         });
         moved.seconds = started.elapsed().as_secs_f64();
+        if let Some(o) = super::shim::observer() {
+            o.asleep(self);
+        }
         log_at!(
             Info,
             "asleep: {} of device memory given back, {} copied to the host in {:.3} s",

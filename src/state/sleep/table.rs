@@ -49,6 +49,65 @@ pub(super) fn set(s: State) {
     STATE.store(s as u8, SeqCst);
 }
 
+/// Why the process went to sleep (as the page and `stat` show it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Cause {
+    /// Not said (a page of an older build, or the process is awake).
+    Unknown = 0,
+    /// The program's own call (`cudapool_sleep`, `cudapool.sleep()`).
+    Program = 1,
+    /// Asked from outside through the process's page (`cudapool sleep PID`).
+    Asked = 2,
+    /// Stopped: SIGTSTP (Slurm's suspend, a shell's Ctrl-Z) or its job's suspend.
+    Suspend = 3,
+    /// Idle, for another member of its group short of room (`CUDAPOOL_SLEEP_IDLE`).
+    Idle = 4,
+}
+
+impl Cause {
+    pub fn from_u8(v: u8) -> Cause {
+        match v {
+            1 => Cause::Program,
+            2 => Cause::Asked,
+            3 => Cause::Suspend,
+            4 => Cause::Idle,
+            _ => Cause::Unknown,
+        }
+    }
+
+    /// In words, for `stat`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::Unknown => "why not said",
+            Cause::Program => "the program's own call",
+            Cause::Asked => "asked from outside (cudapool sleep)",
+            Cause::Suspend => "stopped (SIGTSTP: Slurm's suspend or Ctrl-Z)",
+            Cause::Idle => "idle, for another member of its group",
+        }
+    }
+}
+
+/// Why the last sleep began, and when (ns since the Unix epoch): written before the state turns
+/// asleep, read with it.
+static CAUSE: AtomicU8 = AtomicU8::new(Cause::Unknown as u8);
+static SINCE_NS: AtomicU64 = AtomicU64::new(0);
+
+pub(super) fn set_cause(c: Cause, now_ns: u64) {
+    CAUSE.store(c as u8, Relaxed);
+    SINCE_NS.store(now_ns, Relaxed);
+}
+
+/// Why the process sleeps and since when (ns since the epoch); `(Unknown, 0)` while awake.
+pub fn cause() -> (Cause, u64) {
+    match state() {
+        State::Awake | State::FallingAsleep => (Cause::Unknown, 0),
+        State::Asleep | State::Waking => {
+            (Cause::from_u8(CAUSE.load(Relaxed)), SINCE_NS.load(Relaxed))
+        }
+    }
+}
+
 /// Host memory of its own (anonymous pages, given back when dropped): what a handle's live
 /// parts hold while asleep, in its first bytes (`len` may be more, when kept from an earlier
 /// sleep: [`Sleep::host_copy`]).
