@@ -122,6 +122,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "sleep: a process stopped by SIGTSTP (Slurm's suspend, Ctrl-Z) first gives its GPU memory back, and in a group the whole group sleeps until it continues; the default in a Slurm job (its group slurm-ID), keep elsewhere",
     ),
     (
+        "CUDAPOOL_SLEEP_READY",
+        "0|1",
+        "1: while awake, host memory as large as the process holds on its GPUs is made ahead (lent to the kernel, which may take it back), so that a first sleep copies into pages already there; costs that much resident host memory; 0 (the default): the sleep makes it",
+    ),
+    (
         "CUDAPOOL_FAULTS",
         "CALL=N,...",
         "debugging: make the named driver calls fail",

@@ -14,6 +14,7 @@ impl Shim {
     pub(crate) fn context_pool(&self, ctx: usize, device: CUdevice) -> Arc<ContextPool> {
         self.contexts.get_or_make(ctx, || {
             self.start_idle_thread();
+            self.start_ready_thread();
             let clock = ContextClock::made(self.driver, ctx, self.config.reuse);
             ContextPool {
                 device,

@@ -77,11 +77,12 @@ fn every_kind_of_work_call_wakes_the_process_and_the_data_comes_back() {
                 m[k].parse().unwrap()
             };
             assert_eq!(asleep["state"], "2", "{what}: asleep");
-            // The status report (cudapool_memory_status, CUDAPOOL_REPORT) says it too.
-            assert_eq!(
-                r.get("report_asleep", "status"),
-                "__asleep:_70.00_MiB_on_the_host",
-                "{what}"
+            // The status report (cudapool_memory_status, CUDAPOOL_REPORT) says it too, and why.
+            let status = r.get("report_asleep", "status");
+            assert!(
+                status.starts_with("__asleep:_70.00_MiB_on_the_host;_for_")
+                    && status.ends_with("_s:_the_program's_own_call"),
+                "{what}: {status}"
             );
             assert_eq!(r.get("report_woken", "status"), "none", "{what}");
             assert_eq!(n(&asleep, "asleep"), ARENA_LIVE, "{what}: {}", r.stdout);
@@ -481,5 +482,70 @@ fn a_wake_makes_a_handle_per_block_not_per_chunk() {
         );
         assert_eq!(f["unmaps"], f["creates"], "round {i}: {}", r.stdout);
         assert_eq!(f["copies_in"], f["copies_out"], "round {i}: {}", r.stdout);
+    }
+}
+
+/// `CUDAPOOL_SLEEP_READY=1`: while the process is awake, host memory as large as what it holds
+/// is made ahead (its pages faulted), and the first sleep copies into it; the data comes back
+/// intact. Without the setting nothing is made ahead.
+#[test]
+fn with_sleep_ready_the_first_sleep_copies_into_memory_made_ahead() {
+    use std::io::BufRead;
+    let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
+    for ready in ["1", "0"] {
+        let f = fixture();
+        let log = f
+            .dir
+            .join(format!("sleep-ready-{ready}-{}.log", std::process::id()));
+        let mut cmd = Command::new(f.dir.join("client"));
+        cmd.args(["gpa", "sleep_idle"]).current_dir(&f.dir);
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CUDAPOOL_")) {
+            cmd.env_remove(k);
+        }
+        let mut child = cmd
+            .env("LD_LIBRARY_PATH", &f.dir)
+            .env("LD_PRELOAD", &f.lib)
+            .env(EXPANDABLE.0, EXPANDABLE.1)
+            .env("CUDAPOOL_SLEEP_READY", ready)
+            .env("CUDAPOOL_LOG", "debug")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("client");
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while line.trim() != "ready" {
+            line.clear();
+            assert!(out.read_line(&mut line).unwrap() > 0, "the client ended");
+        }
+        let said = || std::fs::read_to_string(&log).unwrap_or_default();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while ready == "1" && !said().contains("of host memory ready for a sleep") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nothing made ready: {}",
+                said()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        if ready == "0" {
+            std::thread::sleep(std::time::Duration::from_millis(1200));
+        }
+        let pid = child.id().to_string();
+        let r = run_program(&cli, &["sleep", "--wait", &pid], false, &[]);
+        assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+        let (status, rest) = ended(&mut child, &mut out, "go");
+        assert!(status.success() && rest.contains("intact=1"), "{rest}");
+        let text = said();
+        let _ = std::fs::remove_file(&log);
+        if ready == "1" {
+            assert!(
+                text.contains("the copy goes into 70.00 MiB of host memory made ready ahead"),
+                "{text}"
+            );
+        } else {
+            assert!(!text.contains("made ready"), "{text}");
+        }
     }
 }

@@ -25,6 +25,7 @@ pub const KNOWN: &[&str] = &[
     "CUDAPOOL_MEMORY_REQUEST",
     "CUDAPOOL_CACHE_IDLE",
     "CUDAPOOL_SUSPEND",
+    "CUDAPOOL_SLEEP_READY",
     // A debug setting (README): driver calls made to fail.
     "CUDAPOOL_FAULTS",
     // `cudapool run`: where the library is, when not beside the command.

@@ -21,6 +21,10 @@ pub struct SleepSettings {
     /// suspend, a shell's Ctrl-Z) or its group is suspended; `None`: the default, which is
     /// yes in a Slurm job's group and no elsewhere (`Config::suspend_sleeps`).
     pub suspend: Option<bool>,
+    /// `CUDAPOOL_SLEEP_READY=1`: host memory as large as what the process holds on its GPUs is
+    /// made ahead of a sleep (its pages faulted, then lent to the kernel), so that a first sleep
+    /// copies into pages already there. Off by default: it costs an awake process that memory.
+    pub ready: bool,
 }
 
 impl Default for SleepSettings {
@@ -30,12 +34,13 @@ impl Default for SleepSettings {
             idle: None,
             request: DeviceLimits::default(),
             suspend: None,
+            ready: false,
         }
     }
 }
 
 impl SleepSettings {
-    /// Reads the three variables through `get` (an empty value is unset).
+    /// Reads the sleep variables through `get` (an empty value is unset).
     pub(super) fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let bad =
             |var: &'static str, value: &str, why: String, accepted: &'static str| ConfigError {
@@ -72,9 +77,26 @@ impl SleepSettings {
                 }
             };
         }
+        if let Some(v) = get("CUDAPOOL_SLEEP_READY") {
+            s.ready = match v.trim() {
+                "1" => true,
+                "0" => false,
+                _ => {
+                    return Err(bad(
+                        "CUDAPOOL_SLEEP_READY",
+                        &v,
+                        "neither 0 nor 1".into(),
+                        READY_FORMS,
+                    ))
+                }
+            };
+        }
         Ok(s)
     }
 }
+
+pub const READY_FORMS: &str =
+    "1 (host memory for a sleep made ahead, while awake) or 0 (made by the sleep, the default)";
 
 pub const SUSPEND_FORMS: &str =
     "sleep (a stopped process gives its GPU memory back until it continues) or keep";

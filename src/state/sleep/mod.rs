@@ -25,7 +25,7 @@
 //! `CUDAPOOL_WAKE_TIMEOUT`.
 
 use super::Shim;
-use crate::base::config::LogLevel::{Info, Warn};
+use crate::base::config::LogLevel::{Debug, Info, Warn};
 use crate::base::cu::*;
 use crate::base::in_flight::Entered;
 use crate::base::log::fmt_bytes;
@@ -38,6 +38,7 @@ use std::collections::BTreeMap;
 mod copy;
 mod foreign;
 mod idle;
+mod ready;
 mod table;
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
@@ -320,7 +321,10 @@ impl Shim {
             .collect();
         drop(asleep);
         let live: u64 = going.iter().flat_map(|m| &m.live).map(|&(_, n)| n).sum();
-        host_room_for(live).inspect_err(|_| *short = true)?;
+        // What was made ready ahead is the process's already (`ready`).
+        host_room_for(live.saturating_sub(self.sleep.ready_bytes()))
+            .inspect_err(|_| *short = true)?;
+        let ready_before = self.sleep.ready_bytes();
         let mut hosts = Vec::with_capacity(going.len());
         for m in &going {
             let need: u64 = m.live.iter().map(|&(_, n)| n).sum();
@@ -331,6 +335,14 @@ impl Shim {
                     fmt_bytes(live)
                 )
             })?);
+        }
+        let from_ready = ready_before.saturating_sub(self.sleep.ready_bytes());
+        if from_ready > 0 {
+            log_at!(
+                Debug,
+                "the copy goes into {} of host memory made ready ahead",
+                fmt_bytes(from_ready)
+            );
         }
         // Every handle's parts in one pass, each into its place in its handle's host copy.
         let parts = host_parts(going.iter().map(|m| m.live.iter().copied()).zip(&hosts));

@@ -113,7 +113,7 @@ pub fn cause() -> (Cause, u64) {
 /// sleep: [`Sleep::host_copy`]).
 pub(super) struct HostCopy {
     pub(super) ptr: *mut u8,
-    len: usize,
+    pub(super) len: usize,
 }
 
 // SAFETY: the pages are owned by this value alone; nothing else holds the pointer.
@@ -147,6 +147,32 @@ impl HostCopy {
         // SAFETY: advice on the mapping just made, of its length.
         unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
         Some(HostCopy { ptr: p.cast(), len })
+    }
+
+    /// The first `len` bytes (rounded up to 2 MiB, a huge page) as a host copy of their own,
+    /// this one keeping the rest; `None` when this one is not larger than that. (Each piece of
+    /// a mapping can be unmapped alone.)
+    pub(super) fn split_front(&mut self, len: u64) -> Option<HostCopy> {
+        let len = usize::try_from(len.next_multiple_of(2 << 20)).ok()?;
+        if len == 0 || len >= self.len {
+            return None;
+        }
+        let front = HostCopy { ptr: self.ptr, len };
+        // SAFETY: `len < self.len`: the rest of this value's own mapping.
+        self.ptr = unsafe { self.ptr.add(len) };
+        self.len -= len;
+        Some(front)
+    }
+
+    /// Makes every page of the copy now (the kernel zeroes each as it faults), so that a copy
+    /// into it later finds its pages there; then lends them to the kernel (`MADV_FREE`, see
+    /// [`lend_to_kernel`](Self::lend_to_kernel)). `false` where that advice is not had.
+    pub(super) fn made_ready(&self) -> bool {
+        for off in (0..self.len).step_by(4096) {
+            // SAFETY: inside this value's own writable mapping, which nothing else uses yet.
+            unsafe { self.ptr.add(off).write_volatile(0) };
+        }
+        self.lend_to_kernel()
     }
 
     /// Lets the kernel take the pages back whenever it needs memory (`MADV_FREE`): until then
@@ -237,6 +263,10 @@ pub struct Sleep {
     /// (`HostCopy::lend_to_kernel`): the next sleep's destinations. Dropped at the end of the
     /// sleep that did not reuse them, so they never hold more than the last sleep's bytes.
     pub(super) spare: Mutex<Vec<HostCopy>>,
+    /// With `CUDAPOOL_SLEEP_READY=1`: host memory made ahead of a sleep, its pages there
+    /// (`HostCopy::made_ready`) and lent to the kernel, carved into host copies by the first
+    /// sleep that needs them (`ready`). Kept across sleeps; never more than the process holds.
+    pub(super) ready: Mutex<Vec<HostCopy>>,
 }
 
 thread_local! {
@@ -255,10 +285,36 @@ impl Sleep {
             .filter(|(_, h)| (len..=len * 2 + (2 << 20)).contains(&(h.len as u64)))
             .min_by_key(|(_, h)| h.len)
             .map(|(i, _)| i);
-        match best {
-            Some(i) => Some(spare.swap_remove(i)),
-            None => HostCopy::new(len),
+        if let Some(i) = best {
+            return Some(spare.swap_remove(i));
         }
+        drop(spare);
+        self.carve_ready(len).or_else(|| HostCopy::new(len))
+    }
+
+    /// A host copy of at least `len` bytes carved from the memory made ready ahead (the
+    /// smallest piece that holds them, whole when what would be left is under 2 MiB).
+    fn carve_ready(&self, len: u64) -> Option<HostCopy> {
+        let mut ready = lock(&self.ready);
+        let i = (ready.iter().enumerate())
+            .filter(|(_, h)| h.len as u64 >= len)
+            .min_by_key(|(_, h)| h.len)
+            .map(|(i, _)| i)?;
+        match ready[i].split_front(len) {
+            Some(front) if ready[i].len >= 2 << 20 => Some(front),
+            // What is left is under a huge page: the whole piece goes, its rest with it.
+            Some(front) => {
+                let rest = ready.swap_remove(i);
+                drop(rest);
+                Some(front)
+            }
+            None => Some(ready.swap_remove(i)),
+        }
+    }
+
+    /// Bytes of host memory made ready ahead of a sleep and not yet used.
+    pub(super) fn ready_bytes(&self) -> u64 {
+        lock(&self.ready).iter().map(|h| h.len as u64).sum()
     }
 
     /// A wake emptied `host`: kept as a spare where the kernel can take its pages back.
