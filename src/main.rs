@@ -6,6 +6,7 @@
 
 mod cli {
     pub mod absent;
+    pub mod arbiter;
     pub mod config;
     pub mod exporter;
     pub mod jobstat;

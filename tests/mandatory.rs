@@ -189,7 +189,7 @@ fn a_forged_ledger_cannot_take_a_job_past_its_share() {
     let jobs = Path::new("/run/cudapool/jobs");
     let gdir = cudapool::base::job::ledger_dir(&job);
     let ledger = gdir.join(format!("group-slurm-{job}"));
-    let share_text = cudapool::base::job::share_text(&job, 1 << 30);
+    let share_text = cudapool::base::job::share_text(&job, 1 << 30, None);
     let board = f.dir.join(format!("board-{job}"));
     let _ = std::fs::remove_dir_all(&board);
     std::fs::create_dir_all(&board).unwrap();

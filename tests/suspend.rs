@@ -365,7 +365,7 @@ fn a_job_suspended_as_slurm_does_it_frees_the_gpu_for_its_whole_stop() {
         touch {go}; wait $shell; echo shell_rc=$?
         cat {scratch}/out
         "#,
-        share = cudapool::base::job::share_text(&job, 1 << 30),
+        share = cudapool::base::job::share_text(&job, 1 << 30, None),
         gdir = gdir.display(),
         cg = cg.display(),
         lib = f.lib.display(),

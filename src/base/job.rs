@@ -71,6 +71,20 @@ pub fn apply(c: &mut Config, share: JobShare) {
             "CUDAPOOL_SUSPEND=keep ignored: this process runs in job {job}, whose GPU memory goes back when Slurm suspends it"
         ));
     }
+    if let Some(r) = share.request {
+        // The floor root's arbiter judges by: the environment cannot raise it (a job at or
+        // under its request is never put to sleep for another).
+        if c.sleep.request.is_set() {
+            c.job_notes.push(format!(
+                "CUDAPOOL_MEMORY_REQUEST ignored: job {job}'s request is its gpumem"
+            ));
+        }
+        c.sleep.request = DeviceLimits {
+            all: Some(Limit::Bytes(r)),
+            ..DeviceLimits::default()
+        };
+        c.job_overcommitted = true;
+    }
     c.group_dir = Some(ledger_dir(job));
     c.group_fixed = true;
     c.job = Some(share.job);
@@ -98,6 +112,21 @@ pub fn foreign_slurm_group(group: &str, my_job: Option<&str>) -> Option<String> 
 
 /// Where the root prolog writes the jobs' files.
 pub const JOBS_DIR: &str = "/run/cudapool/jobs";
+/// Where root's arbiter listens on a node whose GPU memory is overcommitted (`cudapool slurm
+/// arbiter`), in root's folder beside the jobs'.
+pub const ARBITER_SOCKET: &str = "/run/cudapool/arbiter.sock";
+
+/// The job process `pid` runs in, from its cgroups (at most 64 KiB read, as the kernel keeps
+/// them: no user can forge them); `None` when it is in none or is gone.
+pub fn job_of_pid(pid: u32) -> Option<String> {
+    let mut text = String::new();
+    std::fs::File::open(format!("/proc/{pid}/cgroup"))
+        .ok()?
+        .take(64 << 10)
+        .read_to_string(&mut text)
+        .ok()?;
+    job_of_cgroups(&text)
+}
 const MAX_FILE: u64 = 4096;
 
 /// What a job's file says.
@@ -106,6 +135,10 @@ pub struct JobShare {
     pub job: String,
     pub group: String,
     pub limit: DeviceLimits,
+    /// On a node whose GPU memory is overcommitted (`overcommit=` in the site's settings): the
+    /// job's `gpumem` per GPU, its floor; root's arbiter may put the job to sleep for another
+    /// while it holds more than this and is idle (`cudapool slurm arbiter`).
+    pub request: Option<u64>,
 }
 
 /// The job id a cgroup listing (`/proc/self/cgroup`'s text) names, read only where Slurm
@@ -137,10 +170,14 @@ pub fn job_of_cgroups(text: &str) -> Option<String> {
     })
 }
 
-/// The text of job `job`'s share file: its group and `bytes` per GPU (0: a share of nothing).
-/// The one writer of the format [`read_share`] reads (the root Prolog, `cudapool slurm`).
-pub fn share_text(job: &str, bytes: u64) -> String {
-    format!("group=slurm-{job}\nlimit={bytes}\n")
+/// The text of job `job`'s share file: its group and `bytes` per GPU (0: a share of nothing),
+/// and on an overcommitted node its `request` per GPU. The one writer of the format
+/// [`read_share`] reads (the root Prolog, `cudapool slurm`).
+pub fn share_text(job: &str, bytes: u64, request: Option<u64>) -> String {
+    match request {
+        Some(r) => format!("group=slurm-{job}\nlimit={bytes}\nrequest={r}\n"),
+        None => format!("group=slurm-{job}\nlimit={bytes}\n"),
+    }
 }
 
 /// The text of a small regular file, checked on its descriptor (never through a link, never a
@@ -196,6 +233,7 @@ pub fn read_share(dir: &Path, job: &str) -> Result<Option<JobShare>, String> {
         job: job.to_string(),
         group: format!("slurm-{job}"),
         limit: DeviceLimits::default(),
+        request: None,
     };
     let mut limit = false;
     for setting in settings(&text) {
@@ -209,6 +247,12 @@ pub fn read_share(dir: &Path, job: &str) -> Result<Option<JobShare>, String> {
             "group" => {
                 share.group =
                     parse_group(v).map_err(|e| format!("{}: group: {e}", path.display()))?;
+            }
+            "request" => {
+                share.request =
+                    Some(v.trim().parse().map_err(|_| {
+                        format!("{}: request: not a number of bytes", path.display())
+                    })?);
             }
             other => return Err(format!("{}: unknown {other:?}", path.display())),
         }
@@ -346,7 +390,7 @@ mod tests {
         std::fs::write(d.join("9"), "limit=64MiB\n").unwrap();
         let s = read_share(&d, "9").unwrap().unwrap();
         assert_eq!(s.group, "slurm-9");
-        std::fs::write(d.join("14"), share_text("14", 5 << 20)).unwrap();
+        std::fs::write(d.join("14"), share_text("14", 5 << 20, None)).unwrap();
         let written = read_share(&d, "14").unwrap().unwrap();
         assert_eq!(
             (written.group.as_str(), written.limit.all),

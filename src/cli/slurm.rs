@@ -20,7 +20,7 @@
 //! of a job that asked for no gpumem, the library the TaskProlog preloads, where Slurm's
 //! commands are (run by absolute path, never through `PATH`, which Slurm gives a Prolog none of).
 
-use super::slurm_site::{euid, site, slurm_command, Site, DEFAULT_CONFIG};
+use super::slurm_site::{euid, root_dir, site, slurm_command, Site, DEFAULT_CONFIG};
 use clap::{Args, Subcommand};
 use cudapool::base::job::{ledger_dir, JOBS_DIR};
 use std::ffi::CString;
@@ -46,6 +46,13 @@ enum What {
     Epilog,
     /// Slurm's TaskProlog: prints the exports that preload cudapool into the job's group
     TaskProlog,
+    /// Root's arbiter on a node whose GPU memory is overcommitted (overcommit= in the site's
+    /// settings): puts jobs idle above their request to sleep for others (as root, a service)
+    Arbiter {
+        /// Serve one request, then end (tests)
+        #[arg(long)]
+        once: bool,
+    },
     /// Prints a job's share of GPU memory per GPU on this node, in bytes
     Share {
         /// The job's id
@@ -231,6 +238,7 @@ pub fn slurm(a: SlurmArgs) -> ExitCode {
         What::Prolog => prolog(a.config.as_deref()),
         What::Epilog => epilog(),
         What::TaskProlog => task_prolog(a.config.as_deref()),
+        What::Arbiter { once } => super::arbiter::arbiter(a.config.as_deref(), once),
         What::Share { job, gpus } => job_id(&job).map(|job| match share_of(job, gpus.as_deref()) {
             Ok(Some(b)) => println!("{b}"),
             Ok(None) => println!("none"),
@@ -244,22 +252,6 @@ pub fn slurm(a: SlurmArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-/// A folder of root that nobody else may write, made (0755) if absent; refused otherwise.
-fn root_dir(path: &Path) -> Result<(), String> {
-    match std::fs::create_dir(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot make {}: {e}", path.display())),
-    }
-    let m = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if !m.is_dir() || m.uid() != 0 {
-        return Err(format!("{}: not a folder of root", path.display()));
-    }
-    // Only a folder of root's: set to 0755 (never writable by others).
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// The job's id as slurmd gives it to every Prolog, Epilog and TaskProlog; without it the
@@ -286,8 +278,17 @@ fn prolog(config: Option<&Path>) -> Result<(), String> {
         .and_then(|u| u.parse().ok())
         .ok_or("SLURM_JOB_UID is not a uid")?;
     let share = share_of(&job, env("SLURM_JOB_GPUS").as_deref());
-    let Some(bytes) = decide(share, &site, &mut said) else {
+    let Some(request) = decide(share, &site, &mut said) else {
         return Ok(());
+    };
+    // Overcommitted (`overcommit=F`): the job may hold F times its request, which stays its
+    // floor (root's arbiter judges by it); else the request is the limit.
+    let (bytes, request) = match site.overcommit {
+        Some(f) => (
+            (request as f64 * f).min(u64::MAX as f64) as u64,
+            Some(request),
+        ),
+        None => (request, None),
     };
     let jobs = Path::new(JOBS_DIR);
     root_dir(jobs.parent().unwrap_or(Path::new("/run")))?;
@@ -344,7 +345,7 @@ fn prolog(config: Option<&Path>) -> Result<(), String> {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)
             .map_err(|e| format!("{}: {e}", tmp.display()))?;
-        f.write_all(cudapool::base::job::share_text(&job, bytes).as_bytes())
+        f.write_all(cudapool::base::job::share_text(&job, bytes, request).as_bytes())
             .map_err(|e| format!("{}: {e}", tmp.display()))?;
     }
     std::fs::rename(&tmp, jobs.join(&job)).map_err(|e| format!("{}: {e}", jobs.display()))?;

@@ -6,6 +6,7 @@
 //! absolute path, never found through `PATH` (`slurm_command`).
 
 use cudapool::base::config::parse_size;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 pub const DEFAULT_CONFIG: &str = "/etc/cudapool/slurm.conf";
@@ -19,7 +20,18 @@ pub struct Site {
     pub library: Option<PathBuf>,
     /// Where Slurm's commands are (`slurm_bin=DIR`), when not in a folder Slurm's packages use.
     pub slurm_bin: Option<PathBuf>,
+    /// `overcommit=F` (more than 1, at most 16): the node admits F times each GPU's memory in
+    /// `gpumem`; a job may hold F times its request, and root's arbiter puts jobs idle above
+    /// their request to sleep for others. `None`: 1, no overcommit.
+    pub overcommit: Option<f64>,
+    /// `sleep_idle=DURATION`: how long a job's device work must have been idle before the
+    /// arbiter may put it to sleep for another ([`SLEEP_IDLE`] by default).
+    pub sleep_idle: Option<std::time::Duration>,
 }
+
+/// How long a job must have been idle before root's arbiter may put it to sleep, unless the
+/// site says (`sleep_idle=`).
+pub const SLEEP_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The folders Slurm's packages and builds install their commands into, searched in this
 /// order when the site names none. Never `PATH`: Slurm gives its prologs none, and a user's
@@ -69,6 +81,22 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// A folder of root that nobody else may write, made (0755) if absent; refused otherwise.
+pub fn root_dir(path: &Path) -> Result<(), String> {
+    match std::fs::create_dir(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot make {}: {e}", path.display())),
+    }
+    let m = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !m.is_dir() || m.uid() != 0 {
+        return Err(format!("{}: not a folder of root", path.display()));
+    }
+    // Only a folder of root's: set to 0755 (never writable by others).
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// Reads the site's settings. An absent default file is the defaults; as root, a file that is
 /// not root's alone is refused.
 pub fn site(explicit: Option<&Path>) -> Result<Site, String> {
@@ -103,9 +131,25 @@ pub fn parse_site(text: &str) -> Result<Site, String> {
             "library" => s.library = Some(PathBuf::from(v)),
             "slurm_bin" if Path::new(v).is_absolute() => s.slurm_bin = Some(PathBuf::from(v)),
             "slurm_bin" => return Err(format!("slurm_bin: {v:?} is not an absolute path")),
+            "overcommit" => {
+                let f: f64 = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("overcommit: {v:?} is not a number"))?;
+                if !(1.0..=16.0).contains(&f) {
+                    return Err(format!("overcommit: {v} is not from 1 to 16"));
+                }
+                s.overcommit = (f > 1.0).then_some(f);
+            }
+            "sleep_idle" => {
+                s.sleep_idle = Some(
+                    cudapool::base::config::parse_duration(v)
+                        .map_err(|e| format!("sleep_idle: {e}"))?,
+                )
+            }
             other => {
                 return Err(format!(
-                    "unknown setting {other:?} (no_gpumem=none|SIZE, library=PATH, slurm_bin=DIR)"
+                    "unknown setting {other:?} (no_gpumem=none|SIZE, library=PATH, slurm_bin=DIR, overcommit=FACTOR, sleep_idle=DURATION)"
                 ))
             }
         }
@@ -125,8 +169,24 @@ mod tests {
                 no_gpumem: Some(2 << 30),
                 library: Some("/opt/cudapool/libcudapool.so".into()),
                 slurm_bin: None,
+                overcommit: None,
+                sleep_idle: None,
             })
         );
+        let s = parse_site("overcommit=2\nsleep_idle=90s\n").unwrap();
+        assert_eq!(
+            (s.overcommit, s.sleep_idle),
+            (Some(2.0), Some(std::time::Duration::from_secs(90)))
+        );
+        assert_eq!(parse_site("overcommit=1").map(|s| s.overcommit), Ok(None));
+        for bad in [
+            "overcommit=0.5",
+            "overcommit=17",
+            "overcommit=two",
+            "sleep_idle=soon",
+        ] {
+            assert!(parse_site(bad).is_err(), "{bad}");
+        }
         assert_eq!(
             parse_site("slurm_bin=/opt/slurm-23/bin").map(|s| s.slurm_bin),
             Ok(Some("/opt/slurm-23/bin".into()))

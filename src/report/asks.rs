@@ -167,6 +167,27 @@ pub fn ask_sleep(
     drain: std::time::Duration,
     wait: Option<std::time::Duration>,
 ) -> Result<Option<SleepAnswer>, String> {
+    ask_sleep_what(pid, configured, if wake { 2 } else { 1 }, drain, wait)
+}
+
+/// Root's arbiter asks process `pid` to sleep if its device work has been idle for `idle`,
+/// and waits at most `wait` for the answer.
+pub fn ask_sleep_if_idle(
+    pid: u32,
+    idle: std::time::Duration,
+    wait: std::time::Duration,
+) -> Result<Option<SleepAnswer>, String> {
+    ask_sleep_what(pid, None, 3, idle, Some(wait))
+}
+
+/// The page's `sleep_what` (1 sleep, 2 wake, 3 sleep if idle) with its time in ms.
+fn ask_sleep_what(
+    pid: u32,
+    configured: Option<&Path>,
+    what: u64,
+    time: std::time::Duration,
+    wait: Option<std::time::Duration>,
+) -> Result<Option<SleepAnswer>, String> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let (dir, name) = find_as(pid, configured, root).ok_or(if root {
@@ -179,12 +200,12 @@ pub fn ask_sleep(
     let at = |field: usize| field as u64;
     write_at(
         &fd,
-        &(if wake { 2u64 } else { 1 }).to_ne_bytes(),
+        &what.to_ne_bytes(),
         at(std::mem::offset_of!(Page, sleep_what)),
     )?;
     write_at(
         &fd,
-        &(drain.as_millis() as u64).to_ne_bytes(),
+        &(time.as_millis() as u64).to_ne_bytes(),
         at(std::mem::offset_of!(Page, sleep_timeout_ms)),
     )?;
     ask(

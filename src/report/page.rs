@@ -14,8 +14,8 @@ pub const REQUEST_ERROR: usize = 256;
 pub const MAX_DEVICES: usize = 64;
 /// Counters per device: [`DeviceStats`] in its order, but with the requested bytes (added in
 /// layout 4), the overhead (layout 6), the asleep bytes and the sleep state (layout 7), the
-/// panics (layout 8), why and since when it sleeps (layout 9) last.
-pub const FIELDS: usize = 25;
+/// panics (layout 8), why and since when it sleeps and when it was last active (layout 9) last.
+pub const FIELDS: usize = 26;
 
 /// The longest group name (`CUDAPOOL_GROUP`), NUL-padded in the page.
 pub const GROUP_NAME: usize = 64;
@@ -70,8 +70,9 @@ pub struct Page {
     /// For the asker to report: an observer's mistake never reaches the program's stderr.
     pub snap_error: [u8; REQUEST_ERROR],
     /// A sleep or wake asked from outside (`cudapool sleep|wake PID`): the asker writes
-    /// `sleep_what` (1 sleep, 2 wake) and `sleep_timeout_ms` (how long a sleep waits for device
-    /// work to drain), then bumps `sleep_request`; the process writes `sleep_answer` and then
+    /// `sleep_what` (1 sleep, 2 wake, 3 sleep if idle) and `sleep_timeout_ms` (how long a sleep
+    /// waits for device work to drain; for 3, how long the work must have been idle), then
+    /// bumps `sleep_request`; the process writes `sleep_answer` and then
     /// sets `sleep_served` to the request it served.
     pub sleep_request: AtomicU64,
     pub sleep_served: AtomicU64,
@@ -85,6 +86,9 @@ pub struct Page {
 pub struct SleepRequest {
     pub seq: u64,
     pub wake: bool,
+    /// A sleep only if the process's device work has been idle for `timeout` (root's arbiter,
+    /// `sleep_what` 3); else `timeout` is how long a sleep waits for its work to drain.
+    pub if_idle: bool,
     pub timeout: std::time::Duration,
 }
 
@@ -122,6 +126,7 @@ pub fn stats_to_array(s: &DeviceStats) -> [u64; FIELDS] {
         s.panics,
         s.sleep_cause,
         s.asleep_since_ns,
+        s.active_ns,
     ]
 }
 
@@ -152,5 +157,6 @@ pub fn array_to_stats(a: &[u64; FIELDS]) -> DeviceStats {
         panics: a[22],
         sleep_cause: a[23],
         asleep_since_ns: a[24],
+        active_ns: a[25],
     }
 }

@@ -430,9 +430,11 @@ impl Publisher {
         if seq == get_u64(&self.fd, at!(sleep_served))? {
             return None;
         }
+        let what = get_u64(&self.fd, at!(sleep_what))?;
         Some(super::page::SleepRequest {
             seq,
-            wake: get_u64(&self.fd, at!(sleep_what))? == 2,
+            wake: what == 2,
+            if_idle: what == 3,
             timeout: std::time::Duration::from_millis(get_u64(&self.fd, at!(sleep_timeout_ms))?),
         })
     }

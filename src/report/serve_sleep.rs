@@ -47,6 +47,10 @@ pub(super) fn serve_sleep(req: page::SleepRequest, answered: fn(u64, &str)) {
             Some(_) if crate::state::sleep::state() == crate::state::sleep::State::Asleep => {
                 "already".to_string()
             }
+            Some(shim) if req.if_idle => match shim.sleep_if_idle_for_another_job(req.timeout) {
+                Ok(m) => moved(m),
+                Err(r) => format!("refused {} {}", r.code, r.why),
+            },
             Some(shim) => match shim.sleep(-1, req.timeout, crate::state::sleep::Cause::Asked) {
                 Ok(m) => moved(m),
                 Err(r) => format!("refused {} {}", r.code, r.why),

@@ -3,9 +3,8 @@
 //! job's when its cgroup path names the job (`base::job::job_of_cgroups`, which the kernel
 //! keeps and the user cannot forge), as this process's own membership was read.
 
-use crate::base::job::job_of_cgroups;
+use crate::base::job::job_of_pid as job_of;
 use crate::limits::group::Witness;
-use std::io::Read as _;
 
 pub struct JobWitness {
     pub job: String,
@@ -27,16 +26,4 @@ impl Witness for JobWitness {
     fn name(&self) -> String {
         format!("job {}", self.job)
     }
-}
-
-/// The job process `pid` runs in, from its cgroups (at most 64 KiB read); `None` when it is in
-/// none or is gone.
-fn job_of(pid: u32) -> Option<String> {
-    let mut text = String::new();
-    std::fs::File::open(format!("/proc/{pid}/cgroup"))
-        .ok()?
-        .take(64 << 10)
-        .read_to_string(&mut text)
-        .ok()?;
-    job_of_cgroups(&text)
 }

@@ -26,6 +26,7 @@
 //!   physical memory, arrays), but charged against the limit and in the stats like pooled
 //!   memory.
 
+mod arbiter;
 pub mod budgets;
 mod cache_idle;
 mod captured;

@@ -152,6 +152,13 @@ impl Shim {
                 {
                     retried = Some(pool_alloc(&up));
                 }
+                // On an overcommitted GPU: other jobs idle longest, put to sleep by root's
+                // arbiter (when the driver, not this job's share, is what refused).
+                if !matches!(retried, Some(Ok(_)))
+                    && self.ask_arbiter(dev, size.next_multiple_of(2 << 20))
+                {
+                    retried = Some(last_try(&up));
+                }
                 // Memory went back to the driver since we asked (another thread's reclaim or
                 // free): try again, while it keeps coming back (bounded).
                 for _ in 0..RELEASE_RETRIES {

@@ -28,8 +28,9 @@
 //   sleep_idle       fills its blocks, prints "ready", waits for a line on stdin (meanwhile
 //                    `cudapool sleep|wake PID` acts from outside), then checks its data
 //   sleep_reset      a primary context reset while asleep wakes the process first
-//   suspend_hold MIB FILE  MIB MiB in 8 MiB blocks; "ready"; a 1-byte copy (work) every 20 ms
-//                    until FILE exists; then "suspend_hold intact=0|1" (tests/suspend.rs)
+//   suspend_hold MIB FILE [idle]  MIB MiB in 8 MiB blocks; "ready"; a 1-byte copy (work)
+//                    every 20 ms (with "idle": no device work at all) until FILE exists; then
+//                    "suspend_hold intact=0|1" (tests/suspend.rs, tests/overcommit.rs)
 //   sleep_vmm WAKER  the program's own virtual memory beside the pool's blocks, asleep and
 //                    woken by WAKER, twice; its handle values still work after (sleep_vmm)
 #define _GNU_SOURCE
@@ -669,8 +670,9 @@ static int suspend_hold(int argc, char **argv) {
     fill(&b[i]);
   }
   printf("ready\n");
+  int idle = argc > 2 && !strcmp(argv[2], "idle");
   for (unsigned char byte; access(argv[1], F_OK) != 0; usleep(20000))
-    CHECK(cu.MemcpyDtoH(&byte, b[0].p, 1));
+    if (!idle) CHECK(cu.MemcpyDtoH(&byte, b[0].p, 1));
   int ok = 1;
   for (size_t i = 0; i < n; i++) ok &= intact(&b[i]) && cu.MemFree(b[i].p) == CUDA_SUCCESS;
   printf("suspend_hold intact=%d\n", ok);

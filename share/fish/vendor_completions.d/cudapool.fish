@@ -69,18 +69,22 @@ complete -c cudapool -n "__fish_cudapool_using_subcommand config" -l libdir -d '
 complete -c cudapool -n "__fish_cudapool_using_subcommand config" -l pkgconfigdir -d 'The folder of cudapool.pc (for PKG_CONFIG_PATH)'
 complete -c cudapool -n "__fish_cudapool_using_subcommand config" -l cmakedir -d 'The folder of cudapool-config.cmake (for cudapool_DIR or CMAKE_PREFIX_PATH)'
 complete -c cudapool -n "__fish_cudapool_using_subcommand config" -s h -l help -d 'Print help'
-complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and not __fish_seen_subcommand_from prolog epilog task-prolog share" -l config -d 'The site\'s settings (default /etc/cudapool/slurm.conf, or CUDAPOOL_SLURM_CONFIG)' -r -F
-complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and not __fish_seen_subcommand_from prolog epilog task-prolog share" -s h -l help -d 'Print help'
-complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and not __fish_seen_subcommand_from prolog epilog task-prolog share" -f -a "prolog" -d 'Slurm\'s root Prolog: writes the job\'s share into /run/cudapool/jobs/JOBID (as root)'
-complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and not __fish_seen_subcommand_from prolog epilog task-prolog share" -f -a "epilog" -d 'Slurm\'s root Epilog: removes the job\'s share and its group\'s folder (as root)'
-complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and not __fish_seen_subcommand_from prolog epilog task-prolog share" -f -a "task-prolog" -d 'Slurm\'s TaskProlog: prints the exports that preload cudapool into the job\'s group'
-complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and not __fish_seen_subcommand_from prolog epilog task-prolog share" -f -a "share" -d 'Prints a job\'s share of GPU memory per GPU on this node, in bytes'
+complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and not __fish_seen_subcommand_from prolog epilog task-prolog arbiter share" -l config -d 'The site\'s settings (default /etc/cudapool/slurm.conf, or CUDAPOOL_SLURM_CONFIG)' -r -F
+complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and not __fish_seen_subcommand_from prolog epilog task-prolog arbiter share" -s h -l help -d 'Print help'
+complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and not __fish_seen_subcommand_from prolog epilog task-prolog arbiter share" -f -a "prolog" -d 'Slurm\'s root Prolog: writes the job\'s share into /run/cudapool/jobs/JOBID (as root)'
+complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and not __fish_seen_subcommand_from prolog epilog task-prolog arbiter share" -f -a "epilog" -d 'Slurm\'s root Epilog: removes the job\'s share and its group\'s folder (as root)'
+complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and not __fish_seen_subcommand_from prolog epilog task-prolog arbiter share" -f -a "task-prolog" -d 'Slurm\'s TaskProlog: prints the exports that preload cudapool into the job\'s group'
+complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and not __fish_seen_subcommand_from prolog epilog task-prolog arbiter share" -f -a "arbiter" -d 'Root\'s arbiter on a node whose GPU memory is overcommitted (overcommit= in the site\'s settings): puts jobs idle above their request to sleep for others (as root, a service)'
+complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and not __fish_seen_subcommand_from prolog epilog task-prolog arbiter share" -f -a "share" -d 'Prints a job\'s share of GPU memory per GPU on this node, in bytes'
 complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and __fish_seen_subcommand_from prolog" -l config -d 'The site\'s settings (default /etc/cudapool/slurm.conf, or CUDAPOOL_SLURM_CONFIG)' -r -F
 complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and __fish_seen_subcommand_from prolog" -s h -l help -d 'Print help'
 complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and __fish_seen_subcommand_from epilog" -l config -d 'The site\'s settings (default /etc/cudapool/slurm.conf, or CUDAPOOL_SLURM_CONFIG)' -r -F
 complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and __fish_seen_subcommand_from epilog" -s h -l help -d 'Print help'
 complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and __fish_seen_subcommand_from task-prolog" -l config -d 'The site\'s settings (default /etc/cudapool/slurm.conf, or CUDAPOOL_SLURM_CONFIG)' -r -F
 complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and __fish_seen_subcommand_from task-prolog" -s h -l help -d 'Print help'
+complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and __fish_seen_subcommand_from arbiter" -l config -d 'The site\'s settings (default /etc/cudapool/slurm.conf, or CUDAPOOL_SLURM_CONFIG)' -r -F
+complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and __fish_seen_subcommand_from arbiter" -l once -d 'Serve one request, then end (tests)'
+complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and __fish_seen_subcommand_from arbiter" -s h -l help -d 'Print help'
 complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and __fish_seen_subcommand_from share" -l gpus -d 'The GPUs the job has on this node (as SLURM_JOB_GPUS: 0,1)' -r
 complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and __fish_seen_subcommand_from share" -l config -d 'The site\'s settings (default /etc/cudapool/slurm.conf, or CUDAPOOL_SLURM_CONFIG)' -r -F
 complete -c cudapool -n "__fish_cudapool_using_subcommand slurm; and __fish_seen_subcommand_from share" -s h -l help -d 'Print help'

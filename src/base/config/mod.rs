@@ -150,6 +150,9 @@ pub struct Config {
     /// environment the job's share overrode (said once, with the other notes).
     pub job: Option<String>,
     pub job_notes: Vec<String>,
+    /// The job runs on a node whose GPU memory is overcommitted (its share file names a
+    /// request): a refusal by the driver first asks root's arbiter for room.
+    pub job_overcommitted: bool,
     /// Where the group's ledger lives when not in the runtime directory: the job's folder of
     /// root under the mandatory mode (`job::ledger_dir`).
     pub group_dir: Option<PathBuf>,
@@ -210,6 +213,7 @@ impl Default for Config {
             oom_snapshot_keep: OOM_SNAPSHOT_KEEP,
             sleep: SleepSettings::default(),
             job: None,
+            job_overcommitted: false,
             job_notes: Vec::new(),
             group_dir: None,
             group_fixed: false,

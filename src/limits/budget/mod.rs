@@ -217,6 +217,9 @@ pub struct DeviceStats {
     pub sleep_cause: u64,
     /// Asleep or waking: when it went to sleep, ns since the Unix epoch (0 awake).
     pub asleep_since_ns: u64,
+    /// When the process last allocated or issued device work, ns since the epoch, in whole
+    /// seconds (0: not looked at): what root's arbiter orders idle jobs by.
+    pub active_ns: u64,
 }
 
 impl DeviceBudget {
@@ -633,6 +636,7 @@ impl DeviceBudget {
             panics: 0,
             sleep_cause: 0,
             asleep_since_ns: 0,
+            active_ns: 0,
         }
     }
 }

@@ -35,6 +35,33 @@ impl Shim {
         seen.1
     }
 
+    /// Root's arbiter asked, for another job on an overcommitted GPU (`cudapool slurm
+    /// arbiter`, which judged the job to hold more than its request): sleeps if the process has
+    /// done no device work for `idle`.
+    pub fn sleep_if_idle_for_another_job(
+        &self,
+        idle: Duration,
+    ) -> Result<super::Moved, super::Refused> {
+        let quiet = now_ns().saturating_sub(self.last_active_ns());
+        if quiet < idle.as_nanos() as u64 {
+            return Err(super::Refused {
+                code: crate::base::cu::CUDA_ERROR_NOT_READY,
+                why: format!(
+                    "busy: its last device work was {:.1} s ago",
+                    quiet as f64 / 1e9
+                ),
+            });
+        }
+        let moved = self.sleep(-1, DRAIN_TIMEOUT, super::Cause::Arbiter)?;
+        log_at!(
+            Info,
+            "put to sleep by root's arbiter for another job on the GPU (idle for {:.1} s): {} given back",
+            quiet as f64 / 1e9,
+            fmt_bytes(moved.device_bytes)
+        );
+        Ok(moved)
+    }
+
     /// Another member asked: sleeps on the GPU `uuid` if the process has done no device work
     /// for `idle` and holds more there than its `CUDAPOOL_MEMORY_REQUEST`. The device bytes it
     /// gave back.

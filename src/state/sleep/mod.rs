@@ -551,7 +551,13 @@ impl Shim {
                 fmt_bytes(need)
             );
         }
-        if !self.borrow(dev, need) && !self.put_idle_to_sleep(dev, need) {
+        let arbiter_due = lock(&self.sleep.asked_arbiter)
+            .is_none_or(|at| at.elapsed() >= super::arbiter::ASK_EVERY);
+        let arbiter = arbiter_due && {
+            *lock(&self.sleep.asked_arbiter) = Some(Instant::now());
+            self.ask_arbiter(dev, need)
+        };
+        if !self.borrow(dev, need) && !self.put_idle_to_sleep(dev, need) && !arbiter {
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(())

@@ -63,6 +63,8 @@ pub enum Cause {
     Suspend = 3,
     /// Idle, for another member of its group short of room (`CUDAPOOL_SLEEP_IDLE`).
     Idle = 4,
+    /// Idle, for another job on an overcommitted GPU (root's arbiter, `cudapool slurm arbiter`).
+    Arbiter = 5,
 }
 
 impl Cause {
@@ -72,6 +74,7 @@ impl Cause {
             2 => Cause::Asked,
             3 => Cause::Suspend,
             4 => Cause::Idle,
+            5 => Cause::Arbiter,
             _ => Cause::Unknown,
         }
     }
@@ -84,6 +87,7 @@ impl Cause {
             Cause::Asked => "asked from outside (cudapool sleep)",
             Cause::Suspend => "stopped (SIGTSTP: Slurm's suspend or Ctrl-Z)",
             Cause::Idle => "idle, for another member of its group",
+            Cause::Arbiter => "idle, for another job on the GPU (root's arbiter)",
         }
     }
 }
@@ -267,6 +271,8 @@ pub struct Sleep {
     /// (`HostCopy::made_ready`) and lent to the kernel, carved into host copies by the first
     /// sleep that needs them (`ready`). Kept across sleeps; never more than the process holds.
     pub(super) ready: Mutex<Vec<HostCopy>>,
+    /// When a wake waiting for room last asked root's arbiter (`state::arbiter`).
+    pub(in crate::state) asked_arbiter: Mutex<Option<std::time::Instant>>,
 }
 
 thread_local! {

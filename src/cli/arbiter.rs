@@ -1,0 +1,267 @@
+//! `cudapool slurm arbiter`: root's arbiter on a node whose GPU memory is overcommitted
+//! (`overcommit=F` in the site's settings, docs/deploying.md). A job may then hold F times its
+//! `gpumem` request, and the jobs together may ask for more than a GPU has. When the driver
+//! refuses a job's allocation, its process asks the arbiter for room (one line on root's socket,
+//! [`ARBITER_SOCKET`]); the arbiter puts other jobs' processes to sleep, those idle longest
+//! first, and answers with the bytes they gave back.
+//!
+//! **What it trusts.** Who asks: the kernel's credentials of the socket's peer, and that pid's
+//! job from its cgroups (root's, as Slurm made them), never a word the asker writes. Which jobs
+//! hold what on the GPU: NVML's per-process figures (the driver's), each process placed in its
+//! job by its cgroups. A job's request: its share file, root's. A job at or under its request is
+//! never asked, whatever its processes say. Idleness: each process answers for itself through
+//! its page (it sleeps only if its device work has been idle for `sleep_idle`), and the order
+//! (longest idle first) is what the pages say, which a job can only use to be asked first.
+//! Each decision is said in one line on the arbiter's standard error (the node's log).
+
+use super::slurm_site::{site, SLEEP_IDLE};
+use cudapool::base::job::{job_of_pid, read_share, ARBITER_SOCKET, JOBS_DIR};
+use cudapool::report::asks::{ask_sleep_if_idle, SleepAnswer};
+use std::collections::BTreeMap;
+use std::io::{BufRead as _, Write as _};
+use std::os::fd::AsRawFd as _;
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::time::Duration;
+
+/// How long a process asked to sleep has to answer (its device work drains first).
+const ANSWER: Duration = Duration::from_secs(20);
+/// The longest request line read.
+const LINE: u64 = 128;
+
+/// Serves the socket until killed (`once`: one request, for tests).
+pub fn arbiter(config: Option<&Path>, once: bool) -> Result<(), String> {
+    if super::slurm_site::euid() != 0 {
+        return Err("the arbiter runs as root (it puts other users' jobs to sleep)".into());
+    }
+    let site = site(config)?;
+    let Some(factor) = site.overcommit else {
+        return Err(
+            "the site's settings set no overcommit= (more than 1): nothing to arbitrate".into(),
+        );
+    };
+    let idle = site.sleep_idle.unwrap_or(SLEEP_IDLE);
+    let socket = Path::new(ARBITER_SOCKET);
+    super::slurm_site::root_dir(socket.parent().unwrap_or(Path::new("/run")))?;
+    match std::fs::symlink_metadata(socket) {
+        Ok(m) if m.file_type().is_socket() && m.uid() == 0 => {
+            std::fs::remove_file(socket).map_err(|e| format!("{}: {e}", socket.display()))?
+        }
+        Ok(_) => return Err(format!("{}: not root's socket", socket.display())),
+        Err(_) => {}
+    }
+    let listener = UnixListener::bind(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
+    // Every job's process may ask; who asked is the kernel's to say.
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))
+        .map_err(|e| format!("{}: {e}", socket.display()))?;
+    eprintln!(
+        "cudapool arbiter: serving {} (overcommit {factor}, jobs idle {:.0} s may sleep for others)",
+        socket.display(),
+        idle.as_secs_f64()
+    );
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        serve(stream, idle);
+        if once {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// One request: `room <GPU UUID, 32 hex digits> <bytes>`; answered `freed <bytes>` or
+/// `refused <why>`.
+fn serve(mut stream: UnixStream, idle: Duration) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+    let answer = match peer_pid(&stream) {
+        None => "refused no credentials".to_string(),
+        Some(pid) => {
+            let mut line = String::new();
+            let read =
+                std::io::BufReader::new(std::io::Read::take(&stream, LINE)).read_line(&mut line);
+            match (read, parse(&line)) {
+                (Ok(_), Some((uuid, bytes))) => decide(pid, &uuid, bytes, idle),
+                _ => "refused not a request".to_string(),
+            }
+        }
+    };
+    let _ = writeln!(stream, "{answer}");
+}
+
+/// The pid of the socket's peer, as the kernel says.
+fn peer_pid(stream: &UnixStream) -> Option<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED into a ucred of ours, its size given.
+    let r = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && cred.pid > 0).then_some(cred.pid as u32)
+}
+
+/// `room HEX32 BYTES`.
+fn parse(line: &str) -> Option<([u8; 16], u64)> {
+    let mut w = line.split_ascii_whitespace();
+    if w.next()? != "room" {
+        return None;
+    }
+    let hex = w.next()?;
+    let bytes: u64 = w.next()?.parse().ok()?;
+    if w.next().is_some() || hex.len() != 32 {
+        return None;
+    }
+    let mut uuid = [0u8; 16];
+    for (i, b) in uuid.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some((uuid, bytes))
+}
+
+/// A job's processes on the GPU (pid, bytes) and its request.
+struct Held {
+    procs: Vec<(u32, u64)>,
+    request: u64,
+}
+
+impl Held {
+    fn bytes(&self) -> u64 {
+        self.procs.iter().map(|p| p.1).sum()
+    }
+}
+
+/// The other overcommitted jobs on the GPU `uuid`, by the driver's figures.
+fn jobs_on(uuid: &[u8; 16], asker: &str) -> BTreeMap<String, Held> {
+    let mut jobs: BTreeMap<String, Held> = BTreeMap::new();
+    for (pid, used) in cudapool::driver::nvml::processes(uuid).unwrap_or_default() {
+        let Some(job) = job_of_pid(pid).filter(|j| j != asker) else {
+            continue;
+        };
+        if let Some(h) = jobs.get_mut(&job) {
+            h.procs.push((pid, used));
+            continue;
+        }
+        let Ok(Some(share)) = read_share(Path::new(JOBS_DIR), &job) else {
+            continue;
+        };
+        if let Some(request) = share.request {
+            jobs.insert(
+                job,
+                Held {
+                    procs: vec![(pid, used)],
+                    request,
+                },
+            );
+        }
+    }
+    jobs
+}
+
+/// Makes room for `bytes` on the GPU `uuid` for process `pid`'s job: asks the processes of other
+/// jobs above their request, idle longest first, to sleep if idle for `idle`.
+fn decide(pid: u32, uuid: &[u8; 16], bytes: u64, idle: Duration) -> String {
+    let Some(asker) = job_of_pid(pid) else {
+        return "refused the asking process runs in no job".into();
+    };
+    if !matches!(read_share(Path::new(JOBS_DIR), &asker), Ok(Some(s)) if s.request.is_some()) {
+        return format!("refused job {asker} is not an overcommitted job");
+    }
+    // Each process's last activity, as its page says (0: not said), for the order.
+    let active: BTreeMap<u32, u64> = cudapool::report::pages::live(true, None)
+        .0
+        .into_iter()
+        .filter(|s| s.pid != 0)
+        .map(|s| {
+            let at = s
+                .devices
+                .iter()
+                .map(|d| d.stats.active_ns)
+                .max()
+                .unwrap_or(0);
+            (s.pid, at)
+        })
+        .collect();
+    let jobs = jobs_on(uuid, &asker);
+    let mut asked: Vec<(u64, u32, String)> = jobs
+        .iter()
+        .filter(|(_, h)| h.bytes() > h.request)
+        .flat_map(|(job, h)| {
+            h.procs
+                .iter()
+                .map(|&(p, _)| (active.get(&p).copied().unwrap_or(0), p, job.clone()))
+        })
+        .collect();
+    asked.sort();
+    let mut freed = 0u64;
+    for (_, p, job) in asked {
+        if freed >= bytes {
+            break;
+        }
+        // Never a job at or under its request: its figures read again before each.
+        let now = jobs_on(uuid, &asker);
+        if now.get(&job).is_none_or(|h| h.bytes() <= h.request) {
+            continue;
+        }
+        match ask_sleep_if_idle(p, idle, ANSWER) {
+            Ok(Some(SleepAnswer::Moved { device, .. })) => {
+                freed = freed.saturating_add(device);
+                eprintln!(
+                    "cudapool arbiter: job {job} (pid {p}) put to sleep for job {asker} (pid {pid}): {device} bytes given back"
+                );
+            }
+            Ok(Some(other)) => eprintln!(
+                "cudapool arbiter: job {job} (pid {p}) did not sleep for job {asker}: {}",
+                match other {
+                    SleepAnswer::Refused { code, .. }
+                        if code == cudapool::base::cu::CUDA_ERROR_NOT_READY =>
+                    {
+                        "busy (device work within sleep_idle)".to_string()
+                    }
+                    SleepAnswer::Refused { code, .. } => format!("refused (error {code})"),
+                    SleepAnswer::Already => "already asleep".to_string(),
+                    _ => "no readable answer".to_string(),
+                }
+            ),
+            Ok(None) => {}
+            Err(e) => eprintln!("cudapool arbiter: job {job} (pid {p}): {e}"),
+        }
+    }
+    if freed == 0 {
+        eprintln!(
+            "cudapool arbiter: no room made for job {asker} (pid {pid}, {bytes} bytes): no other job idle above its request"
+        );
+    }
+    format!("freed {freed}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_request_is_one_strict_line() {
+        let hex = "00112233445566778899aabbccddeeff";
+        let (uuid, bytes) = super::parse(&format!("room {hex} 4096\n")).unwrap();
+        assert_eq!((uuid[0], uuid[15], bytes), (0x00, 0xff, 4096));
+        for bad in [
+            "room".to_string(),
+            format!("room {hex}"),
+            format!("room {hex} -1"),
+            format!("room {hex} 1 2"),
+            format!("sleep {hex} 1"),
+            "room 0011 1".to_string(),
+            format!("room {} 1", "zz".repeat(16)),
+        ] {
+            assert_eq!(super::parse(&bad), None, "{bad}");
+        }
+    }
+}

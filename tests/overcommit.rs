@@ -1,0 +1,182 @@
+//! More jobs than a GPU holds (issue 78, item 2): on a node whose GPU memory is overcommitted
+//! (`overcommit=` in the site's settings), a job refused by the driver asks root's arbiter
+//! (`cudapool slurm arbiter`), which puts another job idle above its request to sleep; the idle
+//! job finds every byte again when it works. Run without Slurm: freezer cgroups `job_<id>` and
+//! the share files as the root Prolog writes them, in a private /run; the fake driver's one
+//! 1 GiB device shared by every process (`FAKECU_SHARED`), its per-process record standing for
+//! the kernel driver's (what NVML lists).
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// Job A (request 256 MiB, may hold 1 GiB) holds 600 MiB and is idle; job B (the same) fills
+/// 8 MiB blocks until refused. Without the arbiter B gets what A left; with it, A is put to
+/// sleep and B gets 800 MiB or more; A, at its next work, wakes with every byte intact. A job
+/// at or under its request is never put to sleep: with A holding 200 MiB, B gets what is left.
+#[test]
+fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
+    if uid() != 0 {
+        eprintln!(
+            "not root: the jobs' cgroups, share files and the arbiter are root's; not checked"
+        );
+        return;
+    }
+    let f = fixture();
+    let base = 4_300_000 + std::process::id() % 100_000;
+    let (a, b) = (base.to_string(), (base + 1).to_string());
+    let top = Path::new("/sys/fs/cgroup/freezer").join(format!("cudapool-overcommit-{base}"));
+    let cg = |job: &str| top.join(format!("job_{job}")).join("step_0");
+    if std::fs::create_dir_all(cg(&a)).is_err() || std::fs::create_dir_all(cg(&b)).is_err() {
+        eprintln!("no cgroup v1 freezer hierarchy to make jobs in: not checked");
+        return;
+    }
+    let board = f.dir.join(format!("board-overcommit-{base}"));
+    let _ = std::fs::remove_dir_all(&board);
+    std::fs::create_dir_all(&board).unwrap();
+    let scratch = open_temp_dir("/tmp/cudapool-overcommit-");
+    let share = |job: &str| cudapool::base::job::share_text(job, 1 << 30, Some(256 << 20));
+    let script = format!(
+        r#"set -u
+        mount -t tmpfs -o size=16M tmpfs /run || exit 97
+        J=/run/cudapool/jobs
+        mkdir -p $J/{a}.d $J/{b}.d && chmod 755 /run/cudapool $J $J/{a}.d $J/{b}.d
+        printf '%s' '{share_a}' > $J/{a} && printf '%s' '{share_b}' > $J/{b} && chmod 644 $J/{a} $J/{b}
+        : > $J/{a}.d/group-slurm-{a} && : > $J/{b}.d/group-slurm-{b} && chmod 600 $J/*.d/group-*
+        printf 'overcommit=4\nsleep_idle=1s\n' > /run/cudapool/site.conf && chmod 644 /run/cudapool/site.conf
+        export LD_LIBRARY_PATH={dir} FAKECU_BOARD={board} FAKECU_SHARED=1 FAKECU_TOTAL_MEM=1073741824
+        in_job() {{ cg=$1; shift; sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' $cg env LD_PRELOAD={lib} CUDAPOOL_CACHE_IDLE=never CUDAPOOL_LOG=info "$@"; }}
+        # Job A holds MIB, idle, until its file exists; then checks every byte.
+        hold() {{ rm -f {s}/go; in_job {cga} {client} gpa suspend_hold $1 {s}/go idle > {s}/a.out 2>&1 &
+          for i in $(seq 100); do grep -q ready {s}/a.out && break; sleep 0.1; done; sleep 2; }}
+        release() {{ touch {s}/go; wait $!; grep -h 'suspend_hold\|arbiter\|waking' {s}/a.out | sed "s/^/a$1: /"; }}
+        fill() {{ in_job {cgb} {chaos} fill 8388608 0 2>&1 | grep -h 'fill n=\|arbiter' | sed "s/^/b$1: /"; }}
+        hold 600; fill 1; release 1
+        {cli} slurm --config /run/cudapool/site.conf arbiter 2> {s}/arbiter.log &
+        arb=$!
+        for i in $(seq 50); do [ -S /run/cudapool/arbiter.sock ] && break; sleep 0.1; done
+        hold 600; fill 2; release 2
+        hold 200; fill 3; release 3
+        kill $arb; wait $arb 2>/dev/null
+        sed 's/^/arbiter: /' {s}/arbiter.log
+        "#,
+        share_a = share(&a),
+        share_b = share(&b),
+        dir = f.dir.display(),
+        board = board.display(),
+        lib = f.lib.display(),
+        client = f.dir.join("client").display(),
+        chaos = f.dir.join("chaos").display(),
+        cga = cg(&a).display(),
+        cgb = cg(&b).display(),
+        cli = env!("CARGO_BIN_EXE_cudapool"),
+        s = scratch.display(),
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "bash", "-c", &script]);
+    let o = finish(cmd, Duration::from_secs(120), "overcommit");
+    let all = format!("{}{}", o.stdout, o.stderr);
+    let _ = std::fs::remove_dir_all(&board);
+    let _ = std::fs::remove_dir_all(&scratch);
+    for job in [&a, &b] {
+        let _ = std::fs::remove_dir(cg(job));
+        let _ = std::fs::remove_dir(cg(job).parent().unwrap());
+    }
+    let _ = std::fs::remove_dir(&top);
+    if o.status.code() == Some(97) {
+        eprintln!("no private mount namespace here: not checked");
+        return;
+    }
+    let blocks = |tag: &str| -> u64 {
+        all.lines()
+            .find_map(|l| l.strip_prefix(&format!("{tag}: fill n=")))
+            .unwrap_or_else(|| panic!("no {tag} fill: {all}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    for round in 1..=3 {
+        assert!(
+            all.contains(&format!("a{round}: suspend_hold intact=1")),
+            "round {round}: A's bytes: {all}"
+        );
+    }
+    // Without the arbiter: what A left (1 GiB less its 600 MiB).
+    assert!(blocks("b1") <= 53, "{all}");
+    // With it: A (idle, 600 MiB above its 256 MiB request) slept, and B took its room.
+    assert!(blocks("b2") >= 100, "{all}");
+    assert!(
+        all.contains(&format!("put to sleep for job {b}")),
+        "the node's log names both jobs: {all}"
+    );
+    // A at 200 MiB, under its request: never put to sleep; B gets what is left.
+    assert!(blocks("b3") <= 103, "{all}");
+    assert!(
+        all.matches("put to sleep for job").count() == 1,
+        "once, in round 2 only: {all}"
+    );
+}
+
+/// The root Prolog on an overcommitted node (`overcommit=2`): the job's share file names its
+/// request (its gpumem, 64 MiB) and lets it hold twice that; without the setting, the request
+/// is the limit, as before. A bad factor is refused with the accepted range.
+#[test]
+fn the_prolog_writes_the_request_and_the_overcommitted_limit() {
+    if uid() != 0 {
+        eprintln!("not root: the Prolog runs as root; not checked");
+        return;
+    }
+    let dir = open_temp_dir("/tmp/cudapool-overcommit-prolog-");
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    std::fs::write(
+        dir.join("bin/squeue"),
+        "#!/bin/sh\necho 7 gres:gpumem:64M\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(
+        dir.join("bin/squeue"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let script = format!(
+        r#"set -u
+        mount -t tmpfs -o size=4M tmpfs /run || exit 97
+        cd /
+        for f in 2 1 0.5; do
+          printf 'slurm_bin={bin}\novercommit=%s\n' $f > {dir}/site.conf && chmod 644 {dir}/site.conf
+          env -i SLURM_JOB_ID=7 SLURM_JOB_UID=1001 {cli} slurm --config {dir}/site.conf prolog 2>&1 | sed "s/^/said$f: /"
+          echo "share$f: $(tr '\n' ' ' < /run/cudapool/jobs/7 2>/dev/null)"
+          rm -rf /run/cudapool/jobs/7 /run/cudapool/jobs/7.d
+        done
+        "#,
+        bin = dir.join("bin").display(),
+        dir = dir.display(),
+        cli = env!("CARGO_BIN_EXE_cudapool"),
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "sh", "-c", &script]);
+    let o = finish(cmd, Duration::from_secs(60), "prolog with overcommit");
+    let _ = std::fs::remove_dir_all(&dir);
+    if o.status.code() == Some(97) {
+        eprintln!("no private mount namespace here: not checked");
+        return;
+    }
+    let all = format!("{}{}", o.stdout, o.stderr);
+    let mib = 1u64 << 20;
+    assert!(
+        all.contains(&format!(
+            "share2: group=slurm-7 limit={} request={} ",
+            128 * mib,
+            64 * mib
+        )),
+        "{all}"
+    );
+    assert!(
+        all.contains(&format!("share1: group=slurm-7 limit={} \n", 64 * mib)),
+        "{all}"
+    );
+    assert!(all.contains("overcommit: 0.5 is not from 1 to 16"), "{all}");
+}
