@@ -273,6 +273,8 @@ fn start_page_thread() {
         };
         page.repair();
         if let Some(shim) = crate::state::Shim::active() {
+            // What the page says of the process's last activity (root's arbiter orders by it).
+            shim.last_active_ns();
             REPORTING.refresh(shim);
         }
         if let Some(req) = page.pending_sleep() {

@@ -511,8 +511,10 @@ impl View for Shim {
         let (cause, since) = super::sleep::cause();
         s.sleep_cause = cause as u64;
         s.asleep_since_ns = since;
-        // In whole seconds: a busy process's page is not written again for each call.
-        s.active_ns = self.last_active_ns() / 1_000_000_000 * 1_000_000_000;
+        // As last looked at (the page's thread looks each poll), in whole seconds: the figure
+        // costs the sampling path nothing, and a busy process's page is not written again for
+        // each call.
+        s.active_ns = self.active_seen_ns() / 1_000_000_000 * 1_000_000_000;
         s
     }
 

@@ -35,6 +35,12 @@ impl Shim {
         seen.1
     }
 
+    /// When the process was last seen active, as [`last_active_ns`](Self::last_active_ns) last
+    /// found it (0: never looked), without looking again.
+    pub fn active_seen_ns(&self) -> u64 {
+        lock(&self.sleep.activity).1
+    }
+
     /// Root's arbiter asked, for another job on an overcommitted GPU (`cudapool slurm
     /// arbiter`, which judged the job to hold more than its request): sleeps if the process has
     /// done no device work for `idle`.
