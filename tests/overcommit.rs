@@ -12,10 +12,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-/// Job A (request 256 MiB, may hold 1 GiB) holds 600 MiB and is idle; job B (the same) fills
-/// 8 MiB blocks until refused. Without the arbiter B gets what A left; with it, A is put to
-/// sleep and B gets 800 MiB or more; A, at its next work, wakes with every byte intact. A job
-/// at or under its request is never put to sleep: with A holding 200 MiB, B gets what is left.
+/// Job A (root's; request 256 MiB, may hold 1 GiB) holds 600 MiB and is idle; job B (uid
+/// 1001's, the same) fills 8 MiB blocks until refused. Without the arbiter B gets what A left;
+/// with it, A is put to sleep and B gets 800 MiB or more; A, at its next work, wakes with every
+/// byte intact. A job at or under its request is never put to sleep: with A holding 200 MiB, B
+/// gets what is left. A process in no job, or a line that is no request, gets a refusal.
 #[test]
 fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
     if uid() != 0 {
@@ -24,7 +25,6 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         );
         return;
     }
-    let f = fixture();
     let base = 4_300_000 + std::process::id() % 100_000;
     let (a, b) = (base.to_string(), (base + 1).to_string());
     let top = Path::new("/sys/fs/cgroup/freezer").join(format!("cudapool-overcommit-{base}"));
@@ -33,10 +33,13 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         eprintln!("no cgroup v1 freezer hierarchy to make jobs in: not checked");
         return;
     }
-    let board = f.dir.join(format!("board-overcommit-{base}"));
-    let _ = std::fs::remove_dir_all(&board);
-    std::fs::create_dir_all(&board).unwrap();
+    // What uid 1001 runs, where it can reach it (a checkout may be in a folder of root's alone).
+    let staged = Staged::new();
     let scratch = open_temp_dir("/tmp/cudapool-overcommit-");
+    let board = scratch.join("board");
+    std::fs::create_dir_all(&board).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&board, std::fs::Permissions::from_mode(0o1777)).unwrap();
     let share = |job: &str| cudapool::base::job::share_text(job, 1 << 30, Some(256 << 20));
     let script = format!(
         r#"set -u
@@ -45,6 +48,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         mkdir -p $J/{a}.d $J/{b}.d && chmod 755 /run/cudapool $J $J/{a}.d $J/{b}.d
         printf '%s' '{share_a}' > $J/{a} && printf '%s' '{share_b}' > $J/{b} && chmod 644 $J/{a} $J/{b}
         : > $J/{a}.d/group-slurm-{a} && : > $J/{b}.d/group-slurm-{b} && chmod 600 $J/*.d/group-*
+        chown 1001:1001 $J/{b}.d/group-slurm-{b}
         printf 'overcommit=4\nsleep_idle=1s\n' > /run/cudapool/site.conf && chmod 644 /run/cudapool/site.conf
         export LD_LIBRARY_PATH={dir} FAKECU_BOARD={board} FAKECU_SHARED=1 FAKECU_TOTAL_MEM=1073741824
         in_job() {{ cg=$1; shift; sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' $cg env LD_PRELOAD={lib} CUDAPOOL_CACHE_IDLE=never CUDAPOOL_LOG=info "$@"; }}
@@ -52,33 +56,35 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         hold() {{ rm -f {s}/go; in_job {cga} {client} gpa suspend_hold $1 {s}/go idle > {s}/a.out 2>&1 &
           for i in $(seq 100); do grep -q ready {s}/a.out && break; sleep 0.1; done; sleep 2; }}
         release() {{ touch {s}/go; wait $!; grep -h 'suspend_hold\|arbiter\|waking' {s}/a.out | sed "s/^/a$1: /"; }}
-        fill() {{ in_job {cgb} {chaos} fill 8388608 0 2>&1 | grep -h 'fill n=\|arbiter' | sed "s/^/b$1: /"; }}
+        fill() {{ in_job {cgb} setpriv --reuid 1001 --regid 1001 --clear-groups env {chaos} fill 8388608 0 2>&1 | grep -h 'fill n=\|arbiter' | sed "s/^/b$1: /"; }}
+        ask() {{ python3 -c "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect('/run/cudapool/arbiter.sock'); s.sendall(sys.argv[1].encode()+b'\\n'); print('asked:', s.recv(200).decode().strip())" "$1"; }}
         hold 600; fill 1; release 1
         {cli} slurm --config /run/cudapool/site.conf arbiter 2> {s}/arbiter.log &
         arb=$!
         for i in $(seq 50); do [ -S /run/cudapool/arbiter.sock ] && break; sleep 0.1; done
         hold 600; fill 2; release 2
         hold 200; fill 3; release 3
+        ask "room face0000000000000000000000000000 8388608"
+        ask "sleep everyone"
         kill $arb; wait $arb 2>/dev/null
         sed 's/^/arbiter: /' {s}/arbiter.log
         "#,
         share_a = share(&a),
         share_b = share(&b),
-        dir = f.dir.display(),
+        dir = staged.dir.display(),
         board = board.display(),
-        lib = f.lib.display(),
-        client = f.dir.join("client").display(),
-        chaos = f.dir.join("chaos").display(),
+        lib = staged.dir.join("libcudapool.so").display(),
+        client = staged.dir.join("client").display(),
+        chaos = staged.dir.join("chaos").display(),
         cga = cg(&a).display(),
         cgb = cg(&b).display(),
-        cli = env!("CARGO_BIN_EXE_cudapool"),
+        cli = staged.dir.join("cudapool").display(),
         s = scratch.display(),
     );
     let mut cmd = Command::new("unshare");
     cmd.args(["-m", "bash", "-c", &script]);
     let o = finish(cmd, Duration::from_secs(120), "overcommit");
     let all = format!("{}{}", o.stdout, o.stderr);
-    let _ = std::fs::remove_dir_all(&board);
     let _ = std::fs::remove_dir_all(&scratch);
     for job in [&a, &b] {
         let _ = std::fs::remove_dir(cg(job));
@@ -117,6 +123,12 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         all.matches("put to sleep for job").count() == 1,
         "once, in round 2 only: {all}"
     );
+    // Who asks is the kernel's to say, and a request is one strict line.
+    assert!(
+        all.contains("asked: refused the asking process runs in no job"),
+        "{all}"
+    );
+    assert!(all.contains("asked: refused not a request"), "{all}");
 }
 
 /// The root Prolog on an overcommitted node (`overcommit=2`): the job's share file names its
