@@ -66,6 +66,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         hold 200; fill 3; release 3
         ask "room face0000000000000000000000000000 8388608"
         ask "sleep everyone"
+        python3 -c "import socket; idle=[socket.socket(socket.AF_UNIX) for _ in range(4)]; [c.connect('/run/cudapool/arbiter.sock') for c in idle]; s=socket.socket(socket.AF_UNIX); s.connect('/run/cudapool/arbiter.sock'); print('fifth:', s.recv(200).decode().strip())"
         kill $arb; wait $arb 2>/dev/null
         sed 's/^/arbiter: /' {s}/arbiter.log
         "#,
@@ -129,6 +130,11 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         "{all}"
     );
     assert!(all.contains("asked: refused not a request"), "{all}");
+    // A user holding requests open holds back only their own.
+    assert!(
+        all.contains("fifth: refused 4 requests of this user already"),
+        "{all}"
+    );
 }
 
 /// The root Prolog on an overcommitted node (`overcommit=2`): the job's share file names its

@@ -29,6 +29,14 @@ use std::time::Duration;
 const ANSWER: Duration = Duration::from_secs(20);
 /// The longest request line read.
 const LINE: u64 = 128;
+/// Requests of one user read at once, at most: each waits up to 2 s for its line, so a user who
+/// opens connections and sends nothing holds only their own requests back, not other users'.
+const PER_USER: usize = 4;
+
+/// Requests being read, by user (the socket's peer's uid).
+static READING: std::sync::Mutex<BTreeMap<u32, usize>> = std::sync::Mutex::new(BTreeMap::new());
+/// One decision at a time: the room each frees is counted for its asker alone.
+static DECIDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Serves the socket until killed (`once`: one request, for tests).
 pub fn arbiter(config: Option<&Path>, once: bool) -> Result<(), String> {
@@ -61,37 +69,58 @@ pub fn arbiter(config: Option<&Path>, once: bool) -> Result<(), String> {
         idle.as_secs_f64()
     );
     for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        serve(stream, idle);
+        let Ok(mut stream) = stream else { continue };
+        let Some((pid, uid)) = peer(&stream) else {
+            let _ = writeln!(stream, "refused no credentials");
+            continue;
+        };
         if once {
+            serve(stream, pid, idle);
             break;
+        }
+        {
+            let mut reading = cudapool::base::sync::lock(&READING);
+            let n = reading.entry(uid).or_default();
+            if *n >= PER_USER {
+                let _ = writeln!(stream, "refused {PER_USER} requests of this user already");
+                continue;
+            }
+            *n += 1;
+        }
+        let served = std::thread::Builder::new().spawn(move || {
+            serve(stream, pid, idle);
+            if let Some(n) = cudapool::base::sync::lock(&READING).get_mut(&uid) {
+                *n -= 1;
+            }
+        });
+        if served.is_err() {
+            if let Some(n) = cudapool::base::sync::lock(&READING).get_mut(&uid) {
+                *n -= 1;
+            }
         }
     }
     Ok(())
 }
 
-/// One request: `room <GPU UUID, 32 hex digits> <bytes>`; answered `freed <bytes>` or
-/// `refused <why>`.
-fn serve(mut stream: UnixStream, idle: Duration) {
+/// One request of process `pid`: `room <GPU UUID, 32 hex digits> <bytes>`; answered
+/// `freed <bytes>` or `refused <why>`.
+fn serve(mut stream: UnixStream, pid: u32, idle: Duration) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
-    let answer = match peer_pid(&stream) {
-        None => "refused no credentials".to_string(),
-        Some(pid) => {
-            let mut line = String::new();
-            let read =
-                std::io::BufReader::new(std::io::Read::take(&stream, LINE)).read_line(&mut line);
-            match (read, parse(&line)) {
-                (Ok(_), Some((uuid, bytes))) => decide(pid, &uuid, bytes, idle),
-                _ => "refused not a request".to_string(),
-            }
+    let mut line = String::new();
+    let read = std::io::BufReader::new(std::io::Read::take(&stream, LINE)).read_line(&mut line);
+    let answer = match (read, parse(&line)) {
+        (Ok(_), Some((uuid, bytes))) => {
+            let _one = cudapool::base::sync::lock(&DECIDING);
+            decide(pid, &uuid, bytes, idle)
         }
+        _ => "refused not a request".to_string(),
     };
     let _ = writeln!(stream, "{answer}");
 }
 
-/// The pid of the socket's peer, as the kernel says.
-fn peer_pid(stream: &UnixStream) -> Option<u32> {
+/// The pid and uid of the socket's peer, as the kernel says.
+fn peer(stream: &UnixStream) -> Option<(u32, u32)> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -108,7 +137,7 @@ fn peer_pid(stream: &UnixStream) -> Option<u32> {
             &mut len,
         )
     };
-    (r == 0 && cred.pid > 0).then_some(cred.pid as u32)
+    (r == 0 && cred.pid > 0).then_some((cred.pid as u32, cred.uid))
 }
 
 /// `room HEX32 BYTES`.
