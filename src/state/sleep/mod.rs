@@ -228,6 +228,7 @@ impl Shim {
             } else {
                 "what was moved stays on the host until room comes back"
             };
+            self.sleep.validate_after("a sleep given up");
             return Err(Refused {
                 code,
                 why: format!("{why}; {now}"),
@@ -243,6 +244,7 @@ impl Shim {
             State::Awake
         });
         moved.seconds = started.elapsed().as_secs_f64();
+        self.sleep.validate_after("a sleep");
         if let Some(o) = super::shim::observer() {
             o.asleep(self);
         }
@@ -402,6 +404,7 @@ impl Shim {
         if r.is_ok() {
             self.woke_from_suspend();
         }
+        self.sleep.validate_after("a wake");
         r
     }
 

@@ -318,6 +318,83 @@ impl Sleep {
         }
     }
 
+    /// The invariants written on [`Sleep`], and each record's own: the count is the number of
+    /// handles asleep; each saved handle's live parts lie inside it, in order, and fit its host
+    /// copy; each of the program's own handles' mappings fit the handle and its host copy;
+    /// awake, nothing is asleep. Read under the turn (no sleep or wake meanwhile); a free while
+    /// asleep may drop a record meanwhile, so the count is read before and after.
+    pub(super) fn check(&self) -> Result<(), String> {
+        for _ in 0..3 {
+            let before = self.count.load(SeqCst);
+            let saved = self.check_saved()?;
+            let foreign = self.check_foreign()?;
+            if self.count.load(SeqCst) != before {
+                continue;
+            }
+            if before != saved + foreign {
+                return Err(format!(
+                    "the count says {before} handles asleep, the tables hold {saved} and {foreign}"
+                ));
+            }
+            if state() == State::Awake && before != 0 {
+                return Err(format!("awake with {before} handles asleep"));
+            }
+            return Ok(());
+        }
+        Ok(())
+    }
+
+    fn check_saved(&self) -> Result<usize, String> {
+        let saved = lock(&self.saved);
+        for (&at, s) in saved.iter() {
+            let mut end = at;
+            let mut live = 0u64;
+            for &(p, n) in &s.live {
+                if p < end || p.saturating_add(n) > at.saturating_add(s.bytes) {
+                    return Err(format!(
+                        "handle {at:#x} ({} bytes): its part {p:#x}+{n} is out of order or outside it",
+                        s.bytes
+                    ));
+                }
+                end = p + n;
+                live += n;
+            }
+            if live > s.host.len as u64 {
+                return Err(format!(
+                    "handle {at:#x}: {live} live bytes in a host copy of {}",
+                    s.host.len
+                ));
+            }
+        }
+        Ok(saved.len())
+    }
+
+    fn check_foreign(&self) -> Result<usize, String> {
+        let foreign = lock(&self.foreign);
+        for f in foreign.iter() {
+            let copied: u64 = f.maps.iter().map(|m| m.bytes).sum();
+            if copied > f.host.len as u64 || f.maps.iter().any(|m| m.offset + m.bytes > f.size) {
+                return Err(format!(
+                    "the program's handle of {} bytes: mappings of {copied} bytes do not fit it or its host copy of {}",
+                    f.size, f.host.len
+                ));
+            }
+        }
+        Ok(foreign.len())
+    }
+
+    /// After a sleep or a wake (`after`), in a debug build of the library (the preload
+    /// suite's): [`check`](Self::check), or a panic that says what broke (the boundary of the
+    /// hook or the C API reports it). Release builds and the library's unit tests never check.
+    pub(super) fn validate_after(&self, after: &str) {
+        #[cfg(all(debug_assertions, not(test)))]
+        if let Err(why) = self.check() {
+            panic!("the sleep's invariants broke after {after}: {why}");
+        }
+        #[cfg(not(all(debug_assertions, not(test))))]
+        let _ = after;
+    }
+
     /// Bytes of host memory made ready ahead of a sleep and not yet used.
     pub(super) fn ready_bytes(&self) -> u64 {
         lock(&self.ready).iter().map(|h| h.len as u64).sum()
@@ -375,5 +452,41 @@ impl Sleep {
             }
         }
         Some(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The validator sees what it is for: a count the tables do not back, a part outside its
+    /// handle, a part that does not fit its host copy.
+    #[test]
+    fn the_sleep_validator_finds_each_broken_invariant() {
+        let s = Sleep::default();
+        assert_eq!(s.check(), Ok(()));
+        s.count.store(1, SeqCst);
+        assert!(s.check().unwrap_err().contains("the count says 1"));
+        let saved = |live: Vec<(DevPtr, u64)>, host: u64| Saved {
+            dev: 0,
+            ctx: 1,
+            bytes: 2 << 20,
+            live,
+            host: HostCopy::new(host).unwrap(),
+        };
+        let at: DevPtr = 0x7000_0000;
+        lock(&s.saved).insert(at, saved(vec![(at, 4096), (at + 8192, 4096)], 8192));
+        // Awake with a handle asleep: in the process only a failed wake leaves that, asleep.
+        assert!(s
+            .check()
+            .unwrap_err()
+            .contains("awake with 1 handles asleep"));
+        lock(&s.saved).insert(at, saved(vec![(at + (2 << 20), 4096)], 4096));
+        assert!(s.check().unwrap_err().contains("outside it"));
+        lock(&s.saved).insert(at, saved(vec![(at, 8192)], 4096));
+        assert!(s
+            .check()
+            .unwrap_err()
+            .contains("8192 live bytes in a host copy of 4096"));
     }
 }
