@@ -16,7 +16,9 @@ use std::time::Duration;
 /// 1001's, the same) fills 8 MiB blocks until refused. Without the arbiter B gets what A left;
 /// with it, A is put to sleep and B gets 800 MiB or more; A, at its next work, wakes with every
 /// byte intact. A job at or under its request is never put to sleep: with A holding 200 MiB, B
-/// gets what is left. A process in no job, or a line that is no request, gets a refusal.
+/// gets what is left. B holding the GPU idle is put to sleep in turn for A's wake; B holding it
+/// busy is not, and A's wake ends at its timeout with the OOM line. A process in no job, or a
+/// line that is no request, gets a refusal.
 #[test]
 fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
     if uid() != 0 {
@@ -53,9 +55,10 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         export LD_LIBRARY_PATH={dir} FAKECU_BOARD={board} FAKECU_SHARED=1 FAKECU_TOTAL_MEM=1073741824
         in_job() {{ cg=$1; shift; sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' $cg env LD_PRELOAD={lib} CUDAPOOL_CACHE_IDLE=never CUDAPOOL_LOG=info "$@"; }}
         # Job A holds MIB, idle, until its file exists; then checks every byte.
-        hold() {{ rm -f {s}/go; in_job {cga} {client} gpa suspend_hold $1 {s}/go idle > {s}/a.out 2>&1 &
-          for i in $(seq 100); do grep -q ready {s}/a.out && break; sleep 0.1; done; sleep 2; }}
-        release() {{ touch {s}/go; wait $!; grep -h 'suspend_hold\|arbiter\|waking' {s}/a.out | sed "s/^/a$1: /"; }}
+        hold() {{ rm -f {s}/go; in_job {cga} env ${{A_ENV:-A=1}} {client} gpa suspend_hold $1 {s}/go idle > {s}/a.out 2>&1 &
+          a=$!; for i in $(seq 100); do grep -q ready {s}/a.out && break; sleep 0.1; done; sleep 2; }}
+        as_b() {{ in_job {cgb} setpriv --reuid 1001 --regid 1001 --clear-groups env "$@"; }}
+        release() {{ touch {s}/go; wait $a; grep -h 'suspend_hold\|arbiter\|waking\|out of memory\|client:' {s}/a.out | sed "s/^/a$1: /"; }}
         fill() {{ in_job {cgb} setpriv --reuid 1001 --regid 1001 --clear-groups env {chaos} fill 8388608 0 2>&1 | grep -h 'fill n=\|arbiter' | sed "s/^/b$1: /"; }}
         ask() {{ python3 -c "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect('/run/cudapool/arbiter.sock'); s.sendall(sys.argv[1].encode()+b'\\n'); print('asked:', s.recv(200).decode().strip())" "$1"; }}
         hold 600; fill 1; release 1
@@ -64,6 +67,17 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         for i in $(seq 50); do [ -S /run/cudapool/arbiter.sock ] && break; sleep 0.1; done
         hold 600; fill 2; release 2
         hold 200; fill 3; release 3
+        # B fills the GPU (A asleep for it) and holds it, idle: A's next work wakes it, and
+        # its wake asks the arbiter, which puts B to sleep in turn.
+        hold 600
+        as_b {chaos} fill 8388608 12 > {s}/b4.out 2>&1 &
+        b=$!; for i in $(seq 100); do grep -q 'fill n=' {s}/b4.out && break; sleep 0.1; done; sleep 1.5
+        grep -h 'fill n=' {s}/b4.out | sed "s/^/b4: /"; release 4; wait $b
+        # B fills the GPU and keeps working: A's wake waits its 2 s, then the OOM line.
+        A_ENV=CUDAPOOL_WAKE_TIMEOUT=2s hold 600
+        rm -f {s}/go-b; as_b {client} gpa suspend_hold 904 {s}/go-b > {s}/b5.out 2>&1 &
+        b=$!; for i in $(seq 100); do grep -q ready {s}/b5.out && break; sleep 0.1; done
+        release 5; touch {s}/go-b; wait $b; grep -h 'suspend_hold' {s}/b5.out | sed "s/^/b5: /"
         ask "room face0000000000000000000000000000 8388608"
         ask "sleep everyone"
         python3 -c "import socket; idle=[socket.socket(socket.AF_UNIX) for _ in range(4)]; [c.connect('/run/cudapool/arbiter.sock') for c in idle]; s=socket.socket(socket.AF_UNIX); s.connect('/run/cudapool/arbiter.sock'); print('fifth:', s.recv(200).decode().strip())"
@@ -84,7 +98,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
     );
     let mut cmd = Command::new("unshare");
     cmd.args(["-m", "bash", "-c", &script]);
-    let o = finish(cmd, Duration::from_secs(120), "overcommit");
+    let o = finish(cmd, Duration::from_secs(240), "overcommit");
     let all = format!("{}{}", o.stdout, o.stderr);
     let _ = std::fs::remove_dir_all(&scratch);
     for job in [&a, &b] {
@@ -104,7 +118,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
             .parse()
             .unwrap()
     };
-    for round in 1..=3 {
+    for round in 1..=4 {
         assert!(
             all.contains(&format!("a{round}: suspend_hold intact=1")),
             "round {round}: A's bytes: {all}"
@@ -120,9 +134,25 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
     );
     // A at 200 MiB, under its request: never put to sleep; B gets what is left.
     assert!(blocks("b3") <= 103, "{all}");
+    // Rounds 2, 4 (A for B's fill, then B for A's wake) and 5 (A for B): never in round 3.
+    assert_eq!(all.matches("put to sleep for job").count(), 4, "{all}");
+    // Round 4: B, idle above its request, put to sleep for A's wake.
+    assert!(blocks("b4") >= 100, "{all}");
     assert!(
-        all.matches("put to sleep for job").count() == 1,
-        "once, in round 2 only: {all}"
+        all.contains(&format!("put to sleep for job {a}")),
+        "B slept for A's wake: {all}"
+    );
+    // Round 5: B busy, A's wake found no room within its 2 s: the OOM line names the wake,
+    // and B's bytes are intact.
+    assert!(
+        all.contains("a5: cudapool: out of memory on device 0")
+            && all.contains("by waking the process from sleep"),
+        "{all}"
+    );
+    assert!(all.contains("b5: suspend_hold intact=1"), "{all}");
+    assert!(
+        all.contains("did not sleep for job") && all.contains("busy"),
+        "the arbiter says why B stayed: {all}"
     );
     // Who asks is the kernel's to say, and a request is one strict line.
     assert!(
