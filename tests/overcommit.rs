@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-/// Job A (root's; request 256 MiB, may hold 1 GiB) holds 600 MiB and is idle; job B (uid
+/// Job A (root's; request 512 MiB, may hold 1 GiB) holds 600 MiB and is idle; job B (uid
 /// 1001's, the same) fills 8 MiB blocks until refused. Without the arbiter B gets what A left;
 /// with it, A is put to sleep and B gets 800 MiB or more; A, at its next work, wakes with every
 /// byte intact. A job at or under its request is never put to sleep: with A holding 200 MiB, B
@@ -42,7 +42,8 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
     std::fs::create_dir_all(&board).unwrap();
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&board, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let share = |job: &str| cudapool::base::job::share_text(job, 1 << 30, Some(256 << 20));
+    // As the Prolog writes them with overcommit=2: a request of 512 MiB, twice that the limit.
+    let share = |job: &str| cudapool::base::job::share_text(job, 1 << 30, Some(512 << 20));
     let script = format!(
         r#"set -u
         mount -t tmpfs -o size=16M tmpfs /run || exit 97
@@ -51,7 +52,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         printf '%s' '{share_a}' > $J/{a} && printf '%s' '{share_b}' > $J/{b} && chmod 644 $J/{a} $J/{b}
         : > $J/{a}.d/group-slurm-{a} && : > $J/{b}.d/group-slurm-{b} && chmod 600 $J/*.d/group-*
         chown 1001:1001 $J/{b}.d/group-slurm-{b}
-        printf 'overcommit=4\nsleep_idle=1s\n' > /run/cudapool/site.conf && chmod 644 /run/cudapool/site.conf
+        printf 'overcommit=2\nsleep_idle=1s\n' > /run/cudapool/site.conf && chmod 644 /run/cudapool/site.conf
         export LD_LIBRARY_PATH={dir} FAKECU_BOARD={board} FAKECU_SHARED=1 FAKECU_TOTAL_MEM=1073741824
         in_job() {{ cg=$1; shift; sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' $cg env LD_PRELOAD={lib} CUDAPOOL_CACHE_IDLE=never CUDAPOOL_LOG=info "$@"; }}
         # Job A holds MIB, idle, until its file exists; then checks every byte.
@@ -126,7 +127,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
     }
     // Without the arbiter: what A left (1 GiB less its 600 MiB).
     assert!(blocks("b1") <= 53, "{all}");
-    // With it: A (idle, 600 MiB above its 256 MiB request) slept, and B took its room.
+    // With it: A (idle, 600 MiB above its 512 MiB request) slept, and B took its room.
     assert!(blocks("b2") >= 100, "{all}");
     assert!(
         all.contains(&format!("put to sleep for job {b}")),
