@@ -59,14 +59,15 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         hold() {{ rm -f {s}/go; in_job {cga} env ${{A_ENV:-A=1}} {client} gpa suspend_hold $1 {s}/go idle > {s}/a.out 2>&1 &
           a=$!; for i in $(seq 100); do grep -q ready {s}/a.out && break; sleep 0.1; done; sleep 2; }}
         as_b() {{ in_job {cgb} setpriv --reuid 1001 --regid 1001 --clear-groups env "$@"; }}
-        release() {{ touch {s}/go; wait $a; grep -h 'suspend_hold\|arbiter\|waking\|out of memory\|client:' {s}/a.out | sed "s/^/a$1: /"; }}
+        release() {{ touch {s}/go; wait $a; grep -h 'suspend_hold\|arbiter\|waking\|out of memory\|client:\|ignored' {s}/a.out | sed "s/^/a$1: /"; }}
         fill() {{ in_job {cgb} setpriv --reuid 1001 --regid 1001 --clear-groups env {chaos} fill 8388608 0 2>&1 | grep -h 'fill n=\|arbiter' | sed "s/^/b$1: /"; }}
         ask() {{ python3 -c "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect('/run/cudapool/arbiter.sock'); s.sendall(sys.argv[1].encode()+b'\\n'); print('asked:', s.recv(200).decode().strip())" "$1"; }}
         hold 600; fill 1; release 1
         {cli} slurm --config /run/cudapool/site.conf arbiter 2> {s}/arbiter.log &
         arb=$!
         for i in $(seq 50); do [ -S /run/cudapool/arbiter.sock ] && break; sleep 0.1; done
-        hold 600; fill 2; release 2
+        # A asks, through its environment, for a request as large as the GPU: not its to raise.
+        A_ENV=CUDAPOOL_MEMORY_REQUEST=2GiB hold 600; fill 2; release 2
         hold 200; fill 3; release 3
         # B fills the GPU (A asleep for it) and holds it, idle: A's next work wakes it, and
         # its wake asks the arbiter, which puts B to sleep in turn.
@@ -135,6 +136,13 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
     );
     // A at 200 MiB, under its request: never put to sleep; B gets what is left.
     assert!(blocks("b3") <= 103, "{all}");
+    // A's own environment could not make it unsleepable.
+    assert!(
+        all.contains(&format!(
+            "a2: cudapool: CUDAPOOL_MEMORY_REQUEST ignored: job {a}'s request is its gpumem"
+        )),
+        "{all}"
+    );
     // Rounds 2, 4 (A for B's fill, then B for A's wake) and 5 (A for B): never in round 3.
     assert_eq!(all.matches("put to sleep for job").count(), 4, "{all}");
     // Round 4: B, idle above its request, put to sleep for A's wake.
