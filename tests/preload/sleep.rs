@@ -14,6 +14,18 @@ pub(super) fn started(
     std::process::Child,
     std::io::BufReader<std::process::ChildStdout>,
 ) {
+    started_with(scenario, &[], std::process::Stdio::null())
+}
+
+/// [`started`], with `env` too and its stderr to `stderr`.
+fn started_with(
+    scenario: &str,
+    env: &[(&str, &str)],
+    stderr: impl Into<std::process::Stdio>,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
     use std::io::BufRead;
     let f = fixture();
     let mut cmd = Command::new(f.dir.join("client"));
@@ -23,11 +35,12 @@ pub(super) fn started(
     }
     cmd.env("LD_LIBRARY_PATH", &f.dir)
         .env("LD_PRELOAD", &f.lib)
-        .env(EXPANDABLE.0, EXPANDABLE.1);
+        .env(EXPANDABLE.0, EXPANDABLE.1)
+        .envs(env.iter().copied());
     let mut child = cmd
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("client");
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
@@ -490,35 +503,17 @@ fn a_wake_makes_a_handle_per_block_not_per_chunk() {
 /// intact. Without the setting nothing is made ahead.
 #[test]
 fn with_sleep_ready_the_first_sleep_copies_into_memory_made_ahead() {
-    use std::io::BufRead;
     let cli = PathBuf::from(env!("CARGO_BIN_EXE_cudapool"));
     for ready in ["1", "0"] {
         let f = fixture();
         let log = f
             .dir
             .join(format!("sleep-ready-{ready}-{}.log", std::process::id()));
-        let mut cmd = Command::new(f.dir.join("client"));
-        cmd.args(["gpa", "sleep_idle"]).current_dir(&f.dir);
-        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("CUDAPOOL_")) {
-            cmd.env_remove(k);
-        }
-        let mut child = cmd
-            .env("LD_LIBRARY_PATH", &f.dir)
-            .env("LD_PRELOAD", &f.lib)
-            .env(EXPANDABLE.0, EXPANDABLE.1)
-            .env("CUDAPOOL_SLEEP_READY", ready)
-            .env("CUDAPOOL_LOG", "debug")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("client");
-        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        while line.trim() != "ready" {
-            line.clear();
-            assert!(out.read_line(&mut line).unwrap() > 0, "the client ended");
-        }
+        let (mut child, mut out) = started_with(
+            "sleep_idle",
+            &[("CUDAPOOL_SLEEP_READY", ready), ("CUDAPOOL_LOG", "debug")],
+            std::fs::File::create(&log).unwrap(),
+        );
         let said = || std::fs::read_to_string(&log).unwrap_or_default();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while ready == "1" && !said().contains("of host memory ready for a sleep") {
