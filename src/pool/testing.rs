@@ -28,6 +28,11 @@ pub struct FakeUpstream {
     pub stitches: std::sync::atomic::AtomicU64,
     /// What [`Upstream::cache_idle`] says (default: never).
     cache_idle: CacheIdle,
+    /// The address space left between two segments (256 bytes; 0 when [`packed`](Self::packed)).
+    gap: u64,
+    /// Bytes other processes hold under the same limit (a group's other members): they
+    /// narrow the headroom and the upstream refuses past them. Tests change it between calls.
+    pub others: std::sync::atomic::AtomicU64,
 }
 
 /// The fake's virtual memory: reserved ranges (start -> size), mappings (start -> (bytes, the
@@ -69,6 +74,8 @@ impl FakeUpstream {
             vmm: Mutex::default(),
             stitches: 0.into(),
             cache_idle: CacheIdle::Never,
+            others: 0.into(),
+            gap: 256,
         }
     }
     /// The same, telling its pools to give back freed memory as `CUDAPOOL_CACHE_IDLE=idle`.
@@ -77,6 +84,12 @@ impl FakeUpstream {
             cache_idle: idle,
             ..self
         }
+    }
+    /// The same, handing out addresses with no space between them, from 2 MiB: a segment may
+    /// end where the next one, or a reserved range, begins (the driver's addresses may).
+    pub fn packed(self) -> Self {
+        *self.state.lock().unwrap() = (2 << 20, BTreeMap::new(), 0);
+        FakeUpstream { gap: 0, ..self }
     }
     /// The same, offering virtual memory mapped in chunks of `chunk` bytes.
     pub fn with_vmm(self, chunk: u64) -> Self {
@@ -134,6 +147,9 @@ impl FakeUpstream {
     pub fn outstanding(&self) -> (usize, u64) {
         let s = self.state.lock().unwrap();
         (s.1.len(), s.2)
+    }
+    fn others(&self) -> u64 {
+        self.others.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -447,11 +463,11 @@ impl Upstream for FakeUpstream {
 
     fn alloc(&self, bytes: u64) -> Result<DevPtr, CUresult> {
         let mut s = self.state.lock().unwrap();
-        if s.2 + bytes > self.capacity {
+        if s.2 + self.others() + bytes > self.capacity {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
         let p = s.0;
-        s.0 += bytes.div_ceil(256) * 256 + 256;
+        s.0 += bytes.div_ceil(256) * 256 + self.gap;
         s.1.insert(p, bytes);
         s.2 += bytes;
         Ok(p)
@@ -464,7 +480,8 @@ impl Upstream for FakeUpstream {
     }
     fn headroom(&self) -> u64 {
         if self.limited {
-            self.capacity - self.outstanding().1
+            self.capacity
+                .saturating_sub(self.outstanding().1 + self.others())
         } else {
             u64::MAX
         }
@@ -495,7 +512,7 @@ impl VirtualMemory for FakeUpstream {
         assert!(self.chunk > 0 && chunk == self.chunk && bytes.is_multiple_of(chunk));
         let mut s = self.state.lock().unwrap();
         let p = s.0.next_multiple_of(self.chunk);
-        s.0 = p + bytes + self.chunk;
+        s.0 = p + bytes + self.gap.min(1) * self.chunk;
         self.vmm.lock().unwrap().reserved.insert(p, bytes);
         Ok(p)
     }
@@ -519,7 +536,7 @@ impl VirtualMemory for FakeUpstream {
             v.vacant(at, bytes),
             "map of {at:#x} outside a reservation or over a mapping"
         );
-        if s.2 + bytes > self.capacity {
+        if s.2 + self.others() + bytes > self.capacity {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
         for h in (at..at + bytes).step_by(handle as usize) {

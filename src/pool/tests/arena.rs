@@ -314,6 +314,94 @@ fn random_workloads_in_the_arena_stay_mapped_and_balance() {
     }
 }
 
+/// A small segment whose free rest ends exactly where the arena begins (the driver's
+/// addresses may be so) is no part of the arena: a growth counts only the arena's own free
+/// block before a hole. [Before: the growth counted the small segment's rest, mapped a chunk
+/// too few and missed its own request ("the grown arena serves the request", a panic).]
+#[test]
+fn a_segment_that_ends_where_the_arena_begins_is_not_grown_into() {
+    let up = FakeUpstream::new(1 << 30).with_vmm(CHUNK).packed();
+    let (p, _) = expandable(ReuseRule::Immediate);
+    let small = p.alloc(1000, &up).unwrap();
+    let big = p.alloc(3 * MIB, &up).unwrap();
+    assert_eq!(
+        big.ptr,
+        small.ptr + CHUNK,
+        "the arena begins where the small segment ends"
+    );
+    assert!(up.backed(big.ptr, big.size));
+    assert_eq!(
+        up.mapped(),
+        4 * MIB,
+        "3 MiB in two chunks of the arena's own"
+    );
+    p.check().unwrap();
+}
+
+/// A group's limit: other members take and give back memory between this process's calls, so
+/// the headroom and what the upstream grants move under the pool (stitching near the limit
+/// one call, not the next), and segments lie side by side in the address space. Every
+/// allocation either succeeds, mapped, or is refused with an out-of-memory error; the pool
+/// never panics and its invariants hold after each step.
+#[test]
+fn a_limit_shared_with_others_moves_under_the_arena_and_nothing_breaks() {
+    use std::sync::atomic::Ordering::Relaxed;
+    for rule in [ReuseRule::Immediate, ReuseRule::OneQueue, ReuseRule::Fenced] {
+        for seed in 1..=6u64 {
+            let up = FakeUpstream::new(64 * MIB).with_vmm(CHUNK).packed();
+            let (p, clock) = expandable(rule);
+            // Up to 8 live blocks of 1 to 8 whole MiB, or any size up to 24 MiB.
+            let mut live: [Option<Held>; 8] = [None; 8];
+            let mut x = 0x9E3779B97F4A7C15u64.wrapping_mul(seed);
+            for step in 0..2500 {
+                p.check()
+                    .unwrap_or_else(|e| panic!("{rule:?} seed {seed} before step {step}: {e}"));
+                xorshift(&mut x);
+                up.others
+                    .store((x >> 40) % (60 * MIB) / CHUNK * CHUNK, Relaxed);
+                if step % 7 == 0 {
+                    clock.complete_all();
+                }
+                if step % 53 == 0 {
+                    p.trim(&up, (x >> 10) % (16 * MIB));
+                }
+                let k = (x >> 5) as usize % 8;
+                if let Some(b) = live[k].take() {
+                    p.free(b, &up).unwrap();
+                }
+                let size = if seed % 2 == 0 {
+                    (1 + (x >> 20) % 8) * MIB
+                } else {
+                    1 + (x >> 20) % (24 * MIB)
+                };
+                let got =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.alloc(size, &up)))
+                        .unwrap_or_else(|_| {
+                            panic!("{rule:?} seed {seed} step {step}: a panic for {size}")
+                        });
+                match got {
+                    Ok(g) => {
+                        assert!(up.backed(g.ptr, g.size), "{rule:?} seed {seed} step {step}");
+                        live[k] = Some(g.held(size));
+                    }
+                    Err(e) => assert_eq!(e, CUDA_ERROR_OUT_OF_MEMORY),
+                }
+            }
+            up.others.store(0, Relaxed);
+            for b in live.into_iter().flatten() {
+                p.free(b, &up).unwrap();
+            }
+            clock.complete_all();
+            p.reclaim(&up);
+            assert_eq!(
+                up.outstanding(),
+                (0, 0),
+                "{rule:?} seed {seed}: all given back"
+            );
+        }
+    }
+}
+
 // ---- split's parked block --------------------------------------------------------------------
 
 /// A block put back ready is parked (neither listed nor merged) until the next operation; a

@@ -63,12 +63,15 @@ impl Arena {
         blocks: &impl Blocks,
         r: u64,
     ) -> Option<(u64, DevPtr)> {
-        let chunk = self.range?.chunk;
+        let a = self.range?;
+        let chunk = a.chunk;
         let mut best: Option<(u64, DevPtr)> = None;
         for (&h, &len) in &self.holes {
+            // Only a block of the arena: a classic segment's may end where the arena begins,
+            // and the growth never merges with it.
             let before = blocks
                 .before(h)
-                .filter(|b| b.ready && b.end() == h)
+                .filter(|b| b.ready && b.end() == h && b.at >= a.base)
                 .map_or(0, |b| b.size);
             let need = round_up(r.saturating_sub(before).max(1), chunk);
             if need <= len && best.is_none_or(|(n, _)| need < n) {
