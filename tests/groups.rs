@@ -493,6 +493,104 @@ fn a_joiner_waits_while_the_door_turns_and_gives_up_when_it_stands_still() {
     assert_eq!(join(&g).code, 0, "the door let go");
 }
 
+/// A process of the user that holds a ledger's door as a joiner does (the door's lock, and the
+/// classic lock on the byte after it that names it) and then sleeps; killed when dropped.
+struct DoorHolder(libc::pid_t);
+
+impl Drop for DoorHolder {
+    fn drop(&mut self) {
+        // SAFETY: SIGKILL to our own child (stopped or not), then reaping it.
+        unsafe {
+            libc::kill(self.0, libc::SIGKILL);
+            libc::waitpid(self.0, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
+fn hold_door(path: &str) -> DoorHolder {
+    use cudapool::limits::group::ledger;
+    let path = std::ffi::CString::new(path).unwrap();
+    let (door, _) = ledger::door_offsets();
+    let holder = ledger::door_holder_offset();
+    let mut ready = [0 as libc::c_int; 2];
+    // SAFETY: a pipe into an array of two descriptors.
+    assert_eq!(unsafe { libc::pipe(ready.as_mut_ptr()) }, 0);
+    // SAFETY: the child calls only async-signal-safe functions (open, fcntl, write, pause,
+    // _exit) on memory made before the fork, and never returns.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: as above.
+        unsafe {
+            let fd = libc::open(path.as_ptr(), libc::O_RDWR);
+            let lock = |cmd: libc::c_int, at: usize| {
+                let mut l: libc::flock = std::mem::zeroed();
+                l.l_type = libc::F_WRLCK as libc::c_short;
+                l.l_whence = libc::SEEK_SET as libc::c_short;
+                l.l_start = at as libc::off_t;
+                l.l_len = 1;
+                libc::fcntl(fd, cmd, &l) == 0
+            };
+            if fd < 0 || !lock(libc::F_OFD_SETLK, door) || !lock(libc::F_SETLK, holder) {
+                libc::_exit(1);
+            }
+            libc::write(ready[1], b"x".as_ptr().cast(), 1);
+            loop {
+                libc::pause();
+            }
+        }
+    }
+    let mut b = [0u8; 1];
+    // SAFETY: reads one byte into a buffer of one; closes our ends of the pipe.
+    unsafe {
+        libc::close(ready[1]);
+        assert_eq!(
+            libc::read(ready[0], b.as_mut_ptr().cast(), 1),
+            1,
+            "the holder took the door"
+        );
+        libc::close(ready[0]);
+    }
+    DoorHolder(pid)
+}
+
+/// A ledger's door held for 14 s by a live process that lets nobody in (a joiner starved of
+/// CPU on a loaded machine): the joiner waits for it and gets in. Held by the same kind of
+/// process stopped (SIGSTOP): the joiner gives up after 10 s with one line that names it.
+/// [Before: a joiner gave up after 10 s at any door that stood still; in CI, with other tests
+/// beside it, 14 of 1,000 joiners of chaos's crowd test were refused.]
+#[test]
+fn a_joiner_waits_for_a_door_holder_that_runs_and_not_for_a_stopped_one() {
+    use std::time::{Duration, Instant};
+    let g = Group::new("holder");
+    let mut first = Member::start(
+        &["park", "1", &MB8.to_string()],
+        &env_of(&in_group(&g, "64MiB")),
+    );
+    first.line("parked");
+    let live = hold_door(&g.ledger());
+    let t = Instant::now();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(14));
+        drop(live);
+    });
+    let r = join(&g);
+    releaser.join().unwrap();
+    assert_eq!(r.code, 0, "waited for a live holder: {}", r.stderr);
+    assert!(t.elapsed() >= Duration::from_secs(14), "{:?}", t.elapsed());
+    let stopped = hold_door(&g.ledger());
+    // SAFETY: SIGSTOP to our own child.
+    unsafe { libc::kill(stopped.0, libc::SIGSTOP) };
+    refused_after_ten_seconds(
+        &g,
+        &format!(
+            "process {} (state T) has held the ledger's door for more than 10 s without letting anyone in (stopped)",
+            stopped.0
+        ),
+    );
+    drop(stopped);
+    assert_eq!(join(&g).code, 0, "the door let go");
+}
+
 /// A ledger's lock held for 14 s by a live member while others keep passing it (its `seq`
 /// moves, as members allocating one after another move it): a joiner waits and gets in, and so
 /// does one queued at the ledger's door behind it. Held by a stopped member: the joiner gives

@@ -4,8 +4,8 @@
 //! **Format.** One `#[repr(C)]` [`Ledger`]: a magic and version, a process-shared robust mutex,
 //! [`DEVICES`] GPU slots and [`MEMBERS`] member slots. Past its end lie lock bytes that carry
 //! no data: member `i`'s liveness byte at `SIZE + i` (an open-file-description lock its member
-//! holds for life; the kernel drops it however the member dies) and the door at
-//! `SIZE + MEMBERS`.
+//! holds for life; the kernel drops it however the member dies), the door at `SIZE + MEMBERS`
+//! and the byte that names the door's holder after it (`door.rs`).
 //!
 //! **The door.** A joiner holds the door (an exclusive lock) from opening the file until it
 //! holds its member byte; so does whoever rebuilds or removes the ledger. So a ledger is
@@ -25,12 +25,12 @@
 
 use crate::base::patience::{wait_until, Patience, PER_FILE, READ_TIME};
 use crate::base::pio;
-use crate::base::rundir::{self, flock, RunDir};
+use crate::base::rundir::{self, RunDir};
 use crate::base::rundir_find;
 use crate::base::sigbus;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// GPUs a group's ledger holds.
 pub const DEVICES: usize = 32;
@@ -40,9 +40,6 @@ pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"CPGROUP\0");
 pub(super) const VERSION: u32 = 8;
 /// More bytes than any GPU has: a figure above it is impossible (64 PiB).
 pub const SANE: u64 = 1 << 56;
-/// The longest wait at a ledger's door while nobody passes it (a crowd that keeps passing
-/// is waited for as long as it takes).
-pub const DOOR_WAIT: Duration = Duration::from_secs(10);
 /// The most ledgers read from one runtime directory in one pass.
 pub const MAX_LEDGERS_PER_DIR: usize = 256;
 
@@ -129,96 +126,6 @@ pub fn file_name(name: &str) -> String {
     format!("group-{name}")
 }
 
-pub(super) fn member_byte(i: usize) -> i64 {
-    (SIZE + i) as i64
-}
-
-pub(super) fn door_byte() -> i64 {
-    (SIZE + MEMBERS) as i64
-}
-
-/// Takes an exclusive open-file-description lock on `len` bytes at `start`, without waiting.
-pub(super) fn try_lock(fd: libc::c_int, start: i64, len: usize) -> bool {
-    let f = flock(libc::F_WRLCK, start, len);
-    // SAFETY: a lock request on our descriptor with a valid flock; never blocks.
-    unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &f) == 0 }
-}
-
-pub(super) fn unlock(fd: libc::c_int, start: i64, len: usize) {
-    let f = flock(libc::F_UNLCK, start, len);
-    // SAFETY: an unlock on our descriptor with a valid flock.
-    unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &f) };
-}
-
-/// Whether another open file description holds a lock on any of `len` bytes at `start` (this
-/// descriptor's own locks never show). An error counts as held: the careful answer.
-pub(super) fn held(fd: libc::c_int, start: i64, len: usize) -> bool {
-    let mut f = flock(libc::F_WRLCK, start, len);
-    // SAFETY: a lock test on our descriptor with a valid flock.
-    let r = unsafe { libc::fcntl(fd, libc::F_OFD_GETLK, &mut f) };
-    r != 0 || f.l_type != libc::F_UNLCK as libc::c_short
-}
-
-/// Whether any member other than this descriptor's lives in the ledger.
-/// How many member bytes other processes hold (live members, as the kernel says).
-pub(super) fn others_holding(fd: libc::c_int) -> usize {
-    (0..MEMBERS)
-        .filter(|&i| held(fd, member_byte(i), 1))
-        .count()
-}
-
-pub(super) fn others_live(fd: libc::c_int) -> bool {
-    held(fd, member_byte(0), MEMBERS)
-}
-
-/// The door, held until dropped.
-pub(super) struct Door(libc::c_int);
-
-impl Drop for Door {
-    fn drop(&mut self) {
-        unlock(self.0, door_byte(), 1);
-    }
-}
-
-/// Waits at the door of the ledger behind `fd` for as long as others keep passing it (the
-/// ledger's `turns` moves), and gives up once it has stood still for `wait`: its holder is
-/// stopped. A thousand processes joining at once on a loaded machine take longer than `wait`
-/// to pass one by one, and none of them is refused for it.
-pub(super) fn enter(fd: libc::c_int, wait: Duration) -> Result<Door, String> {
-    let mut turns = door_turns(fd);
-    let mut deadline = Instant::now() + wait;
-    let mut pause = Duration::from_micros(50);
-    loop {
-        if try_lock(fd, door_byte(), 1) {
-            return Ok(Door(fd));
-        }
-        let now = Instant::now();
-        if now > deadline {
-            let seen = door_turns(fd);
-            if seen == turns {
-                return Err(format!(
-                    "another process has held the ledger's door for more than {} s without letting anyone in (stopped?)",
-                    wait.as_secs()
-                ));
-            }
-            turns = seen;
-            deadline = now + wait;
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(5));
-    }
-}
-
-/// The ledger's `turns`, read through the descriptor (a waiter has mapped nothing yet); `None`
-/// while the file is too short to hold it (being made).
-fn door_turns(fd: libc::c_int) -> Option<u64> {
-    let mut b = [0u8; 8];
-    let at = std::mem::offset_of!(Ledger, turns) as libc::off_t;
-    // SAFETY: reads 8 bytes of our regular file into a buffer of 8.
-    let n = unsafe { libc::pread(fd, b.as_mut_ptr().cast(), 8, at) };
-    (n == 8).then(|| u64::from_ne_bytes(b))
-}
-
 /// A ledger mapped by a member, and the descriptor it came through (kept open: it carries the
 /// member's liveness lock).
 pub(super) struct Mapping {
@@ -299,11 +206,6 @@ pub(super) fn reset_mutex(l: *mut Ledger) {
         libc::pthread_mutex_init(&mut l.mutex, &attr);
         libc::pthread_mutexattr_destroy(&mut attr);
     }
-}
-
-/// Takes the door without waiting, for a member that must reset the mutex in place.
-pub(super) fn try_enter(fd: libc::c_int) -> Option<Door> {
-    try_lock(fd, door_byte(), 1).then_some(Door(fd))
 }
 
 fn map(fd: &OwnedFd) -> Result<*mut Ledger, String> {
@@ -488,7 +390,12 @@ impl LedgerView {
     }
 }
 
+mod door;
 mod layout;
+pub(in crate::limits::group) use door::{
+    enter, held, member_byte, others_holding, others_live, try_enter, try_lock, Door,
+};
+pub use door::{DOOR_WAIT, DOOR_WAIT_RUNNING};
 pub use layout::*;
 
 /// Every group ledger of this user (of every user with `all_users`) in the runtime directories

@@ -1,7 +1,8 @@
 //! Where things lie in a ledger file, for the tests and tools that read or edit one from outside
 //! as its owner may (`ledger` re-exports these).
 
-use super::{door_byte, DeviceSlot, Ledger, SIZE};
+use super::door::{door_byte, holder_byte};
+use super::{DeviceSlot, Ledger, SIZE};
 use std::mem::{offset_of, size_of};
 
 /// How long a ledger file is (for tests and tools that make or check one).
@@ -23,6 +24,12 @@ pub fn member_byte_offset(i: usize) -> usize {
 /// would), and where its `turns` lies (for those that pass it as a crowd would).
 pub fn door_offsets() -> (usize, usize) {
     (door_byte() as usize, offset_of!(Ledger, turns))
+}
+
+/// Where the byte lies whose classic (process-owned) lock names the door's holder (for the
+/// tests that hold the door as a live or a stopped joiner would).
+pub fn door_holder_offset() -> usize {
+    holder_byte() as usize
 }
 
 /// Where a word of GPU slot `slot` lies in the file: `"limit"`, `"total"` (what the members
