@@ -1,5 +1,6 @@
-//! Group members for the tests of groups (`tests/groups.rs`, `tests/sleep_groups.rs`): a
-//! group name of its own, and client processes that join it and are read line by line.
+//! Group members for the tests of groups (`tests/groups.rs`, `tests/group_waits.rs`,
+//! `tests/sleep_groups.rs`): a group name of its own, and client processes that join it and
+//! are read line by line.
 
 use super::*;
 use std::io::{BufRead, BufReader};
@@ -153,6 +154,11 @@ pub fn in_group(g: &Group, limit: &str) -> Vec<(String, String)> {
         ("CUDAPOOL_GROUP".into(), g.0.clone()),
         ("CUDAPOOL_GROUP_LIMIT".into(), limit.into()),
     ]
+}
+
+/// A process that joins `g` (limit 64 MiB), allocates and frees a little, and exits.
+pub fn join(g: &Group) -> Run {
+    client("dlsym", &["basic"], &env_of(&in_group(g, "64MiB")))
 }
 
 pub fn env_of(v: &[(String, String)]) -> Vec<(&str, &str)> {

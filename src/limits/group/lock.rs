@@ -1,11 +1,15 @@
 //! How a member waits for the ledger's mutex ([`Locked`] holds it): a crowd passing it is
-//! waited for, a holder that stands still for [`LOCK_GIVE_UP`] is not.
+//! waited for; a holder that stands still for [`LOCK_GIVE_UP`] is not, unless it goes on (runs
+//! or sleeps: a starved one), which is waited for up to [`LOCK_GIVE_UP_RUNNING`].
 
 use super::ledger;
-use super::{fd_of, Group, Locked, DEVICES, LOCK_GIVE_UP, LOCK_WAIT, MEMBERS};
+use super::{
+    fd_of, Group, Locked, DEVICES, LOCK_GIVE_UP, LOCK_GIVE_UP_RUNNING, LOCK_WAIT, MEMBERS,
+};
 use crate::base::config::LogLevel::Warn;
+use crate::base::procstate;
 use crate::log_at;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 impl Group {
@@ -16,7 +20,8 @@ impl Group {
         // SAFETY: mapped for the Group's life; `seq` is an atomic, bumped by each holder.
         let seq = unsafe { &(*self.map.ledger).seq };
         let mut passed = seq.load(Ordering::Acquire);
-        let mut deadline = Instant::now() + LOCK_GIVE_UP;
+        let mut still_since = Instant::now();
+        let mut deadline = still_since + LOCK_GIVE_UP;
         loop {
             let until = realtime_after(LOCK_WAIT);
             // SAFETY: the mutex lives in our mapping, initialised by the ledger's creator; a
@@ -53,12 +58,21 @@ impl Group {
                     if seen != passed {
                         // Others passed it meanwhile: a crowd, not a stuck holder.
                         passed = seen;
+                        still_since = now;
                         deadline = now + LOCK_GIVE_UP;
                         if at_door {
                             // SAFETY: an atomic in the ledger, mapped for the Group's life.
                             unsafe { (*self.map.ledger).turns.fetch_add(1, Ordering::Relaxed) };
                         }
                     } else if now > deadline {
+                        // A holder that goes on (a starved one) is waited for longer.
+                        let owner = self.mutex_owner();
+                        let state = owner.and_then(procstate::state);
+                        let stood = now - still_since;
+                        if state.is_some_and(procstate::goes_on) && stood < LOCK_GIVE_UP_RUNNING {
+                            deadline = now + LOCK_GIVE_UP.min(LOCK_GIVE_UP_RUNNING - stood);
+                            continue;
+                        }
                         self.stuck.store(true, Ordering::Relaxed);
                         // ETIMEDOUT reads "Connection timed out": said in words instead.
                         let how = match e {
@@ -66,9 +80,10 @@ impl Group {
                             e => std::io::Error::from_raw_os_error(e).to_string(),
                         };
                         let why = format!(
-                            "group {}: its ledger's lock has been held for more than {} s while other members live ({how}); refusing what needs it",
+                            "group {}: its ledger's lock has been held for more than {} s by {} while other members live ({how}); refusing what needs it",
                             self.name,
-                            LOCK_GIVE_UP.as_secs(),
+                            stood.as_secs(),
+                            procstate::named("thread", owner, state),
                         );
                         log_at!(Warn, "{why}");
                         return Err(why);
@@ -76,6 +91,23 @@ impl Group {
                 }
             }
         }
+    }
+}
+
+impl Group {
+    /// The thread that holds the ledger's mutex, as its lock word names it: a robust mutex's
+    /// word holds its owner's thread id (the kernel reads it there when the owner dies;
+    /// glibc keeps the word first in `pthread_mutex_t`), in the owner's pid namespace. `None`
+    /// when it names none.
+    fn mutex_owner(&self) -> Option<u32> {
+        // SAFETY: the mutex lives in our mapping for the Group's life; its first word is an
+        // aligned u32 that the kernel and the holders change atomically.
+        let word = unsafe {
+            (*(std::ptr::addr_of!((*self.map.ledger).mutex) as *const AtomicU32))
+                .load(Ordering::Relaxed)
+        };
+        let tid = word & libc::FUTEX_TID_MASK;
+        (tid != 0).then_some(tid)
     }
 }
 

@@ -70,6 +70,9 @@ pub const LOCK_WAIT: Duration = Duration::from_secs(1);
 /// The longest a member waits for the mutex while other members live and nobody passes it
 /// (its `seq` stands still); a mutex that keeps changing hands is waited for on.
 pub const LOCK_GIVE_UP: Duration = Duration::from_secs(10);
+/// The longest a member waits for the mutex while nobody passes it and its holder goes on
+/// (runs or sleeps: starved of CPU on a loaded machine, not stopped).
+pub const LOCK_GIVE_UP_RUNNING: Duration = Duration::from_secs(120);
 
 fn now_ns() -> u64 {
     std::time::SystemTime::now()

@@ -14,6 +14,7 @@
 //! counts as stopped: the wait is what it was before the holder byte, `DOOR_WAIT`.
 
 use super::{Ledger, MEMBERS, SIZE};
+use crate::base::procstate;
 use crate::base::rundir::flock;
 use std::time::{Duration, Instant};
 
@@ -116,8 +117,8 @@ pub(in crate::limits::group) fn enter(fd: libc::c_int, wait: Duration) -> Result
                 deadline = now + wait;
             } else {
                 let holder = door_holder(fd);
-                let state = holder.and_then(process_state);
-                let runs = state.is_some_and(|s| matches!(s, b'R' | b'S' | b'D' | b'W'));
+                let state = holder.and_then(procstate::state);
+                let runs = state.is_some_and(procstate::goes_on);
                 let stood = now - still_since;
                 if !runs || stood >= DOOR_WAIT_RUNNING.max(wait) {
                     return Err(stood_still(holder, state, stood));
@@ -132,18 +133,14 @@ pub(in crate::limits::group) fn enter(fd: libc::c_int, wait: Duration) -> Result
 
 /// Why a wait at the door ended, in words.
 fn stood_still(holder: Option<u32>, state: Option<u8>, stood: Duration) -> String {
-    let who = match (holder, state) {
-        (Some(p), Some(s)) if p > 0 => format!("process {p} (state {})", s as char),
-        (Some(p), None) if p > 0 => format!("process {p} (gone)"),
-        _ => "another process".to_string(),
-    };
     let why = match state {
         Some(b'T' | b't') => " (stopped)",
         Some(_) => "",
         None => " (stopped?)",
     };
     format!(
-        "{who} has held the ledger's door for more than {} s without letting anyone in{why}",
+        "{} has held the ledger's door for more than {} s without letting anyone in{why}",
+        procstate::named("process", holder, state),
         stood.as_secs()
     )
 }
@@ -157,17 +154,6 @@ fn door_holder(fd: libc::c_int) -> Option<u32> {
         return None;
     }
     (f.l_type != libc::F_UNLCK as libc::c_short).then_some(f.l_pid.max(0) as u32)
-}
-
-/// The state letter of process `pid` (`R`, `S`, `D`, `T`, ...), from `/proc/PID/stat`: the
-/// first field after the command's closing parenthesis (the command may hold any byte).
-fn process_state(pid: u32) -> Option<u8> {
-    if pid == 0 {
-        return None;
-    }
-    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    stat.get(close + 2).copied()
 }
 
 /// Takes the door without waiting, for a member that must reset the mutex in place.
