@@ -17,8 +17,9 @@ use std::time::Duration;
 /// with it, A is put to sleep and B gets 800 MiB or more; A, at its next work, wakes with every
 /// byte intact. A job at or under its request is never put to sleep: with A holding 200 MiB, B
 /// gets what is left. B holding the GPU idle is put to sleep in turn for A's wake; B holding it
-/// busy is not, and A's wake ends at its timeout with the OOM line. A process in no job, or a
-/// line that is no request, gets a refusal.
+/// busy is not, and A's wake ends at its timeout with the OOM line. B's physical memory of its
+/// own (`cuMemCreate`, passed through uncached) asks as its cached blocks do. A process in no
+/// job, or a line that is no request, gets a refusal.
 #[test]
 fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
     if uid() != 0 {
@@ -80,6 +81,9 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         rm -f {s}/go-b; as_b {client} gpa suspend_hold 904 {s}/go-b > {s}/b5.out 2>&1 &
         b=$!; for i in $(seq 100); do grep -q ready {s}/b5.out && break; sleep 0.1; done
         release 5; touch {s}/go-b; wait $b; grep -h 'suspend_hold' {s}/b5.out | sed "s/^/b5: /"
+        # B makes physical memory of its own (cuMemCreate, passed through uncached): it asks
+        # the arbiter as a cached allocation does, and A sleeps for it.
+        hold 600; as_b {chaos} fill 8388608 0 create 2>&1 | grep -h 'fill n=\|arbiter' | sed "s/^/b6: /"; release 6
         ask "room face0000000000000000000000000000 8388608"
         ask "sleep everyone"
         python3 -c "import socket; idle=[socket.socket(socket.AF_UNIX) for _ in range(4)]; [c.connect('/run/cudapool/arbiter.sock') for c in idle]; s=socket.socket(socket.AF_UNIX); s.connect('/run/cudapool/arbiter.sock'); print('fifth:', s.recv(200).decode().strip())"
@@ -120,7 +124,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
             .parse()
             .unwrap()
     };
-    for round in 1..=4 {
+    for round in [1, 2, 3, 4, 6] {
         assert!(
             all.contains(&format!("a{round}: suspend_hold intact=1")),
             "round {round}: A's bytes: {all}"
@@ -143,8 +147,11 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         )),
         "{all}"
     );
-    // Rounds 2, 4 (A for B's fill, then B for A's wake) and 5 (A for B): never in round 3.
-    assert_eq!(all.matches("put to sleep for job").count(), 4, "{all}");
+    // Rounds 2, 4 (A for B's fill, then B for A's wake), 5 (A for B) and 6 (A for B's
+    // uncached memory): never in round 3.
+    assert_eq!(all.matches("put to sleep for job").count(), 5, "{all}");
+    // Round 6: memory passed through uncached asks too.
+    assert!(blocks("b6") >= 100, "{all}");
     // Round 4: B, idle above its request, put to sleep for A's wake.
     assert!(blocks("b4") >= 100, "{all}");
     assert!(

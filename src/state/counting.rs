@@ -16,7 +16,7 @@ impl Shim {
     pub fn alloc_counted(
         &self,
         charge: u64,
-        alloc: impl FnOnce() -> Result<(DevPtr, u64), CUresult>,
+        alloc: impl FnMut() -> Result<(DevPtr, u64), CUresult>,
         release: impl FnOnce(DevPtr),
     ) -> Result<DevPtr, CUresult> {
         let (ctx, dev) = self.current()?;
@@ -32,12 +32,9 @@ impl Shim {
             }
             budget.on_reclaim_retry();
         }
-        let (ptr, footprint) = match alloc() {
+        let (ptr, footprint) = match self.made_charged(dev, charge, alloc) {
             Ok(r) => r,
-            Err(e) => {
-                budget.refund(charge);
-                return Err(self.failed(dev, charge, e));
-            }
+            Err(e) => return Err(self.failed(dev, charge, e)),
         };
         if footprint > charge && !budget.try_charge(footprint - charge) {
             release(ptr);
@@ -62,6 +59,33 @@ impl Shim {
         );
         self.observe(dev);
         Ok(ptr)
+    }
+
+    /// `make`, with `bytes` charged on `dev` for it. When the driver refuses it for lack of
+    /// memory, the charge goes back and, in an overcommitted job, root's arbiter is asked for
+    /// room (`ask_arbiter`); if it made some, `make` runs once more, charged again. An `Err`
+    /// leaves nothing charged.
+    fn made_charged<T>(
+        &self,
+        dev: CUdevice,
+        bytes: u64,
+        mut make: impl FnMut() -> Result<T, CUresult>,
+    ) -> Result<T, CUresult> {
+        let budget = self.budget(dev);
+        match make() {
+            Ok(r) => Ok(r),
+            Err(CUDA_ERROR_OUT_OF_MEMORY) => {
+                budget.refund(bytes);
+                if !(self.ask_arbiter(dev, bytes) && budget.try_charge(bytes)) {
+                    return Err(CUDA_ERROR_OUT_OF_MEMORY);
+                }
+                make().inspect_err(|_| budget.refund(bytes))
+            }
+            Err(e) => {
+                budget.refund(bytes);
+                Err(e)
+            }
+        }
     }
 
     /// Bytes of live allocations from the driver pool `pool`.
@@ -322,7 +346,7 @@ impl Shim {
         size: u64,
         location: (i32, i32),
         prop: PropBytes,
-        create: impl FnOnce() -> Result<MemHandle, CUresult>,
+        mut create: impl FnMut() -> Result<MemHandle, CUresult>,
     ) -> Result<MemHandle, CUresult> {
         if location.0 != CU_MEM_LOCATION_TYPE_DEVICE {
             // Host memory: not counted.
@@ -330,7 +354,7 @@ impl Shim {
         }
         let dev = location.1;
         self.charge_counted(dev, size)?;
-        match create() {
+        match self.made_charged(dev, size, create) {
             Ok(r) => {
                 let h = self.counted.program_value(r);
                 lock(&self.counted.handles).insert(
@@ -347,10 +371,7 @@ impl Shim {
                 self.counted_made(dev, size);
                 Ok(h)
             }
-            Err(e) => {
-                self.budget(dev).refund(size);
-                Err(self.failed(dev, size, e))
-            }
+            Err(e) => Err(self.failed(dev, size, e)),
         }
     }
 
@@ -508,7 +529,7 @@ impl Shim {
         &self,
         desc: &Array3DDesc,
         levels: Option<u32>,
-        create: impl FnOnce() -> Result<Opaque, CUresult>,
+        mut create: impl FnMut() -> Result<Opaque, CUresult>,
     ) -> Result<Opaque, CUresult> {
         const SPARSE: u32 = 0x40;
         if desc.flags & (SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING) != 0 {
@@ -521,7 +542,7 @@ impl Shim {
         let dev = self.driver.current_device()?;
         let size = self.array_footprint(desc, levels, dev);
         self.charge_counted(dev, size)?;
-        match create() {
+        match self.made_charged(dev, size, create) {
             Ok(h) => {
                 lock(&self.counted.arrays).insert(
                     h as usize,
@@ -534,10 +555,7 @@ impl Shim {
                 self.counted_made(dev, size);
                 Ok(h)
             }
-            Err(e) => {
-                self.budget(dev).refund(size);
-                Err(self.failed(dev, size, e))
-            }
+            Err(e) => Err(self.failed(dev, size, e)),
         }
     }
 

@@ -21,8 +21,10 @@
 //                                   hold, keeps it until its stdin closes. Then frees it.
 //   chaos hold DIR MEMBER           (no CUDA) a neighbour's live writer: locks every file of
 //                                   DIR where cudapool's writers hold theirs, then sleeps.
-//   chaos fill SIZE SECONDS [kill]  blocks of SIZE until refused ("fill n=N"), held SECONDS,
-//                                   then freed, or with kill, the process SIGKILLs itself.
+//   chaos fill SIZE SECONDS [kill|create]
+//                                   blocks of SIZE until refused ("fill n=N"), held SECONDS,
+//                                   then freed, or with kill, the process SIGKILLs itself;
+//                                   with create, physical memory by cuMemCreate instead.
 //   chaos oom N                     N allocations of 2 GiB (more than the fake device has):
 //                                   prints "oom ooms=N", the out-of-memory answers it got.
 #include <dirent.h>
@@ -49,6 +51,8 @@ static CUresult (*AllocAsync)(CUdeviceptr *, size_t, void *);
 static CUresult (*FreeAsync)(CUdeviceptr, void *);
 static CUresult (*StreamCreate)(void **, unsigned);
 static CUresult (*StreamSynchronize)(void *);
+static CUresult (*Create)(unsigned long long *, size_t, const void *, unsigned long long);
+static CUresult (*Release)(unsigned long long);
 static CUcontext ctx;
 
 static void *need(void *lib, const char *name) {
@@ -76,6 +80,8 @@ static void setup(void) {
   FreeAsync = need(lib, "cuMemFreeAsync");
   StreamCreate = need(lib, "cuStreamCreate");
   StreamSynchronize = need(lib, "cuStreamSynchronize");
+  Create = need(lib, "cuMemCreate");
+  Release = need(lib, "cuMemRelease");
   CUdevice d;
   if (Init(0) || DeviceGet(&d, 0) || Retain(&ctx, d) || SetCurrent(ctx)) {
     fprintf(stderr, "chaos: no context\n");
@@ -259,13 +265,23 @@ int main(int argc, char **argv) {
     double seconds = atof(argv[3]);
     static CUdeviceptr held[4096];
     int n = 0;
-    while (n < 4096 && Alloc(&held[n], size) == CUDA_SUCCESS) n++;
+    // With "create": physical memory of the program's own (cuMemCreate on device 0, as
+    // PyTorch's expandable segments make it), which cudapool passes through and counts.
+    int create = argc > 4 && !strcmp(argv[4], "create");
+    struct {
+      int kind, handle_types, location_type, location_id;
+      void *win32;
+      unsigned char rest[64];
+    } prop = {1, 0, 1, 0, NULL, {0}};
+    while (n < 4096 && (create ? Create((unsigned long long *)&held[n], size, &prop, 0)
+                               : Alloc(&held[n], size)) == CUDA_SUCCESS)
+      n++;
     printf("fill n=%d\n", n);
     fflush(stdout);
     struct timespec ts = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
     nanosleep(&ts, NULL);
     if (argc > 4 && !strcmp(argv[4], "kill")) raise(SIGKILL);
-    for (int i = 0; i < n; i++) Free(held[i]);
+    for (int i = 0; i < n; i++) create ? Release(held[i]) : Free(held[i]);
     return 0;
   }
   if (!strcmp(argv[1], "oom") && argc > 2) {
