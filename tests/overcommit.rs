@@ -18,7 +18,8 @@ use std::time::Duration;
 /// byte intact. A job at or under its request is never put to sleep: with A holding 200 MiB, B
 /// gets what is left. B holding the GPU idle is put to sleep in turn for A's wake; B holding it
 /// busy is not, and A's wake ends at its timeout with the OOM line. B's physical memory of its
-/// own (`cuMemCreate`, passed through uncached) asks as its cached blocks do. A process in no
+/// own (`cuMemCreate`, passed through uncached) asks as its cached blocks do. A keeping its GPU
+/// busy above its request is put to sleep all the same for B within its own. A process in no
 /// job, or a line that is no request, gets a refusal.
 #[test]
 fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
@@ -57,7 +58,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         export LD_LIBRARY_PATH={dir} FAKECU_BOARD={board} FAKECU_SHARED=1 FAKECU_TOTAL_MEM=1073741824
         in_job() {{ cg=$1; shift; sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' $cg env LD_PRELOAD={lib} CUDAPOOL_CACHE_IDLE=never CUDAPOOL_LOG=info "$@"; }}
         # Job A holds MIB, idle, until its file exists; then checks every byte.
-        hold() {{ rm -f {s}/go; in_job {cga} env ${{A_ENV:-A=1}} {client} gpa suspend_hold $1 {s}/go idle > {s}/a.out 2>&1 &
+        hold() {{ rm -f {s}/go; in_job {cga} env ${{A_ENV:-A=1}} {client} gpa suspend_hold $1 {s}/go ${{A_IDLE-idle}} > {s}/a.out 2>&1 &
           a=$!; for i in $(seq 100); do grep -q ready {s}/a.out && break; sleep 0.1; done; sleep 2; }}
         as_b() {{ in_job {cgb} setpriv --reuid 1001 --regid 1001 --clear-groups env "$@"; }}
         release() {{ touch {s}/go; wait $a; grep -h 'suspend_hold\|arbiter\|waking\|out of memory\|client:\|ignored' {s}/a.out | sed "s/^/a$1: /"; }}
@@ -84,6 +85,9 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         # B makes physical memory of its own (cuMemCreate, passed through uncached): it asks
         # the arbiter as a cached allocation does, and A sleeps for it.
         hold 600; as_b {chaos} fill 8388608 0 create 2>&1 | grep -h 'fill n=\|arbiter' | sed "s/^/b6: /"; release 6
+        # A keeps its GPU busy above its request: B, within its own, has A put to sleep all
+        # the same (busy work is no claim on lent memory).
+        A_IDLE= hold 600; fill 7; release 7
         ask "room face0000000000000000000000000000 8388608"
         ask "sleep everyone"
         python3 -c "import socket; idle=[socket.socket(socket.AF_UNIX) for _ in range(4)]; [c.connect('/run/cudapool/arbiter.sock') for c in idle]; s=socket.socket(socket.AF_UNIX); s.connect('/run/cudapool/arbiter.sock'); print('fifth:', s.recv(200).decode().strip())"
@@ -124,7 +128,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
             .parse()
             .unwrap()
     };
-    for round in [1, 2, 3, 4, 6] {
+    for round in [1, 2, 3, 4, 6, 7] {
         assert!(
             all.contains(&format!("a{round}: suspend_hold intact=1")),
             "round {round}: A's bytes: {all}"
@@ -147,9 +151,16 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         )),
         "{all}"
     );
-    // Rounds 2, 4 (A for B's fill, then B for A's wake), 5 (A for B) and 6 (A for B's
-    // uncached memory): never in round 3.
-    assert_eq!(all.matches("put to sleep for job").count(), 5, "{all}");
+    // Rounds 2, 4 (A for B's fill, then B for A's wake), 5 (A for B), 6 (A for B's uncached
+    // memory) and 7 (A busy, for B within its request): never in round 3.
+    assert_eq!(all.matches("put to sleep for job").count(), 6, "{all}");
+    // Round 7: busy above its request is no shield.
+    assert!(blocks("b7") >= 100, "{all}");
+    assert!(
+        all.contains(&format!("put to sleep for job {b} (pid"))
+            && all.contains("busy above its request, for a job within its own"),
+        "{all}"
+    );
     // Round 6: memory passed through uncached asks too.
     assert!(blocks("b6") >= 100, "{all}");
     // Round 4: B, idle above its request, put to sleep for A's wake.

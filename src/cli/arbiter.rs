@@ -11,7 +11,10 @@
 //! job by its cgroups. A job's request: its share file, root's. A job at or under its request is
 //! never asked, whatever its processes say. Idleness: each process answers for itself through
 //! its page (it sleeps only if its device work has been idle for `sleep_idle`), and the order
-//! (longest idle first) is what the pages say, which a job can only use to be asked first.
+//! (longest idle first) is what the pages say, which a job can only use to be asked first. A
+//! job that keeps its GPU busy is not safe above its request either: when no idle job makes
+//! enough room for an asker still within its own request, the jobs above theirs are put to
+//! sleep, busy or not (the request is the promise; the rest is lent).
 //! Each decision is said in one line on the arbiter's standard error (the node's log).
 
 use super::slurm_site::{site, SLEEP_IDLE};
@@ -170,11 +173,11 @@ impl Held {
     }
 }
 
-/// The other overcommitted jobs on the GPU `uuid`, by the driver's figures.
-fn jobs_on(uuid: &[u8; 16], asker: &str) -> BTreeMap<String, Held> {
+/// The overcommitted jobs on the GPU `uuid`, by the driver's figures.
+fn jobs_on(uuid: &[u8; 16]) -> BTreeMap<String, Held> {
     let mut jobs: BTreeMap<String, Held> = BTreeMap::new();
     for (pid, used) in cudapool::driver::nvml::processes(uuid).unwrap_or_default() {
-        let Some(job) = job_of_pid(pid).filter(|j| j != asker) else {
+        let Some(job) = job_of_pid(pid) else {
             continue;
         };
         if let Some(h) = jobs.get_mut(&job) {
@@ -197,8 +200,19 @@ fn jobs_on(uuid: &[u8; 16], asker: &str) -> BTreeMap<String, Held> {
     jobs
 }
 
+/// Which jobs the arbiter asks, in two passes: first those idle for the site's `sleep_idle`;
+/// then, only for an asker still within its request, every job above its own, idle or not (a
+/// request is what a job is promised; what it holds above it is lent, and taken back whether
+/// or not the job keeps its GPU busy).
+#[derive(Clone, Copy, PartialEq)]
+enum Pass {
+    Idle(Duration),
+    AboveRequest,
+}
+
 /// Makes room for `bytes` on the GPU `uuid` for process `pid`'s job: asks the processes of other
-/// jobs above their request, idle longest first, to sleep if idle for `idle`.
+/// jobs above their request, idle longest first, to sleep if idle for `idle`; if that is not
+/// enough and the job stays within its request with `bytes` more, asks them to sleep now.
 fn decide(pid: u32, uuid: &[u8; 16], bytes: u64, idle: Duration) -> String {
     let Some(asker) = job_of_pid(pid) else {
         return "refused the asking process runs in no job".into();
@@ -221,35 +235,73 @@ fn decide(pid: u32, uuid: &[u8; 16], bytes: u64, idle: Duration) -> String {
             (s.pid, at)
         })
         .collect();
-    let jobs = jobs_on(uuid, &asker);
-    let mut asked: Vec<(u64, u32, String)> = jobs
-        .iter()
-        .filter(|(_, h)| h.bytes() > h.request)
-        .flat_map(|(job, h)| {
-            h.procs
-                .iter()
-                .map(|&(p, _)| (active.get(&p).copied().unwrap_or(0), p, job.clone()))
-        })
-        .collect();
-    asked.sort();
     let mut freed = 0u64;
-    for (_, p, job) in asked {
-        if freed >= bytes {
-            break;
-        }
-        // Never a job at or under its request: its figures read again before each.
-        let now = jobs_on(uuid, &asker);
-        if now.get(&job).is_none_or(|h| h.bytes() <= h.request) {
-            continue;
-        }
-        match ask_sleep_if_idle(p, idle, ANSWER) {
-            Ok(Some(SleepAnswer::Moved { device, .. })) => {
-                freed = freed.saturating_add(device);
-                eprintln!(
-                    "cudapool arbiter: job {job} (pid {p}) put to sleep for job {asker} (pid {pid}): {device} bytes given back"
-                );
+    for pass in [Pass::Idle(idle), Pass::AboveRequest] {
+        let jobs = jobs_on(uuid);
+        if pass == Pass::AboveRequest {
+            // The asker's own figures, read now: within its request with `bytes` more.
+            let mine = jobs.get(&asker).map_or(0, Held::bytes);
+            let request = jobs.get(&asker).map(|h| h.request).or_else(|| {
+                read_share(Path::new(JOBS_DIR), &asker)
+                    .ok()
+                    .flatten()
+                    .and_then(|s| s.request)
+            });
+            if freed >= bytes || request.is_none_or(|r| mine.saturating_add(bytes) > r) {
+                break;
             }
-            Ok(Some(other)) => eprintln!(
+        }
+        let mut asked: Vec<(u64, u32, String)> = jobs
+            .iter()
+            .filter(|(job, h)| **job != asker && h.bytes() > h.request)
+            .flat_map(|(job, h)| {
+                h.procs
+                    .iter()
+                    .map(|&(p, _)| (active.get(&p).copied().unwrap_or(0), p, job.clone()))
+            })
+            .collect();
+        asked.sort();
+        for (_, p, job) in asked {
+            if freed >= bytes {
+                break;
+            }
+            // Never a job at or under its request: its figures read again before each.
+            if jobs_on(uuid)
+                .get(&job)
+                .is_none_or(|h| h.bytes() <= h.request)
+            {
+                continue;
+            }
+            freed = freed.saturating_add(ask(p, &job, pid, &asker, pass));
+        }
+    }
+    if freed == 0 {
+        eprintln!(
+            "cudapool arbiter: no room made for job {asker} (pid {pid}, {bytes} bytes): no other job idle above its request"
+        );
+    }
+    format!("freed {freed}")
+}
+
+/// Asks process `p` of `job` to sleep for process `pid` of `asker` (in `pass`), says what came
+/// of it in one line, and returns the device bytes it gave back.
+fn ask(p: u32, job: &str, pid: u32, asker: &str, pass: Pass) -> u64 {
+    let (idle, how) = match pass {
+        Pass::Idle(idle) => (idle, ""),
+        Pass::AboveRequest => (
+            Duration::ZERO,
+            ", busy above its request, for a job within its own",
+        ),
+    };
+    match ask_sleep_if_idle(p, idle, ANSWER) {
+        Ok(Some(SleepAnswer::Moved { device, .. })) => {
+            eprintln!(
+                "cudapool arbiter: job {job} (pid {p}) put to sleep for job {asker} (pid {pid}){how}: {device} bytes given back"
+            );
+            device
+        }
+        Ok(Some(other)) => {
+            eprintln!(
                 "cudapool arbiter: job {job} (pid {p}) did not sleep for job {asker}: {}",
                 match other {
                     SleepAnswer::Refused { code, .. }
@@ -261,17 +313,15 @@ fn decide(pid: u32, uuid: &[u8; 16], bytes: u64, idle: Duration) -> String {
                     SleepAnswer::Already => "already asleep".to_string(),
                     _ => "no readable answer".to_string(),
                 }
-            ),
-            Ok(None) => {}
-            Err(e) => eprintln!("cudapool arbiter: job {job} (pid {p}): {e}"),
+            );
+            0
+        }
+        Ok(None) => 0,
+        Err(e) => {
+            eprintln!("cudapool arbiter: job {job} (pid {p}): {e}");
+            0
         }
     }
-    if freed == 0 {
-        eprintln!(
-            "cudapool arbiter: no room made for job {asker} (pid {pid}, {bytes} bytes): no other job idle above its request"
-        );
-    }
-    format!("freed {freed}")
 }
 
 #[cfg(test)]

@@ -47,7 +47,8 @@ enum What {
     /// Slurm's TaskProlog: prints the exports that preload cudapool into the job's group
     TaskProlog,
     /// Root's arbiter on a node whose GPU memory is overcommitted (overcommit= in the site's
-    /// settings): puts jobs idle above their request to sleep for others (as root, a service)
+    /// settings): puts jobs above their request to sleep for others, idle ones first, busy ones
+    /// for a job within its own request (as root, a service)
     Arbiter {
         /// Serve one request, then end (tests)
         #[arg(long)]

@@ -21,8 +21,8 @@ pub struct Site {
     /// Where Slurm's commands are (`slurm_bin=DIR`), when not in a folder Slurm's packages use.
     pub slurm_bin: Option<PathBuf>,
     /// `overcommit=F` (more than 1, at most 16): the node admits F times each GPU's memory in
-    /// `gpumem`; a job may hold F times its request, and root's arbiter puts jobs idle above
-    /// their request to sleep for others. `None`: 1, no overcommit.
+    /// `gpumem`; a job may hold F times its request, and root's arbiter puts jobs above their
+    /// request to sleep for others (idle ones first). `None`: 1, no overcommit.
     pub overcommit: Option<f64>,
     /// `sleep_idle=DURATION`: how long a job's device work must have been idle before the
     /// arbiter may put it to sleep for another ([`SLEEP_IDLE`] by default).

@@ -202,8 +202,23 @@ impl Shim {
         pool: usize,
         size: u64,
         ctx_dev: (usize, CUdevice),
-        alloc: impl FnOnce() -> Result<DevPtr, CUresult>,
-        undo: impl FnOnce(DevPtr),
+        mut alloc: impl FnMut() -> Result<DevPtr, CUresult>,
+        mut undo: impl FnMut(DevPtr),
+    ) -> Result<DevPtr, CUresult> {
+        self.alloc_from_driver_pool_once(pool, size, ctx_dev, &mut alloc, &mut undo, true)
+    }
+
+    /// [`alloc_from_driver_pool`](Self::alloc_from_driver_pool); with `ask`, a refusal by the
+    /// driver asks root's arbiter for room (an overcommitted job) and, if it made some, tries
+    /// once more.
+    fn alloc_from_driver_pool_once(
+        &self,
+        pool: usize,
+        size: u64,
+        ctx_dev: (usize, CUdevice),
+        alloc: &mut impl FnMut() -> Result<DevPtr, CUresult>,
+        undo: &mut impl FnMut(DevPtr),
+        ask: bool,
     ) -> Result<DevPtr, CUresult> {
         let key = pool;
         let mut pools = lock(&self.counted.pools);
@@ -253,6 +268,10 @@ impl Shim {
             Err(e) => {
                 budget.refund(ahead);
                 drop(pools);
+                if e == CUDA_ERROR_OUT_OF_MEMORY && ask && self.ask_arbiter(dev, size) {
+                    return self
+                        .alloc_from_driver_pool_once(pool, size, ctx_dev, alloc, undo, false);
+                }
                 return Err(self.failed(dev, size, e));
             }
         };

@@ -16,7 +16,28 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// How long a process root's arbiter put to sleep holds back a wake its own calls ask for: the
+/// allocation of the job it slept for, made again at the arbiter's answer, comes first (a busy
+/// process would otherwise wake at once and take the room back before the asker's retry).
+pub const ARBITER_HOLD: Duration = Duration::from_secs(2);
+
 impl Shim {
+    /// Before a call of the program wakes the process: if root's arbiter put it to sleep less
+    /// than [`ARBITER_HOLD`] ago, waits out the rest (`cudapool wake` is not held).
+    pub(super) fn hold_after_arbiter(&self) {
+        let (cause, since) = super::cause();
+        if cause != super::Cause::Arbiter {
+            return;
+        }
+        let until = since.saturating_add(ARBITER_HOLD.as_nanos() as u64);
+        let now = now_ns();
+        if until > now {
+            std::thread::sleep(Duration::from_nanos(
+                (until - now).min(ARBITER_HOLD.as_nanos() as u64),
+            ));
+        }
+    }
+
     /// When the process last issued device work or allocated (ns since the epoch), as seen
     /// by the calls of this function: the count of such calls moved since the last one, or not.
     /// Called at least once a second by the group's thread.

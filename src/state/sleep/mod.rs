@@ -412,6 +412,7 @@ impl Shim {
     /// sleep to end, then wakes it.
     fn wake_for_call(&self) -> Result<(), CUresult> {
         self.hold_while_suspended();
+        self.hold_after_arbiter();
         self.wake().map(|_| ())
     }
 
