@@ -8,6 +8,7 @@ use crate::base::log::fmt_bytes;
 use crate::base::sync::lock;
 use crate::log_at;
 use crate::pool::queues;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 fn now_ns() -> u64 {
@@ -16,25 +17,27 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// How long a process root's arbiter put to sleep holds back a wake its own calls ask for: the
-/// allocation of the job it slept for, made again at the arbiter's answer, comes first (a busy
-/// process would otherwise wake at once and take the room back before the asker's retry).
-pub const ARBITER_HOLD: Duration = Duration::from_secs(2);
+/// How long a process root's arbiter put to sleep busy (above its request, for a job within its
+/// own) holds back a wake its own calls ask for: the allocation of the job it slept for, made
+/// again at the arbiter's answer, comes first (a busy process would otherwise wake at once and
+/// take the room back before the asker's retry, which on a loaded machine took over 2 s).
+pub const ARBITER_HOLD: Duration = Duration::from_secs(10);
+
+/// Until when (ns since the epoch) a wake for the program's calls is held: `u64::MAX` while a
+/// busy sleep for root's arbiter is under way, [`ARBITER_HOLD`] after it once done, 0 when none.
+static HOLD_UNTIL_NS: AtomicU64 = AtomicU64::new(0);
 
 impl Shim {
-    /// Before a call of the program wakes the process: if root's arbiter put it to sleep less
-    /// than [`ARBITER_HOLD`] ago, waits out the rest (`cudapool wake` is not held).
+    /// Before a call of the program wakes the process (a sleep under way has ended: the caller
+    /// waited for its turn): if root's arbiter put it to sleep busy less than [`ARBITER_HOLD`]
+    /// ago, waits out the rest, at most twice that in all (`cudapool wake` is not held).
     pub(super) fn hold_after_arbiter(&self) {
-        let (cause, since) = super::cause();
-        if cause != super::Cause::Arbiter {
-            return;
-        }
-        let until = since.saturating_add(ARBITER_HOLD.as_nanos() as u64);
-        let now = now_ns();
-        if until > now {
-            std::thread::sleep(Duration::from_nanos(
-                (until - now).min(ARBITER_HOLD.as_nanos() as u64),
-            ));
+        let started = std::time::Instant::now();
+        while super::cause().0 == super::Cause::Arbiter
+            && now_ns() < HOLD_UNTIL_NS.load(Relaxed)
+            && started.elapsed() < 2 * ARBITER_HOLD
+        {
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -79,7 +82,21 @@ impl Shim {
                 ),
             });
         }
-        let moved = self.sleep(-1, DRAIN_TIMEOUT, super::Cause::Arbiter)?;
+        // Asked busy (the arbiter's second pass): the asker's retry comes first. Held from
+        // before the sleep, which a call of the program waits out and would wake from at once.
+        let busy = idle.is_zero();
+        if busy {
+            HOLD_UNTIL_NS.store(u64::MAX, Relaxed);
+        }
+        let moved = self.sleep(-1, DRAIN_TIMEOUT, super::Cause::Arbiter);
+        if busy {
+            let until = match moved {
+                Ok(_) => now_ns().saturating_add(ARBITER_HOLD.as_nanos() as u64),
+                Err(_) => 0,
+            };
+            HOLD_UNTIL_NS.store(until, Relaxed);
+        }
+        let moved = moved?;
         log_at!(
             Info,
             "put to sleep by root's arbiter for another job on the GPU (idle for {:.1} s): {} given back",

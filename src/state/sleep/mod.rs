@@ -412,6 +412,8 @@ impl Shim {
     /// sleep to end, then wakes it.
     fn wake_for_call(&self) -> Result<(), CUresult> {
         self.hold_while_suspended();
+        // A sleep under way ends first (its turn), so that what it was for is known.
+        drop(lock(&self.sleep.turn));
         self.hold_after_arbiter();
         self.wake().map(|_| ())
     }
