@@ -8,6 +8,17 @@ mod common;
 use common::members::*;
 use common::*;
 
+/// The group's first member: it makes the ledger and stays, parked, until dropped (its last
+/// member takes the ledger when it exits).
+fn first_member(g: &Group) -> Member {
+    let mut first = Member::start(
+        &["park", "1", &MB8.to_string()],
+        &env_of(&in_group(g, "64MiB")),
+    );
+    first.line("parked");
+    first
+}
+
 /// Takes (`F_WRLCK`) or lets go (`F_UNLCK`) of one byte of `f` as an open file description: the
 /// lock a joiner holds on the ledger's door.
 fn door_lock(f: &std::fs::File, at: usize, kind: libc::c_int) {
@@ -49,12 +60,7 @@ fn a_joiner_waits_while_the_door_turns_and_gives_up_when_it_stands_still() {
     use std::os::unix::fs::FileExt;
     use std::time::{Duration, Instant};
     let g = Group::new("door");
-    // The first member makes the ledger, and stays (its last member takes it when it exits).
-    let mut first = Member::start(
-        &["park", "1", &MB8.to_string()],
-        &env_of(&in_group(&g, "64MiB")),
-    );
-    first.line("parked");
+    let _first = first_member(&g);
     let (door, turns) = cudapool::limits::group::ledger::door_offsets();
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -158,11 +164,7 @@ fn hold_door(path: &str) -> DoorHolder {
 fn a_joiner_waits_for_a_door_holder_that_runs_and_not_for_a_stopped_one() {
     use std::time::{Duration, Instant};
     let g = Group::new("holder");
-    let mut first = Member::start(
-        &["park", "1", &MB8.to_string()],
-        &env_of(&in_group(&g, "64MiB")),
-    );
-    first.line("parked");
+    let _first = first_member(&g);
     let live = hold_door(&g.ledger());
     let t = Instant::now();
     let releaser = std::thread::spawn(move || {
@@ -201,12 +203,7 @@ fn a_joiner_waits_while_the_lock_changes_hands_and_gives_up_when_it_does_not() {
     use std::sync::atomic::AtomicU64;
     use std::time::{Duration, Instant};
     let g = Group::new("lock");
-    // The first member makes the ledger, and stays (its last member takes it when it exits).
-    let mut first = Member::start(
-        &["park", "1", &MB8.to_string()],
-        &env_of(&in_group(&g, "64MiB")),
-    );
-    first.line("parked");
+    let _first = first_member(&g);
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
