@@ -3,8 +3,9 @@
 // (measured on an H100, driver 580): a per-thread stack for every thread slot of the device
 // (cuCtxSetLimit(CU_LIMIT_STACK_SIZE): (new - old) x SMs x threads per SM, taken at once), the
 // device heap and the printf FIFO (their sizes, taken here at once), a module's device globals
-// (an image "FAKEMOD globals=N": N bytes while it is loaded), and a context beyond the primary
-// one (FAKECU_CTX_MEM bytes, default 0, while it lives).
+// (an image "FAKEMOD globals=N": N bytes while it is loaded; " neighbour=M" after it: another
+// process takes M bytes during the load), and a context beyond the primary one (FAKECU_CTX_MEM
+// bytes, default 0, while it lives).
 
 enum { FAKE_SMS = 4, FAKE_THREADS_PER_SM = 1024 };
 enum { LIMIT_STACK = 0, LIMIT_PRINTF = 1, LIMIT_HEAP = 2 };
@@ -72,6 +73,23 @@ static size_t globals_of(const void *image) {
   return s && !strncmp(s, "FAKEMOD globals=", 16) ? strtoull(s + 16, NULL, 10) : 0;
 }
 
+// An image "FAKEMOD globals=N neighbour=M" on a shared board: while it loads, another tenant of
+// the GPU (the parent process's page of the board) takes M bytes more, as a neighbour's
+// allocation lands between a load's two readings of the device's free memory on a real GPU.
+static void neighbour_takes(const void *image, int dev) {
+  const char *n = image ? strstr(image, " neighbour=") : NULL;
+  if (!n || !shared_board) return;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%d", shared_board, (int)getppid());
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  size_t words[MAX_DEV] = {0};
+  (void)pread(fd, words, sizeof words, 0);
+  words[dev] += strtoull(n + 11, NULL, 10);
+  (void)pwrite(fd, words, sizeof words, 0);
+  close(fd);
+}
+
 static CUresult load(struct fake_module **out, const void *image, const char *api) {
   count(api);
   if (!out || !image) return CUDA_ERROR_INVALID_VALUE;
@@ -86,6 +104,7 @@ static CUresult load(struct fake_module **out, const void *image, const char *ap
   used[c->dev] += g;
   c->taken += g;
   if (used[c->dev] > peak[c->dev]) peak[c->dev] = used[c->dev];
+  neighbour_takes(image, c->dev);
   pthread_mutex_unlock(&mu);
   struct fake_module *m = calloc(1, sizeof *m);
   *m = (struct fake_module){c, g, 1};

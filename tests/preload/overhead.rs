@@ -116,3 +116,42 @@ fn threads_setting_a_limit_at_once_charge_it_once() {
         r.stdout
     );
 }
+
+/// A load is measured by what the process itself took, not by the device's free memory: on a
+/// shared GPU (the fake's board, one device for every process) another tenant takes 512 MiB
+/// while a module with 64 MiB of globals loads. NVML's count of this process grows by 64 MiB,
+/// the device's free memory falls by 576: the load is charged 64 MiB, and the room the program
+/// is told it has is the limit less its 100 MiB allocation and the 64 MiB. [Before, measured by the device's free memory
+/// alone, the load was charged 576 MiB: on an H200 whose other tenants were busy, a PyTorch
+/// run's reserved figure stood 790 MiB above what nvidia-smi saw it hold.]
+#[test]
+fn a_neighbours_allocation_during_a_load_is_not_charged_to_the_load() {
+    let f = fixture();
+    let board = open_temp_dir("/tmp/cudapool-board-");
+    let module = board.join("module.img");
+    std::fs::write(
+        &module,
+        format!("FAKEMOD globals={} neighbour={}", 64 * MIB, 512 * MIB),
+    )
+    .unwrap();
+    let module = module.to_string_lossy().into_owned();
+    let board_dir = board.join("pages");
+    std::fs::create_dir(&board_dir).unwrap();
+    let board_dir = board_dir.to_string_lossy().into_owned();
+    let env = [
+        ("CUDAPOOL_MEMORY_LIMIT", "1000MiB"),
+        // (NVML lists a process that holds memory on the device, as one with a context.)
+        ("HOLES_ALLOC1", "104857600"),
+        ("HOLES_MODULE", module.as_str()),
+        ("FAKECU_BOARD", board_dir.as_str()),
+        ("FAKECU_SHARED", "1"),
+        ("FAKECU_TOTAL_MEM", "4294967296"),
+    ];
+    let r = run_program(&f.dir.join("holes"), &[], true, &env);
+    let _ = std::fs::remove_dir_all(&board);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(step(&r, "module"), "0");
+    assert_eq!(r.get("cudapool", "overhead_mib"), "64", "{}", r.stdout);
+    assert_eq!(free_mib(&r)[0], 1000 - 100 - 64, "{}", r.stdout);
+    assert_eq!(r.get("cudapool_after", "overhead_mib"), "0");
+}

@@ -8,9 +8,12 @@
 //!   it is set, before it can be taken) and the printf FIFO. Known before the call: charged
 //!   first, the call refused when it does not fit.
 //! - module and library loads (`cuModuleLoad*`, `cuLibraryLoad*`): their device globals. The
-//!   driver does not say their size: it is measured, as the graph reserve is, from the
-//!   device's free memory before and after the call, less what cudapool itself took from the
-//!   driver meanwhile; charged after, and the module unloaded again when it does not fit.
+//!   driver does not say their size: it is measured before and after the call, less what
+//!   cudapool itself took from the driver meanwhile, by the process's own footprint as NVML
+//!   counts it where NVML lists the process (the device's free memory moves with every other
+//!   tenant's allocations: a neighbour's 700 MiB taken during a load was charged to the load),
+//!   else by the device's free memory; charged after, and the module unloaded again when it
+//!   does not fit.
 //! - a context beyond the primary one (`cuCtxCreate*`): measured the same way, destroyed again
 //!   when it does not fit.
 //!
@@ -33,6 +36,28 @@ const ATTR_SMS: c_int = 16;
 const ATTR_THREADS_PER_SM: c_int = 39;
 /// The limits' defaults on every GPU so far (part of every context's own footprint).
 const DEFAULTS: [u64; 3] = [1024, 1 << 20, 8 << 20];
+
+/// A reading of what the driver has taken, before or after a load (`Shim::taken_so_far`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Taken {
+    /// The process's bytes on the device by NVML's count; `None` where NVML is absent or does not
+    /// list this process (another pid namespace).
+    own: Option<u64>,
+    /// The device's free bytes.
+    free: Option<u64>,
+}
+
+impl Taken {
+    /// What was taken between `self` and `after`: the process's own growth where NVML gave both
+    /// readings, else the fall of the device's free memory; `None` where neither was read.
+    fn grew_by(&self, after: &Taken) -> Option<u64> {
+        match (self.own, after.own, self.free, after.free) {
+            (Some(a), Some(b), _, _) => Some(b.saturating_sub(a)),
+            (_, _, Some(a), Some(b)) => Some(a.saturating_sub(b)),
+            _ => None,
+        }
+    }
+}
 
 fn limit_name(which: c_int) -> &'static str {
     match which {
@@ -177,10 +202,7 @@ impl Shim {
         let Some((_, dev)) = self.here().filter(|&(_, d)| on.is_none_or(|o| o == d)) else {
             return load();
         };
-        // Measured by calls of cudapool's own: not during a graph capture.
-        let free_now =
-            || crate::base::flags::own_calls().and_then(|_calls| self.driver.mem_get_info().ok());
-        let before = free_now();
+        let before = self.taken_so_far(dev);
         let ours = self.budget(dev).reserved();
         let r = load();
         if r != CUDA_SUCCESS {
@@ -189,14 +211,12 @@ impl Shim {
         let taker = taker();
         // The new context is current after a create, on the same device (checked above).
         let (ctx, _) = self.here().unwrap_or((0, dev));
-        let after = free_now();
-        let (Some((f0, _)), Some((f1, _))) = (before, after) else {
+        let after = self.taken_so_far(dev);
+        let Some(grew) = before.grew_by(&after) else {
             return r;
         };
         let ours_now = self.budget(dev).reserved();
-        let took = f0
-            .saturating_sub(f1)
-            .saturating_sub(ours_now.saturating_sub(ours));
+        let took = grew.saturating_sub(ours_now.saturating_sub(ours));
         if took == 0 {
             return r;
         }
@@ -210,6 +230,22 @@ impl Shim {
                 e
             }
         }
+    }
+
+    /// What the driver has taken on `dev` so far, two ways: the process's own footprint as NVML
+    /// counts it (exact whatever the GPU's other tenants do meanwhile) where NVML lists this
+    /// process, and the device's free memory (which moves with every other process's
+    /// allocations too) always, both read by calls of cudapool's own: none during a capture.
+    fn taken_so_far(&self, dev: CUdevice) -> Taken {
+        let Some(_calls) = crate::base::flags::own_calls() else {
+            return Taken::default();
+        };
+        let own = self
+            .budgets
+            .uuid(dev, self.driver)
+            .and_then(|u| crate::driver::nvml::process_used(&u, std::process::id()));
+        let free = self.driver.mem_get_info().ok().map(|(free, _)| free);
+        Taken { own, free }
     }
 
     /// A module or library was unloaded (`real` succeeded): what it held goes back.
