@@ -322,7 +322,9 @@ impl Sleep {
     /// handles asleep; each saved handle's live parts lie inside it, in order, and fit its host
     /// copy; each of the program's own handles' mappings fit the handle and its host copy;
     /// awake, nothing is asleep. Read under the turn (no sleep or wake meanwhile); a free while
-    /// asleep may drop a record meanwhile, so the count is read before and after.
+    /// asleep may drop a record meanwhile, so the count is read before and after. (Called by
+    /// debug builds and tests only: a release build leaves it unused.)
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
     pub(super) fn check(&self) -> Result<(), String> {
         for _ in 0..3 {
             let before = self.count.load(SeqCst);
@@ -344,6 +346,7 @@ impl Sleep {
         Ok(())
     }
 
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
     fn check_saved(&self) -> Result<usize, String> {
         let saved = lock(&self.saved);
         for (&at, s) in saved.iter() {
@@ -369,6 +372,7 @@ impl Sleep {
         Ok(saved.len())
     }
 
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
     fn check_foreign(&self) -> Result<usize, String> {
         let foreign = lock(&self.foreign);
         for f in foreign.iter() {
