@@ -92,7 +92,13 @@ watched() {
 
 section "device"
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+# The GPUs this run sees: CUDA_VISIBLE_DEVICES's, where it is set (a half of the suite on one GPU
+# of two runs no two-device check), else every GPU nvidia-smi lists.
 NGPU=$(nvidia-smi -L | wc -l)
+if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+  seen=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
+  [ "$seen" -lt "$NGPU" ] && NGPU=$seen
+fi
 nvcc --version | tail -1
 python3 - <<'PY'
 import importlib
@@ -122,6 +128,8 @@ nvcc -O2 -std=c++17 --default-stream per-thread -o "$W/race_ptds" tests/gpu/prog
 nvcc -O2 -std=c++17 -o "$W/limit_apis" tests/gpu/programs/limit_apis.cu -lcuda & jobs_+=($!)
 nvcc -O2 -std=c++17 -o "$W/capture_threads" tests/gpu/programs/capture_threads.cu -ldl & jobs_+=($!)
 nvcc -O2 -o "$W/capture_rules" tests/gpu/programs/capture_rules.cu -lcuda -ldl -lpthread & jobs_+=($!)
+nvcc -O2 -std=c++17 -Iinclude -o "$W/load_beside" tests/gpu/programs/load_beside.cu -lcuda -ldl & jobs_+=($!)
+nvcc -fatbin -arch=native -o "$W/big_globals.fatbin" tests/gpu/programs/big_globals.cu & jobs_+=($!)
 if [ "$NGPU" -ge 2 ]; then nvcc -O2 -std=c++17 -o "$W/multi" tests/gpu/programs/multi.cu & jobs_+=($!); fi
 wait "${jobs_[@]}"
 ls "$W"
@@ -164,6 +172,25 @@ for mode in blocking nonblocking threads handoff; do
     check "[ $rc = 0 ] && grep -q 'checksum ok' '$W/race.out' && [ $handed -ge 1 ] && [ $device -ge 1 ] && [ $host = 0 ]" \
       "hand-over $mode, split $seg" "fences handed over $handed, device waits $device, host waits $host; $(grep -v '^cudapool:' "$W/race.out" | tail -1)"
   done
+done
+
+# A module load is charged what the process took (NVML's count of it), not what the device's
+# free memory fell by: a neighbour allocating and freeing 256 MiB blocks beside 40 loads of a
+# module with 64 MiB of globals. (OLD_LIB: the same beside an earlier build, for the record.)
+for side in ${OLD_LIB:+old} new; do
+  lib=$LIB; [ $side = old ] && lib=$OLD_LIB
+  $T "$W/load_beside" neighbour 20 > "$W/neighbour.out" 2>&1 &
+  nb=$!
+  sleep 1
+  env LD_PRELOAD="$lib" CUDA_MODULE_LOADING=EAGER $T "$W/load_beside" load "$W/big_globals.fatbin" 40 > "$W/load_beside.$side.out" 2>&1
+  rc=$?
+  kill "$nb" 2>/dev/null; wait "$nb" 2>/dev/null
+  grep -v '^load [0-9]' "$W/load_beside.$side.out"
+  grep '^load [0-9]' "$W/load_beside.$side.out" | awk '{print $3}' | sort | uniq -c | sort -rn | head -5
+  if [ $side = new ]; then
+    check "[ $rc = 0 ] && grep -q '^loads 40 exact=40 ' '$W/load_beside.new.out'" "a module load beside a busy neighbour is charged what it took" \
+      "$(tail -1 "$W/load_beside.new.out")$([ -n "${OLD_LIB:-}" ] && echo "; the earlier build: $(tail -1 "$W/load_beside.old.out")")"
+  fi
 done
 }
 in_place && q_basics
@@ -335,8 +362,19 @@ check "grep -q '^segments=' '$W/viz.out' && grep -q 'total_reserved' '$W/viz.out
 # compute-sanitizer sees pooled blocks (its own script; its PASS/FAIL lines join this table).
 RESULTS="$RESULTS" OUT="$OUT" bash tests/gpu/gpu-sanitizer-check.sh
 
-if [ "$NGPU" -ge 2 ]; then
-  echo "=== two devices"
+}
+in_place && r_viewer
+
+# Two devices (a run that sees two): per-device limits, one thread switching, peer copies, NCCL.
+r_devices() {
+[ "$NGPU" -ge 2 ] || return 0
+section "two devices: per-device limits, peer copies, NCCL (tests/gpu/programs/multi.cu, torchrun)"
+# The rest half beside the quick half on two GPUs: these rows use the quick half's GPU too,
+# so they wait for it to finish (GPU_DEVICES_AFTER: a file the quick half's run leaves).
+if [ -n "${GPU_DEVICES_AFTER:-}" ]; then
+  for _ in $(seq 600); do [ -e "$GPU_DEVICES_AFTER" ] && break; sleep 1; done
+  echo "(waited for $GPU_DEVICES_AFTER: $([ -e "$GPU_DEVICES_AFTER" ] && echo there || echo 'not there after 600 s'))"
+fi
   shim env CUDAPOOL_MEMORY_LIMIT=0=1GiB,1=2GiB "$W/multi" > "$W/multi.out" 2>&1
   rc=$?
   cat "$W/multi.out"
@@ -352,10 +390,8 @@ if [ "$NGPU" -ge 2 ]; then
   grep '^rank' "$W/nccl_capture.out"
   check "[ \$(grep -c '^rank .*ok$' '$W/nccl_capture.out') = 2 ]" "NCCL all-reduce captured in a CUDA graph, two GPUs" \
     "$(grep '^rank' "$W/nccl_capture.out" | tr '\n' ';')"
-fi
-
 }
-in_place && r_viewer
+in_place && r_devices
 
 r_exporter() {
 section "cudapool exporter: a PyTorch run scraped while it trains"
@@ -532,8 +568,9 @@ elif [ "$TIER" = rest ]; then
   lane ipc r_ipc r_viewer
   lane exporter r_exporter r_oom r_group
   lanes_done
-  # Alone: nvidia-smi's device figures under cudapool against the GPU's, and the sleep's
-  # bandwidth.
+  # Alone: the two devices, nvidia-smi's device figures under cudapool against the GPU's, and
+  # the sleep's bandwidth.
+  r_devices
   r_nvml
   s_sleep
 else

@@ -23,7 +23,8 @@ out=$(PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$CLI" run --limit 8GiB -- python3 -c '
 import torch, pynvml
 x = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
 pynvml.nvmlInit()
-h = pynvml.nvmlDeviceGetHandleByIndex(0)
+# NVML numbers GPUs its own way (not CUDA_VISIBLE_DEVICES'): the GPU torch uses, by its UUID.
+h = pynvml.nvmlDeviceGetHandleByUUID("GPU-" + str(torch.cuda.get_device_properties(0).uuid))
 m = pynvml.nvmlDeviceGetMemoryInfo(h)
 try:
     m2 = pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)

@@ -179,7 +179,9 @@ free_cuda, total = torch.cuda.mem_get_info()
 nv = ctypes.CDLL("libnvidia-ml.so.1")
 assert nv.nvmlInit_v2() == 0
 h = ctypes.c_void_p()
-assert nv.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h)) == 0
+# NVML numbers GPUs its own way (not CUDA_VISIBLE_DEVICES'): this GPU by its UUID.
+uuid = ("GPU-" + str(torch.cuda.get_device_properties(dev).uuid)).encode()
+assert nv.nvmlDeviceGetHandleByUUID(uuid, ctypes.byref(h)) == 0
 mem = (ctypes.c_ulonglong * 3)()
 assert nv.nvmlDeviceGetMemoryInfo(h, mem) == 0
 free_nvml = mem[1]
