@@ -33,5 +33,9 @@ fetch pytorch/pytorch "v$torch_v" test/test_cuda.py .peers/torch/test_cuda.py
 for helper in $(sed -n 's/^from \(test_[a-z_]*\) import.*/\1/p; s/^import \(test_[a-z_]*\)$/\1/p' .peers/torch/test_cuda.py | sort -u); do
   fetch pytorch/pytorch "v$torch_v" "test/$helper.py" ".peers/torch/$helper.py" || true
 done
+# PyTorch's test helpers (torch.testing._internal) import expecttest, which a PyTorch install
+# need not have: beside test_cuda.py, pytest's path finds it there.
+fetch pytorch/expecttest "v${EXPECTTEST_VERSION:-0.3.0}" expecttest/__init__.py .peers/torch/expecttest/__init__.py ||
+  echo "fetch-peer-tests: expecttest not fetched: the GPU machine needs it installed (pip install expecttest)" >&2
 fetch cupy/cupy "v$cupy_v" tests/cupy_tests/cuda_tests/test_memory.py .peers/cupy/test_memory.py
 echo "$torch_v $cupy_v" > .peers/VERSIONS
