@@ -561,6 +561,14 @@ if [ "$TIER" = quick ]; then
   q_peers
 elif [ "$TIER" = rest ]; then
   section "the rest tier's lanes, side by side (each lane's log follows when all are done)"
+  # The two devices in a lane of their own (a run that sees two), joined last: beside the
+  # quick half they first wait for it (GPU_DEVICES_AFTER), then run beside the others.
+  DEVICES_LANE=()
+  if [ "$NGPU" -ge 2 ]; then
+    lane devices r_devices
+    DEVICES_LANE=("${LANES[@]}")
+    LANES=()
+  fi
   lane limits r_limits r_two
   # The wheel's training is compared with the PyTorch section's (train.plain).
   lane torch r_torch r_numba
@@ -568,11 +576,13 @@ elif [ "$TIER" = rest ]; then
   lane ipc r_ipc r_viewer
   lane exporter r_exporter r_oom r_group
   lanes_done
-  # Alone: the two devices, nvidia-smi's device figures under cudapool against the GPU's, and
-  # the sleep's bandwidth.
-  r_devices
+  # Then, beside the two devices' lane only: nvidia-smi's device figures under cudapool against
+  # the GPU's, and the sleep of 20 GiB (its bandwidth figures: the two devices' lane copies
+  # between the GPUs, not through the host; the figures of a run on one GPU have no lane beside).
   r_nvml
   s_sleep
+  LANES=("${DEVICES_LANE[@]}")
+  lanes_done
 else
   s_sleep
 fi

@@ -1,8 +1,9 @@
 //! What NVML says of this process's whole footprint on a GPU (its context, the driver's own
-//! memory and its allocations together), for a group's limit to count each member's context
-//! (`CUDAPOOL_GROUP_LIMIT`). NVML is loaded (`libnvidia-ml.so.1`) the first time a group
-//! member uses a GPU, never otherwise; the real NVML's symbols are found with the real `dlsym`
-//! (this library's own NVML hooks are not involved).
+//! memory and its allocations together): for a group's limit to count each member's context
+//! (`CUDAPOOL_GROUP_LIMIT`), and for a module load or a new context to be charged what the
+//! process took (`state::overhead`). NVML is loaded (`libnvidia-ml.so.1`) the first time either
+//! needs it, never otherwise; the real NVML's symbols are found with the real `dlsym` (this
+//! library's own NVML hooks are not involved).
 //!
 //! `None` when NVML is absent, does not know the GPU, or lists no process of this pid (a
 //! process in a pid namespace NVML does not see: a container without the host's pid namespace).
