@@ -80,8 +80,8 @@ pub fn process_used(uuid: &[u8; 16], pid: u32) -> Option<u64> {
         .map(|(_, used)| used)
 }
 
-/// Every compute process NVML lists on the GPU `uuid` (at most 256): its pid (as NVML's pid
-/// namespace names it) and the bytes it holds there.
+/// Every compute process NVML lists on the GPU `uuid` (at most 256) with the bytes it holds
+/// there: its pid (as NVML's pid namespace names it) and those bytes.
 pub fn processes(uuid: &[u8; 16]) -> Option<Vec<(u32, u64)>> {
     let n = nvml()?;
     let name = CString::new(uuid_text(uuid)).ok()?;
@@ -99,10 +99,15 @@ pub fn processes(uuid: &[u8; 16]) -> Option<Vec<(u32, u64)>> {
     Some(
         infos[..(count as usize).min(infos.len())]
             .iter()
+            .filter(|p| p.used != NOT_AVAILABLE)
             .map(|p| (p.pid, p.used))
             .collect(),
     )
 }
+
+/// `NVML_VALUE_NOT_AVAILABLE`: NVML lists a process whose memory it cannot tell (some virtual
+/// GPUs); such a process is left out, as one NVML does not list.
+const NOT_AVAILABLE: u64 = u64::MAX;
 
 #[cfg(test)]
 mod tests {
