@@ -88,6 +88,8 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         # A keeps its GPU busy above its request: B, within its own, has A put to sleep all
         # the same (busy work is no claim on lent memory).
         A_IDLE= hold 600; fill 7; release 7
+        # B allocates from a driver pool of its own: the driver's refusal asks the arbiter too.
+        hold 600; as_b {chaos} fill 8388608 0 pool 2>&1 | grep -h 'fill n=\|arbiter\|chaos' | sed "s/^/b8: /"; release 8
         ask "room face0000000000000000000000000000 8388608"
         ask "sleep everyone"
         python3 -c "import socket; idle=[socket.socket(socket.AF_UNIX) for _ in range(4)]; [c.connect('/run/cudapool/arbiter.sock') for c in idle]; s=socket.socket(socket.AF_UNIX); s.connect('/run/cudapool/arbiter.sock'); print('fifth:', s.recv(200).decode().strip())"
@@ -128,7 +130,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
             .parse()
             .unwrap()
     };
-    for round in [1, 2, 3, 4, 6, 7] {
+    for round in [1, 2, 3, 4, 6, 7, 8] {
         assert!(
             all.contains(&format!("a{round}: suspend_hold intact=1")),
             "round {round}: A's bytes: {all}"
@@ -152,8 +154,9 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         "{all}"
     );
     // Rounds 2, 4 (A for B's fill, then B for A's wake), 5 (A for B), 6 (A for B's uncached
-    // memory) and 7 (A busy, for B within its request): never in round 3.
-    assert_eq!(all.matches("put to sleep for job").count(), 6, "{all}");
+    // memory), 7 (A busy, for B within its request) and 8 (A for B's driver pool): never in
+    // round 3.
+    assert_eq!(all.matches("put to sleep for job").count(), 7, "{all}");
     // Round 7: busy above its request is no shield.
     assert!(blocks("b7") >= 100, "{all}");
     assert!(
@@ -161,8 +164,9 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
             && all.contains("busy above its request, for a job within its own"),
         "{all}"
     );
-    // Round 6: memory passed through uncached asks too.
+    // Round 6: memory passed through uncached asks too; round 8: a driver pool's growth.
     assert!(blocks("b6") >= 100, "{all}");
+    assert!(blocks("b8") >= 100, "{all}");
     // Round 4: B, idle above its request, put to sleep for A's wake.
     assert!(blocks("b4") >= 100, "{all}");
     assert!(

@@ -21,10 +21,12 @@
 //                                   hold, keeps it until its stdin closes. Then frees it.
 //   chaos hold DIR MEMBER           (no CUDA) a neighbour's live writer: locks every file of
 //                                   DIR where cudapool's writers hold theirs, then sleeps.
-//   chaos fill SIZE SECONDS [kill|create]
+//   chaos fill SIZE SECONDS [kill|create|pool]
 //                                   blocks of SIZE until refused ("fill n=N"), held SECONDS,
 //                                   then freed, or with kill, the process SIGKILLs itself;
-//                                   with create, physical memory by cuMemCreate instead.
+//                                   with create, physical memory by cuMemCreate instead;
+//                                   with pool, from a driver pool of its own
+//                                   (cuMemPoolCreate, cuMemAllocFromPoolAsync).
 //   chaos oom N                     N allocations of 2 GiB (more than the fake device has):
 //                                   prints "oom ooms=N", the out-of-memory answers it got.
 #include <dirent.h>
@@ -53,6 +55,9 @@ static CUresult (*StreamCreate)(void **, unsigned);
 static CUresult (*StreamSynchronize)(void *);
 static CUresult (*Create)(unsigned long long *, size_t, const void *, unsigned long long);
 static CUresult (*Release)(unsigned long long);
+static CUresult (*PoolCreate)(void **, const void *);
+static CUresult (*AllocFromPool)(CUdeviceptr *, size_t, void *, void *);
+static CUresult (*PoolDestroy)(void *);
 static CUcontext ctx;
 
 static void *need(void *lib, const char *name) {
@@ -82,6 +87,9 @@ static void setup(void) {
   StreamSynchronize = need(lib, "cuStreamSynchronize");
   Create = need(lib, "cuMemCreate");
   Release = need(lib, "cuMemRelease");
+  PoolCreate = need(lib, "cuMemPoolCreate");
+  AllocFromPool = need(lib, "cuMemAllocFromPoolAsync");
+  PoolDestroy = need(lib, "cuMemPoolDestroy");
   CUdevice d;
   if (Init(0) || DeviceGet(&d, 0) || Retain(&ctx, d) || SetCurrent(ctx)) {
     fprintf(stderr, "chaos: no context\n");
@@ -267,21 +275,31 @@ int main(int argc, char **argv) {
     int n = 0;
     // With "create": physical memory of the program's own (cuMemCreate on device 0, as
     // PyTorch's expandable segments make it), which cudapool passes through and counts.
+    // With "pool": from a driver pool of the program's own (cuMemPoolCreate on device 0,
+    // cuMemAllocFromPoolAsync on the legacy stream), which cudapool charges as it grows.
     int create = argc > 4 && !strcmp(argv[4], "create");
+    int from_pool = argc > 4 && !strcmp(argv[4], "pool");
     struct {
       int kind, handle_types, location_type, location_id;
       void *win32;
       unsigned char rest[64];
     } prop = {1, 0, 1, 0, NULL, {0}};
-    while (n < 4096 && (create ? Create((unsigned long long *)&held[n], size, &prop, 0)
-                               : Alloc(&held[n], size)) == CUDA_SUCCESS)
+    void *pool = NULL;
+    if (from_pool && PoolCreate(&pool, &prop) != CUDA_SUCCESS) {
+      fprintf(stderr, "chaos: cuMemPoolCreate failed\n");
+      return 3;
+    }
+    while (n < 4096 && (create      ? Create((unsigned long long *)&held[n], size, &prop, 0)
+                        : from_pool ? AllocFromPool(&held[n], size, pool, NULL)
+                                    : Alloc(&held[n], size)) == CUDA_SUCCESS)
       n++;
     printf("fill n=%d\n", n);
     fflush(stdout);
     struct timespec ts = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
     nanosleep(&ts, NULL);
     if (argc > 4 && !strcmp(argv[4], "kill")) raise(SIGKILL);
-    for (int i = 0; i < n; i++) create ? Release(held[i]) : Free(held[i]);
+    for (int i = 0; i < n; i++) create ? Release(held[i]) : from_pool ? FreeAsync(held[i], NULL) : Free(held[i]);
+    if (pool) PoolDestroy(pool);
     return 0;
   }
   if (!strcmp(argv[1], "oom") && argc > 2) {
