@@ -57,9 +57,10 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         printf 'overcommit=2\nsleep_idle=1s\n' > /run/cudapool/site.conf && chmod 644 /run/cudapool/site.conf
         export LD_LIBRARY_PATH={dir} FAKECU_BOARD={board} FAKECU_SHARED=1 FAKECU_TOTAL_MEM=1073741824
         in_job() {{ cg=$1; shift; sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' $cg env LD_PRELOAD={lib} CUDAPOOL_CACHE_IDLE=never CUDAPOOL_LOG=info "$@"; }}
-        # Job A holds MIB, idle, until its file exists; then checks every byte.
+        # Job A holds MIB, idle, until its file exists; then checks every byte. (Each wait for
+        # a process to be ready allows 30 s: the suite runs beside other work.)
         hold() {{ rm -f {s}/go; in_job {cga} env ${{A_ENV:-A=1}} {client} gpa suspend_hold $1 {s}/go ${{A_IDLE-idle}} > {s}/a.out 2>&1 &
-          a=$!; for i in $(seq 100); do grep -q ready {s}/a.out && break; sleep 0.1; done; sleep 2; }}
+          a=$!; for i in $(seq 300); do grep -q ready {s}/a.out && break; sleep 0.1; done; sleep 2; }}
         as_b() {{ in_job {cgb} setpriv --reuid 1001 --regid 1001 --clear-groups env "$@"; }}
         release() {{ touch {s}/go; wait $a; grep -h 'suspend_hold\|arbiter\|waking\|out of memory\|client:\|ignored' {s}/a.out | sed "s/^/a$1: /"; }}
         fill() {{ in_job {cgb} setpriv --reuid 1001 --regid 1001 --clear-groups env {chaos} fill 8388608 0 2>&1 | grep -h 'fill n=\|arbiter' | sed "s/^/b$1: /"; }}
@@ -75,12 +76,12 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         # its wake asks the arbiter, which puts B to sleep in turn.
         hold 600
         as_b {chaos} fill 8388608 12 > {s}/b4.out 2>&1 &
-        b=$!; for i in $(seq 100); do grep -q 'fill n=' {s}/b4.out && break; sleep 0.1; done; sleep 1.5
+        b=$!; for i in $(seq 300); do grep -q 'fill n=' {s}/b4.out && break; sleep 0.1; done; sleep 1.5
         grep -h 'fill n=' {s}/b4.out | sed "s/^/b4: /"; release 4; wait $b
         # B fills the GPU and keeps working: A's wake waits its 2 s, then the OOM line.
         A_ENV=CUDAPOOL_WAKE_TIMEOUT=2s hold 600
         rm -f {s}/go-b; as_b {client} gpa suspend_hold 904 {s}/go-b > {s}/b5.out 2>&1 &
-        b=$!; for i in $(seq 100); do grep -q ready {s}/b5.out && break; sleep 0.1; done
+        b=$!; for i in $(seq 300); do grep -q ready {s}/b5.out && break; sleep 0.1; done
         release 5; touch {s}/go-b; wait $b; grep -h 'suspend_hold' {s}/b5.out | sed "s/^/b5: /"
         # B makes physical memory of its own (cuMemCreate, passed through uncached): it asks
         # the arbiter as a cached allocation does, and A sleeps for it.
