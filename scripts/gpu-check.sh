@@ -182,12 +182,20 @@ for side in ${OLD_LIB:+old} new; do
   $T "$W/load_beside" neighbour 20 > "$W/neighbour.out" 2>&1 &
   nb=$!
   sleep 1
+  # NVML names processes by the host's pids: in a container of its own pid namespace it lists
+  # none of this run's, and cudapool measures by the free memory (docs/design.md says so).
+  listed=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ' |
+    grep -cxF -f <(family "$nb"))
+  listed=${listed:-0}
   env LD_PRELOAD="$lib" CUDA_MODULE_LOADING=EAGER $T "$W/load_beside" load "$W/big_globals.fatbin" 40 > "$W/load_beside.$side.out" 2>&1
   rc=$?
   kill "$nb" 2>/dev/null; wait "$nb" 2>/dev/null
   grep -v '^load [0-9]' "$W/load_beside.$side.out"
   grep '^load [0-9]' "$W/load_beside.$side.out" | awk '{print $3}' | sort | uniq -c | sort -rn | head -5
-  if [ $side = new ]; then
+  if [ $side = new ] && [ "$listed" = 0 ]; then
+    result SKIP "a module load beside a busy neighbour is charged what it took" \
+      "NVML lists no process of this run (another pid namespace): loads are measured by the free memory here"
+  elif [ $side = new ]; then
     check "[ $rc = 0 ] && grep -q '^loads 40 exact=40 ' '$W/load_beside.new.out'" "a module load beside a busy neighbour is charged what it took" \
       "$(tail -1 "$W/load_beside.new.out")$([ -n "${OLD_LIB:-}" ] && echo "; the earlier build: $(tail -1 "$W/load_beside.old.out")")"
   fi
