@@ -11,7 +11,7 @@
 //!   driver does not say their size: it is measured before and after the call, less what
 //!   cudapool itself took from the driver meanwhile, by the process's own footprint as NVML
 //!   counts it where NVML lists the process (the device's free memory moves with every other
-//!   tenant's allocations: a neighbour's 700 MiB taken during a load was charged to the load),
+//!   tenant's allocations: beside a busy neighbour, loads were charged nothing or too much),
 //!   else by the device's free memory; charged after, and the module unloaded again when it
 //!   does not fit.
 //! - a context beyond the primary one (`cuCtxCreate*`): measured the same way, destroyed again
