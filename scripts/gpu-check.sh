@@ -510,6 +510,9 @@ section "suspend: processes stopped by SIGTSTP give their GPU memory back (tests
 SUSPEND_WINDOW_S=$([ "$TIER" = quick ] && echo 6 || echo 2) timeout 180 python3 tests/gpu/sleep/suspend_check.py "$LIB" > "$W/suspend.out" 2>&1
 cp "$W/suspend.out" "$OUT/suspend-check.txt"
 rows "suspend check" "$W/suspend.out"
+section "the driver's checkpoint of a process that does not sleep, as root's arbiter uses it (tests/gpu/sleep/checkpoint_check.py)"
+timeout 180 python3 tests/gpu/sleep/checkpoint_check.py "$LIB" "$PWD/target/release/cudapool" > "$W/checkpoint.out" 2>&1
+rows "checkpoint check" "$W/checkpoint.out"
 }
 in_place && q_suspend
 

@@ -7,6 +7,8 @@
 mod cli {
     pub mod absent;
     pub mod arbiter;
+    pub mod checkpoint;
+    pub mod checkpointed;
     pub mod config;
     pub mod exporter;
     pub mod jobstat;

@@ -19,8 +19,10 @@ use std::time::Duration;
 /// gets what is left. B holding the GPU idle is put to sleep in turn for A's wake; B holding it
 /// busy is not, and A's wake ends at its timeout with the OOM line. B's physical memory of its
 /// own (`cuMemCreate`, passed through uncached) asks as its cached blocks do. A keeping its GPU
-/// busy above its request is put to sleep all the same for B within its own. A process in no
-/// job, or a line that is no request, gets a refusal.
+/// busy above its request is put to sleep all the same for B within its own. A that runs no
+/// cudapool, so cannot sleep, is checkpointed by the driver instead and restored when B has
+/// ended, also by an arbiter restarted meanwhile. A process in no job, or a line that is no
+/// request, gets a refusal.
 #[test]
 fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
     if uid() != 0 {
@@ -91,6 +93,25 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         A_IDLE= hold 600; fill 7; release 7
         # B allocates from a driver pool of its own: the driver's refusal asks the arbiter too.
         hold 600; as_b {chaos} fill 8388608 0 pool 2>&1 | grep -h 'fill n=\|arbiter\|chaos' | sed "s/^/b8: /"; release 8
+        # A runs no cudapool (as a program that clears LD_PRELOAD, or a library that will
+        # not sleep) and keeps its GPU busy: asked, it does not sleep, so the driver
+        # checkpoints it for B, within its request; once B has ended, A is restored.
+        A_ENV=LD_PRELOAD= A_IDLE= hold 600; fill 9
+        for i in $(seq 150); do grep -q 'restored by the driver' {s}/arbiter.log && break; sleep 0.1; done
+        release 9; sed 's/^/record9: /' $J/{a}.d/arbiter
+        # The same, with the arbiter restarted while A is checkpointed and B holds the GPU:
+        # the new arbiter finds A in root's list and restores it when B has ended.
+        A_ENV=LD_PRELOAD= A_IDLE= hold 600
+        as_b {chaos} fill 8388608 4 > {s}/b10.out 2>&1 &
+        b=$!; for i in $(seq 300); do grep -q 'fill n=' {s}/b10.out && break; sleep 0.1; done
+        grep -h 'fill n=' {s}/b10.out | sed "s/^/b10: /"
+        kill $arb; wait $arb 2>/dev/null
+        sed 's/^/listed10: /' /run/cudapool/arbiter.checkpointed
+        {cli} slurm --config /run/cudapool/site.conf arbiter 2>> {s}/arbiter.log &
+        arb=$!
+        wait $b
+        for i in $(seq 150); do [ "$(grep -c 'restored by the driver' {s}/arbiter.log)" -ge 2 ] && break; sleep 0.1; done
+        release 10
         ask "room face0000000000000000000000000000 8388608"
         ask "sleep everyone"
         python3 -c "import socket; idle=[socket.socket(socket.AF_UNIX) for _ in range(4)]; [c.connect('/run/cudapool/arbiter.sock') for c in idle]; s=socket.socket(socket.AF_UNIX); s.connect('/run/cudapool/arbiter.sock'); print('fifth:', s.recv(200).decode().strip())"
@@ -111,7 +132,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
     );
     let mut cmd = Command::new("unshare");
     cmd.args(["-m", "bash", "-c", &script]);
-    let o = finish(cmd, Duration::from_secs(240), "overcommit");
+    let o = finish(cmd, Duration::from_secs(300), "overcommit");
     let all = format!("{}{}", o.stdout, o.stderr);
     let _ = std::fs::remove_dir_all(&scratch);
     for job in [&a, &b] {
@@ -131,7 +152,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
             .parse()
             .unwrap()
     };
-    for round in [1, 2, 3, 4, 6, 7, 8] {
+    for round in [1, 2, 3, 4, 6, 7, 8, 9, 10] {
         assert!(
             all.contains(&format!("a{round}: suspend_hold intact=1")),
             "round {round}: A's bytes: {all}"
@@ -185,6 +206,37 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
     assert!(
         all.contains("did not sleep for job") && all.contains("busy"),
         "the arbiter says why B stayed: {all}"
+    );
+    // Rounds 9 and 10: A, above its request, did not sleep (it runs no cudapool): the driver
+    // checkpointed it for B, and restored it once B had ended, every byte intact, also
+    // across a restart of the arbiter; the job's record counts both.
+    assert!(blocks("b9") >= 100, "{all}");
+    assert!(blocks("b10") >= 100, "{all}");
+    assert_eq!(
+        all.matches(&format!("did not put itself to sleep for job {b}"))
+            .count(),
+        2,
+        "{all}"
+    );
+    assert!(
+        all.contains("checkpointed by the driver in")
+            && all.matches("restored by the driver after").count() == 2,
+        "{all}"
+    );
+    assert!(
+        all.lines()
+            .any(|l| l.starts_with("listed10: ") && l.contains(&format!(" {a} "))),
+        "root's list names A while it is checkpointed: {all}"
+    );
+    assert!(
+        all.contains(&format!("job {a} (pid"))
+            && all.contains("is still checkpointed: restored when its GPU has room"),
+        "the restarted arbiter took A up again: {all}"
+    );
+    assert!(
+        all.lines()
+            .any(|l| l.starts_with("record9: checkpoints=1 bytes=") && l.contains(" seconds=")),
+        "{all}"
     );
     // Who asks is the kernel's to say, and a request is one strict line.
     assert!(

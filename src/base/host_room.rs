@@ -26,6 +26,17 @@ pub struct Room {
 
 /// The room now; `None` when nothing could be read (no `/proc`): nothing known, nothing refused.
 pub fn now() -> Option<Room> {
+    of("self")
+}
+
+/// The room of process `pid` (root's arbiter, before the driver moves that process's device
+/// memory into its host memory): its cgroups as the kernel names them, read through this
+/// process's own mounts.
+pub fn of_pid(pid: u32) -> Option<Room> {
+    of(&pid.to_string())
+}
+
+fn of(proc_name: &str) -> Option<Room> {
     let meminfo = read("/proc/meminfo");
     let node = meminfo
         .as_deref()
@@ -34,7 +45,10 @@ pub fn now() -> Option<Room> {
             bytes,
             by: "the node's available memory (MemAvailable)".into(),
         });
-    let cgroups = match (read("/proc/self/cgroup"), read("/proc/self/mountinfo")) {
+    let cgroups = match (
+        read(format!("/proc/{proc_name}/cgroup")),
+        read("/proc/self/mountinfo"),
+    ) {
         (Some(c), Some(m)) => cgroup_dirs(&c, &m),
         _ => Vec::new(),
     };

@@ -14,7 +14,11 @@
 //! (longest idle first) is what the pages say, which a job can only use to be asked first. A
 //! job that keeps its GPU busy is not safe above its request either: when no idle job makes
 //! enough room for an asker still within its own request, the jobs above theirs are put to
-//! sleep, busy or not (the request is the promise; the rest is lent).
+//! sleep, busy or not (the request is the promise; the rest is lent). A process above its
+//! request that does not put itself to sleep then (it runs no cudapool, or a library that
+//! refuses) is checkpointed by the driver, its device memory moved to its own host memory
+//! (`checkpointed`), and restored when its GPU has room again (`checkpoint=no` in the site's
+//! settings leaves it holding the GPU, said in one line).
 //! Each decision is said in one line on the arbiter's standard error (the node's log).
 
 use super::slurm_site::{site, SLEEP_IDLE};
@@ -30,6 +34,8 @@ use std::time::Duration;
 
 /// How long a process asked to sleep has to answer (its device work drains first).
 const ANSWER: Duration = Duration::from_secs(20);
+/// How long the driver may wait for a process's CUDA calls under way before it checkpoints it.
+const LOCK_WITHIN: Duration = Duration::from_secs(10);
 /// The longest request line read.
 const LINE: u64 = 128;
 /// Requests of one user read at once, at most: each waits up to 2 s for its line, so a user who
@@ -53,6 +59,7 @@ pub fn arbiter(config: Option<&Path>, once: bool) -> Result<(), String> {
         );
     };
     let idle = site.sleep_idle.unwrap_or(SLEEP_IDLE);
+    let checkpoint = !site.no_checkpoint;
     let socket = Path::new(ARBITER_SOCKET);
     super::slurm_site::root_dir(socket.parent().unwrap_or(Path::new("/run")))?;
     match std::fs::symlink_metadata(socket) {
@@ -67,10 +74,23 @@ pub fn arbiter(config: Option<&Path>, once: bool) -> Result<(), String> {
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))
         .map_err(|e| format!("{}: {e}", socket.display()))?;
     eprintln!(
-        "cudapool arbiter: serving {} (overcommit {factor}, jobs idle {:.0} s may sleep for others)",
+        "cudapool arbiter: serving {} (overcommit {factor}, jobs idle {:.0} s may sleep for others; {})",
         socket.display(),
-        idle.as_secs_f64()
+        idle.as_secs_f64(),
+        match (checkpoint, super::checkpoint::checkpointer()) {
+            (false, _) => "checkpoint=no".to_string(),
+            (true, Ok(_)) => "a process that does not sleep is checkpointed by the driver".into(),
+            (true, Err(e)) => format!("{e}: a process that does not sleep keeps its memory"),
+        }
     );
+    if checkpoint {
+        super::checkpointed::load();
+        std::thread::Builder::new()
+            .name("restores".into())
+            .spawn(|| super::checkpointed::restore_forever(&DECIDING))
+            .map_err(|e| format!("cannot start the restores' thread: {e}"))?;
+    }
+    let how = How { idle, checkpoint };
     for stream in listener.incoming() {
         let Ok(mut stream) = stream else { continue };
         let Some((pid, uid)) = peer(&stream) else {
@@ -78,7 +98,7 @@ pub fn arbiter(config: Option<&Path>, once: bool) -> Result<(), String> {
             continue;
         };
         if once {
-            serve(stream, pid, idle);
+            serve(stream, pid, how);
             break;
         }
         {
@@ -91,7 +111,7 @@ pub fn arbiter(config: Option<&Path>, once: bool) -> Result<(), String> {
             *n += 1;
         }
         let served = std::thread::Builder::new().spawn(move || {
-            serve(stream, pid, idle);
+            serve(stream, pid, how);
             if let Some(n) = cudapool::base::sync::lock(&READING).get_mut(&uid) {
                 *n -= 1;
             }
@@ -105,9 +125,18 @@ pub fn arbiter(config: Option<&Path>, once: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// What the site lets the arbiter do.
+#[derive(Clone, Copy)]
+struct How {
+    /// A job's processes must have been idle this long to be put to sleep in the first pass.
+    idle: Duration,
+    /// A process that does not put itself to sleep in the second pass is checkpointed.
+    checkpoint: bool,
+}
+
 /// One request of process `pid`: `room <GPU UUID, 32 hex digits> <bytes>`; answered
 /// `freed <bytes>` or `refused <why>`.
-fn serve(mut stream: UnixStream, pid: u32, idle: Duration) {
+fn serve(mut stream: UnixStream, pid: u32, how: How) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
     let mut line = String::new();
@@ -115,7 +144,7 @@ fn serve(mut stream: UnixStream, pid: u32, idle: Duration) {
     let answer = match (read, parse(&line)) {
         (Ok(_), Some((uuid, bytes))) => {
             let _one = cudapool::base::sync::lock(&DECIDING);
-            decide(pid, &uuid, bytes, idle)
+            decide(pid, &uuid, bytes, how)
         }
         _ => "refused not a request".to_string(),
     };
@@ -211,9 +240,10 @@ enum Pass {
 }
 
 /// Makes room for `bytes` on the GPU `uuid` for process `pid`'s job: asks the processes of other
-/// jobs above their request, idle longest first, to sleep if idle for `idle`; if that is not
-/// enough and the job stays within its request with `bytes` more, asks them to sleep now.
-fn decide(pid: u32, uuid: &[u8; 16], bytes: u64, idle: Duration) -> String {
+/// jobs above their request, idle longest first, to sleep if idle for `how.idle`; if that is
+/// not enough and the job stays within its request with `bytes` more, asks them to sleep now,
+/// and has the driver checkpoint each that does not (`how.checkpoint`).
+fn decide(pid: u32, uuid: &[u8; 16], bytes: u64, how: How) -> String {
     let Some(asker) = job_of_pid(pid) else {
         return "refused the asking process runs in no job".into();
     };
@@ -236,7 +266,7 @@ fn decide(pid: u32, uuid: &[u8; 16], bytes: u64, idle: Duration) -> String {
         })
         .collect();
     let mut freed = 0u64;
-    for pass in [Pass::Idle(idle), Pass::AboveRequest] {
+    for pass in [Pass::Idle(how.idle), Pass::AboveRequest] {
         let jobs = jobs_on(uuid);
         if pass == Pass::AboveRequest {
             // The asker's own figures, read now: within its request with `bytes` more.
@@ -272,7 +302,20 @@ fn decide(pid: u32, uuid: &[u8; 16], bytes: u64, idle: Duration) -> String {
             {
                 continue;
             }
-            freed = freed.saturating_add(ask(p, &job, pid, &asker, pass));
+            let given = match ask(p, &job, pid, &asker, pass) {
+                Asked::Moved(device) => device,
+                Asked::CouldNot if pass == Pass::AboveRequest && how.checkpoint => {
+                    checkpoint(p, &job, uuid, pid, &asker)
+                }
+                Asked::CouldNot if pass == Pass::AboveRequest => {
+                    eprintln!(
+                        "cudapool arbiter: job {job} (pid {p}) keeps its GPU memory above its request (checkpoint=no)"
+                    );
+                    0
+                }
+                _ => 0,
+            };
+            freed = freed.saturating_add(given);
         }
     }
     if freed == 0 {
@@ -283,9 +326,19 @@ fn decide(pid: u32, uuid: &[u8; 16], bytes: u64, idle: Duration) -> String {
     format!("freed {freed}")
 }
 
-/// Asks process `p` of `job` to sleep for process `pid` of `asker` (in `pass`), says what came
-/// of it in one line, and returns the device bytes it gave back.
-fn ask(p: u32, job: &str, pid: u32, asker: &str, pass: Pass) -> u64 {
+/// What came of asking a process to sleep.
+enum Asked {
+    /// It slept: the device bytes it gave back.
+    Moved(u64),
+    /// It stayed awake for a reason it may have (busy within `sleep_idle`, asleep already).
+    Stayed,
+    /// It did not sleep and gave no such reason: no page, no answer, a refusal.
+    CouldNot,
+}
+
+/// Asks process `p` of `job` to sleep for process `pid` of `asker` (in `pass`) and says what
+/// came of it in one line.
+fn ask(p: u32, job: &str, pid: u32, asker: &str, pass: Pass) -> Asked {
     let (idle, how) = match pass {
         Pass::Idle(idle) => (idle, ""),
         Pass::AboveRequest => (
@@ -298,27 +351,87 @@ fn ask(p: u32, job: &str, pid: u32, asker: &str, pass: Pass) -> u64 {
             eprintln!(
                 "cudapool arbiter: job {job} (pid {p}) put to sleep for job {asker} (pid {pid}){how}: {device} bytes given back"
             );
-            device
+            Asked::Moved(device)
         }
         Ok(Some(other)) => {
-            eprintln!(
-                "cudapool arbiter: job {job} (pid {p}) did not sleep for job {asker}: {}",
-                match other {
-                    SleepAnswer::Refused { code, .. }
-                        if code == cudapool::base::cu::CUDA_ERROR_NOT_READY =>
-                    {
-                        "busy (device work within sleep_idle)".to_string()
-                    }
-                    SleepAnswer::Refused { code, .. } => format!("refused (error {code})"),
-                    SleepAnswer::Already => "already asleep".to_string(),
-                    _ => "no readable answer".to_string(),
+            let (why, asked) = match other {
+                SleepAnswer::Refused { code, .. }
+                    if code == cudapool::base::cu::CUDA_ERROR_NOT_READY =>
+                {
+                    (
+                        "busy (device work within sleep_idle)".to_string(),
+                        Asked::Stayed,
+                    )
                 }
-            );
-            0
+                SleepAnswer::Refused { code, .. } => {
+                    (format!("refused (error {code})"), Asked::CouldNot)
+                }
+                SleepAnswer::Already => ("already asleep".to_string(), Asked::Stayed),
+                _ => ("no readable answer".to_string(), Asked::CouldNot),
+            };
+            eprintln!("cudapool arbiter: job {job} (pid {p}) did not sleep for job {asker}: {why}");
+            asked
         }
-        Ok(None) => 0,
+        Ok(None) => Asked::CouldNot,
         Err(e) => {
             eprintln!("cudapool arbiter: job {job} (pid {p}): {e}");
+            Asked::CouldNot
+        }
+    }
+}
+
+/// Process `p` of `job`, above its request, did not put itself to sleep for process `pid` of
+/// `asker`, within its own: the driver checkpoints it (its CUDA calls wait, its device memory
+/// goes to its host memory) where its host memory can take what it holds, and it is restored
+/// when its GPU has room (`checkpointed`). Returns the bytes it gave back, each outcome said
+/// in one line.
+fn checkpoint(p: u32, job: &str, uuid: &[u8; 16], pid: u32, asker: &str) -> u64 {
+    let said = |what: String| eprintln!("cudapool arbiter: job {job} (pid {p}) {what}");
+    let Some(held) = cudapool::driver::nvml::processes(uuid)
+        .and_then(|l| l.into_iter().find(|&(q, _)| q == p))
+        .map(|(_, used)| used)
+        .filter(|&b| b > 0)
+    else {
+        return 0;
+    };
+    let c = match super::checkpoint::checkpointer() {
+        Ok(c) => c,
+        Err(e) => {
+            said(format!("keeps {held} bytes above its request: {e}"));
+            return 0;
+        }
+    };
+    if let Some(room) = cudapool::base::host_room::of_pid(p).filter(|r| r.bytes < held) {
+        said(format!(
+            "keeps {held} bytes above its request: its host memory has room for {} ({}), and a checkpoint there would have the kernel kill it",
+            room.bytes, room.by
+        ));
+        return 0;
+    }
+    let Some(start) = super::checkpointed::start_time(p) else {
+        return 0;
+    };
+    let t = std::time::Instant::now();
+    match c.suspend(p, LOCK_WITHIN) {
+        Ok(()) => {
+            said(format!(
+                "did not put itself to sleep for job {asker} (pid {pid}): checkpointed by the driver in {:.2} s, {held} bytes given back",
+                t.elapsed().as_secs_f64()
+            ));
+            super::checkpointed::add(super::checkpointed::Frozen {
+                pid: p,
+                start,
+                uuid: *uuid,
+                bytes: held,
+                job: job.to_string(),
+                since: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+            });
+            held
+        }
+        Err(e) => {
+            said(format!("keeps {held} bytes above its request: {e}"));
             0
         }
     }

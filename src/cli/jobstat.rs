@@ -352,6 +352,15 @@ fn print(job: &str, state: &str, nodes: &Value) {
                 }
             );
         }
+        let c = &e["checkpoints"];
+        if let Some(count) = c["count"].as_u64() {
+            println!(
+                "    checkpointed by the driver for other jobs: {count} {} (not put to sleep when asked), {} moved, {} s held",
+                if count == 1 { "time" } else { "times" },
+                fmt_bytes(c["bytes"].as_u64().unwrap_or(0)),
+                c["seconds"].as_u64().unwrap_or(0)
+            );
+        }
     }
 }
 

@@ -54,6 +54,16 @@ enum What {
         #[arg(long)]
         once: bool,
     },
+    /// Has the driver checkpoint a process, as the arbiter does for one that does not put
+    /// itself to sleep: its CUDA calls wait, its device memory goes to its host memory; with
+    /// --restore, brings it back and lets it run (as root; CUDA 12.8 or later drivers)
+    Checkpoint {
+        /// The process
+        pid: u32,
+        /// Restore it and unlock its calls instead
+        #[arg(long)]
+        restore: bool,
+    },
     /// Prints a job's share of GPU memory per GPU on this node, in bytes
     Share {
         /// The job's id
@@ -240,6 +250,7 @@ pub fn slurm(a: SlurmArgs) -> ExitCode {
         What::Epilog => epilog(),
         What::TaskProlog => task_prolog(a.config.as_deref()),
         What::Arbiter { once } => super::arbiter::arbiter(a.config.as_deref(), once),
+        What::Checkpoint { pid, restore } => checkpoint_by_hand(pid, restore),
         What::Share { job, gpus } => job_id(&job).map(|job| match share_of(job, gpus.as_deref()) {
             Ok(Some(b)) => println!("{b}"),
             Ok(None) => println!("none"),
@@ -453,7 +464,15 @@ fn epilog() -> Result<(), String> {
     }
     // What the job used on this node, read before its files go and recorded in Slurm's
     // accounting after (which may wait for the job's record to reach it).
-    let entry = super::jobstat::node_entry(job);
+    let mut entry = super::jobstat::node_entry(job);
+    if let Some([n, bytes, seconds]) = super::checkpointed::job_record(job) {
+        // Processes the arbiter had the driver checkpoint: they did not sleep when asked.
+        node_log(&format!(
+            "cudapool: job {job}: {n} of its processes did not put themselves to sleep for another job and were checkpointed by the driver (sacct -o AdminComment)"
+        ));
+        let e = entry.get_or_insert_with(|| serde_json::json!({}));
+        e["checkpoints"] = serde_json::json!({ "count": n, "bytes": bytes, "seconds": seconds });
+    }
     let _ = std::fs::remove_file(jobs.join(job));
     let removed = remove_job_dir(&ledger_dir(job));
     if let Some(entry) = entry {
@@ -469,6 +488,26 @@ fn epilog() -> Result<(), String> {
         }
     }
     removed
+}
+
+/// `cudapool slurm checkpoint PID [--restore]`: one line with what was done and how long it took.
+fn checkpoint_by_hand(pid: u32, restore: bool) -> Result<(), String> {
+    if euid() != 0 {
+        return Err("checkpoint runs as root (it stops another user's CUDA calls)".into());
+    }
+    let c = super::checkpoint::checkpointer()?;
+    let t = std::time::Instant::now();
+    if restore {
+        c.resume(pid)?;
+    } else {
+        c.suspend(pid, std::time::Duration::from_secs(10))?;
+    }
+    println!(
+        "pid {pid}: {} in {:.3} s",
+        if restore { "restored" } else { "checkpointed" },
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// One line in the node's log (syslog, as the daemon facility) and on stderr.

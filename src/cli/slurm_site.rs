@@ -27,6 +27,9 @@ pub struct Site {
     /// `sleep_idle=DURATION`: how long a job's device work must have been idle before the
     /// arbiter may put it to sleep for another ([`SLEEP_IDLE`] by default).
     pub sleep_idle: Option<std::time::Duration>,
+    /// `checkpoint=no`: the arbiter leaves a job's process that did not put itself to sleep
+    /// holding the GPU (saying so), rather than have the driver checkpoint it (the default).
+    pub no_checkpoint: bool,
 }
 
 /// How long a job must have been idle before root's arbiter may put it to sleep, unless the
@@ -147,9 +150,16 @@ pub fn parse_site(text: &str) -> Result<Site, String> {
                         .map_err(|e| format!("sleep_idle: {e}"))?,
                 )
             }
+            "checkpoint" => {
+                s.no_checkpoint = match v {
+                    "yes" => false,
+                    "no" => true,
+                    v => return Err(format!("checkpoint: {v:?} is not yes or no")),
+                }
+            }
             other => {
                 return Err(format!(
-                    "unknown setting {other:?} (no_gpumem=none|SIZE, library=PATH, slurm_bin=DIR, overcommit=FACTOR, sleep_idle=DURATION)"
+                    "unknown setting {other:?} (no_gpumem=none|SIZE, library=PATH, slurm_bin=DIR, overcommit=FACTOR, sleep_idle=DURATION, checkpoint=yes|no)"
                 ))
             }
         }
@@ -171,6 +181,7 @@ mod tests {
                 slurm_bin: None,
                 overcommit: None,
                 sleep_idle: None,
+                no_checkpoint: false,
             })
         );
         let s = parse_site("overcommit=2\nsleep_idle=90s\n").unwrap();
@@ -179,11 +190,20 @@ mod tests {
             (Some(2.0), Some(std::time::Duration::from_secs(90)))
         );
         assert_eq!(parse_site("overcommit=1").map(|s| s.overcommit), Ok(None));
+        assert_eq!(
+            parse_site("checkpoint=no").map(|s| s.no_checkpoint),
+            Ok(true)
+        );
+        assert_eq!(
+            parse_site("checkpoint=yes").map(|s| s.no_checkpoint),
+            Ok(false)
+        );
         for bad in [
             "overcommit=0.5",
             "overcommit=17",
             "overcommit=two",
             "sleep_idle=soon",
+            "checkpoint=off",
         ] {
             assert!(parse_site(bad).is_err(), "{bad}");
         }

@@ -25,10 +25,21 @@ struct ProcessInfo {
 type Init = unsafe extern "C" fn() -> c_int;
 type ByUuid = unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> c_int;
 type Procs = unsafe extern "C" fn(*mut c_void, *mut c_uint, *mut ProcessInfo) -> c_int;
+type MemoryInfo = unsafe extern "C" fn(*mut c_void, *mut Memory) -> c_int;
+
+/// `nvmlMemory_t`.
+#[repr(C)]
+#[derive(Default)]
+struct Memory {
+    total: u64,
+    free: u64,
+    used: u64,
+}
 
 struct Nvml {
     by_uuid: ByUuid,
     procs: Procs,
+    memory: Option<MemoryInfo>,
 }
 
 fn nvml() -> Option<&'static Nvml> {
@@ -56,6 +67,7 @@ fn nvml() -> Option<&'static Nvml> {
             if init.is_null() || by_uuid.is_null() || procs.is_null() {
                 return None;
             }
+            let memory = lookup(h, c"nvmlDeviceGetMemoryInfo");
             let init: Init = std::mem::transmute::<*mut c_void, Init>(init);
             if init() != 0 {
                 return None;
@@ -63,6 +75,8 @@ fn nvml() -> Option<&'static Nvml> {
             Some(Nvml {
                 by_uuid: std::mem::transmute::<*mut c_void, ByUuid>(by_uuid),
                 procs: std::mem::transmute::<*mut c_void, Procs>(procs),
+                memory: (!memory.is_null())
+                    .then(|| std::mem::transmute::<*mut c_void, MemoryInfo>(memory)),
             })
         }
     })
@@ -80,16 +94,28 @@ pub fn process_used(uuid: &[u8; 16], pid: u32) -> Option<u64> {
         .map(|(_, used)| used)
 }
 
+/// The free memory of the GPU `uuid`, as NVML counts it (every process's, the driver's
+/// reserve left out): what root's arbiter waits for before it restores a process.
+pub fn free(uuid: &[u8; 16]) -> Option<u64> {
+    let n = nvml()?;
+    let dev = device(n, uuid)?;
+    let mut m = Memory::default();
+    // SAFETY: NVML writes one nvmlMemory_t into our local.
+    (unsafe { (n.memory?)(dev, &mut m) } == 0).then_some(m.free)
+}
+
+fn device(n: &Nvml, uuid: &[u8; 16]) -> Option<*mut c_void> {
+    let name = CString::new(uuid_text(uuid)).ok()?;
+    let mut dev: *mut c_void = std::ptr::null_mut();
+    // SAFETY: NVML's lookup by a NUL-terminated UUID into our out-pointer.
+    (unsafe { (n.by_uuid)(name.as_ptr(), &mut dev) } == 0).then_some(dev)
+}
+
 /// Every compute process NVML lists on the GPU `uuid` (at most 256) with the bytes it holds
 /// there: its pid (as NVML's pid namespace names it) and those bytes.
 pub fn processes(uuid: &[u8; 16]) -> Option<Vec<(u32, u64)>> {
     let n = nvml()?;
-    let name = CString::new(uuid_text(uuid)).ok()?;
-    let mut dev: *mut c_void = std::ptr::null_mut();
-    // SAFETY: NVML's lookup by a NUL-terminated UUID into our out-pointer.
-    if unsafe { (n.by_uuid)(name.as_ptr(), &mut dev) } != 0 {
-        return None;
-    }
+    let dev = device(n, uuid)?;
     let mut infos = [ProcessInfo::default(); 256];
     let mut count = infos.len() as c_uint;
     // SAFETY: NVML fills at most `count` entries of our array and writes the number back.

@@ -75,7 +75,7 @@ impl Shim {
         if freed > 0 {
             log_at!(
                 Info,
-                "the driver refused {} on device {dev}: root's arbiter put idle jobs to sleep for it, {} given back in {:.2} s",
+                "the driver refused {} on device {dev}: root's arbiter had other jobs give memory back for it (put to sleep or checkpointed), {} given back in {:.2} s",
                 fmt_bytes(bytes),
                 fmt_bytes(freed),
                 started.elapsed().as_secs_f64()

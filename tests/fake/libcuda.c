@@ -17,7 +17,7 @@
 //
 // This file holds devices, contexts, lifetimes and plain memory; it includes the rest at its
 // end, one file per concern (libcuda_streams.c, libcuda_pools_graphs.c,
-// libcuda_memory_apis.c, libcuda_lookup.c), so that they share its state.
+// libcuda_memory_apis.c, libcuda_lookup.c, libcuda_checkpoint.c), so that they share its state.
 //
 // Build: cc -shared -fPIC -Wl,-Bsymbolic -O1 -o libcuda.so.1 libcuda.c -lpthread
 // (-Bsymbolic as in the real driver: its own references never bind to a preloaded symbol.)
@@ -76,6 +76,11 @@ struct alloc {
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+// Every call that takes the driver's mutex waits while another process holds this one locked
+// or checkpointed (libcuda_checkpoint.c).
+static int ck_lock_mu(pthread_mutex_t *m);
+static void ck_start(const char *board);
+#define pthread_mutex_lock(m) ck_lock_mu(m)
 static int initialized;
 static int ndev = 2;
 static size_t total_mem = (size_t)1 << 30;
@@ -174,7 +179,10 @@ CUresult cuInit(unsigned flags) {
     }
     if (fd >= 0) close(fd);
     const char *sh = getenv("FAKECU_SHARED");
-    if (sh && !strcmp(sh, "1") && used != used_here) shared_board = board;
+    if (sh && !strcmp(sh, "1") && used != used_here) {
+      shared_board = board;
+      ck_start(board);
+    }
   }
   initialized = 1;
   pthread_mutex_unlock(&mu);
@@ -682,3 +690,4 @@ CUresult cuMemGetAddressRange(unsigned *base, unsigned *size, unsigned ptr) {
 #include "libcuda_memory_apis.c"
 #include "libcuda_overhead.c"
 #include "libcuda_lookup.c"
+#include "libcuda_checkpoint.c"

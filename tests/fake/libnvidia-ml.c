@@ -6,7 +6,8 @@
 // driver. With FAKENVML_CONTEXT=N, the calling process is listed among the compute processes of
 // each GPU, holding N bytes (its "context") plus what the fake driver holds for it there. With
 // FAKECU_BOARD=DIR (the fake driver's record of every process, tests/fake/libcuda.c), every
-// live process recorded there is listed with what the driver holds for it (no context).
+// live process recorded there is listed with what the driver holds for it (no context); with
+// FAKECU_SHARED=1 too, nvmlDeviceGetMemoryInfo counts those processes' memory as the used.
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -98,10 +99,33 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int length) 
   strcpy(uuid, s);
   return NVML_SUCCESS;
 }
+// With a shared board (FAKECU_SHARED=1), what every live process of the board holds on device
+// `index`, as the driver's record says: then that is what the device's "other processes" use.
+static int board_used(int index, unsigned long long *sum) {
+  const char *board = getenv("FAKECU_BOARD"), *sh = getenv("FAKECU_SHARED");
+  if (!board || !sh || strcmp(sh, "1") || index >= 8) return 0;
+  *sum = 0;
+  DIR *dir = opendir(board);
+  struct dirent *e;
+  while (dir && (e = readdir(dir))) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end || pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno != EPERM)) continue;
+    unsigned long long words[8] = {0};
+    int fd = openat(dirfd(dir), e->d_name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (pread(fd, words, sizeof words, 0) == (ssize_t)sizeof words) *sum += words[index];
+    close(fd);
+  }
+  if (dir) closedir(dir);
+  return 1;
+}
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m) {
   if (!valid(d) || !m) return NVML_ERROR_INVALID_ARGUMENT;
   m->total = total_mem();
-  m->used = used_mem() + RESERVED;
+  unsigned long long shared;
+  m->used = (board_used(d->index, &shared) ? shared : used_mem()) + RESERVED;
   m->free = m->total - m->used;
   return NVML_SUCCESS;
 }
