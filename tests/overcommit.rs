@@ -34,6 +34,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
     let base = 4_300_000 + std::process::id() % 100_000;
     let (a, b) = (base.to_string(), (base + 1).to_string());
     let top = Path::new("/sys/fs/cgroup/freezer").join(format!("cudapool-overcommit-{base}"));
+    let memcg = Path::new("/sys/fs/cgroup/memory").join(format!("cudapool-overcommit-{base}"));
     let cg = |job: &str| top.join(format!("job_{job}")).join("step_0");
     if std::fs::create_dir_all(cg(&a)).is_err() || std::fs::create_dir_all(cg(&b)).is_err() {
         eprintln!("no cgroup v1 freezer hierarchy to make jobs in: not checked");
@@ -58,7 +59,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         chown 1001:1001 $J/{b}.d/group-slurm-{b}
         printf 'overcommit=2\nsleep_idle=1s\n' > /run/cudapool/site.conf && chmod 644 /run/cudapool/site.conf
         export LD_LIBRARY_PATH={dir} FAKECU_BOARD={board} FAKECU_SHARED=1 FAKECU_TOTAL_MEM=1073741824
-        in_job() {{ cg=$1; shift; sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' $cg env LD_PRELOAD={lib} CUDAPOOL_CACHE_IDLE=never CUDAPOOL_LOG=info "$@"; }}
+        in_job() {{ cg=$1; shift; sh -c 'echo $$ > "$0/cgroup.procs" && {{ [ -z "${{A_MEMCG:-}}" ] || echo $$ > "$A_MEMCG/cgroup.procs"; }} && exec "$@"' $cg env LD_PRELOAD={lib} CUDAPOOL_CACHE_IDLE=never CUDAPOOL_LOG=info "$@"; }}
         # Job A holds MIB, idle, until its file exists; then checks every byte. (Each wait for
         # a process to be ready allows 30 s: the suite runs beside other work.)
         hold() {{ rm -f {s}/go; in_job {cga} env ${{A_ENV:-A=1}} {client} gpa suspend_hold $1 {s}/go ${{A_IDLE-idle}} > {s}/a.out 2>&1 &
@@ -112,6 +113,13 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         wait $b
         for i in $(seq 150); do [ "$(grep -c 'restored by the driver' {s}/arbiter.log)" -ge 2 ] && break; sleep 0.1; done
         release 10
+        # The same A in a memory cgroup with 100 MiB to spare: a checkpoint there would have
+        # the kernel kill it, so it keeps its memory (said), and B gets what is left.
+        if mkdir -p {memcg} 2>/dev/null; then
+          export A_MEMCG={memcg}; A_ENV=LD_PRELOAD= A_IDLE= hold 600; unset A_MEMCG
+          echo $(( $(cat {memcg}/memory.usage_in_bytes) + 104857600 )) > {memcg}/memory.limit_in_bytes
+          fill 11; release 11
+        fi
         ask "room face0000000000000000000000000000 8388608"
         ask "sleep everyone"
         python3 -c "import socket; idle=[socket.socket(socket.AF_UNIX) for _ in range(4)]; [c.connect('/run/cudapool/arbiter.sock') for c in idle]; s=socket.socket(socket.AF_UNIX); s.connect('/run/cudapool/arbiter.sock'); print('fifth:', s.recv(200).decode().strip())"
@@ -129,6 +137,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         cgb = cg(&b).display(),
         cli = staged.dir.join("cudapool").display(),
         s = scratch.display(),
+        memcg = memcg.display(),
     );
     let mut cmd = Command::new("unshare");
     cmd.args(["-m", "bash", "-c", &script]);
@@ -140,6 +149,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         let _ = std::fs::remove_dir(cg(job).parent().unwrap());
     }
     let _ = std::fs::remove_dir(&top);
+    let _ = std::fs::remove_dir(&memcg);
     if o.status.code() == Some(97) {
         eprintln!("no private mount namespace here: not checked");
         return;
@@ -238,6 +248,19 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
             .any(|l| l.starts_with("record9: checkpoints=1 bytes=") && l.contains(" seconds=")),
         "{all}"
     );
+    // Round 11 (where a cgroup v1 memory hierarchy exists): A's host memory has no room for
+    // what it holds, so the driver does not checkpoint it; it keeps it, said, and is intact.
+    if all.contains("a11: ") {
+        assert!(all.contains("a11: suspend_hold intact=1"), "{all}");
+        assert!(blocks("b11") <= 53, "{all}");
+        assert!(
+            all.contains("keeps 629145600 bytes above its request: its host memory has room for")
+                && all.contains("a checkpoint there would have the kernel kill it"),
+            "{all}"
+        );
+    } else {
+        eprintln!("no cgroup v1 memory hierarchy: round 11 not checked");
+    }
     // Who asks is the kernel's to say, and a request is one strict line.
     assert!(
         all.contains("asked: refused the asking process runs in no job"),

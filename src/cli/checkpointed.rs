@@ -151,6 +151,9 @@ pub fn load() {
 pub fn add(f: Frozen) {
     count(&f.job, 1, f.bytes, 0);
     let mut list = cudapool::base::sync::lock(&FROZEN);
+    // Restored meanwhile by its own user (the driver lets a user checkpoint and restore their
+    // own processes) and checkpointed again: one entry.
+    list.retain(|x| !(x.pid == f.pid && x.start == f.start));
     list.push(f);
     save(&list);
 }

@@ -83,7 +83,7 @@ impl Shim {
         } else {
             log_at!(
                 Info,
-                "the driver refused {} on device {dev}: root's arbiter found no other job idle above its request",
+                "the driver refused {} on device {dev}: root's arbiter made no room (no other job above its request gave memory back)",
                 fmt_bytes(bytes)
             );
         }
