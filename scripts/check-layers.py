@@ -12,7 +12,8 @@ itself. A name a module re-exports from its own child (`pub use shim::Shim`, `pu
 leads to that child: using `super::Shim` depends on state/shim.rs, where it lives; a name it
 passes on from a sibling (`pub use super::x::f`) is its own. A visibility (`pub(in path)`) is
 no use. A library file may depend on its own layer's other modules and on the layers below,
-never above; the CLI's files (cli/) have no layer, but their circles count. Among all files the
+never above; the CLI's files (cli/) have no layer, but their circles count. The driver's raw
+table (`call!`) is named only in driver/ and abi/ (the capture rule, src/driver/own.rs). Among all files the
 dependency graph must have no cycle (a parent module that declares its children with `mod x;`
 or re-exports them with `pub use` does not depend on them by that alone).
 
@@ -202,6 +203,17 @@ def main():
     for m in sorted(deps):
         if m not in state:
             visit(m)
+    # The capture rule (src/driver/own.rs): the driver's table is named (`call!`) only where the
+    # program's own calls pass through (abi/) and in the driver itself; every other layer calls
+    # the driver's typed methods, and those CUDA forbids during a capture only through `Own`,
+    # which takes an `OwnCalls` permission.
+    for mod, path in files.items():
+        if mod[0] in ("driver", "abi"):
+            continue
+        for n, line in enumerate(texts[mod].splitlines(), 1):
+            if re.search(r"(?<![\w])call!\s*\(", line):
+                rel = os.path.relpath(path, os.path.join(ROOT, ".."))
+                errors.append(f"{rel}:{n}: `call!` names the driver's table outside driver/ and abi/ (call the driver's methods; those forbidden during a capture through `Driver::own`)")
     # The tree is the diagram: src/ itself holds the crate's two roots and the layers' folders,
     # and no source file is longer than a reader can hold (tests included).
     for entry in sorted(os.listdir(ROOT)):
@@ -253,6 +265,19 @@ def self_test():
         "test module and visibility": {"pool/mod.rs": "mod a;\nfn f() { a::g() }\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n", "pool/a.rs": "pub(in crate::pool) fn g() {}\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n"},
     }
     failed = 0
+    # The driver's table named in state/: refused; in abi/: the program's call, passed through.
+    for where, refused in (("state/a.rs", True), ("abi/a.rs", False)):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "src", os.path.dirname(where)))
+            with open(os.path.join(d, "src", where), "w") as f:
+                f.write("fn f(d: &D) { call!(d, ctx_synchronize()); }\n")
+            ROOT = os.path.join(d, "src")
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                main()
+            if ("`call!` names the driver's table" in out.getvalue()) != refused:
+                failed += 1
+                print(f"FAIL call! in {where}: {'refused' if refused else 'allowed'} expected\n{out.getvalue()}")
     for name, tree in list(cases.items()) + list(clean.items()):
         with tempfile.TemporaryDirectory() as d:
             for rel, text in tree.items():
@@ -267,7 +292,7 @@ def self_test():
             if found != (name in cases):
                 failed += 1
                 print(f"FAIL {name}: {'a circle' if name in cases else 'none'} expected\n{out.getvalue()}")
-    print(f"check-layers self-test: {len(cases) + len(clean) - failed} passed, {failed} failed")
+    print(f"check-layers self-test: {len(cases) + len(clean) + 2 - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 

@@ -8,12 +8,15 @@
 //! [`arm_faults`]): a debug setting for testing what cudapool does with the driver's errors.
 //! Unarmed, it costs one relaxed load per driver call.
 
+mod anytime;
 mod copy;
 pub mod nvml;
 pub mod nvtx;
+mod own;
 mod program_vmm;
 mod vmm;
 pub use copy::{OwnStream, Pinned};
+pub use own::Own;
 
 use crate::base::cu::*;
 use std::cell::Cell;
@@ -493,12 +496,6 @@ impl Driver {
         Ok(v as i64)
     }
 
-    pub fn mem_get_info(&self) -> Result<(u64, u64), CUresult> {
-        let (mut free, mut total) = (0usize, 0usize);
-        check(call!(self, mem_get_info_v2(&mut free, &mut total)))?;
-        Ok((free as u64, total as u64))
-    }
-
     /// Bytes each device's memory nodes take in `graph` (allocation nodes only: the driver
     /// refuses them in child graphs and conditional bodies, so the top level holds them all).
     /// Empty for a graph without memory nodes. `graph` is the handle's value (a bad one gets
@@ -633,10 +630,5 @@ impl Driver {
         let r = f();
         call!(self, thread_exchange_capture_mode(&mut mode));
         r
-    }
-
-    /// Waits for all work of the calling thread's current context.
-    pub fn synchronize(&self) -> Result<(), CUresult> {
-        check(call!(self, ctx_synchronize()))
     }
 }

@@ -6,8 +6,6 @@ use super::{Live, Origin, Shim};
 use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::cu::*;
 use crate::base::sync::lock;
-use crate::driver::call;
-use std::ffi::c_void;
 
 impl Shim {
     /// A counted pass-through allocation. `charge` is what is known before the call; `alloc`
@@ -164,13 +162,7 @@ impl Shim {
 
     /// A 64-bit attribute of a driver pool (`None` if the driver cannot say).
     fn pool_attribute(&self, pool: usize, attr: std::ffi::c_int) -> Option<u64> {
-        let mut v: u64 = 0;
-        let out = &mut v as *mut u64 as *mut c_void;
-        let r = call!(
-            self.driver,
-            mem_pool_get_attribute(pool as Opaque, attr, out)
-        );
-        (r == CUDA_SUCCESS).then_some(v)
+        self.driver.mem_pool_attribute(pool, attr)
     }
 
     /// Bytes the driver pool reserves now.
@@ -249,8 +241,8 @@ impl Shim {
         if !budget.try_charge(ahead) {
             // Give back what the driver pool keeps idle, and cudapool's own cache (not during
             // a graph capture: the trim is cudapool's own call).
-            if let Some(_calls) = crate::base::flags::own_calls() {
-                call!(self.driver, mem_pool_trim_to(pool as Opaque, 0));
+            if let Some(calls) = crate::base::flags::own_calls() {
+                self.driver.own(&calls).mem_pool_trim_to(pool, 0);
             }
             self.settle_pool(key, rec);
             self.reclaim_device(dev);
@@ -280,8 +272,8 @@ impl Shim {
         if grown > ahead && !budget.try_charge(grown - ahead) {
             // The pool grew past the limit: give it all back and say so.
             undo(ptr);
-            if let Some(_calls) = crate::base::flags::own_calls() {
-                call!(self.driver, mem_pool_trim_to(pool as Opaque, 0));
+            if let Some(calls) = crate::base::flags::own_calls() {
+                self.driver.own(&calls).mem_pool_trim_to(pool, 0);
             }
             budget.refund(ahead);
             self.settle_pool(key, rec);
@@ -500,26 +492,10 @@ impl Shim {
     /// What an array (or, with `levels`, a mipmapped array) of `desc` occupies on `dev`: asked
     /// of the driver through a twin created without memory, else estimated from the texels.
     fn array_footprint(&self, desc: &Array3DDesc, levels: Option<u32>, dev: CUdevice) -> u64 {
-        let d = self.driver;
         let mut twin = *desc;
         twin.flags |= CUDA_ARRAY3D_DEFERRED_MAPPING;
-        let mut h: Opaque = std::ptr::null_mut();
-        let mut req = ArrayMemReq::default();
-        let asked = match levels {
-            None if call!(d, array3d_create_v2(&mut h, &twin)) == CUDA_SUCCESS => {
-                let r = call!(d, array_get_memory_requirements(&mut req, h, dev));
-                call!(d, array_destroy(h));
-                r
-            }
-            Some(n) if call!(d, mipmapped_array_create(&mut h, &twin, n)) == CUDA_SUCCESS => {
-                let r = call!(d, mipmapped_array_get_memory_requirements(&mut req, h, dev));
-                call!(d, mipmapped_array_destroy(h));
-                r
-            }
-            _ => CUDA_ERROR_NOT_FOUND,
-        };
-        if asked == CUDA_SUCCESS && req.size > 0 {
-            return req.size as u64;
+        if let Some(bytes) = self.driver.array_requirements(&twin, levels, dev) {
+            return bytes;
         }
         // Every mip level, each half the last in every dimension.
         (0..levels.unwrap_or(1).clamp(1, 32))

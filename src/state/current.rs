@@ -96,16 +96,11 @@ impl Shim {
         if s == 0 || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD {
             return f();
         }
-        let mut ctx: CUcontext = std::ptr::null_mut();
         let current = self.current_context().ok().flatten();
-        if crate::driver::call!(self.driver, stream_get_ctx(s as CUstream, &mut ctx))
-            != CUDA_SUCCESS
-            || ctx.is_null()
-            || Some(ctx as usize) == current
-        {
-            return f();
+        match self.driver.context_of_stream(s) {
+            Some(ctx) if ctx != 0 && Some(ctx) != current => self.in_context(ctx, f),
+            _ => f(),
         }
-        self.in_context(ctx as usize, f)
     }
 
     /// The calling thread's context and device, for a pass-through allocation on `stream`.

@@ -348,9 +348,13 @@ impl Shim {
         nvtx::block_held(ptr, size, segment, &name);
     }
 
-    /// `cuMemGetInfo`: the driver's figures seen through the limit (the README: `cuMemGetInfo` shows the limit).
-    pub fn mem_get_info(&self) -> Result<(u64, u64), CUresult> {
-        let (driver_free, driver_total) = self.driver.mem_get_info()?;
+    /// `cuMemGetInfo`: the driver's figures (`real`: the program's own call, passed through)
+    /// seen through the limit (the README: `cuMemGetInfo` shows the limit).
+    pub fn mem_get_info(
+        &self,
+        real: impl FnOnce() -> Result<(u64, u64), CUresult>,
+    ) -> Result<(u64, u64), CUresult> {
+        let (driver_free, driver_total) = real()?;
         let dev = self.driver.current_device()?;
         let budget = self.budget(dev);
         let cached = self.cached_bytes(dev);
@@ -481,10 +485,10 @@ impl Upstream for DriverUpstream<'_> {
 
     /// False while a graph capture is under way (`cuCtxSynchronize` would end it).
     fn synchronize(&self) -> bool {
-        let Some(_calls) = own_calls() else {
+        let Some(calls) = own_calls() else {
             return false;
         };
-        self.driver.synchronize().is_ok()
+        self.driver.own(&calls).synchronize().is_ok()
     }
 }
 

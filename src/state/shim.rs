@@ -448,7 +448,7 @@ impl Shim {
             let s = self.device_stats(dev);
             // Not asked during a graph capture (a call of cudapool's own).
             let device_free = crate::base::flags::own_calls()
-                .and_then(|_calls| self.driver.mem_get_info().ok())
+                .and_then(|calls| self.driver.own(&calls).mem_get_info().ok())
                 .map_or(
                     "the GPU's free memory not asked during a capture".to_string(),
                     |(f, _)| format!("the GPU itself has {} free", fmt_bytes(f)),

@@ -65,12 +65,10 @@ impl Shim {
         if stream == 0 || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD {
             return; // not a stream anyone can destroy: the driver refuses it
         }
-        let mut ctx: CUcontext = std::ptr::null_mut();
-        let handle = stream as CUstream;
-        if crate::driver::call!(self.driver, stream_get_ctx(handle, &mut ctx)) != CUDA_SUCCESS {
+        let Some(ctx) = self.driver.context_of_stream(stream) else {
             return;
-        }
-        if let Some(cp) = self.contexts.get(ctx as usize) {
+        };
+        if let Some(cp) = self.contexts.get(ctx) {
             cp.clock.stream_destroying(stream);
         }
     }

@@ -9,6 +9,15 @@ use crate::driver::{call, Driver};
 use crate::state::{ipc::tag, ipc::untag, HandleBytes, IpcExport};
 use std::ffi::{c_int, c_uint, c_void};
 
+/// The device's (free, total) bytes, by the program's own `cuMemGetInfo` passed through.
+fn device_info(d: &Driver) -> Result<(u64, u64), CUresult> {
+    let (mut free, mut total) = (0usize, 0usize);
+    match call!(d, mem_get_info_v2(&mut free, &mut total)) {
+        CUDA_SUCCESS => Ok((free as u64, total as u64)),
+        e => Err(e),
+    }
+}
+
 /// # Safety
 /// The driver's contract for this entry point: out-pointers are NULL or valid for writes
 /// (NULL gets the driver's own answer).
@@ -20,13 +29,16 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
             return real(shim.driver);
         }
         // The driver fills whichever out-pointer is non-NULL; so does the hook, through the limit.
-        to_result(shim.mem_get_info().map(|(f, t)| {
-            // SAFETY: each written only when non-null.
-            unsafe {
-                put_some(free, f as usize);
-                put_some(total, t as usize);
-            }
-        }))
+        to_result(
+            shim.mem_get_info(|| device_info(shim.driver))
+                .map(|(f, t)| {
+                    // SAFETY: each written only when non-null.
+                    unsafe {
+                        put_some(free, f as usize);
+                        put_some(total, t as usize);
+                    }
+                }),
+        )
     })
 }
 
@@ -41,13 +53,16 @@ pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> 
             return real(shim.driver);
         }
         let clamp = |v: u64| v.min(c_uint::MAX as u64) as c_uint;
-        to_result(shim.mem_get_info().map(|(f, t)| {
-            // SAFETY: each written only when non-null.
-            unsafe {
-                put_some(free, clamp(f));
-                put_some(total, clamp(t));
-            }
-        }))
+        to_result(
+            shim.mem_get_info(|| device_info(shim.driver))
+                .map(|(f, t)| {
+                    // SAFETY: each written only when non-null.
+                    unsafe {
+                        put_some(free, clamp(f));
+                        put_some(total, clamp(t));
+                    }
+                }),
+        )
     })
 }
 

@@ -83,7 +83,7 @@ use crate::base::config::Reuse;
 use crate::base::cu::*;
 use crate::base::flags::{capturing_somewhere, exiting, own_calls, unwatched_work};
 use crate::base::sync::{lock, Lifetime, Use};
-use crate::driver::{call, Driver};
+use crate::driver::{Driver, Own};
 use crate::pool::queues::{QueueDevice, QueueKey, Queues};
 use crate::pool::{Clock, FenceId, ReuseRule};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
@@ -138,12 +138,7 @@ fn is_per_thread(q: QueueKey) -> bool {
 /// Whether `stream` is capturing a graph now. Asks the driver only while some capture is under
 /// way in the process.
 pub fn capturing(driver: &Driver, stream: usize) -> bool {
-    if !capturing_somewhere() {
-        return false;
-    }
-    let mut status: std::ffi::c_int = 0;
-    call!(driver, stream_is_capturing(stream as CUstream, &mut status)) == CUDA_SUCCESS
-        && status == CU_STREAM_CAPTURE_STATUS_ACTIVE
+    capturing_somewhere() && driver.stream_capturing(stream)
 }
 
 /// An event recorded on a stream as the program destroyed it: the stream's last work. Shared
@@ -283,7 +278,7 @@ impl ContextClock {
             // A stream made later with the same handle owes every fence owed now.
             lock(&self.owed).waited.remove(&q);
             if self.queues.active().contains(&q) {
-                if let Some(ev) = alive.record_on(stream) {
+                if let Some(ev) = alive.record_on(stream, None) {
                     lock(&self.zombies).push(Arc::new(Zombie(ev)));
                 }
                 self.queues.forget(q);
@@ -327,23 +322,22 @@ impl ContextClock {
 }
 
 impl Alive<'_> {
-    /// An event recorded now on `stream` (listed, or the program's own in its current call).
-    fn record_on(&self, stream: usize) -> Option<usize> {
+    /// An event recorded now on `stream`: a listed one, on cudapool's own behalf (`own`), or,
+    /// without, the program's own in its current call on it (as legal then as that call).
+    fn record_on(&self, stream: usize, own: Option<Own<'_>>) -> Option<usize> {
         let c = self.clock;
         let d = c.driver;
         d.in_context(c.ctx, || {
             let spare = lock(&c.spare).pop();
             let ev = match spare {
                 Some(ev) => ev,
-                None => {
-                    let mut ev: CUevent = std::ptr::null_mut();
-                    if call!(d, event_create(&mut ev, CU_EVENT_DISABLE_TIMING)) != CUDA_SUCCESS {
-                        return None;
-                    }
-                    ev as usize
-                }
+                None => d.event_create(CU_EVENT_DISABLE_TIMING).ok()?,
             };
-            if call!(d, event_record(ev as CUevent, stream as CUstream)) == CUDA_SUCCESS {
+            let recorded = match own {
+                Some(own) => own.event_record(ev, stream),
+                None => d.record_before_program_call(ev, stream),
+            };
+            if recorded == CUDA_SUCCESS {
                 Some(ev)
             } else {
                 lock(&c.spare).push(ev);
@@ -354,10 +348,14 @@ impl Alive<'_> {
 
     /// An event recorded now on each of `streams`; `None` (the events made so far go back to
     /// the spares) if one cannot be.
-    fn record_all(&self, streams: impl IntoIterator<Item = usize>) -> Option<Vec<usize>> {
+    fn record_all(
+        &self,
+        calls: Own<'_>,
+        streams: impl IntoIterator<Item = usize>,
+    ) -> Option<Vec<usize>> {
         let mut own = Vec::new();
         for s in streams {
-            match self.record_on(s) {
+            match self.record_on(s, Some(calls)) {
                 Some(ev) => own.push(ev),
                 None => {
                     lock(&self.clock.spare).extend(own);
@@ -371,19 +369,18 @@ impl Alive<'_> {
     /// Whether the work before `ev` has completed. An error (the context hit a sticky error,
     /// or an injected fault) is not completion: the fence stays pending, and a wait ends it.
     fn complete(&self, ev: usize) -> bool {
-        let Some(_calls) = own_calls() else {
+        let Some(calls) = own_calls() else {
             return false;
         };
-        call!(self.clock.driver, event_query(ev as CUevent)) == CUDA_SUCCESS
+        self.clock.driver.own(&calls).event_query(ev) == CUDA_SUCCESS
     }
 
     /// Destroys the zombie events that have completed and that no fence holds.
-    fn prune_zombies(&self) {
-        let d = self.clock.driver;
+    fn prune_zombies(&self, own: Own<'_>) {
         lock(&self.clock.zombies).retain(|z| {
             let gone = Arc::strong_count(z) == 1 && self.complete(z.0);
             if gone {
-                call!(d, event_destroy(z.0 as CUevent));
+                own.event_destroy(z.0);
             }
             !gone
         });
@@ -396,7 +393,7 @@ impl Alive<'_> {
         if !c.trusted() {
             return;
         }
-        let Some(_calls) = own_calls() else {
+        let Some(calls) = own_calls() else {
             return;
         };
         let active = c.queues.active();
@@ -405,11 +402,10 @@ impl Alive<'_> {
             .map(|&(s, _)| s)
             .filter(|&s| !active.contains(&key(s)))
             .collect();
-        let d = c.driver;
-        let busy = d.in_context(c.ctx, || {
+        let own = c.driver.own(&calls);
+        let busy = c.driver.in_context(c.ctx, || {
             quiet.into_iter().find(|&s| {
-                call!(d, stream_query(s as CUstream)) == CUDA_ERROR_NOT_READY
-                    && !c.queues.active().contains(&key(s))
+                own.stream_query(s) == CUDA_ERROR_NOT_READY && !c.queues.active().contains(&key(s))
             })
         });
         if let Some(s) = busy {
@@ -436,18 +432,18 @@ impl QueueDevice for Alive<'_> {
         if sources.is_empty() && zombies.is_empty() {
             return true;
         }
-        let Some(_calls) = own_calls() else {
+        let Some(calls) = own_calls() else {
             return false;
         };
-        let Some(own) = self.record_all(sources) else {
+        let driver = c.driver.own(&calls);
+        let Some(own) = self.record_all(driver, sources) else {
             return false;
         };
-        let d = c.driver;
-        let ok = d.in_context(c.ctx, || {
+        let ok = c.driver.in_context(c.ctx, || {
             own.iter().chain(zombies.iter().map(|z| &z.0)).all(|&ev| {
-                call!(d, stream_wait_event(target as CUstream, ev as CUevent, 0)) == CUDA_SUCCESS
+                driver.stream_wait_event(target, ev) == CUDA_SUCCESS
                     // The device could not be told to wait: the host waits instead.
-                    || call!(d, event_synchronize(ev as CUevent)) == CUDA_SUCCESS
+                    || driver.event_synchronize(ev) == CUDA_SUCCESS
             })
         });
         // The waits took the events' state: they may be recorded again at once.
@@ -460,12 +456,12 @@ impl QueueDevice for Alive<'_> {
             // Only its own thread can name it; it never retires.
             return false;
         }
-        let Some(_calls) = own_calls() else {
+        let Some(calls) = own_calls() else {
             return false;
         };
-        let d = self.clock.driver;
-        d.in_context(self.clock.ctx, || {
-            call!(d, stream_query(q as usize as CUstream)) == CUDA_SUCCESS
+        let own = self.clock.driver.own(&calls);
+        self.clock.driver.in_context(self.clock.ctx, || {
+            own.stream_query(q as usize) == CUDA_SUCCESS
         })
     }
 }
@@ -483,11 +479,12 @@ impl Clock for ContextClock {
         if exiting() {
             return None;
         }
-        let _calls = own_calls()?;
+        let calls = own_calls()?;
+        let own = self.driver.own(&calls);
         let alive = self.alive()?;
         self.tick_alive(&alive);
         alive.prune_owed();
-        alive.prune_zombies();
+        alive.prune_zombies(own);
         let mut streams: Vec<usize> = if self.trusted() {
             self.queues.active().into_iter().map(Self::source).collect()
         } else {
@@ -497,7 +494,7 @@ impl Clock for ContextClock {
         };
         streams.sort_unstable();
         streams.dedup();
-        let own = alive.record_all(streams)?;
+        let own = alive.record_all(own, streams)?;
         let zombies = lock(&self.zombies).clone();
         let id = self.next.fetch_add(1, Relaxed);
         lock(&self.fences).insert(id, Fence { own, zombies });
@@ -536,12 +533,12 @@ impl Clock for ContextClock {
             return true;
         };
         for &ev in fence.own.iter().chain(fence.zombies.iter().map(|z| &z.0)) {
-            let Some(_calls) = own_calls() else {
+            let Some(calls) = own_calls() else {
                 return false;
             };
             // An error here is a sticky one of the context (nothing will run in it again) or
             // an injected fault: either way the wait is over.
-            call!(self.driver, event_synchronize(ev as CUevent));
+            self.driver.own(&calls).event_synchronize(ev);
         }
         true
     }

@@ -7,7 +7,6 @@ use crate::base::config::Reuse;
 use crate::base::cu::*;
 use crate::base::flags::{capturing_somewhere, exiting, own_calls};
 use crate::base::sync::lock;
-use crate::driver::call;
 use crate::pool::queues::QueueKey;
 use crate::pool::FenceId;
 use std::sync::atomic::Ordering::*;
@@ -22,14 +21,14 @@ pub fn settle_all_owed() {
         if !c.owing.load(SeqCst) {
             continue;
         }
-        let Some(_calls) = own_calls() else {
+        let Some(calls) = own_calls() else {
             return;
         };
         let Some(alive) = c.alive() else {
             continue;
         };
         for (ev, _hold) in c.owed_events() {
-            call!(c.driver, event_synchronize(ev as CUevent));
+            c.driver.own(&calls).event_synchronize(ev);
         }
         alive.prune_owed();
     }
@@ -52,7 +51,7 @@ impl ContextClock {
     /// This context begins device work while another already has: waits on the host for the
     /// fences the others owe (their blocks may reach this context's queues, which never pay).
     pub(super) fn wait_for_others_owed(&self) {
-        let Some(_calls) = own_calls() else {
+        let Some(calls) = own_calls() else {
             return;
         };
         let others: Vec<Arc<ContextClock>> = lock(&CLOCKS)
@@ -69,7 +68,7 @@ impl ContextClock {
             };
             // The zombies' references are held through the wait: none is destroyed under it.
             for (ev, _hold) in other.owed_events() {
-                call!(other.driver, event_synchronize(ev as CUevent));
+                other.driver.own(&calls).event_synchronize(ev);
             }
         }
     }
@@ -85,7 +84,7 @@ impl ContextClock {
         }
         // Held through: no capture begins while a fence is being handed over (one begins with
         // nothing owed, see `settle_all_owed`).
-        let Some(_calls) = own_calls() else {
+        let Some(calls) = own_calls() else {
             return false;
         };
         let Some(alive) = self.alive() else {
@@ -118,7 +117,7 @@ impl ContextClock {
             // A second context began meanwhile and may not have seen this fence owed: it is
             // waited for here, on the host.
             for (ev, _hold) in self.owed_events() {
-                call!(self.driver, event_synchronize(ev as CUevent));
+                self.driver.own(&calls).event_synchronize(ev);
             }
         }
         drop(alive);
@@ -150,12 +149,11 @@ impl Alive<'_> {
         let (on_host, unpaid) = d.in_context(c.ctx, || {
             let (mut on_host, mut unpaid) = (false, false);
             for &ev in f.own.iter().chain(f.zombies.iter().map(|z| &z.0)) {
-                let waited = call!(d, stream_wait_event(target as CUstream, ev as CUevent, 0))
-                    == CUDA_SUCCESS;
+                let waited = d.wait_before_program_work(target, ev) == CUDA_SUCCESS;
                 if !waited {
                     match own_calls() {
-                        Some(_calls) => {
-                            call!(d, event_synchronize(ev as CUevent));
+                        Some(calls) => {
+                            d.own(&calls).event_synchronize(ev);
                             on_host = true;
                         }
                         None => unpaid = true,

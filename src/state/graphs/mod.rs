@@ -25,7 +25,6 @@ mod tables;
 use super::{Live, Origin, Shim};
 use crate::base::cu::*;
 use crate::base::sync::lock;
-use crate::driver::call;
 use std::sync::atomic::Ordering;
 pub use tables::Graphs;
 use tables::{Need, Reserve};
@@ -208,7 +207,7 @@ impl Shim {
         let Some(calls) = crate::base::flags::own_calls() else {
             return 0;
         };
-        if call!(self.driver, device_graph_mem_trim(dev)) != CUDA_SUCCESS {
+        if self.driver.own(&calls).device_graph_mem_trim(dev) != CUDA_SUCCESS {
             return 0;
         }
         drop(calls);

@@ -351,14 +351,14 @@ impl Shim {
         }
         // The unmap waits for the device first, which a graph capture forbids: then the
         // close is refused as the driver refuses a synchronizing call, and the mapping stays.
-        let Some(_calls) = crate::base::flags::own_calls() else {
+        let Some(calls) = crate::base::flags::own_calls() else {
             o.refs += 1;
             return Some(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
         };
         let o = t.opened.remove(&ptr).expect("just found");
         t.by_handle.remove(&o.handle);
         drop(t);
-        let _ = self.driver.synchronize();
+        let _ = self.driver.own(&calls).synchronize();
         let r = self.driver.vmm_unmap_each(o.base, &o.sizes);
         let _ = self.driver.vmm_unreserve(o.base, o.bytes);
         Some(r.err().unwrap_or(CUDA_SUCCESS))

@@ -237,14 +237,19 @@ impl Shim {
     /// process, and the device's free memory (which moves with every other process's
     /// allocations too) always, both read by calls of cudapool's own: none during a capture.
     fn taken_so_far(&self, dev: CUdevice) -> Taken {
-        let Some(_calls) = crate::base::flags::own_calls() else {
+        let Some(calls) = crate::base::flags::own_calls() else {
             return Taken::default();
         };
         let own = self
             .budgets
             .uuid(dev, self.driver)
             .and_then(|u| crate::driver::nvml::process_used(&u, std::process::id()));
-        let free = self.driver.mem_get_info().ok().map(|(free, _)| free);
+        let free = self
+            .driver
+            .own(&calls)
+            .mem_get_info()
+            .ok()
+            .map(|(free, _)| free);
         Taken { own, free }
     }
 

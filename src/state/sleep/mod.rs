@@ -279,8 +279,8 @@ impl Shim {
                 // A call on cudapool's own behalf: it holds its own permission for as long as
                 // it is in the driver (a capture begun meanwhile finds it admitted before).
                 let r = match crate::base::flags::own_calls() {
-                    Some(_calls) => driver
-                        .in_context(ctx, || driver.synchronize())
+                    Some(calls) => driver
+                        .in_context(ctx, || driver.own(&calls).synchronize())
                         .map_err(|e| format!("the device's work failed (error {e})")),
                     None => Err("a graph capture began; the process stays awake".to_string()),
                 };
