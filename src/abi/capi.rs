@@ -6,6 +6,7 @@ use crate::abi::hooks::boundary;
 use crate::base::cu::*;
 use crate::limits::budget::{DeviceBudget, DeviceStats};
 use crate::report::REPORTING;
+use crate::state::command::{Answer, Command};
 use crate::state::{Shim, View};
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -268,16 +269,16 @@ pub extern "C" fn cudapool_sleep(device: c_int) -> c_int {
         if !valid_device(device) || !has_device(shim, device) {
             return CUDA_ERROR_INVALID_VALUE as c_int;
         }
-        match shim.sleep(
+        match shim.serve(Command::Sleep {
             device,
-            crate::state::sleep::DRAIN_TIMEOUT,
-            crate::state::sleep::Cause::Program,
-        ) {
-            Ok(_) => CUDA_SUCCESS as c_int,
-            Err(r) => {
+            timeout: crate::state::sleep::DRAIN_TIMEOUT,
+            cause: crate::state::sleep::Cause::Program,
+        }) {
+            Answer::Refused(r) => {
                 crate::log_at!(crate::base::config::LogLevel::Warn, "sleep: {}", r.why);
                 r.code as c_int
             }
+            _ => CUDA_SUCCESS as c_int,
         }
     })
 }
@@ -294,10 +295,7 @@ pub extern "C" fn cudapool_wake(device: c_int) -> c_int {
         if !valid_device(device) || !has_device(shim, device) {
             return CUDA_ERROR_INVALID_VALUE as c_int;
         }
-        match shim.wake() {
-            Ok(_) => CUDA_SUCCESS as c_int,
-            Err(e) => e as c_int,
-        }
+        shim.serve(Command::Wake).code() as c_int
     })
 }
 

@@ -290,4 +290,42 @@ mod tests {
         assert_eq!(printable(b"a\nb\x07\xff"), "a?b??");
         assert_eq!(printable("ok\u{1b}]0;t\u{7}".as_bytes()), "ok?]0;t?");
     }
+
+    #[test]
+    fn a_typed_answer_reads_back_as_the_page_wrote_it() {
+        use crate::state::command::Answer;
+        use crate::state::sleep::{Moved, Refused};
+        let moved = Answer::Moved(Moved {
+            device_bytes: 600 << 20,
+            copied: 500 << 20,
+            seconds: 0.25,
+        });
+        assert_eq!(
+            SleepAnswer::parse(moved.text().as_bytes(), true),
+            SleepAnswer::Moved {
+                device: 600 << 20,
+                copied: 500 << 20,
+                seconds: 0.25
+            }
+        );
+        assert_eq!(
+            SleepAnswer::parse(Answer::Already.text().as_bytes(), true),
+            SleepAnswer::Already
+        );
+        let refused = Answer::Refused(Refused {
+            code: 600,
+            why: "busy: its last device work was 0.1 s ago".into(),
+        });
+        assert_eq!(
+            SleepAnswer::parse(refused.text().as_bytes(), true),
+            SleepAnswer::Refused {
+                code: 600,
+                why: Some("busy: its last device work was 0.1 s ago".into())
+            }
+        );
+        assert_eq!(
+            (moved.code(), Answer::Already.code(), refused.code()),
+            (0, 0, 600)
+        );
+    }
 }

@@ -1,8 +1,10 @@
-//! Sleeps and wakes asked through the page (`cudapool sleep|wake PID`), served by the page's
-//! thread one at a time on a thread of their own.
+//! Sleeps and wakes asked through the page (`cudapool sleep|wake PID`, root's arbiter): the
+//! page is their transport; each is a `state::command::Command`, served there one at a time on
+//! a thread of its own.
 
 use super::page;
-use crate::base::cu::{CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_OPERATING_SYSTEM};
+use crate::base::cu::CUDA_ERROR_OPERATING_SYSTEM;
+use crate::state::command::Command;
 
 /// The last sleep or wake asked through the page that was taken: each runs once.
 static SLEEP_TAKEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -34,29 +36,21 @@ pub(super) fn serve_sleep(req: page::SleepRequest, answered: fn(u64, &str)) {
         ..req
     };
     let run = move || {
-        let moved = |m: crate::state::sleep::Moved| {
-            format!("moved {} {} {:.6}", m.device_bytes, m.copied, m.seconds)
+        let c = if req.wake {
+            Command::Wake
+        } else if req.if_idle {
+            // The arbiter's request names the idleness it asks for where a sleep names its
+            // drain's timeout.
+            Command::SleepIfIdleForAnotherJob { idle: req.timeout }
+        } else {
+            Command::Sleep {
+                device: -1,
+                timeout: req.timeout,
+                cause: crate::state::sleep::Cause::Asked,
+            }
         };
         // A refusal is its code, then words for the process's own user only (`SleepAnswer`).
-        let answer = match crate::state::Shim::active() {
-            None => format!("refused {CUDA_ERROR_NOT_INITIALIZED} cudapool is not active in this process"),
-            Some(shim) if req.wake => match shim.wake() {
-                Ok(m) => moved(m),
-                Err(e) => format!("refused {e} no room came within CUDAPOOL_WAKE_TIMEOUT; the contents stay on the host"),
-            },
-            Some(_) if crate::state::sleep::state() == crate::state::sleep::State::Asleep => {
-                "already".to_string()
-            }
-            Some(shim) if req.if_idle => match shim.sleep_if_idle_for_another_job(req.timeout) {
-                Ok(m) => moved(m),
-                Err(r) => format!("refused {} {}", r.code, r.why),
-            },
-            Some(shim) => match shim.sleep(-1, req.timeout, crate::state::sleep::Cause::Asked) {
-                Ok(m) => moved(m),
-                Err(r) => format!("refused {} {}", r.code, r.why),
-            },
-        };
-        answered(req.seq, &answer);
+        answered(req.seq, &crate::state::command::serve(c).text());
         SLEEP_SERVING.store(false, Release);
     };
     let spawned = std::thread::Builder::new()

@@ -31,6 +31,7 @@ pub mod budgets;
 mod cache_idle;
 mod captured;
 pub mod clock;
+pub mod command;
 pub mod contexts;
 pub mod counted;
 mod counting;

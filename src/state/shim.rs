@@ -311,7 +311,7 @@ impl Shim {
             crate::driver::arm_faults(&config.faults);
             if let Some(g) = &group {
                 // Lends this process's idle cache when another member is short.
-                g.serve(Box::new(MemberSide));
+                shim.serve_group(g);
             }
             shim.start_suspend_thread();
             log_at!(Info, "active: pool {}", config.pool.name());
@@ -573,27 +573,3 @@ fn oom_line_due() -> Option<u64> {
 const OOM_LINES_FREE: u64 = 10;
 /// At most one out-of-memory line this often after the first ones.
 const OOM_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// What the group's thread of this process asks of it (see [`Lender`]).
-struct MemberSide;
-
-impl crate::limits::group::Lender for MemberSide {
-    fn lend(&self, uuid: &[u8; 16], bytes: u64) -> u64 {
-        Shim::active().map_or(0, |s| s.lend(uuid, bytes))
-    }
-
-    fn sleep_if_idle(&self, uuid: &[u8; 16], idle: std::time::Duration) -> u64 {
-        Shim::active().map_or(0, |s| s.sleep_if_idle(uuid, idle))
-    }
-
-    fn last_active_ns(&self) -> u64 {
-        Shim::active().map_or(0, |s| s.last_active_ns())
-    }
-
-    fn suspend(&self) {
-        // Another process of the group was stopped.
-        if let Some(s) = Shim::active() {
-            s.sleep_for_suspend(std::time::Instant::now());
-        }
-    }
-}
