@@ -108,6 +108,7 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         grep -h 'fill n=' {s}/b10.out | sed "s/^/b10: /"
         kill $arb; wait $arb 2>/dev/null
         sed 's/^/listed10: /' /run/cudapool/arbiter.checkpointed
+        {cli} stat 2>&1 | grep 'checkpointed by the driver' | sed 's/^/stat10: /'
         {cli} slurm --config /run/cudapool/site.conf arbiter 2>> {s}/arbiter.log &
         arb=$!
         wait $b
@@ -237,6 +238,11 @@ fn an_idle_job_above_its_request_sleeps_for_another_and_wakes_intact() {
         all.lines()
             .any(|l| l.starts_with("listed10: ") && l.contains(&format!(" {a} "))),
         "root's list names A while it is checkpointed: {all}"
+    );
+    assert!(
+        all.lines().any(|l| l.starts_with("stat10: pid ")
+            && l.contains(&format!("checkpointed by the driver for another job (root's arbiter; it did not sleep when asked): job {a}, 600.00 MiB"))),
+        "cudapool stat as root says who is checkpointed and why: {all}"
     );
     assert!(
         all.contains(&format!("job {a} (pid"))

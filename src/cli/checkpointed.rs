@@ -123,6 +123,30 @@ fn write_root_file(path: &Path, text: &str) -> Result<(), String> {
     std::fs::rename(&tmp, path).map_err(|e| e.to_string())
 }
 
+/// Root's list as it stands (`cudapool stat` as root): the processes the driver holds
+/// checkpointed for other jobs, those still the process that was checkpointed.
+pub fn listed() -> Vec<Frozen> {
+    read_small(Path::new(LIST), 1 << 20, true)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+        .lines()
+        .filter_map(Frozen::parse)
+        .filter(Frozen::alive)
+        .collect()
+}
+
+/// One line of `cudapool stat` for a process in root's list.
+pub fn stat_line(f: &Frozen) -> String {
+    format!(
+        "pid {}: checkpointed by the driver for another job (root's arbiter; it did not sleep when asked): job {}, {} moved to its host memory {} s ago; restored when its GPU has room\n",
+        f.pid,
+        f.job,
+        cudapool::base::log::fmt_bytes(f.bytes),
+        now_s().saturating_sub(f.since)
+    )
+}
+
 /// Reads root's list at the arbiter's start: the processes still checkpointed or locked are
 /// taken up again; the rest (gone, or a pid now another process's) are dropped.
 pub fn load() {

@@ -219,6 +219,14 @@ pub fn stat_text(pids: &[u32], verbose: bool, wide: bool) -> Result<String, Stri
         .filter_map(|s| s.group.as_deref())
         .collect();
     out.push_str(&groups_text(verbose, (!pids.is_empty()).then_some(&shown)));
+    if root {
+        // Processes root's arbiter had the driver checkpoint (they may run no cudapool).
+        for f in super::checkpointed::listed() {
+            if pids.is_empty() || pids.contains(&f.pid) {
+                out.push_str(&super::checkpointed::stat_line(&f));
+            }
+        }
+    }
     Ok(out)
 }
 
