@@ -15,12 +15,15 @@
 //!     file of root; a task whose environment tries to raise the limit, name another group or
 //!     turn cudapool off is held to the share all the same; the Epilog removes the file.
 //! (h) a hostile user (issue 54, cases 1 to 4, each failing on 226784a): see [`hostile_users`].
-//! (j) Slurm's suspend frees the job's GPU memory (issue 78): see [`suspend`].
+//! (j) Slurm's suspend frees the job's GPU memory (issue 78): see [`preempt::suspend`]; so does a
+//!     preemption by suspend (`PreemptMode=SUSPEND`): see [`preempt::preemption`].
 //! (i) Slurm's accounting (slurmdbd and MariaDB of the test's own): what each job used, beside
 //!     what it asked, in `sacct` (issue 51): see [`accounting`].
 
 mod common;
 use common::*;
+#[path = "slurm/preempt.rs"]
+mod preempt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -306,8 +309,14 @@ fn slurm_schedules_gpu_memory_and_cudapool_holds_it() {
         // the Epilog waits only 4 s for a job's record to reach it (under load, the case after
         // a suspend found no record: run 1 on 671aded).
         let t = Instant::now();
-        suspend(&c);
+        preempt::suspend(&c);
         eprintln!("slurm: the suspend case {:.1} s", t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        preempt::preemption(&c);
+        eprintln!(
+            "slurm: the preemption case {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
     } else {
         eprintln!("slurm: no Slurm cgroups here: the mandatory mode (g) not checked");
     }
@@ -588,56 +597,4 @@ EON
     let back: serde_json::Value = serde_json::from_str(&stored.replace('`', "\"")).unwrap();
     assert_eq!(back["text"], note, "the site's note exactly: {all}");
     assert!(back["cudapool"].is_object(), "{all}");
-}
-
-/// Issue 78, item 1: `scontrol suspend` of a batch job whose script started its program in the
-/// background (Slurm signals the script's shell alone, then freezes the job two seconds later).
-/// The program's 400 MiB go to the host within Slurm's 2 s (400, not more: a busy machine's
-/// debug build copies a few hundred MB/s); a neighbour on the same (fake, shared) GPU then takes
-/// 800 MiB or more; `scontrol resume` brings every byte back at the same addresses and the job
-/// ends well. [The suspended job kept its 400 MiB: the neighbour got 78 blocks of 8 MiB.]
-fn suspend(c: &Cluster) {
-    let board = c.stage.join("board");
-    std::fs::create_dir_all(&board).unwrap();
-    let out = c.stage.join("suspend.out");
-    let script = format!(
-        r#"export FAKECU_BOARD={board} FAKECU_SHARED=1 CUDAPOOL_CACHE_IDLE=never
-        held() {{ od -An -t u8 -N8 {board}/$1 2>/dev/null | tr -d ' ' || echo 0; }}
-        MIB=1048576
-        j=$(sbatch --parsable --gres=gpumem:512M --output={out} --wrap "{client} gpa suspend_hold 400 {go} & echo \$! > {pid}; wait")
-        for i in $(seq 300); do grep -q ready {out} 2>/dev/null && break; sleep 0.1; done
-        p=$(cat {pid})
-        echo before=$(( $(held $p) / MIB ))
-        scontrol suspend $j
-        for i in $(seq 100); do [ "$(held $p)" -lt $((16 * MIB)) ] && break; sleep 0.05; done
-        sleep 2.5
-        echo state=$(scontrol show job $j | sed -n 's/.*JobState=\([A-Z]*\).*/\1/p') asleep=$(( $(held $p) / MIB ))
-        env -u LD_PRELOAD {chaos} fill 8388608 0 | sed 's/^/neighbour: /'
-        scontrol resume $j
-        for i in $(seq 200); do [ "$(held $p)" -ge $((400 * MIB)) ] && break; sleep 0.05; done
-        echo resumed=$(( $(held $p) / MIB ))
-        touch {go}
-        for i in $(seq 200); do squeue -h -j $j 2>/dev/null | grep -q . || break; sleep 0.1; done
-        echo end=$(scontrol show job $j | sed -n 's/.*JobState=\([A-Z]*\).*/\1/p')
-        cat {out}"#,
-        board = board.display(),
-        out = out.display(),
-        client = c.stage.join("fake/client").display(),
-        chaos = c.stage.join("fake/chaos").display(),
-        go = c.stage.join("suspend.go").display(),
-        pid = c.stage.join("suspend.pid").display(),
-    );
-    let o = sh(c, &script);
-    let all = format!("{}{}", o.stdout, o.stderr);
-    let figure = |key: &str| figure(&all, key);
-    assert!(figure("before") >= 400, "{all}");
-    assert!(all.contains("state=SUSPENDED"), "{all}");
-    assert!(figure("asleep") < 16, "asleep while suspended: {all}");
-    assert!(
-        figure("n") >= 100,
-        "the neighbour got the job's memory: {all}"
-    );
-    assert!(figure("resumed") >= 400, "{all}");
-    assert!(all.contains("suspend_hold intact=1"), "{all}");
-    assert!(all.contains("end=COMPLETED"), "{all}");
 }

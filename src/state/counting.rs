@@ -60,8 +60,9 @@ impl Shim {
     }
 
     /// `make`, with `bytes` charged on `dev` for it. When the driver refuses it for lack of
-    /// memory, the charge goes back and, in an overcommitted job, root's arbiter is asked for
-    /// room (`ask_arbiter`); if it made some, `make` runs once more, charged again. An `Err`
+    /// memory, the charge goes back and room made elsewhere is looked for (root's arbiter in an
+    /// overcommitted job, a suspended job's memory coming back: `room_made_elsewhere`); if some
+    /// came, `make` runs once more, charged again. An `Err`
     /// leaves nothing charged.
     fn made_charged<T>(
         &self,
@@ -74,7 +75,7 @@ impl Shim {
             Ok(r) => Ok(r),
             Err(CUDA_ERROR_OUT_OF_MEMORY) => {
                 budget.refund(bytes);
-                if !(self.ask_arbiter(dev, bytes) && budget.try_charge(bytes)) {
+                if !(self.room_made_elsewhere(dev, bytes) && budget.try_charge(bytes)) {
                     return Err(CUDA_ERROR_OUT_OF_MEMORY);
                 }
                 make().inspect_err(|_| budget.refund(bytes))
@@ -260,7 +261,7 @@ impl Shim {
             Err(e) => {
                 budget.refund(ahead);
                 drop(pools);
-                if e == CUDA_ERROR_OUT_OF_MEMORY && ask && self.ask_arbiter(dev, size) {
+                if e == CUDA_ERROR_OUT_OF_MEMORY && ask && self.room_made_elsewhere(dev, size) {
                     return self
                         .alloc_from_driver_pool_once(pool, size, ctx_dev, alloc, undo, false);
                 }

@@ -49,6 +49,7 @@ pub mod oom;
 pub mod overhead;
 mod pooled;
 mod ranges;
+mod released;
 mod shim;
 pub mod sleep;
 mod streams;

@@ -153,9 +153,10 @@ impl Shim {
                     retried = Some(pool_alloc(&up));
                 }
                 // On an overcommitted GPU: other jobs idle longest, put to sleep by root's
-                // arbiter (when the driver, not this job's share, is what refused).
+                // arbiter (when the driver, not this job's share, is what refused); on a GPU
+                // a job shares: the memory a job suspended for it is giving back.
                 if !matches!(retried, Some(Ok(_)))
-                    && self.ask_arbiter(dev, size.next_multiple_of(2 << 20))
+                    && self.room_made_elsewhere(dev, size.next_multiple_of(2 << 20))
                 {
                     retried = Some(last_try(&up));
                 }

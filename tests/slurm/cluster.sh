@@ -9,6 +9,9 @@
 #   bash tests/slurm/cluster.sh stop DIR     stops them
 #   PROCTRACK=cgroup ... start DIR           tasks in Slurm's cgroups (cgroup v1 here), each
 #                                           job's in .../job_<id>/: for the mandatory mode
+#   PREEMPT=1 ... start DIR                  two more partitions: jobs of \`urgent\` preempt
+#                                           jobs of \`low\` by suspending them
+#   GPUMEM=2048M ... start DIR               the node's gpumem count (1024M by default)
 #
 # Jobs then need SLURM_CONF=DIR/slurm.conf. Nothing outside DIR is configured; the daemons'
 # state lives in DIR. DIR, DEPLOY_DIR (the TaskProlog's folder, deploy/slurm by default) and
@@ -103,10 +106,21 @@ ${ACCOUNTING_LINES:-}
 GresTypes=gpumem
 TaskProlog=${DEPLOY_DIR:-$root/deploy/slurm}/task_prolog.sh
 TaskEpilog=${DEPLOY_DIR:-$root/deploy/slurm}/task_epilog.sh
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus Gres=gpumem:1024M State=UNKNOWN
-PartitionName=test Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus Gres=gpumem:${GPUMEM:-1024M} State=UNKNOWN
+PartitionName=test Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4${PREEMPT:+ PreemptMode=OFF}
 CONF
-echo "NodeName=$node Name=gpumem Count=1024M" > "$dir/gres.conf"
+if [ "${PREEMPT:-}" = 1 ]; then
+  # Preemption by suspend, as a site with a GPU partition configures it (docs/deploying.md):
+  # a job of \`urgent\` suspends jobs of \`low\` whose resources it needs; \`test\` is left out.
+  # Slurm keeps a suspended job's GRES counted: the preemptor's gpumem must fit beside it.
+  cat >> "$dir/slurm.conf" <<CONF
+PreemptType=preempt/partition_prio
+PreemptMode=SUSPEND,GANG
+PartitionName=low Nodes=$node MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=SUSPEND OverSubscribe=FORCE:1
+PartitionName=urgent Nodes=$node MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF OverSubscribe=FORCE:1
+CONF
+fi
+echo "NodeName=$node Name=gpumem Count=${GPUMEM:-1024M}" > "$dir/gres.conf"
 printf 'CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\nCgroupAutomount=no\n' > "$dir/cgroup.conf"
 if [ -n "${SLURM_PROLOG:-}" ]; then
   # As a site installs them: the files of deploy/slurm/ with the path of its `cudapool` written
