@@ -430,6 +430,14 @@ fi
 }
 in_place && r_nvml
 
+r_preempt() {
+section "a preemptor's allocation while the job suspended for it gives its memory back (tests/gpu/sleep/preempt_check.py)"
+# The whole GPU: a 30 GiB holder and an asker of all the free memory and 16 GiB more. Alone.
+timeout 240 python3 tests/gpu/sleep/preempt_check.py "$LIB" > "$W/preempt.out" 2>&1
+rows "preemption check" "$W/preempt.out"
+}
+in_place && r_preempt
+
 r_oom() {
 section "the moment of OOM with PyTorch (tests/gpu/oom_check.py)"
 $T python3 tests/gpu/oom_check.py "$LIB" "$W/oom" > "$W/oom.out" 2>&1
@@ -594,6 +602,8 @@ elif [ "$TIER" = rest ]; then
   s_sleep
   LANES=("${DEVICES_LANE[@]}")
   lanes_done
+  # Last, alone: it takes the whole of its GPU.
+  r_preempt
 else
   s_sleep
 fi

@@ -47,7 +47,8 @@ impl Shim {
         self.ask_arbiter(dev, bytes) || self.wait_for_released(dev, bytes)
     }
 
-    /// Waits (see the module's notes) until the device's free memory covers `bytes`.
+    /// Waits (see the module's notes) until the device's free memory, with this process's own
+    /// cache, covers `bytes`.
     fn wait_for_released(&self, dev: CUdevice, bytes: u64) -> bool {
         let slurm = self.config.job.is_some()
             || self
@@ -79,7 +80,8 @@ impl Shim {
         };
         let mut rose = start;
         loop {
-            if last >= bytes {
+            // The retry gives this process's own cache back first: it counts as room.
+            if last.saturating_add(self.cached_bytes(dev)) >= bytes {
                 log_at!(
                     Info,
                     "the driver refused {} on device {dev}; another process gave memory back within {:.2} s",
