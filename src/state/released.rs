@@ -3,11 +3,11 @@
 //! copying its memory to the host. Slurm starts the preemptor tens of milliseconds after its
 //! SIGTSTP to the preempted job (32 ms, measured with the suite's Slurm), and gives that job
 //! 2 s before it stops it: an allocation made meanwhile would find the GPU still full. So such
-//! a refusal waits for room, up to [`WINDOW`], polling the device's free memory, and gives up
-//! as soon as the free memory has not risen for [`QUIET`] (nobody is giving any back; a sleep
-//! copies first and unmaps at the end, so its room comes in steps). A wait that gave up is not
-//! made again for [`AGAIN`]: a program that probes the GPU's memory by its refusals pays it
-//! once, not at every probe.
+//! a refusal waits for room, up to [`WINDOW`], polling the device's free memory. Nothing tells
+//! it sooner that none is coming: a sleep copies everything first and unmaps at the end (on an
+//! H200 a wait that gave up after a second without the free memory rising missed a 30 GiB
+//! sleep, whose room came at 3.4 s), so a refusal no room follows costs the whole window. A wait that gave up is not made again for [`AGAIN`]:
+//! a program that probes the GPU's memory by its refusals pays it once, not at every probe.
 //!
 //! Only in a Slurm job (the mandatory mode's job, or the TaskProlog's `slurm-<id>` group), and
 //! only where NVML lists another process on the GPU (or cannot say): alone on its GPU, a job's
@@ -23,8 +23,6 @@ use std::time::{Duration, Instant};
 
 /// The longest a refused allocation waits for room: Slurm's 2 s, and the unmaps at the end.
 const WINDOW: Duration = Duration::from_millis(2500);
-/// A wait ends when the device's free memory has not risen for this long.
-const QUIET: Duration = Duration::from_secs(1);
 /// After a wait that gave up, none is made for this long.
 const AGAIN: Duration = Duration::from_secs(5);
 /// How often the free memory is read meanwhile.
@@ -75,13 +73,12 @@ impl Shim {
             self.driver.own(&calls).mem_get_info().ok().map(|(f, _)| f)
         };
         let start = Instant::now();
-        let Some(mut last) = free() else {
-            return false;
-        };
-        let mut rose = start;
         loop {
+            let Some(room) = free() else {
+                return false;
+            };
             // The retry gives this process's own cache back first: it counts as room.
-            if last.saturating_add(self.cached_bytes(dev)) >= bytes {
+            if room.saturating_add(self.cached_bytes(dev)) >= bytes {
                 log_at!(
                     Info,
                     "the driver refused {} on device {dev}; another process gave memory back within {:.2} s",
@@ -90,18 +87,11 @@ impl Shim {
                 );
                 return true;
             }
-            if start.elapsed() >= WINDOW || rose.elapsed() >= QUIET {
+            if start.elapsed() >= WINDOW {
                 GAVE_UP.store(now_ns(), Relaxed);
                 return false;
             }
             std::thread::sleep(POLL);
-            let Some(f) = free() else {
-                return false;
-            };
-            if f > last {
-                rose = Instant::now();
-            }
-            last = f;
         }
     }
 }
