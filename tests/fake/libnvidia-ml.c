@@ -99,12 +99,12 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int length) 
   strcpy(uuid, s);
   return NVML_SUCCESS;
 }
-// With a shared board (FAKECU_SHARED=1), what every live process of the board holds on device
-// `index`, as the driver's record says: then that is what the device's "other processes" use.
-static int board_used(int index, unsigned long long *sum) {
-  const char *board = getenv("FAKECU_BOARD"), *sh = getenv("FAKECU_SHARED");
-  if (!board || !sh || strcmp(sh, "1") || index >= 8) return 0;
-  *sum = 0;
+// Each live process of the fake driver's record (FAKECU_BOARD, tests/fake/libcuda.c) that holds
+// memory on device `index`: `each(pid, bytes, arg)`. 0 without a board.
+static int board_each(int index, void (*each)(long, unsigned long long, void *), void *arg) {
+  const char *board = getenv("FAKECU_BOARD");
+  if (!board) return 0;
+  if (index >= 8) return 1;
   DIR *dir = opendir(board);
   struct dirent *e;
   while (dir && (e = readdir(dir))) {
@@ -114,11 +114,25 @@ static int board_used(int index, unsigned long long *sum) {
     unsigned long long words[8] = {0};
     int fd = openat(dirfd(dir), e->d_name, O_RDONLY | O_CLOEXEC);
     if (fd < 0) continue;
-    if (pread(fd, words, sizeof words, 0) == (ssize_t)sizeof words) *sum += words[index];
+    ssize_t got = pread(fd, words, sizeof words, 0);
     close(fd);
+    if (got == (ssize_t)sizeof words && words[index]) each(pid, words[index], arg);
   }
   if (dir) closedir(dir);
   return 1;
+}
+
+static void add_up(long pid, unsigned long long bytes, void *sum) {
+  (void)pid;
+  *(unsigned long long *)sum += bytes;
+}
+
+// With a shared board (FAKECU_SHARED=1), what every live process of the board holds on device
+// `index`, as the driver's record says: then that is what the device's "other processes" use.
+static int board_used(int index, unsigned long long *sum) {
+  const char *sh = getenv("FAKECU_SHARED");
+  *sum = 0;
+  return sh && !strcmp(sh, "1") && board_each(index, add_up, sum);
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m) {
@@ -158,35 +172,28 @@ typedef struct {
   unsigned int gpu_instance, compute_instance;
 } nvmlProcessInfo_t;
 
+struct listing {
+  unsigned int n, room;
+  nvmlProcessInfo_t *infos;
+};
+
+static void list_one(long pid, unsigned long long bytes, void *arg) {
+  struct listing *l = arg;
+  // FAKENVML_USED_NA=1: NVML lists the process but not its memory (NVML_VALUE_NOT_AVAILABLE, as
+  // under some virtual GPUs).
+  const char *na = getenv("FAKENVML_USED_NA");
+  unsigned long long u = na && !strcmp(na, "1") ? ~0ULL : bytes;
+  if (l->n < l->room) l->infos[l->n] = (nvmlProcessInfo_t){(unsigned int)pid, u, 0, 0};
+  l->n++;
+}
+
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
                                                      nvmlProcessInfo_t *infos) {
   if (!valid(d) || !count) return NVML_ERROR_INVALID_ARGUMENT;
-  const char *board = getenv("FAKECU_BOARD");
-  if (board) {
-    unsigned int n = 0, room = infos ? *count : 0;
-    DIR *dir = opendir(board);
-    struct dirent *e;
-    while (dir && (e = readdir(dir))) {
-      char *end;
-      long pid = strtol(e->d_name, &end, 10);
-      if (*end || pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno != EPERM)) continue;
-      unsigned long long words[8] = {0};
-      int fd = openat(dirfd(dir), e->d_name, O_RDONLY | O_CLOEXEC);
-      if (fd < 0) continue;
-      ssize_t got = pread(fd, words, sizeof words, 0);
-      close(fd);
-      if (got < (ssize_t)sizeof words || d->index >= 8 || !words[d->index]) continue;
-      // FAKENVML_USED_NA=1: NVML lists the process but not its memory (NVML_VALUE_NOT_AVAILABLE,
-      // as under some virtual GPUs).
-      const char *na = getenv("FAKENVML_USED_NA");
-      unsigned long long u = na && !strcmp(na, "1") ? ~0ULL : words[d->index];
-      if (n < room) infos[n] = (nvmlProcessInfo_t){(unsigned int)pid, u, 0, 0};
-      n++;
-    }
-    if (dir) closedir(dir);
-    int fits = n <= room;
-    *count = n;
-    return fits ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+  struct listing list = {0, infos ? *count : 0, infos};
+  if (board_each(d->index, list_one, &list)) {
+    *count = list.n;
+    return list.n <= list.room ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
   }
   const char *c = getenv("FAKENVML_CONTEXT");
   if (!c) {

@@ -10,35 +10,20 @@ use super::*;
 /// 800 MiB or more; `scontrol resume` brings every byte back at the same addresses and the job
 /// ends well. [The suspended job kept its 400 MiB: the neighbour got 78 blocks of 8 MiB.]
 pub fn suspend(c: &Cluster) {
-    let board = c.stage.join("board");
-    std::fs::create_dir_all(&board).unwrap();
-    let out = c.stage.join("suspend.out");
-    let script = format!(
-        r#"export FAKECU_BOARD={board} FAKECU_SHARED=1 CUDAPOOL_CACHE_IDLE=never
-        held() {{ od -An -t u8 -N8 {board}/$1 2>/dev/null | tr -d ' ' || echo 0; }}
-        MIB=1048576
-        j=$(sbatch --parsable --gres=gpumem:512M --output={out} --wrap "{client} gpa suspend_hold 400 {go} & echo \$! > {pid}; wait")
-        for i in $(seq 300); do grep -q ready {out} 2>/dev/null && break; sleep 0.1; done
-        p=$(cat {pid})
-        echo before=$(( $(held $p) / MIB ))
-        scontrol suspend $j
+    let script = held_job(
+        c,
+        "suspend",
+        "--gres=gpumem:512M",
+        400,
+        &format!(
+            r#"scontrol suspend $j
         for i in $(seq 100); do [ "$(held $p)" -lt $((16 * MIB)) ] && break; sleep 0.05; done
         sleep 2.5
         echo state=$(scontrol show job $j | sed -n 's/.*JobState=\([A-Z]*\).*/\1/p') asleep=$(( $(held $p) / MIB ))
         env -u LD_PRELOAD {chaos} fill 8388608 0 | sed 's/^/neighbour: /'
-        scontrol resume $j
-        for i in $(seq 200); do [ "$(held $p)" -ge $((400 * MIB)) ] && break; sleep 0.05; done
-        echo resumed=$(( $(held $p) / MIB ))
-        touch {go}
-        for i in $(seq 200); do squeue -h -j $j 2>/dev/null | grep -q . || break; sleep 0.1; done
-        echo end=$(scontrol show job $j | sed -n 's/.*JobState=\([A-Z]*\).*/\1/p')
-        cat {out}"#,
-        board = board.display(),
-        out = out.display(),
-        client = c.stage.join("fake/client").display(),
-        chaos = c.stage.join("fake/chaos").display(),
-        go = c.stage.join("suspend.go").display(),
-        pid = c.stage.join("suspend.pid").display(),
+        scontrol resume $j"#,
+            chaos = c.stage.join("fake/chaos").display(),
+        ),
     );
     let o = sh(c, &script);
     let all = format!("{}{}", o.stdout, o.stderr);
@@ -100,31 +85,14 @@ pub fn preemption(c: &Cluster) {
         "{said}{}",
         String::from_utf8_lossy(&up.stderr)
     );
-    let board = c.stage.join("board-preempt");
-    std::fs::create_dir_all(&board).unwrap();
-    let out = c.stage.join("preempt.out");
-    let script = format!(
-        r#"export FAKECU_BOARD={board} FAKECU_SHARED=1 CUDAPOOL_CACHE_IDLE=never
-        held() {{ od -An -t u8 -N8 {board}/$1 2>/dev/null | tr -d ' ' || echo 0; }}
-        MIB=1048576
-        j=$(sbatch --parsable -p low -c $(nproc) --gres=gpumem:768M --output={out} --wrap "{client} gpa suspend_hold 600 {go} & echo \$! > {pid}; wait")
-        for i in $(seq 300); do grep -q ready {out} 2>/dev/null && break; sleep 0.1; done
-        p=$(cat {pid})
-        echo before=$(( $(held $p) / MIB ))
-        timeout 60 srun -p urgent -c 1 --gres=gpumem:768M bash -c 'echo low_$(scontrol show job '$j' | grep -o "JobState=[A-Z]*"); exec $CHAOS fill 8388608 0' 2>&1 | sed 's/^/urgent: /'
-        echo "urgent_rc=${{PIPESTATUS[0]}}"
-        squeue -h -o "%i %P %T %r" | sed 's/^/squeue: /'
-        for i in $(seq 300); do [ "$(held $p)" -ge $((600 * MIB)) ] && break; sleep 0.05; done
-        echo resumed=$(( $(held $p) / MIB ))
-        touch {go}
-        for i in $(seq 200); do squeue -h -j $j 2>/dev/null | grep -q . || break; sleep 0.1; done
-        echo end=$(scontrol show job $j | sed -n 's/.*JobState=\([A-Z]*\).*/\1/p')
-        cat {out}"#,
-        board = board.display(),
-        out = out.display(),
-        client = c.stage.join("fake/client").display(),
-        go = c.stage.join("preempt.go").display(),
-        pid = c.stage.join("preempt.pid").display(),
+    let script = held_job(
+        c,
+        "preempt",
+        "-p low -c $(nproc) --gres=gpumem:768M",
+        600,
+        r#"timeout 60 srun -p urgent -c 1 --gres=gpumem:768M bash -c 'echo low_$(scontrol show job '$j' | grep -o "JobState=[A-Z]*"); exec $CHAOS fill 8388608 0' 2>&1 | sed 's/^/urgent: /'
+        echo "urgent_rc=${PIPESTATUS[0]}"
+        squeue -h -o "%i %P %T %r" | sed 's/^/squeue: /'"#,
     );
     let o = sh(c, &script);
     let all = format!("{}{}", o.stdout, o.stderr);
@@ -140,4 +108,35 @@ pub fn preemption(c: &Cluster) {
     assert!(figure(&all, "resumed") >= 600, "{all}");
     assert!(all.contains("suspend_hold intact=1"), "{all}");
     assert!(all.contains("end=COMPLETED"), "{all}");
+}
+
+/// The script of a case: a batch job (`sbatch` with `args`) whose script runs the test client in
+/// the background holding `mib` MiB on the fake driver's shared GPU (its board in the stage,
+/// folder `name`); "before=" what it holds when ready; then `middle` (with `$j` the job, `$p`
+/// the client, `held PID` and `MIB`); then "resumed=" once it holds `mib` again, the client's
+/// end and the job's ("end="), and the job's output.
+fn held_job(c: &Cluster, name: &str, args: &str, mib: u64, middle: &str) -> String {
+    let board = c.stage.join(format!("board-{name}"));
+    std::fs::create_dir_all(&board).unwrap();
+    format!(
+        r#"export FAKECU_BOARD={board} FAKECU_SHARED=1 CUDAPOOL_CACHE_IDLE=never
+        held() {{ od -An -t u8 -N8 {board}/$1 2>/dev/null | tr -d ' ' || echo 0; }}
+        MIB=1048576
+        j=$(sbatch --parsable {args} --output={out} --wrap "{client} gpa suspend_hold {mib} {go} & echo \$! > {pid}; wait")
+        for i in $(seq 300); do grep -q ready {out} 2>/dev/null && break; sleep 0.1; done
+        p=$(cat {pid})
+        echo before=$(( $(held $p) / MIB ))
+        {middle}
+        for i in $(seq 300); do [ "$(held $p)" -ge $(({mib} * MIB)) ] && break; sleep 0.05; done
+        echo resumed=$(( $(held $p) / MIB ))
+        touch {go}
+        for i in $(seq 200); do squeue -h -j $j 2>/dev/null | grep -q . || break; sleep 0.1; done
+        echo end=$(scontrol show job $j | sed -n 's/.*JobState=\([A-Z]*\).*/\1/p')
+        cat {out}"#,
+        board = board.display(),
+        out = c.stage.join(format!("{name}.out")).display(),
+        client = c.stage.join("fake/client").display(),
+        go = c.stage.join(format!("{name}.go")).display(),
+        pid = c.stage.join(format!("{name}.pid")).display(),
+    )
 }
