@@ -16,7 +16,8 @@
 //!     turn cudapool off is held to the share all the same; the Epilog removes the file.
 //! (h) a hostile user (issue 54, cases 1 to 4, each failing on 226784a): see [`hostile_users`].
 //! (j) Slurm's suspend frees the job's GPU memory (issue 78): see [`preempt::suspend`]; so does a
-//!     preemption by suspend (`PreemptMode=SUSPEND`): see [`preempt::preemption`].
+//!     preemption by suspend (`PreemptMode=SUSPEND`): see [`preempt::preemption`]; and gang
+//!     scheduling's time slices: see [`preempt::gang`].
 //! (i) Slurm's accounting (slurmdbd and MariaDB of the test's own): what each job used, beside
 //!     what it asked, in `sacct` (issue 51): see [`accounting`].
 
@@ -315,6 +316,12 @@ fn slurm_schedules_gpu_memory_and_cudapool_holds_it() {
         preempt::preemption(&c);
         eprintln!(
             "slurm: the preemption case {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        let t = Instant::now();
+        preempt::gang(&c);
+        eprintln!(
+            "slurm: the gang scheduling case {:.1} s",
             t.elapsed().as_secs_f64()
         );
     } else {

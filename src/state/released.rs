@@ -11,7 +11,10 @@
 //!
 //! Only in a Slurm job (the mandatory mode's job, or the TaskProlog's `slurm-<id>` group), and
 //! only where NVML lists another process on the GPU (or cannot say): alone on its GPU, a job's
-//! refusal is final at once, as before.
+//! refusal is final at once, as before. A wait ends at once when the process itself begins to
+//! fall asleep (its own job suspended): its sleep waits for the calls under way, and Slurm
+//! freezes it 2 s after its SIGTSTP (seen in the suite: a job frozen mid-wait held its memory
+//! through the other job's time slice).
 
 use super::Shim;
 use crate::base::config::LogLevel::Info;
@@ -89,6 +92,11 @@ impl Shim {
             }
             if start.elapsed() >= WINDOW {
                 GAVE_UP.store(now_ns(), Relaxed);
+                return false;
+            }
+            // This process is being put to sleep (a suspend of its own job): its sleep waits
+            // for the calls under way, this one included, and must end within Slurm's 2 s.
+            if super::sleep::state() == super::sleep::State::FallingAsleep {
                 return false;
             }
             std::thread::sleep(POLL);

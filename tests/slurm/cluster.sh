@@ -9,8 +9,9 @@
 #   bash tests/slurm/cluster.sh stop DIR     stops them
 #   PROCTRACK=cgroup ... start DIR           tasks in Slurm's cgroups (cgroup v1 here), each
 #                                           job's in .../job_<id>/: for the mandatory mode
-#   PREEMPT=1 ... start DIR                  two more partitions: jobs of \`urgent\` preempt
-#                                           jobs of \`low\` by suspending them
+#   PREEMPT=1 ... start DIR                  three more partitions: jobs of \`urgent\` preempt
+#                                           jobs of \`low\` by suspending them; jobs of
+#                                           \`slices\` share the CPUs in 5 s time slices
 #   GPUMEM=2048M ... start DIR               the node's gpumem count (1024M by default)
 #
 # Jobs then need SLURM_CONF=DIR/slurm.conf. Nothing outside DIR is configured; the daemons'
@@ -116,8 +117,10 @@ if [ "${PREEMPT:-}" = 1 ]; then
   cat >> "$dir/slurm.conf" <<CONF
 PreemptType=preempt/partition_prio
 PreemptMode=SUSPEND,GANG
+SchedulerTimeSlice=5
 PartitionName=low Nodes=$node MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=SUSPEND OverSubscribe=FORCE:1
 PartitionName=urgent Nodes=$node MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF OverSubscribe=FORCE:1
+PartitionName=slices Nodes=$node MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=GANG OverSubscribe=FORCE:2
 CONF
 fi
 echo "NodeName=$node Name=gpumem Count=${GPUMEM:-1024M}" > "$dir/gres.conf"

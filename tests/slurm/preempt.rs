@@ -140,3 +140,67 @@ fn held_job(c: &Cluster, name: &str, args: &str, mib: u64, middle: &str) -> Stri
         pid = c.stage.join(format!("{name}.pid")).display(),
     )
 }
+
+/// Issue 78, item 1: gang scheduling (`slices`, two jobs on every CPU, 5 s time slices), on the
+/// cluster started again for the preemption case. Each job's client holds 600 MiB and works
+/// (a copy every 20 ms) on the fake driver's one GiB, which cannot hold both: at each slice the
+/// job Slurm suspends sleeps, the one it resumes wakes (waiting for room while the other is
+/// still inside its 2 s), for about four slices; then both end with every byte. Each job's
+/// program starts a second after its script, as a real one's start takes: Slurm suspends the
+/// second job a moment after it starts it, and a program that allocated within that moment
+/// would meet the first job still filling the GPU.
+pub fn gang(c: &Cluster) {
+    let board = c.stage.join("board-gang");
+    std::fs::create_dir_all(&board).unwrap();
+    let job = |x: &str| {
+        format!(
+            r#"{x}=$(sbatch --parsable -p slices -c $(nproc) --gres=gpumem:768M --output={out} --wrap "sleep 1; {client} gpa suspend_hold 600 {go}")"#,
+            out = c.stage.join(format!("gang-{x}.out")).display(),
+            client = c.stage.join("fake/client").display(),
+            go = c.stage.join("gang.go").display(),
+        )
+    };
+    let outs = format!(
+        "{} {}",
+        c.stage.join("gang-a.out").display(),
+        c.stage.join("gang-b.out").display()
+    );
+    let script = format!(
+        r#"export FAKECU_BOARD={board} FAKECU_SHARED=1 CUDAPOOL_CACHE_IDLE=never
+        {a}
+        {b}
+        state() {{ scontrol show job $1 | sed -n 's/.*JobState=\([A-Z]*\).*/\1/p'; }}
+        used() {{ s=0; for f in {board}/[0-9]*; do case $f in *.ckpt) ;; *) kill -0 ${{f##*/}} 2>/dev/null && s=$((s + $(od -An -t u8 -N8 $f 2>/dev/null | tr -d ' ' || echo 0))) ;; esac; done; echo $((s / 1048576)); }}
+        for i in $(seq 44); do echo "slice a=$(state $a) b=$(state $b) used=$(used)"; sleep 0.5; done
+        touch {go}
+        for i in $(seq 300); do squeue -h -j $a,$b 2>/dev/null | grep -q . || break; sleep 0.1; done
+        echo end a=$(state $a) b=$(state $b)
+        cat {outs}"#,
+        board = board.display(),
+        a = job("a"),
+        b = job("b"),
+        go = c.stage.join("gang.go").display(),
+    );
+    let o = sh(c, &script);
+    let all = format!("{}{}", o.stdout, o.stderr);
+    let slices: Vec<&str> = all.lines().filter(|l| l.starts_with("slice ")).collect();
+    // Each job ran while the other was suspended, and the other way round.
+    assert!(
+        slices.iter().any(|l| l.contains("a=RUNNING b=SUSPENDED"))
+            && slices.iter().any(|l| l.contains("a=SUSPENDED b=RUNNING")),
+        "time-sliced: {all}"
+    );
+    // Never both jobs' 600 MiB on the one GiB at once (the fake device would have refused).
+    let most = slices
+        .iter()
+        .filter_map(|l| l.rsplit("used=").next()?.trim().parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    assert!(most <= 1024, "{all}");
+    assert_eq!(
+        all.matches("suspend_hold intact=1").count(),
+        2,
+        "both jobs found every byte: {all}"
+    );
+    assert!(all.contains("end a=COMPLETED b=COMPLETED"), "{all}");
+}
