@@ -13,8 +13,8 @@
 //! only where NVML lists another process on the GPU (or cannot say): alone on its GPU, a job's
 //! refusal is final at once, as before. A wait ends at once when the process itself begins to
 //! fall asleep (its own job suspended): its sleep waits for the calls under way, and Slurm
-//! freezes it 2 s after its SIGTSTP (seen in the suite: a job frozen mid-wait held its memory
-//! through the other job's time slice).
+//! freezes it 2 s after its SIGTSTP (in the suite, a job suspended a moment after its start held
+//! 424 MiB through the other job's time slice, most likely frozen in such a wait).
 
 use super::Shim;
 use crate::base::config::LogLevel::Info;
