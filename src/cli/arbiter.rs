@@ -387,11 +387,7 @@ fn ask(p: u32, job: &str, pid: u32, asker: &str, pass: Pass) -> Asked {
 /// in one line.
 fn checkpoint(p: u32, job: &str, uuid: &[u8; 16], pid: u32, asker: &str) -> u64 {
     let said = |what: String| eprintln!("cudapool arbiter: job {job} (pid {p}) {what}");
-    let Some(held) = cudapool::driver::nvml::processes(uuid)
-        .and_then(|l| l.into_iter().find(|&(q, _)| q == p))
-        .map(|(_, used)| used)
-        .filter(|&b| b > 0)
-    else {
+    let Some(held) = cudapool::driver::nvml::process_used(uuid, p).filter(|&b| b > 0) else {
         return 0;
     };
     let c = match super::checkpoint::checkpointer() {
@@ -424,9 +420,7 @@ fn checkpoint(p: u32, job: &str, uuid: &[u8; 16], pid: u32, asker: &str) -> u64 
                 uuid: *uuid,
                 bytes: held,
                 job: job.to_string(),
-                since: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs()),
+                since: super::checkpointed::now_s(),
             });
             held
         }

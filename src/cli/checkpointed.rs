@@ -45,7 +45,8 @@ pub struct Frozen {
 
 static FROZEN: Mutex<Vec<Frozen>> = Mutex::new(Vec::new());
 
-fn now_s() -> u64 {
+/// Seconds since the epoch.
+pub fn now_s() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -106,7 +107,10 @@ fn save(list: &[Frozen]) {
     }
 }
 
-/// `text` into `path` (in a folder of root's), through a new file renamed over it.
+/// `text` into `path` (in a folder of root's), through a new file renamed over it. Not
+/// `base::outfile::write`: that keeps a replaced file's mode, or takes 0666 less the umask, and
+/// these files are read only if nobody but root may write them: here 0644 at most, whatever
+/// the umask.
 fn write_root_file(path: &Path, text: &str) -> Result<(), String> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
