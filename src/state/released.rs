@@ -61,6 +61,11 @@ impl Shim {
         if !slurm || (gave_up != 0 && now_ns() - gave_up < AGAIN.as_nanos() as u64) {
             return false;
         }
+        // The driver's free memory is the current context's device's: `dev` is another one
+        // only for `cuMemCreate` naming its device, which then does not wait.
+        if self.driver.current_device().ok() != Some(dev) {
+            return false;
+        }
         let me = std::process::id();
         let alone = self
             .budgets
