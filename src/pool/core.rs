@@ -77,11 +77,14 @@ pub trait Core: Send {
         let _ = ptr;
         Vec::new()
     }
-    /// The memory a sleep moves (see [`super::Pool::sleep`]): every handle mapped in the
-    /// arena with the parts of it blocks not free lie on; `None` while memory is mapped twice
-    /// (a shadow whose unmap failed), which a sleep cannot give back.
-    fn sleeping_memory(&self) -> Option<Vec<super::Mapped>> {
-        Some(Vec::new())
+    /// Its memory as a sleep and a wake see it (see [`super::Pool::sleep`]); `None`: nothing
+    /// of it sleeps.
+    fn sleeping(&mut self) -> Option<&mut dyn super::Sleeping> {
+        None
+    }
+    /// Bytes of its handles asleep.
+    fn asleep_bytes(&self) -> u64 {
+        0
     }
     /// Brings free blocks to the state every operation of the core would find them in first
     /// (split lists and merges its parked block), so that a view of the segments shows what

@@ -4,6 +4,7 @@
 use super::handed::{Grant, Held};
 use crate::base::config::{CacheIdle, PoolKind};
 use crate::base::cu::{CUresult, DevPtr};
+use crate::base::host_copy::HostCopy;
 use crate::base::limit::Limit;
 
 /// Where a pool gets device memory.
@@ -130,6 +131,45 @@ pub struct Mapped {
     pub at: DevPtr,
     pub bytes: u64,
     pub live: Vec<(DevPtr, u64)>,
+}
+
+/// What a sleep does with the pool's mapped memory (see [`Pool::sleep`]).
+pub type Save<'a> = dyn FnMut(&[Mapped], &mut Vec<(DevPtr, Asleep)>) -> Result<(), String> + 'a;
+/// What a wake does with the pool's asleep handles (see [`Pool::wake`]).
+pub type Restore<'a> = dyn FnMut(&[(DevPtr, u64, &Asleep)]) -> Result<(), CUresult> + 'a;
+
+/// One handle asleep (see [`Pool::sleep`]): its memory given back to the driver, and the
+/// parts of it blocks not free lay on (address, bytes, in address order) kept in `host`, one
+/// after the other. The pool holds it in the handle's record until a wake maps the handle
+/// again or a release drops it (the memory went back at the sleep, so nothing is unmapped).
+pub struct Asleep {
+    pub live: Vec<(DevPtr, u64)>,
+    pub host: HostCopy,
+}
+
+impl Asleep {
+    /// Bytes kept on the host.
+    pub fn kept(&self) -> u64 {
+        self.live.iter().map(|&(_, n)| n).sum()
+    }
+}
+
+/// What a pool's sleep and wake read and write of its core's memory (split's arena holds
+/// each handle's state: mapped, shadowed or asleep).
+pub trait Sleeping {
+    /// Every handle mapped (not asleep) with the parts of it blocks not free lie on, by address;
+    /// `None` while memory is mapped twice (a shadow whose unmap failed), which a sleep cannot
+    /// give back.
+    fn awake_memory(&self) -> Option<Vec<Mapped>>;
+    /// The handle at `at`, mapped, was unmapped by a sleep that kept `asleep`.
+    fn fell_asleep(&mut self, at: DevPtr, asleep: Asleep);
+    /// Every handle asleep: (start, bytes, what is kept), by address.
+    fn asleep(&self) -> Vec<(DevPtr, u64, &Asleep)>;
+    /// Every handle asleep was mapped again and filled: each is mapped now; their records
+    /// (bytes, what was kept).
+    fn woke(&mut self) -> Vec<(u64, Asleep)>;
+    /// Bytes of the handles asleep.
+    fn asleep_bytes(&self) -> u64;
 }
 
 /// One block as a snapshot shows it.
@@ -271,17 +311,26 @@ pub trait Pool: Send + Sync {
     fn stop_expanding(&self) {}
     /// Puts the pool's memory to sleep: gives every free segment back (the caller made sure no
     /// device work is in flight), then, under one hold of the pool, hands `save` every mapping
-    /// of physical memory that can be unmapped and mapped again at its own address (the
-    /// arena's handles), in address order. `save` keeps what it must and unmaps them, or fails.
-    /// Classic segments (whole driver allocations) stay: their address cannot be had again.
-    /// `Err`: why this pool cannot sleep, or `save`'s error.
-    fn sleep(
-        &self,
-        up: &dyn Upstream,
-        save: &mut dyn FnMut(&[Mapped]) -> Result<(), String>,
-    ) -> Result<(), String> {
+    /// of physical memory that is mapped and can be unmapped and mapped again at its own
+    /// address (the arena's handles not asleep), in address order. `save` keeps what it must
+    /// and unmaps them, pushing each handle it unmapped with what it kept, or fails; what it
+    /// pushed is asleep either way (its record holds it). Classic segments (whole driver
+    /// allocations) stay: their address cannot be had again. `Err`: why this pool cannot
+    /// sleep, or `save`'s error.
+    fn sleep(&self, up: &dyn Upstream, save: &mut Save<'_>) -> Result<(), String> {
         let _ = (up, save);
         Ok(())
+    }
+    /// Wakes the pool's asleep handles, all or none, under one hold of the pool: `restore`
+    /// gets each (start, bytes, what is kept), maps and fills them, or fails having unmapped
+    /// what it mapped (they stay asleep). `Ok`: the records of what woke (bytes, what was kept).
+    fn wake(&self, restore: &mut Restore<'_>) -> Result<Vec<(u64, Asleep)>, CUresult> {
+        let _ = restore;
+        Ok(Vec::new())
+    }
+    /// Bytes of the pool's handles asleep.
+    fn asleep_bytes(&self) -> u64 {
+        0
     }
     /// The context died, and its memory with it: forget every segment without calling the
     /// upstream. Says what was held, and what the context's end does not take with it.

@@ -13,6 +13,7 @@
 
 use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::cu::*;
+use crate::base::host_copy::HostCopy;
 use crate::base::sync::lock;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,8 +33,11 @@ pub(super) struct DriverPool {
 
 /// Physical memory from `cuMemCreate`.
 ///
-/// Invariant: its size is charged while `refs > 0` (creation and every
+/// Invariant: awake, its size is charged while `refs > 0` (creation and every
 /// `cuMemRetainAllocationHandle`, minus releases) or `maps > 0` (mappings not yet unmapped).
+/// Asleep (`asleep` set), nothing of it is charged nor in the driver: the driver's handle is
+/// released, no value of the driver's stands for it, and its mappings are the record's, not in
+/// the maps table (`maps` of them).
 pub(super) struct Phys {
     pub(super) device: CUdevice,
     pub(super) size: u64,
@@ -44,6 +48,41 @@ pub(super) struct Phys {
     /// Shared outside the process's own mappings (exported, bound to a multicast object, or
     /// handed out as a dma-buf): it never sleeps.
     pub(super) shared: bool,
+    /// Put to sleep: where it was mapped and its bytes on the host (`state::sleep`'s foreign
+    /// handles); `None` while awake.
+    pub(super) asleep: Option<Box<ProgramAsleep>>,
+}
+
+impl Phys {
+    /// A handle the program just made.
+    pub(super) fn made(device: CUdevice, size: u64, prop: PropBytes) -> Phys {
+        Phys {
+            device,
+            size,
+            refs: 1,
+            maps: 0,
+            prop: Some(prop),
+            shared: false,
+            asleep: None,
+        }
+    }
+}
+
+/// A program's handle asleep: made again at the wake with the program's properties, mapped
+/// where it was with the access it had.
+pub(super) struct ProgramAsleep {
+    /// Its mappings (address, bytes, offset in the handle, access: device and flags), their
+    /// bytes in `host` one after the other.
+    pub(super) maps: Vec<AsleepMap>,
+    pub(super) host: HostCopy,
+}
+
+/// One mapping of an asleep handle of the program's.
+pub(super) struct AsleepMap {
+    pub(super) at: DevPtr,
+    pub(super) bytes: u64,
+    pub(super) offset: u64,
+    pub(super) access: Vec<(CUdevice, std::ffi::c_int)>,
 }
 
 /// One mapping of a counted handle: `bytes` of `handle` (the program's value) from `offset`.
@@ -65,6 +104,7 @@ impl Counted {
     /// Virtual-memory mappings and arrays on `dev`: (kind, address, bytes).
     pub fn memory_on(&self, dev: CUdevice) -> Vec<(&'static str, DevPtr, u64)> {
         let handles = crate::base::sync::lock(&self.handles);
+        // An asleep handle's mappings are its record's, not the table's.
         let mut out: Vec<_> = crate::base::sync::lock(&self.maps)
             .iter()
             .filter(|(_, m)| handles.get(&m.handle).is_some_and(|p| p.device == dev))
@@ -91,13 +131,39 @@ pub struct Counted {
     /// Mappings of counted handles, by address.
     pub(super) maps: Mutex<BTreeMap<DevPtr, VmMap>>,
     pub(super) arrays: Mutex<HashMap<usize, ArrayRec>>,
-    /// The program's handle values that are not the driver's (program -> driver): a handle
-    /// woken from sleep is the driver's new one behind the value the program holds, and a
-    /// value the driver hands out again while the program holds it for another handle is
-    /// given to the program as one of [`SYNTHETIC`]'s. Empty until the first such wake.
-    aliases: Mutex<HashMap<MemHandle, MemHandle>>,
+    /// The program's handle values that are not the driver's: a handle woken from sleep is
+    /// the driver's new one behind the value the program holds, and a value the driver hands
+    /// out again while the program holds it for another handle is given to the program as one
+    /// of [`SYNTHETIC`]'s. Empty until the first such wake.
+    aliases: Mutex<Aliases>,
     /// Whether `aliases` was ever written (until then no handle is looked up).
     remapped: AtomicBool,
+}
+
+/// The program's handle values that are not the driver's, kept both ways.
+///
+/// Invariant: `to_driver` and `to_program` are each other's inverse (one driver value per
+/// program value and back).
+#[derive(Default)]
+struct Aliases {
+    to_driver: HashMap<MemHandle, MemHandle>,
+    to_program: HashMap<MemHandle, MemHandle>,
+}
+
+impl Aliases {
+    fn insert(&mut self, program: MemHandle, driver: MemHandle) {
+        self.remove(program);
+        if let Some(old) = self.to_program.insert(driver, program) {
+            self.to_driver.remove(&old);
+        }
+        self.to_driver.insert(program, driver);
+    }
+
+    fn remove(&mut self, program: MemHandle) {
+        if let Some(d) = self.to_driver.remove(&program) {
+            self.to_program.remove(&d);
+        }
+    }
 }
 
 /// Handle values the program gets instead of a driver value it already holds for another
@@ -111,7 +177,7 @@ impl Counted {
         if !self.remapped.load(Ordering::Acquire) {
             return h;
         }
-        lock(&self.aliases).get(&h).copied().unwrap_or(h)
+        lock(&self.aliases).to_driver.get(&h).copied().unwrap_or(h)
     }
 
     /// The program's value for the driver's handle `r`, which the driver just handed out
@@ -122,10 +188,10 @@ impl Counted {
             return r;
         }
         let mut a = lock(&self.aliases);
-        if let Some((&k, _)) = a.iter().find(|(_, &v)| v == r) {
+        if let Some(&k) = a.to_program.get(&r) {
             return k;
         }
-        if a.contains_key(&r) {
+        if a.to_driver.contains_key(&r) {
             let s = NEXT_SYNTHETIC.fetch_add(1, Ordering::Relaxed);
             a.insert(s, r);
             return s;
@@ -138,11 +204,19 @@ impl Counted {
         self.remapped.load(Ordering::Acquire)
     }
 
+    /// A value of the program's own for the driver's handle `r`: a synthetic one (the program
+    /// holds `r` for a handle asleep, whose driver handle the sleep released).
+    pub(super) fn synthetic_for(&self, r: MemHandle) -> MemHandle {
+        let s = NEXT_SYNTHETIC.fetch_add(1, Ordering::Relaxed);
+        self.alias(s, r);
+        s
+    }
+
     /// The program's value `h` is the driver's `real` from now on.
     pub(super) fn alias(&self, h: MemHandle, real: MemHandle) {
         let mut a = lock(&self.aliases);
         if h == real {
-            a.remove(&h);
+            a.remove(h);
         } else {
             self.remapped.store(true, Ordering::Release);
             a.insert(h, real);
@@ -152,7 +226,7 @@ impl Counted {
     /// The program's value `h` names no handle any more.
     pub(super) fn unalias(&self, h: MemHandle) {
         if self.remapped.load(Ordering::Acquire) {
-            lock(&self.aliases).remove(&h);
+            lock(&self.aliases).remove(h);
         }
     }
 }

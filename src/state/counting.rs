@@ -368,18 +368,15 @@ impl Shim {
         self.charge_counted(dev, size)?;
         match self.made_charged(dev, size, create) {
             Ok(r) => {
-                let h = self.counted.program_value(r);
-                lock(&self.counted.handles).insert(
-                    h,
-                    Phys {
-                        device: dev,
-                        size,
-                        refs: 1,
-                        maps: 0,
-                        prop: Some(prop),
-                        shared: false,
-                    },
-                );
+                let mut handles = lock(&self.counted.handles);
+                let h = match self.counted.program_value(r) {
+                    // The program holds the driver's value for a handle asleep (the sleep
+                    // released the driver's): this one gets a value of its own.
+                    h if handles.contains_key(&h) => self.counted.synthetic_for(r),
+                    h => h,
+                };
+                handles.insert(h, Phys::made(dev, size, prop));
+                drop(handles);
                 self.counted_made(dev, size);
                 Ok(h)
             }

@@ -378,7 +378,6 @@ impl Shim {
             budget: self.budget(dev),
             tools: self.tools_see_blocks(),
             history: self.history.on().then_some((&self.history, dev)),
-            sleep: &self.sleep,
             cache_idle: &self.config.cache_idle,
         }
     }
@@ -401,8 +400,6 @@ pub struct DriverUpstream<'a> {
     tools: bool,
     /// `CUDAPOOL_HISTORY` is on: segments are recorded for this device.
     history: Option<(&'a History, CUdevice)>,
-    /// What is asleep: a release of asleep memory only drops its host copy.
-    sleep: &'a super::sleep::Sleep,
     /// `CUDAPOOL_CACHE_IDLE`.
     cache_idle: &'a CacheIdle,
 }
@@ -540,15 +537,23 @@ impl VirtualMemory for DriverUpstream<'_> {
             }
         }
     }
-    /// Refused while a graph capture is under way (see [`free`](Self::free)).
+    /// Gives the charge back. Refused while a graph capture is under way (see
+    /// [`free`](Self::free)).
     fn unmap(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
-        match self
-            .sleep
-            .unmap_asleep(at, bytes, chunk, |p, n| self.unmap_mapped(p, n, n))
-        {
-            Some(r) => r,
-            None => self.unmap_mapped(at, bytes, chunk),
+        if crate::base::flags::exiting() {
+            return Ok(());
         }
+        let Some(_calls) = own_calls() else {
+            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        };
+        // Exports of these chunks go first: their descriptors would keep the memory alive.
+        super::ipc_mapped::while_unmapping(at, bytes, || self.driver.vmm_unmap(at, bytes, chunk))?;
+        if let Some((h, dev)) = self.history {
+            h.record(dev, Action::SegmentUnmap, at, bytes, 0, None);
+        }
+        self.budget.uncharge(bytes);
+        self.budget.on_unmap(bytes.div_ceil(chunk));
+        Ok(())
     }
     fn stitch(&self, handles: &[(DevPtr, u64)], to: DevPtr) -> Result<usize, CUresult> {
         if self.tools {
@@ -576,27 +581,6 @@ impl VirtualMemory for DriverUpstream<'_> {
         };
         super::ipc_mapped::while_unmapping(at, bytes, || self.driver.vmm_unmap(at, bytes, bytes))?;
         self.budget.on_unmap(0);
-        Ok(())
-    }
-}
-
-impl DriverUpstream<'_> {
-    /// Unmaps `[at, at + bytes)`, mapped in handles of `chunk` bytes, and gives its charge
-    /// back. Refused while a graph capture is under way (see [`Upstream::free`]).
-    fn unmap_mapped(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
-        if crate::base::flags::exiting() {
-            return Ok(());
-        }
-        let Some(_calls) = own_calls() else {
-            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-        };
-        // Exports of these chunks go first: their descriptors would keep the memory alive.
-        super::ipc_mapped::while_unmapping(at, bytes, || self.driver.vmm_unmap(at, bytes, chunk))?;
-        if let Some((h, dev)) = self.history {
-            h.record(dev, Action::SegmentUnmap, at, bytes, 0, None);
-        }
-        self.budget.uncharge(bytes);
-        self.budget.on_unmap(bytes.div_ceil(chunk));
         Ok(())
     }
 }

@@ -41,7 +41,9 @@
 
 use super::core::{Core, Forgotten, Lane, READY};
 use super::handed::{Grant, Held, Taken};
-use super::types::{BlockSpan, BlockState, Mapped, Pool, SegmentView, StreamKey, Upstream};
+use super::types::{
+    Asleep, BlockSpan, BlockState, Pool, Restore, Save, SegmentView, StreamKey, Upstream,
+};
 use crate::base::config::PoolKind;
 use crate::base::cu::{CUresult, DevPtr, CUDA_ERROR_INVALID_CONTEXT};
 use crate::base::sync::lock;
@@ -54,6 +56,7 @@ mod check;
 mod clock;
 mod demand;
 mod magazines;
+mod sleep;
 pub use clock::{Clock, FenceId, ImmediateClock, ReuseRule};
 use demand::Demand;
 pub use magazines::ThreadCache;
@@ -582,20 +585,16 @@ impl Pool for CachingPool {
         out
     }
 
-    fn sleep(
-        &self,
-        up: &dyn Upstream,
-        save: &mut dyn FnMut(&[Mapped]) -> Result<(), String>,
-    ) -> Result<(), String> {
-        self.trim(up, u64::MAX);
-        let st = self.lock();
-        if st.forgotten {
-            return Ok(());
-        }
-        let mapped = st.core.sleeping_memory().ok_or(
-            "memory of the expandable segment is mapped twice (a release failed); try again after `cudapool_reclaim`",
-        )?;
-        save(&mapped)
+    fn sleep(&self, up: &dyn Upstream, save: &mut Save<'_>) -> Result<(), String> {
+        self.sleep_arena(up, save)
+    }
+
+    fn wake(&self, restore: &mut Restore<'_>) -> Result<Vec<(u64, Asleep)>, CUresult> {
+        self.wake_arena(restore)
+    }
+
+    fn asleep_bytes(&self) -> u64 {
+        self.lock().core.asleep_bytes()
     }
 
     fn release_ready(&self, up: &dyn Upstream, need: u64) -> u64 {

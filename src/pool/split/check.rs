@@ -197,7 +197,7 @@ impl SplitCore {
         for (start, len) in runs {
             let mut at = start;
             while at < start + len {
-                let Some((&h, &hl)) = handles.next() else {
+                let Some((&h, hl)) = handles.next().map(|(h, r)| (h, r.len)) else {
                     return Err(format!("mapped {at:#x} has no handle"));
                 };
                 ensure(h == at && hl > 0 && hl % a.chunk == 0, || {

@@ -8,7 +8,7 @@ use super::SplitCore;
 use crate::base::cu::{CUresult, DevPtr};
 use crate::pool::core::READY;
 use crate::pool::types::{BlockView, SegmentView, Upstream};
-use crate::pool::Mapped;
+use crate::pool::{Asleep, Mapped};
 use std::collections::BTreeMap;
 
 fn seen(at: DevPtr, b: &Block) -> Seen {
@@ -197,9 +197,23 @@ impl SplitCore {
         }
         out
     }
+}
 
-    /// What a sleep moves (see `Arena::mapped_memory`).
-    pub(super) fn mapped_memory(&self) -> Option<Vec<Mapped>> {
-        self.arena.mapped_memory(&View(&self.blocks))
+/// What a sleep and a wake see of the arena (see `Arena::awake_memory` and the others).
+impl crate::pool::Sleeping for SplitCore {
+    fn awake_memory(&self) -> Option<Vec<Mapped>> {
+        self.arena.awake_memory(&View(&self.blocks))
+    }
+    fn fell_asleep(&mut self, at: DevPtr, asleep: Asleep) {
+        self.arena.fell_asleep(at, asleep);
+    }
+    fn asleep(&self) -> Vec<(DevPtr, u64, &Asleep)> {
+        self.arena.asleep()
+    }
+    fn woke(&mut self) -> Vec<(u64, Asleep)> {
+        self.arena.woke()
+    }
+    fn asleep_bytes(&self) -> u64 {
+        self.arena.asleep_bytes()
     }
 }

@@ -636,8 +636,12 @@ impl Core for SplitCore {
         self.expandable = false;
     }
 
-    fn sleeping_memory(&self) -> Option<Vec<crate::pool::Mapped>> {
-        self.mapped_memory()
+    fn sleeping(&mut self) -> Option<&mut dyn crate::pool::Sleeping> {
+        Some(self)
+    }
+
+    fn asleep_bytes(&self) -> u64 {
+        self.arena.asleep_bytes()
     }
 
     fn handles_under(&self, ptr: DevPtr) -> Vec<(DevPtr, u64)> {

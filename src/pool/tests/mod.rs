@@ -694,3 +694,4 @@ fn random_workloads_never_overlap_and_balance() {
 
 mod arena;
 mod give_back;
+mod sleep;

@@ -18,16 +18,15 @@
 //! properties, export, retain) is work: a sleep waits for it and it wakes a sleeping process.
 
 use super::copy::Way;
-use super::table::{Foreign, ForeignMap};
 use super::{host_parts, Moved};
 use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::cu::*;
 use crate::base::log::fmt_bytes;
 use crate::base::sync::lock;
-use crate::state::counted::{Phys, VmMap};
+use crate::state::counted::{AsleepMap, Phys, ProgramAsleep, VmMap};
 use crate::state::Shim;
 use std::ffi::c_int;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 /// A handle of the program's that can sleep, as the tables hold it.
@@ -36,7 +35,6 @@ struct Plan {
     dev: CUdevice,
     size: u64,
     refs: u32,
-    prop: PropBytes,
     maps: Vec<(DevPtr, VmMap)>,
 }
 
@@ -70,7 +68,7 @@ impl Shim {
         }
         let mut out: Vec<Plan> = handles
             .iter()
-            .filter(|(_, p)| device < 0 || p.device == device)
+            .filter(|(_, p)| (device < 0 || p.device == device) && p.asleep.is_none())
             .filter_map(|(&key, p)| {
                 let prop = p.prop?;
                 let maps = by_handle.remove(&key)?;
@@ -81,7 +79,6 @@ impl Shim {
                     dev: p.device,
                     size: p.size,
                     refs: p.refs,
-                    prop,
                     maps,
                 })
             })
@@ -206,38 +203,31 @@ impl Shim {
             for _ in 0..plan.refs {
                 let _ = self.driver.vmm_release(real);
             }
-            self.forget_handle(plan.key);
-            let budget = self.budget(dev);
-            budget.uncharge(plan.size);
-            budget.on_driver_free();
             let maps = (plan.maps.iter().zip(access))
-                .map(|(&(at, m), access)| ForeignMap {
+                .map(|(&(at, m), access)| AsleepMap {
                     at,
                     bytes: m.bytes,
                     offset: m.offset,
                     access,
                 })
                 .collect();
-            lock(&self.sleep.foreign).push(Foreign {
-                dev,
-                key: plan.key,
-                size: plan.size,
-                prop: plan.prop,
-                refs: plan.refs,
-                maps,
-                host,
-            });
-            self.sleep.count.fetch_add(1, SeqCst);
+            self.fell_asleep(plan.key, ProgramAsleep { maps, host });
+            let budget = self.budget(dev);
+            budget.uncharge(plan.size);
+            budget.on_driver_free();
             moved.device_bytes += plan.size;
             moved.copied += plan.maps.iter().map(|(_, m)| m.bytes).sum::<u64>();
         }
         Ok(())
     }
 
-    /// The tables no longer hold the program's handle `key` (asleep: the driver's is gone).
-    fn forget_handle(&self, key: MemHandle) {
+    /// The program's handle `key` is asleep: its record holds `asleep`, its mappings leave the
+    /// maps table, and no driver value stands for it (the driver's is released).
+    fn fell_asleep(&self, key: MemHandle, asleep: ProgramAsleep) {
         let mut handles = lock(&self.counted.handles);
-        handles.remove(&key);
+        if let Some(p) = handles.get_mut(&key) {
+            p.asleep = Some(Box::new(asleep));
+        }
         lock(&self.counted.maps).retain(|_, m| m.handle != key);
         drop(handles);
         self.counted.unalias(key);
@@ -252,9 +242,12 @@ impl Shim {
         moved: &mut Moved,
     ) -> Result<(), CUresult> {
         loop {
-            let dev = match lock(&self.sleep.foreign).first() {
-                Some(f) => f.dev,
-                None => return Ok(()),
+            let first = lock(&self.counted.handles)
+                .values()
+                .find(|p| p.asleep.is_some())
+                .map(|p| p.device);
+            let Some(dev) = first else {
+                return Ok(());
             };
             match self.wake_foreign_on(dev, moved)? {
                 0 => self.sleep.waiting_for.store(0, Relaxed),
@@ -264,28 +257,29 @@ impl Shim {
     }
 
     /// One try at waking the program's handles of `dev`: `Ok(0)` when they are awake, `Ok(n)`
-    /// when `n` bytes found no room (nothing was kept of the try).
+    /// when `n` bytes found no room (nothing was kept of the try). Their records are held
+    /// (the handles table's lock) from the first make to the last copy.
     fn wake_foreign_on(&self, dev: CUdevice, moved: &mut Moved) -> Result<u64, CUresult> {
-        let mut foreign = lock(&self.sleep.foreign);
-        let (mine, rest): (Vec<Foreign>, Vec<Foreign>) = std::mem::take(&mut *foreign)
-            .into_iter()
-            .partition(|f| f.dev == dev);
-        *foreign = rest;
-        let need: u64 = mine.iter().map(|f| f.size).sum();
+        let mut handles = lock(&self.counted.handles);
+        let mine: Vec<(MemHandle, &Phys, &ProgramAsleep)> = (handles.iter())
+            .filter(|(_, p)| p.device == dev)
+            .filter_map(|(&k, p)| Some((k, p, p.asleep.as_deref()?)))
+            .collect();
+        let need: u64 = mine.iter().map(|(_, p, _)| p.size).sum();
         let budget = self.budget(dev);
         let tried = self.in_device(dev, |ctx| {
-            // Made and mapped so far: (the record's index, the driver's handle).
-            let mut made: Vec<(usize, MemHandle)> = Vec::new();
+            // Made and mapped so far: the driver's handles, in `mine`'s order.
+            let mut made: Vec<MemHandle> = Vec::new();
             let mut result = Ok(());
-            for (i, f) in mine.iter().enumerate() {
-                if !budget.try_charge(f.size) {
+            for &(_, p, a) in &mine {
+                if !budget.try_charge(p.size) {
                     result = Err(CUDA_ERROR_OUT_OF_MEMORY);
                     break;
                 }
-                match self.make_again(f) {
-                    Ok(h) => made.push((i, h)),
+                match self.make_again(p, a) {
+                    Ok(h) => made.push(h),
                     Err(e) => {
-                        budget.uncharge(f.size);
+                        budget.uncharge(p.size);
                         result = Err(e);
                         break;
                     }
@@ -293,95 +287,78 @@ impl Shim {
             }
             if result.is_ok() {
                 let parts = host_parts(
-                    mine.iter()
-                        .map(|f| (f.maps.iter().map(|m| (m.at, m.bytes)), &f.host)),
+                    (mine.iter())
+                        .map(|(_, _, a)| (a.maps.iter().map(|m| (m.at, m.bytes)), &a.host)),
                 );
                 // SAFETY: each host copy holds its handle's mappings' bytes one after the other,
-                // and stays in `mine` until the copies are done.
+                // and stays in its record, whose table is held, until the copies are done.
                 result = unsafe { self.move_parts(ctx, &parts, Way::ToDevice) };
             }
             if result.is_err() {
-                for &(i, h) in &made {
-                    for m in &mine[i].maps {
+                for (&(_, p, a), &h) in mine.iter().zip(&made) {
+                    for m in &a.maps {
                         let _ = self.driver.vmm_unmap_one(m.at, m.bytes);
                     }
                     let _ = self.driver.vmm_release(h);
-                    budget.uncharge(mine[i].size);
+                    budget.uncharge(p.size);
                 }
             }
             result.map(|()| made)
         });
+        let keys: Vec<(MemHandle, u32, u64)> =
+            mine.iter().map(|&(k, p, _)| (k, p.refs, p.size)).collect();
         let made = match tried {
             Some(Ok(made)) => made,
-            Some(Err(e)) => {
-                foreign.extend(mine);
-                return if e == CUDA_ERROR_OUT_OF_MEMORY {
-                    Ok(need)
-                } else {
-                    Err(e)
-                };
-            }
-            None => {
-                // No context to copy in: the contents stay on the host for the next try.
-                foreign.extend(mine);
-                return Err(CUDA_ERROR_INVALID_CONTEXT);
-            }
+            // Out of memory: the contents stay on the host for the next try.
+            Some(Err(CUDA_ERROR_OUT_OF_MEMORY)) => return Ok(need),
+            Some(Err(e)) => return Err(e),
+            // No context to copy in: the contents stay on the host for the next try.
+            None => return Err(CUDA_ERROR_INVALID_CONTEXT),
         };
-        drop(foreign);
-        for (f, (_, real)) in mine.into_iter().zip(made) {
+        let mut maps = lock(&self.counted.maps);
+        for ((key, refs, size), real) in keys.into_iter().zip(made) {
+            let Some(a) = handles.get_mut(&key).and_then(|p| p.asleep.take()) else {
+                continue;
+            };
             // The driver holds as many references as the program did (one from the creation).
-            match f.refs {
+            match refs {
                 0 => {
                     let _ = self.driver.vmm_release(real);
                 }
                 n => {
                     for _ in 1..n {
-                        let _ = self.driver.vmm_retain(f.maps[0].at);
+                        let _ = self.driver.vmm_retain(a.maps[0].at);
                     }
                 }
             }
-            let mut handles = lock(&self.counted.handles);
-            handles.insert(
-                f.key,
-                Phys {
-                    device: f.dev,
-                    size: f.size,
-                    refs: f.refs,
-                    maps: f.maps.len() as u32,
-                    prop: Some(f.prop),
-                    shared: false,
-                },
-            );
-            let mut maps = lock(&self.counted.maps);
-            for m in &f.maps {
+            for m in &a.maps {
                 let vm = VmMap {
                     bytes: m.bytes,
                     offset: m.offset,
-                    handle: f.key,
+                    handle: key,
                 };
                 maps.insert(m.at, vm);
             }
-            drop((maps, handles));
-            self.counted.alias(f.key, real);
+            self.counted.alias(key, real);
             budget.on_driver_alloc();
-            self.sleep.count.fetch_sub(1, SeqCst);
-            moved.device_bytes += f.size;
-            moved.copied += f.maps.iter().map(|m| m.bytes).sum::<u64>();
-            self.sleep.keep_spare(f.host);
+            moved.device_bytes += size;
+            moved.copied += a.maps.iter().map(|m| m.bytes).sum::<u64>();
+            self.sleep.keep_spare(a.host);
         }
         Ok(0)
     }
 
-    /// The handle `f` made again and mapped where it was, with its access; the driver's value.
-    /// On an error nothing of it stays.
-    fn make_again(&self, f: &Foreign) -> Result<MemHandle, CUresult> {
-        let h = self.driver.vmm_create_as(&f.prop, f.size)?;
-        for (i, m) in f.maps.iter().enumerate() {
+    /// The handle `p` made again and mapped where it was (`a`), with its access; the driver's
+    /// value. On an error nothing of it stays.
+    fn make_again(&self, p: &Phys, a: &ProgramAsleep) -> Result<MemHandle, CUresult> {
+        let prop = p.prop.as_ref().ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let h = self.driver.vmm_create_as(prop, p.size)?;
+        for (i, m) in a.maps.iter().enumerate() {
             if let Err(e) = self
                 .driver
                 .vmm_map_as(m.at, m.bytes, m.offset, h, &m.access)
             {
-                for done in &f.maps[..i] {
+                for done in &a.maps[..i] {
                     let _ = self.driver.vmm_unmap_one(done.at, done.bytes);
                 }
                 let _ = self.driver.vmm_release(h);
@@ -391,11 +368,77 @@ impl Shim {
         Ok(h)
     }
 
+    /// The program's handles asleep, each record's own invariants: its mappings fit the handle
+    /// and its host copy, and none of them is in the maps table. Returns how many are asleep.
+    /// (Called by debug builds of the library only.)
+    #[cfg_attr(any(test, not(debug_assertions)), allow(dead_code))]
+    pub(super) fn check_foreign(&self) -> Result<usize, String> {
+        let handles = lock(&self.counted.handles);
+        let maps = lock(&self.counted.maps);
+        let mut n = 0;
+        for (&key, p) in handles.iter() {
+            let Some(a) = &p.asleep else {
+                continue;
+            };
+            n += 1;
+            check_asleep(p.size, a)?;
+            if maps.values().any(|m| m.handle == key) {
+                return Err(format!(
+                    "the program's handle {key:#x} is asleep and mapped"
+                ));
+            }
+        }
+        Ok(n)
+    }
+
     /// Bytes of the program's own memory of `dev` asleep.
     pub(super) fn foreign_asleep(&self, dev: CUdevice) -> u64 {
-        (lock(&self.sleep.foreign).iter())
-            .filter(|f| f.dev == dev)
-            .map(|f| f.size)
+        (lock(&self.counted.handles).values())
+            .filter(|p| p.device == dev && p.asleep.is_some())
+            .map(|p| p.size)
             .sum()
+    }
+
+    /// Whether any handle of the program's is asleep.
+    pub(super) fn any_foreign_asleep(&self) -> bool {
+        (lock(&self.counted.handles).values()).any(|p| p.asleep.is_some())
+    }
+}
+
+/// An asleep handle of `size` bytes: its mappings lie inside it and fit its host copy.
+fn check_asleep(size: u64, a: &ProgramAsleep) -> Result<(), String> {
+    let copied: u64 = a.maps.iter().map(|m| m.bytes).sum();
+    if copied > a.host.len as u64 || a.maps.iter().any(|m| m.offset + m.bytes > size) {
+        return Err(format!(
+            "the program's handle of {size} bytes: mappings of {copied} bytes do not fit it or its host copy of {}",
+            a.host.len
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::base::host_copy::HostCopy;
+
+    /// The validator sees what it is for: a mapping outside its handle, mappings that do not
+    /// fit the host copy.
+    #[test]
+    fn the_asleep_handles_validator_finds_each_broken_invariant() {
+        let asleep = |offset: u64, bytes: u64, host: u64| ProgramAsleep {
+            maps: vec![AsleepMap {
+                at: 0x7000_0000,
+                bytes,
+                offset,
+                access: Vec::new(),
+            }],
+            host: HostCopy::new(host).unwrap(),
+        };
+        assert_eq!(check_asleep(2 << 20, &asleep(0, 2 << 20, 2 << 20)), Ok(()));
+        let outside = check_asleep(2 << 20, &asleep(2 << 20, 4096, 4096));
+        assert!(outside.unwrap_err().contains("do not fit"));
+        let short = check_asleep(2 << 20, &asleep(0, 8192, 4096));
+        assert!(short.unwrap_err().contains("host copy of 4096"));
     }
 }

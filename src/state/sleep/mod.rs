@@ -16,8 +16,8 @@
 //! in flight (each one that began before passed its work to the driver; each one after waits),
 //! waits for the device, and copies and unmaps under the pool's lock. A call that finds the
 //! process asleep wakes it first, under the same turn, and proceeds unchanged. Frees need no
-//! wake: memory a pool gives back while asleep only drops its host copy
-//! ([`Sleep::unmap_asleep`]).
+//! wake: memory a pool gives back while asleep only drops its host copy (each asleep handle's
+//! record in the pool holds it: `pool::Asleep`).
 //!
 //! A capture in progress postpones a sleep (its device work cannot be drained); the sleep tries
 //! again every 10 ms until its timeout. Asleep memory counts against no limit: the unmap gives
@@ -27,13 +27,13 @@
 use super::Shim;
 use crate::base::config::LogLevel::{Debug, Info, Warn};
 use crate::base::cu::*;
+use crate::base::host_copy::HostCopy;
 use crate::base::in_flight::Entered;
 use crate::base::log::fmt_bytes;
 use crate::base::sync::lock;
 use crate::log_at;
 use crate::pool::queues;
-use crate::pool::{Mapped, Upstream, VirtualMemory};
-use std::collections::BTreeMap;
+use crate::pool::{Asleep, Mapped, Upstream, VirtualMemory};
 
 mod copy;
 mod foreign;
@@ -43,7 +43,7 @@ mod table;
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 pub use table::{cause, state, Cause, Moved, Sleep, State};
-use table::{set, set_cause, HostCopy, Saved, STATE};
+use table::{set, set_cause, STATE};
 
 /// Enters a work call: awake, the call counts as in flight until the returned guard drops (a
 /// sleep waits for it); asleep, the process is woken first. `Err`: the wake found no room in
@@ -121,16 +121,44 @@ static DRAINING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Shim {
-    /// Bytes of `dev` asleep.
+    /// Bytes of `dev` asleep (none while awake: nothing sleeps then).
     pub fn asleep_bytes(&self, dev: CUdevice) -> u64 {
-        if self.sleep.count.load(Relaxed) == 0 {
+        if state() == State::Awake {
             return 0;
         }
-        let pooled: u64 = (lock(&self.sleep.saved).values())
-            .filter(|s| s.dev == dev)
-            .map(|s| s.bytes)
+        let pooled: u64 = (self.contexts.on_device(dev).iter())
+            .map(|(_, cp)| cp.pool.asleep_bytes())
             .sum();
         pooled + self.foreign_asleep(dev)
+    }
+
+    /// Whether any memory of the process is asleep.
+    fn any_asleep(&self) -> bool {
+        let pooled = (self.contexts.on_device(-1).iter()).any(|(_, cp)| cp.pool.asleep_bytes() > 0);
+        pooled || self.any_foreign_asleep()
+    }
+
+    /// After a sleep or a wake (`after`), in a debug build of the library (the preload
+    /// suite's): the sleep's records valid, and nothing asleep while awake, or a panic that says
+    /// what broke (the boundary of the hook or the C API reports it). The pools validate their
+    /// own records after each sleep and wake. Release builds and the library's unit tests never
+    /// check.
+    fn validate_after(&self, after: &str) {
+        #[cfg(all(debug_assertions, not(test)))]
+        {
+            let broke = match self.check_foreign() {
+                Err(why) => Some(why),
+                Ok(_) if state() == State::Awake && self.any_asleep() => {
+                    Some("awake with memory asleep".to_string())
+                }
+                Ok(_) => None,
+            };
+            if let Some(why) = broke {
+                panic!("the sleep's invariants broke after {after}: {why}");
+            }
+        }
+        #[cfg(not(all(debug_assertions, not(test))))]
+        let _ = after;
     }
 
     /// Bytes a wake waits for room for (0: none).
@@ -160,7 +188,7 @@ impl Shim {
                 break (turn, calls);
             }
             // A capture is under way (or work never drained): its thread must go on.
-            set(if self.sleep.count.load(Relaxed) > 0 {
+            set(if self.any_asleep() {
                 State::Asleep
             } else {
                 State::Awake
@@ -194,8 +222,8 @@ impl Shim {
             }
             let up = self.upstream(cp.device);
             result = self.in_context(ctx, || {
-                cp.pool.sleep(&up, &mut |all| {
-                    self.save(ctx, cp.device, all, &up, &mut moved, &mut short)
+                cp.pool.sleep(&up, &mut |all, asleep| {
+                    self.save(ctx, all, asleep, &up, &mut moved, &mut short)
                 })
             });
             if result.is_err() {
@@ -228,7 +256,7 @@ impl Shim {
             } else {
                 "what was moved stays on the host until room comes back"
             };
-            self.sleep.validate_after("a sleep given up");
+            self.validate_after("a sleep given up");
             return Err(Refused {
                 code,
                 why: format!("{why}; {now}"),
@@ -238,13 +266,13 @@ impl Shim {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
         set_cause(why, since);
-        set(if self.sleep.count.load(Relaxed) > 0 {
+        set(if self.any_asleep() {
             State::Asleep
         } else {
             State::Awake
         });
         moved.seconds = started.elapsed().as_secs_f64();
-        self.sleep.validate_after("a sleep");
+        self.validate_after("a sleep");
         if let Some(o) = super::shim::observer() {
             o.asleep(self);
         }
@@ -303,25 +331,23 @@ impl Shim {
     }
 
     /// Keeps the live parts of every mapping of `all` on the host, in one host copy each, moved
-    /// together ([`copy::move_parts`]), then unmaps them. A handle another process imported
-    /// stays (its memory is shared, and would not come back the same).
+    /// together ([`copy::move_parts`]), then unmaps them, pushing each unmapped with what it
+    /// kept to `asleep` (the pool records it). A handle another process imported stays (its
+    /// memory is shared, and would not come back the same).
     fn save(
         &self,
         ctx: usize,
-        dev: CUdevice,
         all: &[Mapped],
+        asleep: &mut Vec<(DevPtr, Asleep)>,
         up: &dyn Upstream,
         moved: &mut Moved,
         short: &mut bool,
     ) -> Result<(), String> {
         let vm = up.virtual_memory().ok_or("no virtual memory")?;
-        let asleep = lock(&self.sleep.saved);
         let going: Vec<&Mapped> = all
             .iter()
-            .filter(|m| !asleep.contains_key(&m.at))
             .filter(|m| !super::ipc_mapped::exported(m.at, m.bytes))
             .collect();
-        drop(asleep);
         let live: u64 = going.iter().flat_map(|m| &m.live).map(|&(_, n)| n).sum();
         // What was made ready ahead is the process's already (`ready`).
         host_room_for(live.saturating_sub(self.sleep.ready_bytes()))
@@ -355,17 +381,8 @@ impl Shim {
         for (m, host) in going.into_iter().zip(hosts) {
             vm.unmap(m.at, m.bytes, m.bytes)
                 .map_err(|e| format!("unmap failed (error {e})"))?;
-            lock(&self.sleep.saved).insert(
-                m.at,
-                Saved {
-                    dev,
-                    ctx,
-                    bytes: m.bytes,
-                    live: m.live.clone(),
-                    host,
-                },
-            );
-            self.sleep.count.fetch_add(1, SeqCst);
+            let live = m.live.clone();
+            asleep.push((m.at, Asleep { live, host }));
             moved.device_bytes += m.bytes;
         }
         moved.copied += live;
@@ -404,7 +421,7 @@ impl Shim {
         if r.is_ok() {
             self.woke_from_suspend();
         }
-        self.sleep.validate_after("a wake");
+        self.validate_after("a wake");
         r
     }
 
@@ -418,119 +435,85 @@ impl Shim {
         self.wake().map(|_| ())
     }
 
-    /// Maps and fills again every saved handle, waiting for room up to `timeout` (`None`: for
-    /// ever). The caller holds the turn.
+    /// Maps and fills again every asleep handle, context by context, waiting for room up to
+    /// `timeout` (`None`: for ever). The caller holds the turn. A context that ended while
+    /// asleep took its pool's records, and their host copies, with it.
     fn wake_saved(&self, timeout: Option<Duration>) -> Result<Moved, CUresult> {
         let started = Instant::now();
         let mut moved = Moved::default();
-        let keys: Vec<(DevPtr, usize)> = lock(&self.sleep.saved)
-            .iter()
-            .map(|(&at, s)| (at, s.ctx))
-            .collect();
-        let mut by_ctx: BTreeMap<usize, Vec<DevPtr>> = BTreeMap::new();
-        for (at, ctx) in keys {
-            by_ctx.entry(ctx).or_default().push(at);
-        }
-        for (ctx, ats) in by_ctx {
-            let Some(cp) = self.contexts.get(ctx) else {
-                // The context ended while asleep: its memory went with it.
-                let mut saved = lock(&self.sleep.saved);
-                for at in ats {
-                    if saved.remove(&at).is_some() {
-                        self.sleep.count.fetch_sub(1, SeqCst);
-                    }
-                }
-                continue;
-            };
+        for (ctx, cp) in self.contexts.on_device(-1) {
             let Some(_alive) = cp.clock.enter() else {
                 continue;
             };
             let up = self.upstream(cp.device);
-            self.wake_ctx(ctx, cp.device, &ats, &up, started, timeout, &mut moved)?;
+            loop {
+                // The pool is held from the maps to the end of the copies: a release of this
+                // memory meanwhile (another thread's free) waits, and then finds it mapped.
+                let mut need = 0;
+                let woke = cp.pool.wake(&mut |asleep| {
+                    need = asleep.iter().map(|&(_, bytes, _)| bytes).sum();
+                    self.restore(ctx, asleep, &up)
+                });
+                match woke {
+                    Ok(woke) => {
+                        for (bytes, a) in woke {
+                            moved.copied += a.kept();
+                            moved.device_bytes += bytes;
+                            self.sleep.keep_spare(a.host);
+                        }
+                        self.sleep.waiting_for.store(0, Relaxed);
+                        break;
+                    }
+                    Err(CUDA_ERROR_OUT_OF_MEMORY) => {
+                        self.wait_for_room(cp.device, need, started, timeout)?
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
         }
         self.wake_foreign(started, timeout, &mut moved)?;
         moved.seconds = started.elapsed().as_secs_f64();
         Ok(moved)
     }
 
-    /// Maps again, all or none, the saved handles `ats` of context `ctx` (those a release did
-    /// not drop meanwhile) and fills them; without room, gives back what it mapped and waits
-    /// for room until `timeout` since `started`.
-    #[allow(clippy::too_many_arguments)]
-    fn wake_ctx(
+    /// Maps again, all or none, a pool's asleep handles (start, bytes, what is kept) and fills
+    /// them; on an error what this try mapped goes back, and the contents stay on the host.
+    fn restore(
         &self,
         ctx: usize,
-        dev: CUdevice,
-        ats: &[DevPtr],
+        asleep: &[(DevPtr, u64, &Asleep)],
         up: &dyn VirtualMemory,
-        started: Instant,
-        timeout: Option<Duration>,
-        moved: &mut Moved,
     ) -> Result<(), CUresult> {
-        loop {
-            // Held from the maps to the end of the copies: a release of this memory meanwhile
-            // (another thread's free) waits, and then finds it mapped.
-            let mut saved = lock(&self.sleep.saved);
-            let here: Vec<DevPtr> = ats
-                .iter()
-                .copied()
-                .filter(|a| saved.contains_key(a))
-                .collect();
-            if here.is_empty() {
-                return Ok(());
-            }
-            let need: u64 = here.iter().map(|a| saved[a].bytes).sum();
-            let mut mapped = Vec::new();
-            let mut failed = None;
-            for &at in &here {
-                let bytes = saved[&at].bytes;
-                match up.map(at, bytes, bytes) {
-                    Ok(()) => mapped.push((at, bytes)),
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
-                    }
-                }
-            }
-            let copied = match failed {
-                None => {
-                    let parts = host_parts(here.iter().map(|a| {
-                        let s = &saved[a];
-                        (s.live.iter().copied(), &s.host)
-                    }));
-                    // SAFETY: each host copy holds its handle's live bytes one after the other;
-                    // they stay in `saved`, whose lock is held, until the copies are done.
-                    unsafe { self.move_parts(ctx, &parts, copy::Way::ToDevice) }
-                }
-                Some(e) => Err(e),
-            };
-            match copied {
-                Ok(()) => {
-                    for a in here {
-                        let s = saved.remove(&a).expect("looked up under the lock");
-                        moved.copied += s.live.iter().map(|&(_, n)| n).sum::<u64>();
-                        moved.device_bytes += s.bytes;
-                        self.sleep.count.fetch_sub(1, SeqCst);
-                        self.sleep.keep_spare(s.host);
-                    }
-                    self.sleep.waiting_for.store(0, Relaxed);
-                    return Ok(());
-                }
+        let mut mapped = Vec::new();
+        let mut failed = None;
+        for &(at, bytes, _) in asleep {
+            match up.map(at, bytes, bytes) {
+                Ok(()) => mapped.push((at, bytes)),
                 Err(e) => {
-                    // What this try mapped goes back; the contents stay on the host.
-                    self.sleep.unmapping_own(|| {
-                        for &(a, b) in &mapped {
-                            let _ = up.unmap(a, b, b);
-                        }
-                    });
-                    drop(saved);
-                    if e != CUDA_ERROR_OUT_OF_MEMORY {
-                        return Err(e);
-                    }
+                    failed = Some(e);
+                    break;
                 }
             }
-            self.wait_for_room(dev, need, started, timeout)?;
         }
+        let copied = match failed {
+            None => {
+                let parts = host_parts(
+                    asleep
+                        .iter()
+                        .map(|&(_, _, a)| (a.live.iter().copied(), &a.host)),
+                );
+                // SAFETY: each host copy holds its handle's live bytes one after the other;
+                // the pool's records hold them, under its lock, until the copies are done.
+                unsafe { self.move_parts(ctx, &parts, copy::Way::ToDevice) }
+            }
+            Some(e) => Err(e),
+        };
+        if copied.is_err() {
+            for &(a, b) in &mapped {
+                let _ = up.unmap(a, b, b);
+            }
+        }
+        copied
     }
 
     /// A wake found no room for `need` bytes on `dev`: says so (once), asks the group for

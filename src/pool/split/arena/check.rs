@@ -4,8 +4,9 @@
 use super::Arena;
 
 impl Arena {
-    /// Without a range nothing else; `mapped` the bytes of the handles; the memory behind each
-    /// handle and shadow its own (see `memory::Memory::check`).
+    /// Without a range nothing else; `mapped` the bytes of the handles (asleep ones too: their
+    /// address stays theirs); the memory behind each handle and shadow its own, and each
+    /// handle's state its records' (see `memory::Memory::check`).
     pub(in crate::pool::split) fn check(&self) -> Result<(), String> {
         if self.range.is_none()
             && !(self.mem.handles().is_empty()
@@ -15,7 +16,7 @@ impl Arena {
         {
             return Err("handles, holes, shadows or mapped bytes without an arena".into());
         }
-        let mapped: u64 = self.mem.handles().values().sum();
+        let mapped: u64 = self.mem.handles().values().map(|h| h.len).sum();
         if mapped != self.mapped {
             return Err(format!(
                 "arena mapped {} but its handles hold {mapped}",

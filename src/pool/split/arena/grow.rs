@@ -124,9 +124,10 @@ impl Arena {
                 .mem
                 .handles()
                 .range(p..p + size)
-                .filter(|&(&h, &len)| h + len <= p + size);
-            for (&h, &len) in inside {
-                if self.mem.id(h).is_none() || done + len > room {
+                .filter(|&(&h, r)| h + r.len <= p + size && !r.asleep());
+            for (&h, r) in inside {
+                let len = r.len;
+                if done + len > room {
                     continue;
                 }
                 picked.push((h, len));

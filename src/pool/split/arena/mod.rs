@@ -149,8 +149,8 @@ impl Arena {
         &self.shadows
     }
 
-    /// The handles (start -> bytes).
-    pub(super) fn handles(&self) -> &BTreeMap<DevPtr, u64> {
+    /// The handles (start -> record).
+    pub(super) fn handles(&self) -> &BTreeMap<DevPtr, memory::Handle> {
         self.mem.handles()
     }
 
@@ -173,10 +173,12 @@ impl Arena {
         };
     }
 
-    /// Every mapping in the arena (start, bytes): handles and shadows.
+    /// Every mapping in the arena (start, bytes): handles not asleep, and shadows.
     pub(super) fn mappings(&self) -> Vec<(DevPtr, u64)> {
-        let mut out: Vec<(DevPtr, u64)> =
-            self.mem.handles().iter().map(|(&p, &l)| (p, l)).collect();
+        let mut out: Vec<(DevPtr, u64)> = (self.mem.handles().iter())
+            .filter(|(_, h)| !h.asleep())
+            .map(|(&p, h)| (p, h.len))
+            .collect();
         out.extend(self.shadows.iter().map(|(&p, &l)| (p, l)));
         out.sort_unstable();
         out
@@ -188,8 +190,8 @@ impl Arena {
         let first = handles.range(..=ptr).next_back().map_or(ptr, |(&h, _)| h);
         handles
             .range(first..ptr + size)
-            .filter(|&(&h, &l)| h + l > ptr)
-            .map(|(&h, &l)| (h, l))
+            .filter(|&(&h, r)| h + r.len > ptr)
+            .map(|(&h, r)| (h, r.len))
             .collect()
     }
 }

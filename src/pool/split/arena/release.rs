@@ -22,18 +22,19 @@ impl Arena {
                     .mem
                     .handles()
                     .range(b.at..b.end())
-                    .filter(|&(&h, &len)| h + len <= b.end());
-                let (&first, &first_len) = inside.next()?;
+                    .filter(|&(&h, r)| h + r.len <= b.end());
+                let (&first, first_rec) = inside.next()?;
                 let end = inside
                     .next_back()
-                    .map_or(first + first_len, |(&h, &l)| h + l);
+                    .map_or(first + first_rec.len, |(&h, r)| h + r.len);
                 Some((first, end - first))
             })
             .collect()
     }
 
     /// Unmaps the handles of `[at, at + len)`, whole handles inside one ready free arena
-    /// block, one at a time (a handle the upstream keeps stays mapped and free); what is left
+    /// block, one at a time (a handle the upstream keeps stays mapped and free; an asleep one
+    /// drops its host copy, with no upstream call); what is left
     /// of the block on either side stays free and mapped. Returns the bytes unmapped and the
     /// holes they leave, for `apply`. Shadows go first ([`unmap_shadows`](Self::unmap_shadows)).
     pub(in crate::pool::split) fn unmap_interior(
@@ -45,25 +46,19 @@ impl Arena {
         let Some(vm) = up.virtual_memory() else {
             return (0, Vec::new());
         };
-        let handles: Vec<(DevPtr, u64)> = self
-            .mem
-            .handles()
-            .range(at..at + len)
-            .map(|(&h, &l)| (h, l))
-            .collect();
-        // Memory a shadow still maps (its unmap failed) is not given back: it would stay.
-        let shadowed: std::collections::HashSet<u64> = self
-            .shadows
-            .keys()
-            .filter_map(|&s| self.mem.id(s))
+        let handles: Vec<(DevPtr, u64)> = (self.mem.handles().range(at..at + len))
+            .map(|(&h, r)| (h, r.len))
             .collect();
         let mut done = 0;
         let mut changes = Vec::new();
         for (c, hl) in handles {
-            if self.mem.id(c).is_some_and(|id| shadowed.contains(&id)) {
+            let rec = &self.mem.handles()[&c];
+            // Memory a shadow still maps (its unmap failed) is not given back: it would stay.
+            if rec.shadowed() {
                 continue;
             }
-            if vm.unmap(c, hl, hl).is_err() {
+            // An asleep handle's memory went back at the sleep: only its host copy goes.
+            if !rec.asleep() && vm.unmap(c, hl, hl).is_err() {
                 // The handle stays mapped, in the free block the next one is carved from.
                 continue;
             }
