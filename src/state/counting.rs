@@ -1,9 +1,8 @@
 //! Pass-through accounting: what each counted allocation API charges against the limit and
 //! when it stops (the tables are in `counted`; what each API costs is documented there).
 
-use super::counted::{ArrayRec, DriverPool, Phys, VmMap};
+use super::counted::{ArrayRec, DriverPool, Phys};
 use super::{Live, Origin, Shim};
-use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::cu::*;
 use crate::base::sync::lock;
 
@@ -368,15 +367,7 @@ impl Shim {
         self.charge_counted(dev, size)?;
         match self.made_charged(dev, size, create) {
             Ok(r) => {
-                let mut handles = lock(&self.counted.handles);
-                let h = match self.counted.program_value(r) {
-                    // The program holds the driver's value for a handle asleep (the sleep
-                    // released the driver's): this one gets a value of its own.
-                    h if handles.contains_key(&h) => self.counted.synthetic_for(r),
-                    h => h,
-                };
-                handles.insert(h, Phys::made(dev, size, prop));
-                drop(handles);
+                let h = self.counted.made(r, Phys::made(dev, size, prop));
                 self.counted_made(dev, size);
                 Ok(h)
             }
@@ -402,86 +393,35 @@ impl Shim {
 
     /// The program's handle `h` is shared outside the process: it never sleeps.
     pub fn mem_shared(&self, h: MemHandle) {
-        if let Some(p) = lock(&self.counted.handles).get_mut(&h) {
-            p.shared = true;
-        }
+        self.counted.shared(h);
     }
 
     /// The program's memory mapped in `[at, at + bytes)` is shared outside the process.
     pub fn range_shared(&self, at: DevPtr, bytes: u64) {
-        let mut handles = lock(&self.counted.handles);
-        let maps = lock(&self.counted.maps);
-        let first = maps.range(..=at).next_back().map_or(at, |(&p, _)| p);
-        for (&p, m) in maps.range(first..at.saturating_add(bytes)) {
-            if p + m.bytes > at {
-                if let Some(ph) = handles.get_mut(&m.handle) {
-                    ph.shared = true;
-                }
-            }
-        }
-    }
-
-    /// Drops `h` when nothing holds it any more (the driver has freed it).
-    fn physical_check(&self, handles: &mut HashMap<MemHandle, Phys>, h: MemHandle) {
-        if let Some(p) = handles.get(&h) {
-            if p.refs == 0 && p.maps == 0 {
-                let (dev, size) = (p.device, p.size);
-                handles.remove(&h);
-                self.counted.unalias(h);
-                self.counted_gone(dev, size);
-            }
-        }
+        self.counted.range_shared(at, bytes);
     }
 
     /// `cuMemRelease(h)` succeeded.
     pub fn mem_released(&self, h: MemHandle) {
-        let mut handles = lock(&self.counted.handles);
-        if let Some(p) = handles.get_mut(&h) {
-            p.refs = p.refs.saturating_sub(1);
+        if let Some((dev, size)) = self.counted.released(h) {
+            self.counted_gone(dev, size);
         }
-        self.physical_check(&mut handles, h);
     }
 
     /// `cuMemRetainAllocationHandle` handed out `h` again.
     pub fn mem_retained(&self, h: MemHandle) {
-        if let Some(p) = lock(&self.counted.handles).get_mut(&h) {
-            p.refs += 1;
-        }
+        self.counted.retained(h);
     }
 
     /// `cuMemMap(va, size, offset, h)` succeeded (`h`: the program's value).
     pub fn mem_mapped(&self, va: DevPtr, size: u64, offset: u64, h: MemHandle) {
-        let mut handles = lock(&self.counted.handles);
-        if let Some(p) = handles.get_mut(&h) {
-            p.maps += 1;
-            let m = VmMap {
-                bytes: size,
-                offset,
-                handle: h,
-            };
-            lock(&self.counted.maps).insert(va, m);
-        }
+        self.counted.mapped(va, size, offset, h);
     }
 
     /// `cuMemUnmap(va, size)` succeeded: every mapping that starts in the range is gone.
     pub fn mem_unmapped(&self, va: DevPtr, size: u64) {
-        let mut handles = lock(&self.counted.handles);
-        let gone: Vec<MemHandle> = {
-            let mut maps = lock(&self.counted.maps);
-            let starts: Vec<DevPtr> = maps
-                .range(va..va.saturating_add(size))
-                .map(|(&k, _)| k)
-                .collect();
-            starts
-                .into_iter()
-                .filter_map(|k| maps.remove(&k).map(|m| m.handle))
-                .collect()
-        };
-        for h in gone {
-            if let Some(p) = handles.get_mut(&h) {
-                p.maps = p.maps.saturating_sub(1);
-            }
-            self.physical_check(&mut handles, h);
+        for (dev, size) in self.counted.unmapped(va, size) {
+            self.counted_gone(dev, size);
         }
     }
 

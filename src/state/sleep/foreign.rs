@@ -211,7 +211,7 @@ impl Shim {
                     access,
                 })
                 .collect();
-            self.fell_asleep(plan.key, ProgramAsleep { maps, host });
+            (self.counted).fell_asleep(plan.key, ProgramAsleep { maps, host });
             let budget = self.budget(dev);
             budget.uncharge(plan.size);
             budget.on_driver_free();
@@ -219,18 +219,6 @@ impl Shim {
             moved.copied += plan.maps.iter().map(|(_, m)| m.bytes).sum::<u64>();
         }
         Ok(())
-    }
-
-    /// The program's handle `key` is asleep: its record holds `asleep`, its mappings leave the
-    /// maps table, and no driver value stands for it (the driver's is released).
-    fn fell_asleep(&self, key: MemHandle, asleep: ProgramAsleep) {
-        let mut handles = lock(&self.counted.handles);
-        if let Some(p) = handles.get_mut(&key) {
-            p.asleep = Some(Box::new(asleep));
-        }
-        lock(&self.counted.maps).retain(|_, m| m.handle != key);
-        drop(handles);
-        self.counted.unalias(key);
     }
 
     /// Makes every asleep handle of the program's again, device by device (all of a device's
@@ -315,9 +303,8 @@ impl Shim {
             // No context to copy in: the contents stay on the host for the next try.
             None => return Err(CUDA_ERROR_INVALID_CONTEXT),
         };
-        let mut maps = lock(&self.counted.maps);
         for ((key, refs, size), real) in keys.into_iter().zip(made) {
-            let Some(a) = handles.get_mut(&key).and_then(|p| p.asleep.take()) else {
+            let Some(a) = self.counted.woke(&mut handles, key, real) else {
                 continue;
             };
             // The driver holds as many references as the program did (one from the creation).
@@ -331,15 +318,6 @@ impl Shim {
                     }
                 }
             }
-            for m in &a.maps {
-                let vm = VmMap {
-                    bytes: m.bytes,
-                    offset: m.offset,
-                    handle: key,
-                };
-                maps.insert(m.at, vm);
-            }
-            self.counted.alias(key, real);
             budget.on_driver_alloc();
             moved.device_bytes += size;
             moved.copied += a.maps.iter().map(|m| m.bytes).sum::<u64>();
@@ -366,79 +344,5 @@ impl Shim {
             }
         }
         Ok(h)
-    }
-
-    /// The program's handles asleep, each record's own invariants: its mappings fit the handle
-    /// and its host copy, and none of them is in the maps table. Returns how many are asleep.
-    /// (Called by debug builds of the library only.)
-    #[cfg_attr(any(test, not(debug_assertions)), allow(dead_code))]
-    pub(super) fn check_foreign(&self) -> Result<usize, String> {
-        let handles = lock(&self.counted.handles);
-        let maps = lock(&self.counted.maps);
-        let mut n = 0;
-        for (&key, p) in handles.iter() {
-            let Some(a) = &p.asleep else {
-                continue;
-            };
-            n += 1;
-            check_asleep(p.size, a)?;
-            if maps.values().any(|m| m.handle == key) {
-                return Err(format!(
-                    "the program's handle {key:#x} is asleep and mapped"
-                ));
-            }
-        }
-        Ok(n)
-    }
-
-    /// Bytes of the program's own memory of `dev` asleep.
-    pub(super) fn foreign_asleep(&self, dev: CUdevice) -> u64 {
-        (lock(&self.counted.handles).values())
-            .filter(|p| p.device == dev && p.asleep.is_some())
-            .map(|p| p.size)
-            .sum()
-    }
-
-    /// Whether any handle of the program's is asleep.
-    pub(super) fn any_foreign_asleep(&self) -> bool {
-        (lock(&self.counted.handles).values()).any(|p| p.asleep.is_some())
-    }
-}
-
-/// An asleep handle of `size` bytes: its mappings lie inside it and fit its host copy.
-fn check_asleep(size: u64, a: &ProgramAsleep) -> Result<(), String> {
-    let copied: u64 = a.maps.iter().map(|m| m.bytes).sum();
-    if copied > a.host.len as u64 || a.maps.iter().any(|m| m.offset + m.bytes > size) {
-        return Err(format!(
-            "the program's handle of {size} bytes: mappings of {copied} bytes do not fit it or its host copy of {}",
-            a.host.len
-        ));
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::base::host_copy::HostCopy;
-
-    /// The validator sees what it is for: a mapping outside its handle, mappings that do not
-    /// fit the host copy.
-    #[test]
-    fn the_asleep_handles_validator_finds_each_broken_invariant() {
-        let asleep = |offset: u64, bytes: u64, host: u64| ProgramAsleep {
-            maps: vec![AsleepMap {
-                at: 0x7000_0000,
-                bytes,
-                offset,
-                access: Vec::new(),
-            }],
-            host: HostCopy::new(host).unwrap(),
-        };
-        assert_eq!(check_asleep(2 << 20, &asleep(0, 2 << 20, 2 << 20)), Ok(()));
-        let outside = check_asleep(2 << 20, &asleep(2 << 20, 4096, 4096));
-        assert!(outside.unwrap_err().contains("do not fit"));
-        let short = check_asleep(2 << 20, &asleep(0, 8192, 4096));
-        assert!(short.unwrap_err().contains("host copy of 4096"));
     }
 }

@@ -129,13 +129,13 @@ impl Shim {
         let pooled: u64 = (self.contexts.on_device(dev).iter())
             .map(|(_, cp)| cp.pool.asleep_bytes())
             .sum();
-        pooled + self.foreign_asleep(dev)
+        pooled + self.counted.asleep_bytes(dev)
     }
 
     /// Whether any memory of the process is asleep.
     fn any_asleep(&self) -> bool {
         let pooled = (self.contexts.on_device(-1).iter()).any(|(_, cp)| cp.pool.asleep_bytes() > 0);
-        pooled || self.any_foreign_asleep()
+        pooled || self.counted.any_asleep()
     }
 
     /// After a sleep or a wake (`after`), in a debug build of the library (the preload
@@ -146,7 +146,7 @@ impl Shim {
     fn validate_after(&self, after: &str) {
         #[cfg(all(debug_assertions, not(test)))]
         {
-            let broke = match self.check_foreign() {
+            let broke = match self.counted.check_asleep() {
                 Err(why) => Some(why),
                 Ok(_) if state() == State::Awake && self.any_asleep() => {
                     Some("awake with memory asleep".to_string())

@@ -11,6 +11,8 @@
 //! table instead (`Origin::Counted`, `Origin::DriverPool`), entered by
 //! [`Shim::alloc_counted`]. Host memory is never counted.
 
+mod handles;
+
 use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::cu::*;
 use crate::base::host_copy::HostCopy;
