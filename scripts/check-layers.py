@@ -13,7 +13,8 @@ leads to that child: using `super::Shim` depends on state/shim.rs, where it live
 passes on from a sibling (`pub use super::x::f`) is its own. A visibility (`pub(in path)`) is
 no use. A library file may depend on its own layer's other modules and on the layers below,
 never above; the CLI's files (cli/) have no layer, but their circles count. The driver's raw
-table (`call!`) is named only in driver/ and abi/ (the capture rule, src/driver/own.rs). Among all files the
+table (`call!`) is named only in driver/ and abi/ (the capture rule, src/driver/own.rs), and
+report/ never names the state's `Shim` (it reads through `state::View`). Among all files the
 dependency graph must have no cycle (a parent module that declares its children with `mod x;`
 or re-exports them with `pub use` does not depend on them by that alone).
 
@@ -214,6 +215,15 @@ def main():
             if re.search(r"(?<![\w])call!\s*\(", line):
                 rel = os.path.relpath(path, os.path.join(ROOT, ".."))
                 errors.append(f"{rel}:{n}: `call!` names the driver's table outside driver/ and abi/ (call the driver's methods; those forbidden during a capture through `Driver::own`)")
+    # Reporting reads the state through `state::View` only (`state::view()`): no file of report/
+    # names the `Shim` (comments aside), so what it may see is the trait's list.
+    for mod, path in files.items():
+        if mod[0] != "report":
+            continue
+        for n, line in enumerate(texts[mod].splitlines(), 1):
+            if re.search(r"\bShim\b", line.split("//")[0]):
+                rel = os.path.relpath(path, os.path.join(ROOT, ".."))
+                errors.append(f"{rel}:{n}: report/ names the state's `Shim` (read through `state::View`: `state::view()`)")
     # The tree is the diagram: src/ itself holds the crate's two roots and the layers' folders,
     # and no source file is longer than a reader can hold (tests included).
     for entry in sorted(os.listdir(ROOT)):
@@ -278,6 +288,19 @@ def self_test():
             if ("`call!` names the driver's table" in out.getvalue()) != refused:
                 failed += 1
                 print(f"FAIL call! in {where}: {'refused' if refused else 'allowed'} expected\n{out.getvalue()}")
+    # The Shim named in report/: refused; in state/: its own.
+    for where, refused in (("report/a.rs", True), ("state/a.rs", False)):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "src", os.path.dirname(where)))
+            with open(os.path.join(d, "src", where), "w") as f:
+                f.write("// the Shim is read through View\nfn f() { let s = Shim::active(); }\n")
+            ROOT = os.path.join(d, "src")
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                main()
+            if ("names the state's `Shim`" in out.getvalue()) != refused:
+                failed += 1
+                print(f"FAIL Shim in {where}: {'refused' if refused else 'allowed'} expected\n{out.getvalue()}")
     for name, tree in list(cases.items()) + list(clean.items()):
         with tempfile.TemporaryDirectory() as d:
             for rel, text in tree.items():
@@ -292,7 +315,7 @@ def self_test():
             if found != (name in cases):
                 failed += 1
                 print(f"FAIL {name}: {'a circle' if name in cases else 'none'} expected\n{out.getvalue()}")
-    print(f"check-layers self-test: {len(cases) + len(clean) + 2 - failed} passed, {failed} failed")
+    print(f"check-layers self-test: {len(cases) + len(clean) + 4 - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 

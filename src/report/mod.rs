@@ -250,8 +250,8 @@ const PAGE_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Answers sleep request `seq` on the page, the state's figures stored first: `stat` run right
 /// after `sleep --wait` shows the state the answer names (a skipped or stale write would not).
 fn sleep_answered(seq: u64, answer: &str) {
-    if let Some(shim) = crate::state::Shim::active() {
-        REPORTING.write_now(shim);
+    if let Some(view) = crate::state::view() {
+        REPORTING.write_now(view);
     }
     if let Some(page) = REPORTING.page.get().and_then(|p| p.as_ref()) {
         page.sleep_served(seq, answer);
@@ -272,10 +272,10 @@ fn start_page_thread() {
             continue;
         };
         page.repair();
-        if let Some(shim) = crate::state::Shim::active() {
+        if let Some(view) = crate::state::view() {
             // What the page says of the process's last activity (root's arbiter orders by it).
-            shim.last_active_ns();
-            REPORTING.refresh(shim);
+            view.last_active_ns();
+            REPORTING.refresh(view);
         }
         if let Some(req) = page.pending_sleep() {
             serve_sleep::serve_sleep(req, sleep_answered);
@@ -307,22 +307,22 @@ fn start_page_thread() {
 /// Writes the PyTorch snapshot of this moment to `path` (`outfile`: a new file renamed over
 /// the name, never through a link or into another user's file); its size.
 fn write_oom_snapshot(path: &str) -> Result<usize, String> {
-    let shim = crate::state::Shim::active().ok_or("cudapool is not active")?;
-    let bytes = torch::snapshot_torch(shim)?;
+    let view = crate::state::view().ok_or("cudapool is not active")?;
+    let bytes = torch::snapshot_torch(view)?;
     crate::base::outfile::write(std::path::Path::new(path), &bytes)
 }
 
 /// Writes the snapshot `req` asks for: a new file (never through a link, never a FIFO), mode
 /// 0600, which the asker renames into place.
 fn write_requested_snapshot(req: &page::SnapshotRequest) -> Result<(), String> {
-    let shim = crate::state::Shim::active().ok_or("cudapool is not active")?;
+    let view = crate::state::view().ok_or("cudapool is not active")?;
     if !req.path.is_absolute() {
         return Err("not an absolute path".into());
     }
     let bytes = if req.torch {
-        torch::snapshot_torch(shim)?
+        torch::snapshot_torch(view)?
     } else {
-        snapshot_json(shim).into_bytes()
+        snapshot_json(view).into_bytes()
     };
     crate::base::outfile::create_new(&req.path, &bytes)
 }
@@ -510,7 +510,7 @@ extern "C" fn unused_at_exit() {
         if started != Some(std::process::id().to_string()) {
             return;
         }
-        if !crate::state::Shim::cuda_seen() {
+        if !crate::state::cuda_seen() {
             let name = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
             crate::base::log::line(&format!(
                 "loaded into pid {} ({}), which asked CUDA for no memory: nothing to report",

@@ -60,4 +60,4 @@ pub use budgets::MAX_DEVICES;
 pub use contexts::Contexts;
 pub use ipc::{Export as IpcExport, HandleBytes};
 pub use live::{Live, Origin};
-pub use shim::{config, env_config, set_observer, Observer, Shim, State, View};
+pub use shim::{config, cuda_seen, env_config, set_observer, view, Observer, Shim, State, View};

@@ -77,6 +77,19 @@ pub trait View {
     /// Counted memory that is no live allocation, on `dev`: (kind, address, bytes) of every
     /// virtual-memory mapping (`"vmm"`) and array (`"array"`, its handle as the address).
     fn counted_memory(&self, dev: CUdevice) -> Vec<(&'static str, DevPtr, u64)>;
+    /// When the process last issued device work or allocated (ns since the epoch), as seen by
+    /// this look (see `Shim::last_active_ns`): the page's thread looks each poll.
+    fn last_active_ns(&self) -> u64;
+}
+
+/// The state as reporting may see it, once set up and active.
+pub fn view() -> Option<&'static dyn View> {
+    Shim::active().map(|s| s as &dyn View)
+}
+
+/// Whether a CUDA call of the program ever reached cudapool (set up or not).
+pub fn cuda_seen() -> bool {
+    Shim::cuda_seen()
 }
 
 /// Who is told what happens (reporting, installed by the crate root). Called on slow paths
@@ -537,6 +550,10 @@ impl View for Shim {
 
     fn counted_memory(&self, dev: CUdevice) -> Vec<(&'static str, DevPtr, u64)> {
         self.counted.memory_on(dev)
+    }
+
+    fn last_active_ns(&self) -> u64 {
+        Shim::last_active_ns(self)
     }
 }
 
