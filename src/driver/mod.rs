@@ -14,9 +14,11 @@ pub mod nvml;
 pub mod nvtx;
 mod own;
 mod program_vmm;
+mod release;
 mod vmm;
 pub use copy::{OwnStream, Pinned};
 pub use own::Own;
+pub use release::{Inside, Release};
 
 use crate::base::cu::*;
 use std::cell::Cell;
@@ -554,7 +556,8 @@ impl Driver {
         Ok(p)
     }
 
-    pub fn mem_free(&self, p: DevPtr) -> Result<(), CUresult> {
+    /// `cuMemFree_v2` (reached through `Release`).
+    fn mem_free(&self, p: DevPtr) -> Result<(), CUresult> {
         check(call!(self, mem_free_v2(p)))
     }
 

@@ -61,12 +61,12 @@ impl Driver {
     }
 
     /// Unmaps `[at, at + bytes)` (one mapping).
-    pub fn vmm_unmap_one(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
+    pub(super) fn vmm_unmap_one(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
         check(call!(self, mem_unmap(at, bytes as usize)))
     }
 
     /// Drops one reference to `h`.
-    pub fn vmm_release(&self, h: MemHandle) -> Result<(), CUresult> {
+    pub(super) fn vmm_release(&self, h: MemHandle) -> Result<(), CUresult> {
         check(call!(self, mem_release(h)))
     }
 

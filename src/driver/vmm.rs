@@ -29,7 +29,7 @@ impl Driver {
     }
 
     /// Gives back address space from [`vmm_reserve`](Self::vmm_reserve) (nothing mapped in it).
-    pub fn vmm_unreserve(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
+    pub(super) fn vmm_unreserve(&self, at: DevPtr, bytes: u64) -> Result<(), CUresult> {
         check(call!(self, mem_address_free(at, bytes as usize)))
     }
 
@@ -261,7 +261,7 @@ impl Driver {
 
     /// Unmaps the handles mapped one after the other at `at`, of `sizes` bytes each; every one
     /// is tried, the first error returned.
-    pub fn vmm_unmap_each(&self, at: DevPtr, sizes: &[u64]) -> Result<(), CUresult> {
+    pub(super) fn vmm_unmap_each(&self, at: DevPtr, sizes: &[u64]) -> Result<(), CUresult> {
         let mut result = Ok(());
         let mut off = at;
         for &size in sizes {
@@ -275,7 +275,7 @@ impl Driver {
     /// its memory goes back to the device. No device work may still use it (unlike
     /// `cuMemFree`, `cuMemUnmap` does not wait for the device). Every chunk is tried; the
     /// first error is returned.
-    pub fn vmm_unmap(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
+    pub(super) fn vmm_unmap(&self, at: DevPtr, bytes: u64, chunk: u64) -> Result<(), CUresult> {
         let mut result = Ok(());
         let mut off = 0;
         while off < bytes {

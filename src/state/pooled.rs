@@ -12,7 +12,7 @@ use crate::base::cu::*;
 use crate::base::flags::own_calls;
 use crate::base::limit::Limit;
 use crate::driver::nvtx;
-use crate::driver::Driver;
+use crate::driver::{Driver, Inside, Release};
 use crate::limits::budget::{Bytes, DeviceBudget};
 use crate::log_at;
 use crate::pool::{Held, ThreadCache, Upstream, VirtualMemory};
@@ -39,7 +39,7 @@ impl Shim {
     fn alloc_after_panic(&self, size: u64) -> Result<DevPtr, CUresult> {
         let alloc = || self.driver.mem_alloc(size).map(|p| (p, size));
         self.alloc_counted(size, alloc, |p| {
-            let _ = self.driver.mem_free(p);
+            let _ = self.driver.release_inside(Inside::ProgramsFree).mem_free(p);
         })
     }
 
@@ -458,29 +458,17 @@ impl Upstream for DriverUpstream<'_> {
     /// A release of cudapool's own: refused while a graph capture is under way (the real
     /// `cuMemFree` synchronizes, which a capture forbids); the pool keeps the segment.
     fn free(&self, ptr: DevPtr, bytes: u64) -> Result<(), CUresult> {
-        let Some(_calls) = own_calls() else {
+        let Some(calls) = own_calls() else {
             return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
         };
-        self.free_for_program(ptr, bytes)
+        self.free_segment(self.driver.own(&calls).release(), ptr, bytes)
     }
 
+    /// The program's own free of a block the `none` pool handed it (the whole allocation).
     fn free_for_program(&self, ptr: DevPtr, bytes: u64) -> Result<(), CUresult> {
-        if crate::base::flags::exiting() {
-            // Past exit() the driver may be torn down: leak rather than call it.
-            return Ok(());
-        }
-        if self.tools {
-            nvtx::segment_removed(ptr);
-        }
-        self.driver.mem_free(ptr)?;
-        if let Some((h, dev)) = self.history {
-            h.record(dev, Action::SegmentFree, ptr, bytes, 0, None);
-        }
-        self.budget.uncharge(bytes);
-        self.budget.on_driver_free();
-        Ok(())
+        let release = self.driver.release_inside(Inside::ProgramsFree);
+        self.free_segment(release, ptr, bytes)
     }
-
     /// False while a graph capture is under way (`cuCtxSynchronize` would end it).
     fn synchronize(&self) -> bool {
         let Some(calls) = own_calls() else {
@@ -512,10 +500,16 @@ impl VirtualMemory for DriverUpstream<'_> {
             return;
         }
         // Not during a capture: the range stays reserved (its address space only).
-        let Some(_calls) = own_calls() else {
+        let Some(calls) = own_calls() else {
             return;
         };
-        if self.driver.vmm_unreserve(at, bytes).is_ok() {
+        if self
+            .driver
+            .own(&calls)
+            .release()
+            .vmm_unreserve(at, bytes)
+            .is_ok()
+        {
             self.budget.on_driver_free();
         }
     }
@@ -543,11 +537,12 @@ impl VirtualMemory for DriverUpstream<'_> {
         if crate::base::flags::exiting() {
             return Ok(());
         }
-        let Some(_calls) = own_calls() else {
+        let Some(calls) = own_calls() else {
             return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
         };
+        let release = self.driver.own(&calls).release();
         // Exports of these chunks go first: their descriptors would keep the memory alive.
-        super::ipc_mapped::while_unmapping(at, bytes, || self.driver.vmm_unmap(at, bytes, chunk))?;
+        super::ipc_mapped::while_unmapping(at, bytes, || release.vmm_unmap(at, bytes, chunk))?;
         if let Some((h, dev)) = self.history {
             h.record(dev, Action::SegmentUnmap, at, bytes, 0, None);
         }
@@ -576,11 +571,32 @@ impl VirtualMemory for DriverUpstream<'_> {
         if crate::base::flags::exiting() {
             return Ok(());
         }
-        let Some(_calls) = own_calls() else {
+        let Some(calls) = own_calls() else {
             return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
         };
-        super::ipc_mapped::while_unmapping(at, bytes, || self.driver.vmm_unmap(at, bytes, bytes))?;
+        let release = self.driver.own(&calls).release();
+        super::ipc_mapped::while_unmapping(at, bytes, || release.vmm_unmap(at, bytes, bytes))?;
         self.budget.on_unmap(0);
+        Ok(())
+    }
+}
+
+impl DriverUpstream<'_> {
+    /// Frees the segment `[ptr, ptr + bytes)` through `release` and gives its charge back.
+    fn free_segment(&self, release: Release<'_>, ptr: DevPtr, bytes: u64) -> Result<(), CUresult> {
+        if crate::base::flags::exiting() {
+            // Past exit() the driver may be torn down: leak rather than call it.
+            return Ok(());
+        }
+        if self.tools {
+            nvtx::segment_removed(ptr);
+        }
+        release.mem_free(ptr)?;
+        if let Some((h, dev)) = self.history {
+            h.record(dev, Action::SegmentFree, ptr, bytes, 0, None);
+        }
+        self.budget.uncharge(bytes);
+        self.budget.on_driver_free();
         Ok(())
     }
 }

@@ -4,6 +4,7 @@
 use super::{Origin, Shim, View};
 use crate::base::config::LogLevel::Info;
 use crate::base::cu::*;
+use crate::driver::Inside;
 use crate::log_at;
 
 impl Shim {
@@ -109,13 +110,14 @@ impl Shim {
             // Mapped memory and reserved address space are the process's, not the context's:
             // they go back now (the context's work is over, nothing uses them).
             if let Some(arena) = gone.arena.filter(|_| !crate::base::flags::exiting()) {
+                let release = self.driver.release_inside(Inside::ContextEnd);
                 for (at, len) in arena.mapped {
                     // Exports of these chunks go first: their descriptors would keep the memory.
                     let _ = super::ipc_mapped::while_unmapping(at, len, || {
-                        self.driver.vmm_unmap(at, len, len)
+                        release.vmm_unmap(at, len, len)
                     });
                 }
-                let _ = self.driver.vmm_unreserve(arena.range.0, arena.range.1);
+                let _ = release.vmm_unreserve(arena.range.0, arena.range.1);
             }
         }
         self.counted_context_gone(ctx);

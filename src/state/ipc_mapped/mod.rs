@@ -35,6 +35,7 @@ use crate::base::config::LogLevel::{Debug, Warn};
 use crate::base::cu::*;
 use crate::base::fds::{self, Table};
 use crate::base::sync::lock;
+use crate::driver::Inside;
 use crate::log_at;
 use crate::pool::BlockSpan;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -329,8 +330,9 @@ impl Shim {
                 )
             })?;
         if !fds::still_valid(&table) {
-            let _ = self.driver.vmm_unmap_each(base, &sizes);
-            let _ = self.driver.vmm_unreserve(base, m.span);
+            let release = self.driver.release_inside(Inside::FailedOpen);
+            let _ = release.vmm_unmap_each(base, &sizes);
+            let _ = release.vmm_unreserve(base, m.span);
             return Err((
                 CUDA_ERROR_INVALID_VALUE,
                 "the exporter freed the block while it was being opened".into(),
@@ -358,9 +360,10 @@ impl Shim {
         let o = t.opened.remove(&ptr).expect("just found");
         t.by_handle.remove(&o.handle);
         drop(t);
-        let _ = self.driver.own(&calls).synchronize();
-        let r = self.driver.vmm_unmap_each(o.base, &o.sizes);
-        let _ = self.driver.vmm_unreserve(o.base, o.bytes);
+        let own = self.driver.own(&calls);
+        let _ = own.synchronize();
+        let r = own.release().vmm_unmap_each(o.base, &o.sizes);
+        let _ = own.release().vmm_unreserve(o.base, o.bytes);
         Some(r.err().unwrap_or(CUDA_SUCCESS))
     }
 }

@@ -23,6 +23,7 @@ use crate::base::addr_hash::AddrMap as HashMap;
 use crate::base::cu::*;
 use crate::base::log::fmt_bytes;
 use crate::base::sync::lock;
+use crate::driver::{Inside, Own};
 use crate::state::counted::{AsleepMap, Phys, ProgramAsleep, VmMap};
 use crate::state::Shim;
 use std::ffi::c_int;
@@ -111,6 +112,7 @@ impl Shim {
     /// cannot (its mapping refused to go) stays awake, mapped as it was.
     pub(super) fn save_foreign(
         &self,
+        own: Own<'_>,
         device: CUdevice,
         moved: &mut Moved,
         short: &mut bool,
@@ -121,7 +123,7 @@ impl Shim {
         for dev in devices {
             let mine: Vec<&Plan> = plans.iter().filter(|p| p.dev == dev).collect();
             self.in_device(dev, |ctx| {
-                self.save_foreign_on(ctx, dev, &mine, moved, short)
+                self.save_foreign_on(own, ctx, dev, &mine, moved, short)
             })
             .unwrap_or(Ok(()))?;
         }
@@ -130,6 +132,7 @@ impl Shim {
 
     fn save_foreign_on(
         &self,
+        own: Own<'_>,
         ctx: usize,
         dev: CUdevice,
         plans: &[&Plan],
@@ -188,7 +191,7 @@ impl Shim {
             let real = self.counted.real(plan.key);
             let mut unmapped = Vec::new();
             for &(at, m) in &plan.maps {
-                match self.driver.vmm_unmap_one(at, m.bytes) {
+                match own.release().vmm_unmap_one(at, m.bytes) {
                     Ok(()) => unmapped.push((at, m)),
                     Err(_) => break,
                 }
@@ -201,7 +204,7 @@ impl Shim {
                 continue;
             }
             for _ in 0..plan.refs {
-                let _ = self.driver.vmm_release(real);
+                let _ = own.release().vmm_release(real);
             }
             let maps = (plan.maps.iter().zip(access))
                 .map(|(&(at, m), access)| AsleepMap {
@@ -283,11 +286,12 @@ impl Shim {
                 result = unsafe { self.move_parts(ctx, &parts, Way::ToDevice) };
             }
             if result.is_err() {
+                let release = self.driver.release_inside(Inside::Wake);
                 for (&(_, p, a), &h) in mine.iter().zip(&made) {
                     for m in &a.maps {
-                        let _ = self.driver.vmm_unmap_one(m.at, m.bytes);
+                        let _ = release.vmm_unmap_one(m.at, m.bytes);
                     }
-                    let _ = self.driver.vmm_release(h);
+                    let _ = release.vmm_release(h);
                     budget.uncharge(p.size);
                 }
             }
@@ -310,7 +314,7 @@ impl Shim {
             // The driver holds as many references as the program did (one from the creation).
             match refs {
                 0 => {
-                    let _ = self.driver.vmm_release(real);
+                    let _ = self.driver.release_inside(Inside::Wake).vmm_release(real);
                 }
                 n => {
                     for _ in 1..n {
@@ -336,10 +340,11 @@ impl Shim {
                 .driver
                 .vmm_map_as(m.at, m.bytes, m.offset, h, &m.access)
             {
+                let release = self.driver.release_inside(Inside::Wake);
                 for done in &a.maps[..i] {
-                    let _ = self.driver.vmm_unmap_one(done.at, done.bytes);
+                    let _ = release.vmm_unmap_one(done.at, done.bytes);
                 }
-                let _ = self.driver.vmm_release(h);
+                let _ = release.vmm_release(h);
                 return Err(e);
             }
         }

@@ -204,7 +204,7 @@ impl Shim {
             }
             std::thread::sleep(Duration::from_millis(10));
         };
-        let (_turn, _calls) = turn;
+        let (_turn, calls) = turn;
         let mut moved = Moved::default();
         // Host memory was short (the C API's CUDA_ERROR_OUT_OF_MEMORY).
         let mut short = false;
@@ -231,7 +231,8 @@ impl Shim {
             }
         }
         if result.is_ok() {
-            result = self.save_foreign(device, &mut moved, &mut short);
+            let own = self.driver.own(&calls);
+            result = self.save_foreign(own, device, &mut moved, &mut short);
         }
         self.sleep.drop_spares();
         if let Err(why) = result {
