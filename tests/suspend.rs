@@ -357,6 +357,9 @@ fn a_job_suspended_as_slurm_does_it_frees_the_gpu_for_its_whole_stop() {
         for i in $(seq 400); do [ "$(held $p)" -lt $((16 * MIB)) ] && break; sleep 0.05; done
         echo asleep_after_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
         sleep 0.5; echo FROZEN > {cg}/freezer.state
+        # The kernel freezes each task as it reaches a point it can stop at (FREEZING until the
+        # last has): Slurm's suspend waits for FROZEN too.
+        for i in $(seq 100); do [ "$(cat {cg}/freezer.state)" = FROZEN ] && break; sleep 0.05; done
         echo frozen=$(cat {cg}/freezer.state) asleep=$(( $(held $p) / MIB ))
         env -u LD_PRELOAD LD_LIBRARY_PATH={dir} FAKECU_BOARD={board} FAKECU_SHARED=1 {chaos} fill 8388608 0 | sed 's/^/neighbour: /'
         kill -CONT $shell; echo THAWED > {cg}/freezer.state
