@@ -275,33 +275,18 @@ def self_test():
         "test module and visibility": {"pool/mod.rs": "mod a;\nfn f() { a::g() }\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n", "pool/a.rs": "pub(in crate::pool) fn g() {}\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n"},
     }
     failed = 0
-    # The driver's table named in state/: refused; in abi/: the program's call, passed through.
-    for where, refused in (("state/a.rs", True), ("abi/a.rs", False)):
-        with tempfile.TemporaryDirectory() as d:
-            os.makedirs(os.path.join(d, "src", os.path.dirname(where)))
-            with open(os.path.join(d, "src", where), "w") as f:
-                f.write("fn f(d: &D) { call!(d, ctx_synchronize()); }\n")
-            ROOT = os.path.join(d, "src")
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                main()
-            if ("`call!` names the driver's table" in out.getvalue()) != refused:
-                failed += 1
-                print(f"FAIL call! in {where}: {'refused' if refused else 'allowed'} expected\n{out.getvalue()}")
-    # The Shim named in report/: refused; in state/: its own.
-    for where, refused in (("report/a.rs", True), ("state/a.rs", False)):
-        with tempfile.TemporaryDirectory() as d:
-            os.makedirs(os.path.join(d, "src", os.path.dirname(where)))
-            with open(os.path.join(d, "src", where), "w") as f:
-                f.write("// the Shim is read through View\nfn f() { let s = Shim::active(); }\n")
-            ROOT = os.path.join(d, "src")
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                main()
-            if ("names the state's `Shim`" in out.getvalue()) != refused:
-                failed += 1
-                print(f"FAIL Shim in {where}: {'refused' if refused else 'allowed'} expected\n{out.getvalue()}")
-    for name, tree in list(cases.items()) + list(clean.items()):
+    # One file planted at each place, and whether the rule refuses it there.
+    planted = [
+        # The driver's table named in state/: refused; in abi/: the program's call, passed through.
+        ("call!", "fn f(d: &D) { call!(d, ctx_synchronize()); }\n", "`call!` names the driver's table",
+         (("state/a.rs", True), ("abi/a.rs", False))),
+        # The Shim named in report/: refused; in state/: its own.
+        ("Shim", "// the Shim is read through View\nfn f() { let s = Shim::active(); }\n",
+         "names the state's `Shim`", (("report/a.rs", True), ("state/a.rs", False))),
+    ]
+    def report_on(tree):
+        """What the check prints for the source tree `tree` (path under src/ -> text)."""
+        global ROOT
         with tempfile.TemporaryDirectory() as d:
             for rel, text in tree.items():
                 os.makedirs(os.path.dirname(os.path.join(d, "src", rel)), exist_ok=True)
@@ -311,10 +296,19 @@ def self_test():
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
                 main()
-            found = "import cycle" in out.getvalue()
-            if found != (name in cases):
+            return out.getvalue()
+
+    for rule, text, says, places in planted:
+        for where, refused in places:
+            out = report_on({where: text})
+            if (says in out) != refused:
                 failed += 1
-                print(f"FAIL {name}: {'a circle' if name in cases else 'none'} expected\n{out.getvalue()}")
+                print(f"FAIL {rule} in {where}: {'refused' if refused else 'allowed'} expected\n{out}")
+    for name, tree in list(cases.items()) + list(clean.items()):
+        out = report_on(tree)
+        if ("import cycle" in out) != (name in cases):
+            failed += 1
+            print(f"FAIL {name}: {'a circle' if name in cases else 'none'} expected\n{out}")
     print(f"check-layers self-test: {len(cases) + len(clean) + 4 - failed} passed, {failed} failed")
     return 1 if failed else 0
 
