@@ -82,10 +82,6 @@ pub trait Core: Send {
     fn sleeping(&mut self) -> Option<&mut dyn super::Sleeping> {
         None
     }
-    /// Bytes of its handles asleep.
-    fn asleep_bytes(&self) -> u64 {
-        0
-    }
     /// Brings free blocks to the state every operation of the core would find them in first
     /// (split lists and merges its parked block), so that a view of the segments shows what
     /// the next allocation will see. Changes no choice the core makes.

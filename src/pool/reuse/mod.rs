@@ -594,7 +594,8 @@ impl Pool for CachingPool {
     }
 
     fn asleep_bytes(&self) -> u64 {
-        self.lock().core.asleep_bytes()
+        let mut st = self.lock();
+        st.core.sleeping().map_or(0, |memory| memory.asleep_bytes())
     }
 
     fn release_ready(&self, up: &dyn Upstream, need: u64) -> u64 {

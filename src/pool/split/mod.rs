@@ -640,10 +640,6 @@ impl Core for SplitCore {
         Some(self)
     }
 
-    fn asleep_bytes(&self) -> u64 {
-        self.arena.asleep_bytes()
-    }
-
     fn handles_under(&self, ptr: DevPtr) -> Vec<(DevPtr, u64)> {
         match self.blocks.get(&ptr) {
             Some(b) if b.kind == Kind::InUse && self.in_arena(ptr) => {
